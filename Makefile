@@ -1,0 +1,63 @@
+# mailer: PGXS build, plus the targets that run services, tests, the demo and
+# the benchmarks.  `make test` works from a fresh Debian 12 machine.
+
+EXTENSION   = mailer
+MODULE_big  = mailer
+EXTVERSION  = 0.1.0
+
+SRCS        = $(sort $(wildcard src/*.c))
+OBJS        = $(SRCS:.c=.o)
+DATA        = $(wildcard sql/mailer--*.sql)
+
+REGRESS      = $(patsubst sql/%.sql,%,$(filter-out sql/mailer--%,$(sort $(wildcard sql/*.sql))))
+# Jobs run only in mailer.database, so the tests use that database as it is
+# (PGDATABASE, default 'mailer') instead of a fresh one; the first test
+# (re)creates the extension.
+REGRESS_OPTS = --inputdir=. --use-existing
+override CONTRIB_TESTDB = $(or $(PGDATABASE),mailer)
+
+PG_CPPFLAGS = -I$(srcdir)/src/include -Wall -Werror
+SHLIB_LINK  = -lrdkafka -lrocksdb
+
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+# No LLVM bitcode: JIT inlining of mailer's code is not worth the build.
+override with_llvm = no
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# Rebuild an object when a header it includes changes.
+override CPPFLAGS += -MMD -MP
+-include $(OBJS:.o=.d)
+EXTRA_CLEAN = $(OBJS:.o=.d)
+
+SERVICES = test/services
+
+.PHONY: deps services services-down test integration demo bench
+
+# Debian packages and the Kafka jars; a no-op once installed.
+deps:
+	$(SERVICES)/deps.sh
+	$(SERVICES)/kafka.sh fetch
+
+# A throwaway PostgreSQL cluster (library preloaded) and a KRaft broker.
+services:
+	$(SERVICES)/pg.sh start
+	$(SERVICES)/kafka.sh start
+
+services-down:
+	-$(SERVICES)/pg.sh stop
+	-$(SERVICES)/kafka.sh stop
+
+integration:
+	test/run-integration.sh
+
+# Everything, from a fresh machine: dependencies, build, install, services,
+# pg_regress, integration tests; services stop whatever the outcome.
+test:
+	test/run-all.sh
+
+demo:
+	test/demo.sh
+
+bench:
+	test/bench/run.sh

@@ -1,0 +1,443 @@
+/*
+ * aggregate.c
+ *		Running aggregates with PostgreSQL's semantics (aggregate.h).
+ *
+ * Sums and averages follow PostgreSQL's own choices of result type and
+ * overflow behaviour: sum(int4) is a bigint that errors on overflow,
+ * sum(int8) and avg of integers are numeric, float sums stay float.
+ * min and max work for any type with a btree ordering.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "nodes/parsenodes.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/float.h"
+#include "utils/lsyscache.h"
+#include "utils/numeric.h"
+#include "utils/typcache.h"
+
+#include "aggregate.h"
+
+static void agg_error(const char *path, int code, const char *hint, const char *msg,
+					  const char *arg) pg_attribute_noreturn();
+static Datum int128_to_numeric_datum(int128 v);
+static void put_datum(StringInfo buf, Datum d, int16 typlen, bool typbyval);
+static Datum get_datum(const char *data, int *pos, int16 typlen, bool typbyval, MemoryContext ctx);
+
+static const char *const agg_hint =
+"An aggregate is count(*), count(e), sum(e), min(e), max(e) or avg(e), with e an SQL expression over the record's fields.";
+
+AggregateDef *
+aggregate_compile(const char *name, const char *text, const char *path, FieldScope *scope)
+{
+	AggregateDef *agg = palloc0(sizeof(AggregateDef));
+	Node	   *raw = expr_parse(text, path);
+	FuncCall   *call;
+	char	   *fname;
+	Oid			t;
+
+	agg->name = pstrdup(name);
+	agg->text = pstrdup(text);
+	if (!IsA(raw, FuncCall))
+		agg_error(path, ERRCODE_SYNTAX_ERROR, agg_hint, "expected an aggregate call", NULL);
+	call = (FuncCall *) raw;
+	if (list_length(call->funcname) != 1)
+		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate", NULL);
+	fname = strVal(linitial(call->funcname));
+	if (call->agg_distinct || call->agg_filter || call->agg_order || call->over ||
+		call->agg_within_group || call->func_variadic)
+		agg_error(path, ERRCODE_FEATURE_NOT_SUPPORTED, agg_hint,
+				  "DISTINCT, FILTER, ORDER BY, OVER and VARIADIC are not supported in aggregates", NULL);
+
+	if (strcmp(fname, "count") == 0 && call->agg_star)
+	{
+		agg->impl = AGG_COUNT_STAR;
+		agg->result_type = INT8OID;
+		return agg;
+	}
+	if (call->agg_star || list_length(call->args) != 1)
+		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "%s takes exactly one argument", fname);
+
+	agg->arg = expr_compile(psprintf("%s", text), linitial(call->args), path, scope, EXPR_SCALAR);
+	t = agg->arg->type;
+	agg->arg_type = t;
+	agg->arg_collation = agg->arg->collation;
+	get_typlenbyval(t, &agg->arg_typlen, &agg->arg_typbyval);
+
+	if (strcmp(fname, "count") == 0)
+	{
+		agg->impl = AGG_COUNT;
+		agg->result_type = INT8OID;
+	}
+	else if (strcmp(fname, "sum") == 0 || strcmp(fname, "avg") == 0)
+	{
+		bool		is_sum = fname[0] == 's';
+
+		switch (t)
+		{
+			case INT2OID:
+			case INT4OID:
+				agg->impl = is_sum ? AGG_SUM_INT : AGG_AVG_INT;
+				agg->result_type = is_sum ? INT8OID : NUMERICOID;
+				break;
+			case INT8OID:
+				agg->impl = is_sum ? AGG_SUM_INT8 : AGG_AVG_INT;
+				agg->result_type = NUMERICOID;
+				break;
+			case NUMERICOID:
+				agg->impl = is_sum ? AGG_SUM_NUMERIC : AGG_AVG_NUMERIC;
+				agg->result_type = NUMERICOID;
+				break;
+			case FLOAT4OID:
+				agg->impl = is_sum ? AGG_SUM_FLOAT4 : AGG_AVG_FLOAT;
+				agg->result_type = is_sum ? FLOAT4OID : FLOAT8OID;
+				break;
+			case FLOAT8OID:
+				agg->impl = is_sum ? AGG_SUM_FLOAT8 : AGG_AVG_FLOAT;
+				agg->result_type = FLOAT8OID;
+				break;
+			default:
+				agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
+						  "sum and avg take smallint, integer, bigint, numeric, real or double precision; cast the argument, e.g. (value->>'amount')::numeric.",
+						  "%s of this type is not supported", fname);
+		}
+	}
+	else if (strcmp(fname, "min") == 0 || strcmp(fname, "max") == 0)
+	{
+		TypeCacheEntry *tc = lookup_type_cache(t, TYPECACHE_CMP_PROC_FINFO);
+
+		if (!OidIsValid(tc->cmp_proc) || agg->arg_typlen == -2)
+			agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
+					  "min and max take a type with an ordering, such as numeric, text or timestamptz.",
+					  "%s needs an ordered type", fname);
+		fmgr_info_copy(&agg->cmp_proc, &tc->cmp_proc_finfo, TopMemoryContext);
+		agg->impl = fname[1] == 'i' ? AGG_MIN : AGG_MAX;
+		agg->result_type = t;
+	}
+	else
+		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate \"%s\"", fname);
+	return agg;
+}
+
+void
+aggregate_init(AggregateDef *agg, AggValue *value)
+{
+	memset(value, 0, sizeof(AggValue));
+}
+
+void
+aggregate_free(AggregateDef *agg, AggValue *value)
+{
+	switch (agg->impl)
+	{
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			if (value->count > 0)
+				pfree(DatumGetPointer(value->v.datum));
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			if (value->count > 0 && !agg->arg_typbyval)
+				pfree(DatumGetPointer(value->v.datum));
+			break;
+		default:
+			break;
+	}
+	value->count = 0;
+}
+
+void
+aggregate_advance(AggregateDef *agg, AggValue *value, Datum arg, bool isnull, MemoryContext ctx)
+{
+	MemoryContext old;
+
+	if (agg->impl == AGG_COUNT_STAR)
+	{
+		value->count++;
+		return;
+	}
+	if (isnull)
+		return;
+
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			break;
+		case AGG_SUM_INT:
+			{
+				int64		add = agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
+				int64		sum;
+
+				if (pg_add_s64_overflow(value->v.i64, add, &sum))
+					ereport(ERROR,
+							(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+							 errmsg("bigint out of range")));
+				value->v.i64 = sum;
+			}
+			break;
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			value->v.i128 += agg->arg_type == INT8OID ? DatumGetInt64(arg) :
+				agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
+			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			{
+				Datum		sum;
+
+				if (value->count == 0)
+				{
+					old = MemoryContextSwitchTo(ctx);
+					value->v.datum = datumCopy(arg, false, -1);
+					MemoryContextSwitchTo(old);
+					break;
+				}
+				sum = DirectFunctionCall2(numeric_add, value->v.datum, arg);
+				old = MemoryContextSwitchTo(ctx);
+				sum = datumCopy(sum, false, -1);
+				MemoryContextSwitchTo(old);
+				pfree(DatumGetPointer(value->v.datum));
+				value->v.datum = sum;
+			}
+			break;
+		case AGG_SUM_FLOAT4:
+			value->v.f4 = float4_pl(value->v.f4, DatumGetFloat4(arg));
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			value->v.f8 = float8_pl(value->v.f8,
+									agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg));
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			{
+				int32		cmp;
+
+				if (value->count > 0)
+				{
+					cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
+														  arg, value->v.datum));
+					if ((agg->impl == AGG_MIN && cmp >= 0) || (agg->impl == AGG_MAX && cmp <= 0))
+						break;
+					if (!agg->arg_typbyval)
+						pfree(DatumGetPointer(value->v.datum));
+				}
+				old = MemoryContextSwitchTo(ctx);
+				value->v.datum = datumCopy(arg, agg->arg_typbyval, agg->arg_typlen);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+	}
+	value->count++;
+}
+
+Datum
+aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
+{
+	*isnull = false;
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			return Int64GetDatum(value->count);
+		default:
+			break;
+	}
+	/* Like PostgreSQL: an aggregate over no (non-null) values is NULL. */
+	if (value->count == 0)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	switch (agg->impl)
+	{
+		case AGG_SUM_INT:
+			return Int64GetDatum(value->v.i64);
+		case AGG_SUM_INT8:
+			return int128_to_numeric_datum(value->v.i128);
+		case AGG_SUM_NUMERIC:
+			return datumCopy(value->v.datum, false, -1);
+		case AGG_SUM_FLOAT4:
+			return Float4GetDatum(value->v.f4);
+		case AGG_SUM_FLOAT8:
+			return Float8GetDatum(value->v.f8);
+		case AGG_AVG_INT:
+			return DirectFunctionCall2(numeric_div, int128_to_numeric_datum(value->v.i128),
+									   NumericGetDatum(int64_to_numeric(value->count)));
+		case AGG_AVG_NUMERIC:
+			return DirectFunctionCall2(numeric_div, value->v.datum,
+									   NumericGetDatum(int64_to_numeric(value->count)));
+		case AGG_AVG_FLOAT:
+			return Float8GetDatum(value->v.f8 / (double) value->count);
+		case AGG_MIN:
+		case AGG_MAX:
+			return datumCopy(value->v.datum, agg->arg_typbyval, agg->arg_typlen);
+		default:
+			elog(ERROR, "unexpected aggregate implementation %d", agg->impl);
+	}
+	return (Datum) 0;
+}
+
+void
+aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf)
+{
+	appendBinaryStringInfo(buf, (char *) &value->count, sizeof(int64));
+	if (value->count == 0)
+		return;
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			break;
+		case AGG_SUM_INT:
+			appendBinaryStringInfo(buf, (char *) &value->v.i64, sizeof(int64));
+			break;
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			appendBinaryStringInfo(buf, (char *) &value->v.i128, sizeof(int128));
+			break;
+		case AGG_SUM_FLOAT4:
+			appendBinaryStringInfo(buf, (char *) &value->v.f4, sizeof(float));
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			appendBinaryStringInfo(buf, (char *) &value->v.f8, sizeof(double));
+			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			put_datum(buf, value->v.datum, -1, false);
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			put_datum(buf, value->v.datum, agg->arg_typlen, agg->arg_typbyval);
+			break;
+	}
+}
+
+void
+aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int *pos,
+					  MemoryContext ctx)
+{
+	memset(value, 0, sizeof(AggValue));
+	memcpy(&value->count, data + *pos, sizeof(int64));
+	*pos += sizeof(int64);
+	if (value->count == 0)
+		return;
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			break;
+		case AGG_SUM_INT:
+			memcpy(&value->v.i64, data + *pos, sizeof(int64));
+			*pos += sizeof(int64);
+			break;
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			memcpy(&value->v.i128, data + *pos, sizeof(int128));
+			*pos += sizeof(int128);
+			break;
+		case AGG_SUM_FLOAT4:
+			memcpy(&value->v.f4, data + *pos, sizeof(float));
+			*pos += sizeof(float);
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			memcpy(&value->v.f8, data + *pos, sizeof(double));
+			*pos += sizeof(double);
+			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			value->v.datum = get_datum(data, pos, -1, false, ctx);
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			value->v.datum = get_datum(data, pos, agg->arg_typlen, agg->arg_typbyval, ctx);
+			break;
+	}
+}
+
+/* A datum's bytes: by-value as a Datum, fixed-length as is, varlena untoasted with its length. */
+static void
+put_datum(StringInfo buf, Datum d, int16 typlen, bool typbyval)
+{
+	if (typbyval)
+		appendBinaryStringInfo(buf, (char *) &d, sizeof(Datum));
+	else if (typlen > 0)
+		appendBinaryStringInfo(buf, DatumGetPointer(d), typlen);
+	else
+	{
+		struct varlena *v = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
+		int32		len = VARSIZE_ANY_EXHDR(v);
+
+		appendBinaryStringInfo(buf, (char *) &len, sizeof(int32));
+		appendBinaryStringInfo(buf, VARDATA_ANY(v), len);
+	}
+}
+
+static Datum
+get_datum(const char *data, int *pos, int16 typlen, bool typbyval, MemoryContext ctx)
+{
+	Datum		d;
+
+	if (typbyval)
+	{
+		memcpy(&d, data + *pos, sizeof(Datum));
+		*pos += sizeof(Datum);
+	}
+	else if (typlen > 0)
+	{
+		char	   *p = MemoryContextAlloc(ctx, typlen);
+
+		memcpy(p, data + *pos, typlen);
+		*pos += typlen;
+		d = PointerGetDatum(p);
+	}
+	else
+	{
+		int32		len;
+		struct varlena *v;
+
+		memcpy(&len, data + *pos, sizeof(int32));
+		*pos += sizeof(int32);
+		v = MemoryContextAlloc(ctx, len + VARHDRSZ);
+		SET_VARSIZE(v, len + VARHDRSZ);
+		memcpy(VARDATA(v), data + *pos, len);
+		*pos += len;
+		d = PointerGetDatum(v);
+	}
+	return d;
+}
+
+static Datum
+int128_to_numeric_datum(int128 v)
+{
+	char		buf[64];
+	char	   *p = buf + sizeof(buf) - 1;
+	bool		neg = v < 0;
+	uint128		u = neg ? -(uint128) v : (uint128) v;
+
+	*p = '\0';
+	do
+	{
+		*--p = '0' + (int) (u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (neg)
+		*--p = '-';
+	return DirectFunctionCall3(numeric_in, CStringGetDatum(p), ObjectIdGetDatum(InvalidOid),
+							   Int32GetDatum(-1));
+}
+
+static void
+agg_error(const char *path, int code, const char *hint, const char *msg, const char *arg)
+{
+	ereport(ERROR,
+			(errcode(code),
+			 errmsg("invalid job spec at %s: %s", path, arg ? psprintf(msg, arg) : msg),
+			 errhint("%s", hint)));
+}

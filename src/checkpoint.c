@@ -1,0 +1,153 @@
+/*
+ * checkpoint.c
+ *		Take and restore checkpoints (checkpoint.h).
+ *
+ * Epoch E: the keyed stage hands its due rows to the sink and writes its
+ * changed state; then one transaction writes the sink rows, the dead
+ * letters, the state snapshot's reference (RocksDB: a checkpoint directory
+ * made now; memory: the changed keys) and the row of mailer.checkpoints
+ * with every partition's position.  Its COMMIT is the commit point: a crash
+ * before it replays from E-1, a crash after it from E.  Only then are
+ * offsets published to the broker and old snapshots dropped.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "checkpoint.h"
+#include "keyed.h"
+
+static void counters_from_jsonb(Job *job, Jsonb *counters);
+
+void
+checkpoint_restore(Job *job)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(job->job_id);
+	Jsonb	   *positions = NULL;
+	char	   *state_ref = NULL;
+	MemoryContext ctx = CurrentMemoryContext;
+
+	SPI_connect();
+	catalog_exec("SELECT epoch, positions, counters, state_ref FROM mailer.checkpoints "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY epoch DESC LIMIT 1",
+				 1, &type, &value, NULL, true);
+	job->epoch = 0;
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		MemoryContext old = MemoryContextSwitchTo(ctx);
+
+		job->epoch = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		positions = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 2, &isnull));
+		counters_from_jsonb(job, DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)));
+		state_ref = SPI_getvalue(tup, desc, 4);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+
+	if (job->plan->keyed && job->plan->aggregated)
+		job->state = job->spec->state_backend == STATE_ROCKSDB ?
+			state_rocksdb_open(job->job_id, job->epoch, state_ref) :
+			state_memory_open(job->job_id, job->epoch);
+
+	if (job->spec->source.type == SOURCE_GENERATOR)
+		job->source = generator_source_open(&job->spec->source.generator, positions, job->slot);
+	else
+		job->source = kafka_source_open(&job->spec->source.kafka, job->name, positions, job->slot);
+
+	job->last_checkpoint = GetCurrentTimestamp();
+	job->slot->last_checkpoint_epoch = job->epoch;
+	job_publish_counters(job);
+}
+
+void
+checkpoint_take(Job *job, bool final)
+{
+	int64		epoch = job->epoch + 1;
+	TimestampTz start = GetCurrentTimestamp();
+	char	   *state_ref = NULL;
+	int64		written;
+	Oid			types[7] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Jsonb	   *positions;
+	int			retain = job->spec->checkpoint_retain;
+
+	job->stage = "checkpoint";
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	if (job->keyed)
+		keyed_prepare_checkpoint(job->keyed);
+	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error);
+	job->counters[JC_RECORDS_OUT] += written;
+	job->counters[JC_RECORDS_DEAD_LETTERED] += dead_letter_count(job->dead_letters);
+	dead_letter_flush(job->dead_letters, job->job_id, epoch);
+	if (job->state)
+		state_ref = job->state->ops->checkpoint(job->state, epoch);
+	job->counters[JC_CHECKPOINTS]++;
+
+	positions = job->source->ops->positions(job->source);
+	values[0] = Int64GetDatum(job->job_id);
+	values[1] = Int64GetDatum(epoch);
+	values[2] = JsonbPGetDatum(positions);
+	values[3] = state_ref ? CStringGetTextDatum(state_ref) : (Datum) 0;
+	nulls[3] = state_ref ? ' ' : 'n';
+	values[4] = job_counters_jsonb(job->counters);
+	values[5] = Float8GetDatum((double) (GetCurrentTimestamp() - start) / 1000.0);
+	values[6] = BoolGetDatum(final);
+
+	SPI_connect();
+	catalog_exec("INSERT INTO mailer.checkpoints "
+				 "(job_id, epoch, positions, state_ref, counters, duration_ms, final) "
+				 "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+				 7, types, values, nulls, false);
+	/* Only the newest checkpoint.retain checkpoints stay restorable. */
+	values[1] = Int64GetDatum(epoch - retain);
+	catalog_exec("DELETE FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.<=) $2",
+				 2, types, values, NULL, false);
+	SPI_finish();
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	/* Committed: epoch is now what a restart resumes from. */
+	job->epoch = epoch;
+	job->uncommitted = 0;
+	job->last_checkpoint = GetCurrentTimestamp();
+	if (job->state)
+		job->state->ops->committed(job->state, epoch, epoch - retain + 1);
+	job->source->ops->committed(job->source);
+
+	job->slot->last_checkpoint_epoch = epoch;
+	job->slot->last_checkpoint_at = job->last_checkpoint;
+	job->slot->last_checkpoint_ms = (job->last_checkpoint - start) / 1000;
+	job->slot->state_bytes = job->state ? job->state->ops->size(job->state) : -1;
+	job_publish_counters(job);
+	job->stage = NULL;
+}
+
+static void
+counters_from_jsonb(Job *job, Jsonb *counters)
+{
+	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+	{
+		JsonbValue *v = getKeyJsonValueFromContainer(&counters->root, job_counter_names[c],
+													 strlen(job_counter_names[c]), NULL);
+
+		if (v && v->type == jbvNumeric)
+			job->counters[c] = DatumGetInt64(DirectFunctionCall1(numeric_int8,
+																 NumericGetDatum(v->val.numeric)));
+	}
+}

@@ -1,0 +1,55 @@
+/*
+ * catalog.h
+ *		Reading and writing mailer's own tables.
+ *
+ * The tables belong to the extension; SQL functions, the launcher and the
+ * workers write them as the bootstrap superuser with a search_path of
+ * pg_catalog only, so that nothing a user puts on their search_path can
+ * run with those privileges.
+ */
+#ifndef MAILER_CATALOG_H
+#define MAILER_CATALOG_H
+
+#include "executor/spi.h"
+#include "utils/jsonb.h"
+
+typedef struct CatalogAccess
+{
+	Oid			saved_user;
+	int			saved_sec_context;
+	int			guc_nest_level;
+} CatalogAccess;
+
+/* Become the catalog's writer; catalog_leave restores the caller. */
+extern void catalog_enter(CatalogAccess *access);
+extern void catalog_leave(CatalogAccess *access);
+
+/*
+ * Run one statement with parameters as the catalog's writer (SPI must be
+ * connected).  Returns SPI's result code; rows are in SPI_tuptable.
+ */
+extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
+						 const char *nulls, bool read_only);
+
+typedef struct JobRow
+{
+	int64		job_id;
+	char	   *name;
+	Oid			owner;
+	Jsonb	   *spec;			/* with secrets put back when asked for */
+	char	   *desired_state;
+	char	   *state;			/* job_status.state */
+	char	   *search_path;
+} JobRow;
+
+/* A job by name or id, or NULL (missing_ok); allocated in the current context. */
+extern JobRow *catalog_get_job_by_name(const char *name, bool missing_ok);
+extern JobRow *catalog_get_job(int64 job_id, bool with_secrets, bool missing_ok);
+
+/* ERROR unless the current user owns the job (or is a superuser). */
+extern void catalog_check_owner(JobRow *job, const char *action);
+
+/* Does the extension exist in this database?  (The launcher asks.) */
+extern bool catalog_extension_exists(void);
+
+#endif							/* MAILER_CATALOG_H */

@@ -1,0 +1,132 @@
+/*
+ * job_slots.h
+ *		Shared memory: one slot per running job, holding what the launcher,
+ *		the job's worker and the SQL functions tell each other, and the
+ *		counters that the metrics views show.
+ *
+ * The launcher owns slot allocation.  A worker writes its own slot's
+ * counters without locking (single writer, atomics for 64-bit values) and
+ * takes the slot's spinlock for the few fields other processes also write.
+ */
+#ifndef JOB_SLOTS_H
+#define JOB_SLOTS_H
+
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+
+#define JOB_SLOT_ERROR_LEN		1024
+#define JOB_SLOT_MAX_PARTITIONS 256
+#define JOB_SLOT_TOPIC_LEN		128
+
+/* What the worker is doing, as seen by everyone else. */
+typedef enum JobLiveState
+{
+	JOB_LIVE_NONE = 0,			/* no worker */
+	JOB_LIVE_STARTING,			/* launched, restoring its checkpoint */
+	JOB_LIVE_RUNNING,
+	JOB_LIVE_WAITING,			/* running, but blocked on an outside fault */
+	JOB_LIVE_FINISHED			/* bounded source done, last checkpoint committed */
+} JobLiveState;
+
+/* Why a worker exited; written just before it exits. */
+typedef enum JobExitKind
+{
+	JOB_EXIT_NONE = 0,			/* still running, or died without saying */
+	JOB_EXIT_STOPPED,			/* SIGTERM or stop request: final checkpoint taken */
+	JOB_EXIT_FINISHED,			/* bounded source fully consumed and committed */
+	JOB_EXIT_ERROR,				/* an error; the launcher retries with backoff */
+	JOB_EXIT_FAILED				/* a failure the launcher must not retry */
+} JobExitKind;
+
+/* The counters a job keeps; they survive restarts through checkpoints. */
+typedef enum JobCounter
+{
+	JC_RECORDS_IN = 0,
+	JC_RECORDS_ACCEPTED,
+	JC_RECORDS_FILTERED,
+	JC_RECORDS_DEAD_LETTERED,
+	JC_RECORDS_SKIPPED,
+	JC_RECORDS_LATE,
+	JC_RECORDS_OUT,
+	JC_CHECKPOINTS,
+	JC_NUM_COUNTERS
+} JobCounter;
+
+extern const char *const job_counter_names[JC_NUM_COUNTERS];
+
+/* Counters as a jsonb object {"records_in": n, ...}. */
+extern Datum job_counters_jsonb(const uint64 *counters);
+
+typedef struct PartitionMetrics
+{
+	char		topic[JOB_SLOT_TOPIC_LEN];
+	int32		partition;
+	bool		idle;			/* not holding the watermark back */
+	int64		position;		/* next offset to read */
+	int64		end_offset;		/* broker's high watermark, last seen */
+	int64		records_in;
+	TimestampTz watermark;		/* DT_NOBEGIN until an event is seen */
+} PartitionMetrics;
+
+typedef struct JobSlot
+{
+	/* Set by the launcher when it assigns the slot; 0 means free. */
+	int64		job_id;
+
+	slock_t		mutex;			/* protects the fields up to 'counters' */
+	pid_t		pid;			/* worker's pid, 0 when none */
+	Latch	   *latch;			/* worker's latch, to wake it */
+	JobLiveState live_state;
+	JobExitKind exit_kind;
+	bool		stop_requested;
+	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits, errs or failed */
+	TimestampTz error_at;
+
+	/* wait_job: requests counted up by callers, answered by the worker */
+	uint64		wait_requested;
+	uint64		wait_answered;
+
+	/* Written by the worker only. */
+	pg_atomic_uint64 counters[JC_NUM_COUNTERS];
+	double		input_rate;		/* records per second, smoothed */
+	int64		last_checkpoint_epoch;
+	TimestampTz last_checkpoint_at;
+	int64		last_checkpoint_ms;
+	TimestampTz watermark;
+	int64		state_bytes;
+	int64		consumer_lag;	/* -1 when unknown */
+	int			npartitions;
+	PartitionMetrics partitions[JOB_SLOT_MAX_PARTITIONS];
+
+	/* Signalled after every checkpoint and every change of state. */
+	ConditionVariable progress_cv;
+} JobSlot;
+
+typedef struct MailerShared
+{
+	LWLock	   *lock;			/* protects slot allocation */
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	int			nslots;
+	JobSlot		slots[FLEXIBLE_ARRAY_MEMBER];
+} MailerShared;
+
+extern MailerShared *mailer_shared;
+
+extern Size job_slots_shmem_size(void);
+extern void job_slots_shmem_init(void);
+
+/* Slot of a job, or NULL; caller holds mailer_shared->lock. */
+extern JobSlot *job_slots_find(int64 job_id);
+
+/* Wake the launcher now (from any backend). */
+extern void job_slots_wake_launcher(void);
+
+/* Set a slot's error text and time (under its spinlock). */
+extern void job_slot_set_error(JobSlot *slot, const char *msg);
+
+#endif							/* JOB_SLOTS_H */

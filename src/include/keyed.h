@@ -1,0 +1,25 @@
+/*
+ * keyed.h
+ *		The keyed stage: per-key aggregates, with or without event-time
+ *		windows, kept in a state backend.
+ */
+#ifndef KEYED_H
+#define KEYED_H
+
+#include "job.h"
+
+extern KeyedStage *keyed_create(Job *job);
+
+/* Fold one record into its key's (and window's) aggregates. */
+extern void keyed_add(KeyedStage *ks, Record *rec, SourceMessage *msg);
+
+/*
+ * Before a checkpoint: hand the rows due to the sink (changed keys, fired
+ * windows) and write changed state to the backend.
+ */
+extern void keyed_prepare_checkpoint(KeyedStage *ks);
+
+/* Entries changed since the last checkpoint (to bound memory). */
+extern int64 keyed_pending(KeyedStage *ks);
+
+#endif							/* KEYED_H */

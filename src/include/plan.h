@@ -1,0 +1,90 @@
+/*
+ * plan.h
+ *		A job spec compiled against the database: the record's fields, the
+ *		expressions of every step, the keyed stage and the sink table.
+ *
+ * create_job and describe_job compile a plan to validate a spec; a job
+ * worker compiles the same plan once, at start, and runs it.
+ */
+#ifndef PLAN_H
+#define PLAN_H
+
+#include "aggregate.h"
+#include "expr.h"
+#include "spec.h"
+
+/* A filter, map, flat_map or key_by step. */
+typedef struct StatelessStep
+{
+	StepKind	kind;
+	const char *path;
+	CompiledExpr *expr;			/* filter, flat_map */
+	int			nexprs;			/* map, key_by */
+	CompiledExpr **exprs;
+	int		   *slots;			/* where each map/key_by field, or flat_map's value, goes */
+} StatelessStep;
+
+/* A sink column that receives an output field. */
+typedef struct SinkColumn
+{
+	char	   *name;
+	Oid			type;
+	int32		typmod;
+	int			slot;			/* output field slot */
+	CompiledExpr *cast;			/* NULL when the field has the column's type */
+	bool		is_key;			/* a conflict column of an upsert */
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+} SinkColumn;
+
+typedef struct SinkPlan
+{
+	Oid			relid;
+	char	   *relname;		/* schema-qualified, quoted */
+	bool		upsert;
+	int			ncolumns;
+	SinkColumn *columns;
+	int			nkeys;			/* upsert: conflict columns among columns */
+	char	   *insert_sql;		/* $n are arrays, one per column */
+	Oid		   *param_types;
+} SinkPlan;
+
+typedef struct JobPlan
+{
+	JobSpec    *spec;
+	RecordSchema *schema;
+	FieldScope *scope;			/* fields visible at the end of the stateless steps */
+	CompiledExpr *event_time;	/* NULL: the timestamp field */
+	int			nsteps;
+	StatelessStep **steps;
+
+	/* keyed stage: key_by, then optional window and aggregate */
+	bool		keyed;
+	int			nkeys;
+	int		   *key_slots;
+	bool		aggregated;
+	WindowSpec *window;			/* NULL: running totals per key */
+	int			naggs;
+	AggregateDef **aggs;
+
+	/*
+	 * What the sink sees.  Without an aggregate: the record itself.  With
+	 * one: key fields, then window_start and window_end when windowed, then
+	 * the aggregates, in this order.
+	 */
+	RecordSchema *out_schema;
+	FieldScope *out_scope;
+	SinkPlan   *sink;
+} JobPlan;
+
+/*
+ * Compile a parsed spec.  prepare_executor also builds executor state, as
+ * a worker needs and as create_job does to check EXECUTE privileges.
+ */
+extern JobPlan *plan_compile(JobSpec *spec, bool prepare_executor);
+
+/* The plan as a person reads it (describe_job). */
+extern char *plan_describe(JobPlan *plan);
+
+#endif							/* PLAN_H */

@@ -1,0 +1,37 @@
+/*
+ * sink.h
+ *		The table sink: rows buffered between checkpoints (coalesced per key
+ *		for an upsert) and written in the checkpoint transaction with one
+ *		statement per chunk of rows.
+ */
+#ifndef SINK_H
+#define SINK_H
+
+#include "dead_letter.h"
+#include "plan.h"
+
+typedef struct SinkBuffer SinkBuffer;
+
+extern SinkBuffer *sink_buffer_create(JobPlan *plan, MemoryContext parent);
+
+/*
+ * Convert an output record to the sink's columns (values and nulls have
+ * ncolumns entries).  ERROR when a cast fails; the caller dead-letters.
+ */
+extern void sink_project(SinkBuffer *sb, ExprRuntime *out_rt, Record *rec,
+						 Datum *values, bool *nulls);
+
+/* Keep a projected row; origin (topic may be NULL) is for dead letters. */
+extern void sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls,
+							const char *topic, int32 partition, int64 offset);
+
+extern int	sink_buffer_rows(SinkBuffer *sb);
+
+/*
+ * Write the buffered rows (inside the checkpoint transaction).  A row the
+ * table rejects for its data goes to dlq, or raises per on_error; any other
+ * failure (table missing, no privilege) raises.  Returns rows written.
+ */
+extern int64 sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error);
+
+#endif							/* SINK_H */

@@ -1,0 +1,167 @@
+/*
+ * spec.h
+ *		The job spec (DESIGN.md section 2) parsed from its JSON document.
+ *
+ * Parsing checks the document's shape strictly: unknown fields, wrong types
+ * and bad values are errors naming the JSON path.  Expressions are kept as
+ * text here; plan.c compiles them against the record's fields.
+ */
+#ifndef SPEC_H
+#define SPEC_H
+
+#include "nodes/pg_list.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+typedef enum SourceType
+{
+	SOURCE_KAFKA,
+	SOURCE_GENERATOR
+} SourceType;
+
+typedef enum ValueFormat
+{
+	FORMAT_JSON,				/* jsonb */
+	FORMAT_TEXT,				/* text, must be valid in the database encoding */
+	FORMAT_BYTES				/* bytea */
+} ValueFormat;
+
+typedef struct KafkaSourceSpec
+{
+	char	   *brokers;
+	List	   *topics;			/* of char * */
+	bool		start_latest;
+	char	   *group_id;
+	List	   *options;		/* of DefElem: librdkafka property, string value */
+} KafkaSourceSpec;
+
+typedef struct GeneratorSpec
+{
+	int64		events;			/* -1: unbounded */
+	double		rate;			/* events per second; 0: as fast as possible */
+	int32		keys;
+	int64		seed;
+	TimestampTz start_time;
+	int64		step_us;		/* event time between consecutive events */
+} GeneratorSpec;
+
+typedef struct SourceSpec
+{
+	SourceType	type;
+	ValueFormat format;
+	KafkaSourceSpec kafka;
+	GeneratorSpec generator;
+} SourceSpec;
+
+typedef enum StepKind
+{
+	STEP_FILTER,
+	STEP_MAP,
+	STEP_FLAT_MAP,
+	STEP_KEY_BY,
+	STEP_WINDOW,
+	STEP_AGGREGATE
+} StepKind;
+
+extern const char *const step_kind_names[];
+
+/* A named expression: a map or key_by field, or an aggregate. */
+typedef struct NamedExprSpec
+{
+	char	   *name;
+	char	   *expr;
+	char	   *path;			/* JSON path of the expression, for errors */
+} NamedExprSpec;
+
+typedef enum WindowType
+{
+	WINDOW_TUMBLING,
+	WINDOW_SLIDING,
+	WINDOW_SESSION
+} WindowType;
+
+typedef struct WindowSpec
+{
+	WindowType	type;
+	int64		size_us;		/* tumbling, sliding */
+	int64		slide_us;		/* sliding */
+	int64		gap_us;			/* session */
+	int64		allowed_lateness_us;
+	bool		emit_update;	/* false: emit final */
+} WindowSpec;
+
+typedef struct StepSpec
+{
+	StepKind	kind;
+	char	   *path;			/* "steps[2]" */
+	char	   *expr;			/* filter, flat_map */
+	List	   *fields;			/* map, key_by, aggregate: of NamedExprSpec */
+	WindowSpec	window;			/* window */
+} StepSpec;
+
+typedef enum SinkType
+{
+	SINK_TABLE
+} SinkType;
+
+typedef enum SinkMode
+{
+	SINK_MODE_DEFAULT,			/* upsert when the table has a primary key */
+	SINK_MODE_UPSERT,
+	SINK_MODE_APPEND
+} SinkMode;
+
+typedef struct SinkSpec
+{
+	SinkType	type;
+	char	   *table;			/* as written; resolved by plan.c */
+	SinkMode	mode;
+	List	   *key;			/* of char *: conflict columns; NIL: primary key */
+} SinkSpec;
+
+typedef enum StateBackendType
+{
+	STATE_ROCKSDB,
+	STATE_MEMORY
+} StateBackendType;
+
+typedef enum OnError
+{
+	ON_ERROR_DEAD_LETTER,
+	ON_ERROR_SKIP,
+	ON_ERROR_FAIL
+} OnError;
+
+typedef struct JobSpec
+{
+	SourceSpec	source;
+	char	   *event_time;		/* expression, NULL: the message timestamp */
+	int64		max_out_of_orderness_us;
+	int64		idle_timeout_us;	/* -1: none */
+	List	   *steps;			/* of StepSpec */
+	SinkSpec	sink;
+	int64		checkpoint_interval_us;
+	int32		checkpoint_retain;
+	StateBackendType state_backend;
+	OnError		on_error;
+	int32		parallelism;
+} JobSpec;
+
+/* Parse and check a spec; ERROR (with the JSON path) when it is invalid. */
+extern JobSpec *spec_parse(Jsonb *spec);
+
+/*
+ * The spec with secret values replaced by "********", and the secrets found
+ * as a jsonb object {"source.options.<name>": "value"} (NULL when none).
+ */
+extern Jsonb *spec_redact(Jsonb *spec, Jsonb **secrets);
+
+/* The inverse of spec_redact: put the secrets back. */
+extern Jsonb *spec_unredact(Jsonb *redacted, Jsonb *secrets);
+
+/* True for an option name whose value must never be shown. */
+extern bool spec_option_is_secret(const char *name);
+
+extern const char *format_name(ValueFormat format);
+
+#endif							/* SPEC_H */

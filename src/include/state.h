@@ -1,0 +1,67 @@
+/*
+ * state.h
+ *		The keyed-state backend interface: get, put, delete, iterate a key
+ *		range, checkpoint, restore.  The keyed operators use only this; the
+ *		job's spec picks the backend (RocksDB or memory).
+ *
+ * Writes between checkpoints need not be durable: recovery always restores
+ * the state of the last committed checkpoint.
+ */
+#ifndef STATE_H
+#define STATE_H
+
+#include "lib/stringinfo.h"
+
+typedef struct StateBackend StateBackend;
+typedef struct StateIterator StateIterator;
+
+typedef struct StateBackendOps
+{
+	/* Value of key into val (reset first); false when absent. */
+	bool		(*get) (StateBackend *sb, const char *key, int klen, StringInfo val);
+	void		(*put) (StateBackend *sb, const char *key, int klen, const char *val, int vlen);
+	void		(*delete) (StateBackend *sb, const char *key, int klen);
+
+	/* Keys in [from, to), in byte order; to NULL means to the end. */
+	StateIterator *(*iterate) (StateBackend *sb, const char *from, int flen,
+							   const char *to, int tlen);
+	bool		(*next) (StateIterator *it, const char **key, int *klen,
+						 const char **val, int *vlen);
+	void		(*iterate_end) (StateIterator *it);
+
+	/*
+	 * Called inside the checkpoint transaction: make epoch's snapshot and
+	 * return a reference to it, stored in mailer.checkpoints.state_ref.
+	 */
+	char	   *(*checkpoint) (StateBackend *sb, int64 epoch);
+
+	/* After the checkpoint committed: forget snapshots older than keep_from. */
+	void		(*committed) (StateBackend *sb, int64 epoch, int64 keep_from);
+
+	/* Bytes of state, roughly (for mailer.metrics). */
+	int64		(*size) (StateBackend *sb);
+
+	void		(*close) (StateBackend *sb);
+} StateBackendOps;
+
+struct StateBackend
+{
+	const StateBackendOps *ops;
+	int64		job_id;
+};
+
+/*
+ * Open a job's state as of a committed checkpoint (epoch 0: empty state),
+ * discarding anything newer.  ERROR when the snapshot is missing.
+ */
+extern StateBackend *state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref);
+extern StateBackend *state_memory_open(int64 job_id, int64 epoch);
+
+/* Where jobs keep files, relative to the data directory. */
+extern char *state_root_dir(void);
+extern char *state_job_dir(int64 job_id);
+
+/* Remove the files of jobs not in live_job_ids (the launcher calls this). */
+extern void state_remove_orphans(int64 *live_job_ids, int njobs);
+
+#endif							/* STATE_H */

@@ -1,0 +1,103 @@
+/*
+ * job_slots.c
+ *		Shared memory for running jobs: allocation and the small helpers
+ *		that every process touching a slot uses.
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/fmgrprotos.h"
+
+#include "mailer.h"
+#include "job_slots.h"
+
+MailerShared *mailer_shared = NULL;
+
+const char *const job_counter_names[JC_NUM_COUNTERS] = {
+	"records_in",
+	"records_accepted",
+	"records_filtered",
+	"records_dead_lettered",
+	"records_skipped",
+	"records_late",
+	"records_out",
+	"checkpoints"
+};
+
+Datum
+job_counters_jsonb(const uint64 *counters)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+		appendStringInfo(&buf, "%s\"%s\": " UINT64_FORMAT, c ? ", " : "", job_counter_names[c],
+						 counters[c]);
+	appendStringInfoChar(&buf, '}');
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+}
+
+Size
+job_slots_shmem_size(void)
+{
+	return add_size(offsetof(MailerShared, slots),
+					mul_size(sizeof(JobSlot), mailer_max_jobs));
+}
+
+void
+job_slots_shmem_init(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	mailer_shared = ShmemInitStruct("mailer", job_slots_shmem_size(), &found);
+	if (!found)
+	{
+		memset(mailer_shared, 0, job_slots_shmem_size());
+		mailer_shared->lock = &(GetNamedLWLockTranche("mailer"))->lock;
+		mailer_shared->nslots = mailer_max_jobs;
+		for (int i = 0; i < mailer_max_jobs; i++)
+		{
+			JobSlot    *slot = &mailer_shared->slots[i];
+
+			SpinLockInit(&slot->mutex);
+			for (int c = 0; c < JC_NUM_COUNTERS; c++)
+				pg_atomic_init_u64(&slot->counters[c], 0);
+			ConditionVariableInit(&slot->progress_cv);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+JobSlot *
+job_slots_find(int64 job_id)
+{
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		if (mailer_shared->slots[i].job_id == job_id)
+			return &mailer_shared->slots[i];
+	}
+	return NULL;
+}
+
+void
+job_slots_wake_launcher(void)
+{
+	Latch	   *latch = mailer_shared->launcher_latch;
+
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+void
+job_slot_set_error(JobSlot *slot, const char *msg)
+{
+	SpinLockAcquire(&slot->mutex);
+	strlcpy(slot->error, msg ? msg : "", JOB_SLOT_ERROR_LEN);
+	slot->error_at = msg ? GetCurrentTimestamp() : 0;
+	SpinLockRelease(&slot->mutex);
+}

@@ -1,0 +1,391 @@
+/*
+ * job_worker.c
+ *		The worker that runs one job: restore, then loop over batches,
+ *		checkpointing every checkpoint.interval, until stopped or, for a
+ *		bounded source, finished.
+ *
+ * It connects as the job's owner, so every expression and every write to
+ * the sink obeys that role's privileges and row-level security; only its
+ * writes to mailer's own tables switch to the catalog's writer.  On SIGTERM
+ * or a stop request it takes a final checkpoint and exits 0.  On ERROR it
+ * leaves the error in its slot and exits non-zero; the launcher restarts it.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "mailer.h"
+#include "catalog.h"
+#include "checkpoint.h"
+#include "job.h"
+#include "job_worker.h"
+#include "keyed.h"
+
+static volatile sig_atomic_t got_sigterm = false;
+
+static void handle_sigterm(SIGNAL_ARGS);
+static void worker_exit(int code, Datum arg);
+static Job *job_start(JobWorkerArgs *args, JobSlot *slot);
+static void job_run(Job *job);
+static bool stop_requested(Job *job);
+static void take_wait_requests(Job *job);
+static void answer_waits(Job *job);
+static void set_live_state(JobSlot *slot, JobLiveState state);
+
+void
+job_worker_main(Datum main_arg)
+{
+	JobWorkerArgs args;
+	JobSlot    *slot;
+	Job		   *volatile job = NULL;
+
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+	slot = &mailer_shared->slots[args.slot];
+
+	pqsignal(SIGTERM, handle_sigterm);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->job_id != args.job_id)
+	{
+		/* The launcher gave the slot to another job before we started. */
+		SpinLockRelease(&slot->mutex);
+		proc_exit(0);
+	}
+	slot->pid = MyProcPid;
+	slot->latch = MyLatch;
+	slot->live_state = JOB_LIVE_STARTING;
+	slot->exit_kind = JOB_EXIT_NONE;
+	slot->error[0] = '\0';
+	SpinLockRelease(&slot->mutex);
+	before_shmem_exit(worker_exit, PointerGetDatum(slot));
+
+	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
+
+	PG_TRY();
+	{
+		job = job_start(&args, slot);
+		job_run(job);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		edata = CopyErrorData();
+		MemoryContextSwitchTo(old);
+		SpinLockAcquire(&slot->mutex);
+		slot->exit_kind = job && job->failing ? JOB_EXIT_FAILED : JOB_EXIT_ERROR;
+		snprintf(slot->error, JOB_SLOT_ERROR_LEN, "%s%s%s", edata->message,
+				 edata->detail ? ": " : "", edata->detail ? edata->detail : "");
+		slot->error_at = GetCurrentTimestamp();
+		SpinLockRelease(&slot->mutex);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	proc_exit(0);
+}
+
+static void
+handle_sigterm(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	got_sigterm = true;
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
+
+/* Whatever way the worker leaves, its slot says it has gone. */
+static void
+worker_exit(int code, Datum arg)
+{
+	JobSlot    *slot = (JobSlot *) DatumGetPointer(arg);
+
+	SpinLockAcquire(&slot->mutex);
+	slot->pid = 0;
+	slot->latch = NULL;
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->progress_cv);
+	job_slots_wake_launcher();
+}
+
+static Job *
+job_start(JobWorkerArgs *args, JobSlot *slot)
+{
+	MemoryContext job_context = AllocSetContextCreate(TopMemoryContext, "mailer job",
+													  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(job_context);
+	Job		   *job = palloc0(sizeof(Job));
+	JobRow	   *row;
+
+	job->job_id = args->job_id;
+	job->owner = args->owner;
+	job->slot = slot;
+	job->job_context = job_context;
+	job->batch_context = AllocSetContextCreate(job_context, "mailer batch", ALLOCSET_DEFAULT_SIZES);
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	/* What the job keeps must outlive this transaction. */
+	MemoryContextSwitchTo(job_context);
+	row = catalog_get_job(job->job_id, true, false);
+	job->name = row->name;
+	pgstat_report_appname(psprintf("mailer job %s", job->name));
+	/* Names in the spec resolve as they did when the job was created. */
+	SetConfigOption("search_path", row->search_path, PGC_USERSET, PGC_S_SESSION);
+
+	job->spec = spec_parse(row->spec);
+	job->plan = plan_compile(job->spec, false);
+	job->rt = expr_runtime_create(job->plan->schema);
+	job->out_rt = expr_runtime_create(job->plan->out_schema);
+	expr_prepare(job->plan->event_time, job->rt);
+	for (int i = 0; i < job->plan->nsteps; i++)
+	{
+		StatelessStep *st = job->plan->steps[i];
+
+		expr_prepare(st->expr, job->rt);
+		for (int j = 0; j < st->nexprs; j++)
+			expr_prepare(st->exprs[j], job->rt);
+	}
+	for (int i = 0; i < job->plan->naggs; i++)
+		expr_prepare(job->plan->aggs[i]->arg, job->rt);
+	for (int i = 0; i < job->plan->sink->ncolumns; i++)
+		expr_prepare(job->plan->sink->columns[i].cast, job->out_rt);
+
+	job->sink = sink_buffer_create(job->plan, job_context);
+	job->dead_letters = dead_letter_buffer_create(job_context);
+	checkpoint_restore(job);
+	job->topic_datums = palloc(sizeof(Datum) * job->source->ntopics);
+	for (int i = 0; i < job->source->ntopics; i++)
+		job->topic_datums[i] = CStringGetTextDatum(job->source->topic_names[i]);
+	if (job->plan->aggregated)
+		job->keyed = keyed_create(job);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	job->rate_at = GetCurrentTimestamp();
+	job->rate_records = job->counters[JC_RECORDS_IN];
+	MemoryContextSwitchTo(old);
+	set_live_state(slot, JOB_LIVE_RUNNING);
+	return job;
+}
+
+static void
+job_run(Job *job)
+{
+	SourceMessage *msgs = MemoryContextAlloc(job->job_context,
+											 sizeof(SourceMessage) * mailer_batch_size);
+	int			capacity = mailer_batch_size;
+	int64		interval_ms = job->spec->checkpoint_interval_us / 1000;
+
+	for (;;)
+	{
+		int			n = 0;
+		bool		finished;
+		bool		due;
+		long		since;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (stop_requested(job))
+		{
+			checkpoint_take(job, true);
+			answer_waits(job);
+			SpinLockAcquire(&job->slot->mutex);
+			job->slot->exit_kind = JOB_EXIT_STOPPED;
+			SpinLockRelease(&job->slot->mutex);
+			return;
+		}
+		take_wait_requests(job);
+
+		if (capacity < mailer_batch_size)
+		{
+			msgs = repalloc(msgs, sizeof(SourceMessage) * mailer_batch_size);
+			capacity = mailer_batch_size;
+		}
+		finished = job->source->ops->finished(job->source);
+		if (!finished)
+			n = job->source->ops->poll(job->source, msgs, Min(capacity, mailer_batch_size));
+		set_live_state(job->slot, job->source->error ? JOB_LIVE_WAITING : JOB_LIVE_RUNNING);
+		if (job->source->error)
+			job_slot_set_error(job->slot, job->source->error);
+		if (n > 0)
+		{
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			pipeline_process(job, msgs, n);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			job->uncommitted += n;
+			job_publish_counters(job);
+		}
+
+		if (finished)
+		{
+			/* Everything read: commit it all and end. */
+			checkpoint_take(job, true);
+			SpinLockAcquire(&job->slot->mutex);
+			job->slot->live_state = JOB_LIVE_FINISHED;
+			job->slot->exit_kind = JOB_EXIT_FINISHED;
+			SpinLockRelease(&job->slot->mutex);
+			answer_waits(job);
+			return;
+		}
+
+		since = TimestampDifferenceMilliseconds(job->last_checkpoint, GetCurrentTimestamp());
+		due = job->uncommitted > 0 && since >= interval_ms;
+		if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
+			(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows)
+			due = true;
+		if (due)
+			checkpoint_take(job, false);
+		answer_waits(job);
+
+		if (n == 0)
+		{
+			long		timeout = 1000;
+			long		source_wait = job->source->ops->wait_ms(job->source);
+			pgsocket	fd = job->source->ops->event_fd(job->source);
+			int			events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
+
+			if (job->uncommitted > 0)
+				timeout = Max(interval_ms - since, 0);
+			if (source_wait >= 0)
+				timeout = Min(timeout, source_wait);
+			if (fd != PGINVALID_SOCKET)
+				events |= WL_SOCKET_READABLE;
+			if (timeout > 0)
+				(void) WaitLatchOrSocket(MyLatch, events, fd, timeout, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
+
+static bool
+stop_requested(Job *job)
+{
+	bool		requested;
+
+	SpinLockAcquire(&job->slot->mutex);
+	requested = job->slot->stop_requested;
+	SpinLockRelease(&job->slot->mutex);
+	return requested || got_sigterm;
+}
+
+/* A new wait_job ticket: note the input there is now. */
+static void
+take_wait_requests(Job *job)
+{
+	uint64		requested;
+
+	SpinLockAcquire(&job->slot->mutex);
+	requested = job->slot->wait_requested;
+	SpinLockRelease(&job->slot->mutex);
+	if (requested > job->wait_pending)
+	{
+		job->source->ops->mark_end(job->source);
+		job->wait_pending = requested;
+	}
+}
+
+/* Answer the tickets once everything up to the marked end is committed. */
+static void
+answer_waits(Job *job)
+{
+	bool		answer;
+
+	if (job->wait_pending == 0 || job->uncommitted > 0)
+		return;
+	answer = job->source->ops->reached_end(job->source);
+	if (!answer)
+		return;
+	SpinLockAcquire(&job->slot->mutex);
+	answer = job->slot->wait_answered < job->wait_pending;
+	if (answer)
+		job->slot->wait_answered = job->wait_pending;
+	SpinLockRelease(&job->slot->mutex);
+	if (answer)
+		ConditionVariableBroadcast(&job->slot->progress_cv);
+}
+
+static void
+set_live_state(JobSlot *slot, JobLiveState state)
+{
+	bool		changed;
+
+	SpinLockAcquire(&slot->mutex);
+	changed = slot->live_state != state;
+	slot->live_state = state;
+	SpinLockRelease(&slot->mutex);
+	if (changed)
+	{
+		ConditionVariableBroadcast(&slot->progress_cv);
+		job_slots_wake_launcher();
+	}
+}
+
+void
+job_publish_counters(Job *job)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		ms = TimestampDifferenceMilliseconds(job->rate_at, now);
+
+	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+		pg_atomic_write_u64(&job->slot->counters[c], job->counters[c]);
+	if (ms >= 1000)
+	{
+		double		rate = (job->counters[JC_RECORDS_IN] - job->rate_records) * 1000.0 / ms;
+
+		/* Smoothed over a few seconds, so one slow batch does not show as a stall. */
+		job->slot->input_rate = job->slot->input_rate == 0 ? rate :
+			0.5 * job->slot->input_rate + 0.5 * rate;
+		job->rate_records = job->counters[JC_RECORDS_IN];
+		job->rate_at = now;
+	}
+}
+
+void
+job_record_failed(Job *job, SourceMessage *msg, const char *stage, const char *error)
+{
+	const char *topic = job->source->topic_names[msg->topic];
+
+	switch (job->spec->on_error)
+	{
+		case ON_ERROR_DEAD_LETTER:
+			dead_letter_add(job->dead_letters, topic, msg->partition, msg->offset,
+							msg->key, msg->key_len, msg->value, msg->value_len, stage, error);
+			break;
+		case ON_ERROR_SKIP:
+			job->counters[JC_RECORDS_SKIPPED]++;
+			break;
+		case ON_ERROR_FAIL:
+			job->failing = true;
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("record at %s partition %d offset " INT64_FORMAT " failed at %s: %s",
+							topic, msg->partition, msg->offset, stage, error),
+					 errhint("The job's on_error is \"fail\". Fix the input or the job, then mailer.start_job('%s').",
+							 job->name)));
+	}
+}

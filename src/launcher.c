@@ -1,0 +1,549 @@
+/*
+ * launcher.c
+ *		The launcher: one background worker, connected to mailer.database,
+ *		that keeps the running job workers in line with mailer.job.
+ *
+ * Each round it reads the jobs, looks at the workers it started, records
+ * in mailer.job_status why a worker stopped, restarts failed workers with
+ * exponential backoff, starts the jobs that should run and asks the ones
+ * that should not to stop.  SQL functions wake it through its latch after
+ * they commit; workers wake it when their state changes; otherwise it
+ * looks again every second.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "mailer.h"
+#include "catalog.h"
+#include "job_slots.h"
+#include "job_worker.h"
+#include "launcher.h"
+#include "state.h"
+
+/* A job as the launcher reads it each round. */
+typedef struct JobEntry
+{
+	int64		job_id;
+	char	   *name;
+	Oid			owner;
+	bool		want_running;
+	char	   *state;
+	bool		last_checkpoint_final;
+	bool		has_slot;
+} JobEntry;
+
+/* What the launcher remembers of each slot, beyond shared memory. */
+typedef struct LauncherSlot
+{
+	BackgroundWorkerHandle *handle;
+	bool		adopted;		/* a worker started by an earlier launcher */
+	int			failures;		/* consecutive, for the backoff */
+	int64		epoch_when_running;	/* a checkpoint after it means the worker was healthy */
+	TimestampTz next_start;
+	bool		recorded_running;
+} LauncherSlot;
+
+static LauncherSlot *lslots;
+static bool first_round = true;
+
+static void reconcile(long *timeout_ms);
+static List *read_jobs(void);
+static JobEntry *find_job(List *jobs, int64 job_id);
+static void handle_exit(int i, JobEntry *job);
+static void start_worker(int i, JobEntry *job);
+static void set_status(int64 job_id, const char *state, int pid, int add_restarts,
+					   const char *error);
+static void stop_all_workers(void);
+static bool worker_alive(int i);
+static void ask_to_stop(JobSlot *slot);
+static long backoff_ms(int failures);
+
+void
+launcher_register(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	strlcpy(worker.bgw_library_name, "mailer", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "launcher_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "mailer launcher", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "mailer launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+void
+launcher_main(Datum main_arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(mailer_database, NULL, 0);
+	pgstat_report_appname("mailer launcher");
+	/* Never wait long on a row a user's transaction holds: try again next round. */
+	SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
+
+	lslots = MemoryContextAllocZero(TopMemoryContext, sizeof(LauncherSlot) * mailer_shared->nslots);
+	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+	mailer_shared->launcher_pid = MyProcPid;
+	mailer_shared->launcher_latch = &MyProc->procLatch;
+	/*
+	 * If only the launcher restarted, its workers still run: adopt them and
+	 * watch their pid.  Slots without a worker are forgotten.
+	 */
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		if (mailer_shared->slots[i].job_id != 0 && mailer_shared->slots[i].pid != 0)
+			lslots[i].adopted = true;
+		else
+			mailer_shared->slots[i].job_id = 0;
+	}
+	LWLockRelease(mailer_shared->lock);
+
+	for (;;)
+	{
+		long		timeout_ms = 1000;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		PG_TRY();
+		{
+			reconcile(&timeout_ms);
+		}
+		PG_CATCH();
+		{
+			/* Report, roll back, and try again in a moment. */
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			timeout_ms = 1000;
+		}
+		PG_END_TRY();
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(timeout_ms, 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+static void
+reconcile(long *timeout_ms)
+{
+	List	   *jobs;
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	int64	   *live_ids;
+	int			nlive = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (!catalog_extension_exists())
+	{
+		stop_all_workers();
+		state_remove_orphans(NULL, 0);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		*timeout_ms = 5000;
+		return;
+	}
+	SPI_connect();
+	jobs = read_jobs();
+
+	/* After a server restart: a job that was running and did not stop cleanly crashed. */
+	if (first_round)
+	{
+		foreach(lc, jobs)
+		{
+			JobEntry   *job = lfirst(lc);
+
+			JobSlot    *slot;
+
+			LWLockAcquire(mailer_shared->lock, LW_SHARED);
+			slot = job_slots_find(job->job_id);
+			LWLockRelease(mailer_shared->lock);
+			if (slot == NULL && job->want_running && !job->last_checkpoint_final &&
+				(strcmp(job->state, "running") == 0 || strcmp(job->state, "starting") == 0))
+				set_status(job->job_id, "restarting", 0, 1,
+						   "the server or the job worker stopped abruptly; the job resumes from its last checkpoint");
+		}
+	}
+
+	/* Workers we know of. */
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+		JobEntry   *job;
+		bool		stop_requested;
+
+		if (slot->job_id == 0)
+			continue;
+		job = find_job(jobs, slot->job_id);
+		if (job)
+			job->has_slot = true;
+		SpinLockAcquire(&slot->mutex);
+		stop_requested = slot->stop_requested;
+		SpinLockRelease(&slot->mutex);
+
+		if (worker_alive(i))
+		{
+			/* Dropped, or stopped by some other way than stop_job: ask it to stop. */
+			if (job == NULL || (!job->want_running && !stop_requested))
+				ask_to_stop(slot);
+			else if (job && !lslots[i].recorded_running && slot->live_state == JOB_LIVE_RUNNING)
+			{
+				set_status(job->job_id, "running", slot->pid, 0, NULL);
+				lslots[i].recorded_running = true;
+				lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
+			}
+			continue;
+		}
+
+		if (lslots[i].handle || lslots[i].adopted)
+		{
+			handle_exit(i, job);
+			if (lslots[i].handle)
+				pfree(lslots[i].handle);
+			lslots[i].handle = NULL;
+			lslots[i].adopted = false;
+		}
+
+		if (job == NULL || !job->want_running)
+		{
+			if (job)
+				set_status(job->job_id, strcmp(job->state, "finished") == 0 ||
+						   strcmp(job->state, "failed") == 0 ? job->state : "stopped", 0, 0, NULL);
+			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+			slot->job_id = 0;
+			LWLockRelease(mailer_shared->lock);
+			continue;
+		}
+		if (stop_requested)
+			continue;			/* a stop_job in progress: wait for it to commit or abort */
+		if (strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
+		{
+			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+			slot->job_id = 0;
+			LWLockRelease(mailer_shared->lock);
+			continue;
+		}
+		if (now >= lslots[i].next_start)
+			start_worker(i, job);
+		else
+			*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, lslots[i].next_start));
+	}
+
+	/* Jobs that should run and have no worker yet. */
+	foreach(lc, jobs)
+	{
+		JobEntry   *job = lfirst(lc);
+		int			free_slot = -1;
+
+		if (job->has_slot || !job->want_running ||
+			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
+			continue;
+		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < mailer_shared->nslots && free_slot < 0; i++)
+		{
+			if (mailer_shared->slots[i].job_id == 0)
+			{
+				JobSlot    *slot = &mailer_shared->slots[i];
+
+				free_slot = i;
+				slot->job_id = job->job_id;
+				slot->pid = 0;
+				slot->latch = NULL;
+				slot->live_state = JOB_LIVE_NONE;
+				slot->exit_kind = JOB_EXIT_NONE;
+				slot->stop_requested = false;
+				slot->error[0] = '\0';
+				slot->wait_requested = slot->wait_answered = 0;
+				slot->npartitions = 0;
+				slot->last_checkpoint_epoch = 0;
+				slot->watermark = DT_NOBEGIN;
+				slot->state_bytes = -1;
+				slot->consumer_lag = -1;
+				slot->input_rate = 0;
+				for (int c = 0; c < JC_NUM_COUNTERS; c++)
+					pg_atomic_write_u64(&slot->counters[c], 0);
+			}
+		}
+		LWLockRelease(mailer_shared->lock);
+		if (free_slot < 0)
+		{
+			set_status(job->job_id, "starting", 0, 0,
+					   psprintf("no free job slot: mailer.max_jobs (%d) jobs are running", mailer_max_jobs));
+			continue;
+		}
+		memset(&lslots[free_slot], 0, sizeof(LauncherSlot));
+		start_worker(free_slot, job);
+	}
+
+	foreach(lc, jobs)
+		nlive++;
+	live_ids = palloc(sizeof(int64) * (nlive + 1));
+	nlive = 0;
+	foreach(lc, jobs)
+		live_ids[nlive++] = ((JobEntry *) lfirst(lc))->job_id;
+	state_remove_orphans(live_ids, nlive);
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	first_round = false;
+}
+
+static List *
+read_jobs(void)
+{
+	List	   *jobs = NIL;
+
+	catalog_exec("SELECT j.job_id, j.name, j.owner::pg_catalog.oid, "
+				 "j.desired_state OPERATOR(pg_catalog.=) 'running', s.state, "
+				 "coalesce((SELECT c.final FROM mailer.checkpoints c "
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY c.epoch DESC LIMIT 1), false) "
+				 "FROM mailer.job j JOIN mailer.job_status s USING (job_id) ORDER BY j.job_id",
+				 0, NULL, NULL, NULL, true);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		JobEntry   *job = palloc0(sizeof(JobEntry));
+		bool		isnull;
+
+		job->job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		job->name = SPI_getvalue(tup, desc, 2);
+		job->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+		job->want_running = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+		job->state = SPI_getvalue(tup, desc, 5);
+		job->last_checkpoint_final = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		jobs = lappend(jobs, job);
+	}
+	return jobs;
+}
+
+static JobEntry *
+find_job(List *jobs, int64 job_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, jobs)
+	{
+		JobEntry   *job = lfirst(lc);
+
+		if (job->job_id == job_id)
+			return job;
+	}
+	return NULL;
+}
+
+/* A worker we started has exited: record why, and plan what comes next. */
+static void
+handle_exit(int i, JobEntry *job)
+{
+	JobSlot    *slot = &mailer_shared->slots[i];
+	JobExitKind kind;
+	char		error[JOB_SLOT_ERROR_LEN];
+	bool		stop_requested;
+
+	SpinLockAcquire(&slot->mutex);
+	kind = slot->exit_kind;
+	stop_requested = slot->stop_requested;
+	strlcpy(error, slot->error, sizeof(error));
+	slot->exit_kind = JOB_EXIT_NONE;
+	slot->live_state = JOB_LIVE_NONE;
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->progress_cv);
+	/* A worker that committed a checkpoint was healthy: the backoff starts over. */
+	if (lslots[i].recorded_running && slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
+		lslots[i].failures = 0;
+	lslots[i].recorded_running = false;
+	if (job == NULL)
+		return;
+
+	switch (kind)
+	{
+		case JOB_EXIT_FINISHED:
+			set_status(job->job_id, "finished", 0, 0, NULL);
+			job->state = "finished";
+			lslots[i].failures = 0;
+			break;
+		case JOB_EXIT_FAILED:
+			set_status(job->job_id, "failed", 0, 0, error);
+			job->state = "failed";
+			break;
+		case JOB_EXIT_STOPPED:
+			if (job->want_running && !stop_requested)
+			{
+				/* Terminated by someone else (pg_terminate_backend): run again now. */
+				set_status(job->job_id, "restarting", 0, 1, "the job worker was terminated");
+				lslots[i].next_start = 0;
+			}
+			else
+				set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL);
+			break;
+		case JOB_EXIT_ERROR:
+		case JOB_EXIT_NONE:
+			lslots[i].failures++;
+			lslots[i].next_start = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															   backoff_ms(lslots[i].failures));
+			set_status(job->job_id, "restarting", 0, 1,
+					   kind == JOB_EXIT_ERROR && error[0] ? error : "the job worker exited unexpectedly");
+			job->state = "restarting";
+			break;
+	}
+}
+
+static void
+start_worker(int i, JobEntry *job)
+{
+	BackgroundWorker worker;
+	JobWorkerArgs args;
+	BackgroundWorkerHandle *handle;
+	MemoryContext old;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_notify_pid = MyProcPid;
+	worker.bgw_main_arg = Int32GetDatum(i);
+	strlcpy(worker.bgw_library_name, "mailer", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "job_worker_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "mailer job %s", job->name);
+	strlcpy(worker.bgw_type, "mailer job", BGW_MAXLEN);
+	args.job_id = job->job_id;
+	args.owner = job->owner;
+	args.database = MyDatabaseId;
+	args.slot = i;
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+
+	SpinLockAcquire(&mailer_shared->slots[i].mutex);
+	mailer_shared->slots[i].stop_requested = false;
+	mailer_shared->slots[i].exit_kind = JOB_EXIT_NONE;
+	SpinLockRelease(&mailer_shared->slots[i].mutex);
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		MemoryContextSwitchTo(old);
+		lslots[i].failures++;
+		lslots[i].next_start = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														   backoff_ms(lslots[i].failures));
+		set_status(job->job_id, "restarting", 0, 0,
+				   "could not start a background worker: raise max_worker_processes");
+		return;
+	}
+	MemoryContextSwitchTo(old);
+	lslots[i].handle = handle;
+	if (strcmp(job->state, "running") != 0)
+		set_status(job->job_id, strcmp(job->state, "restarting") == 0 ? "restarting" : "starting",
+				   0, 0, NULL);
+}
+
+static void
+set_status(int64 job_id, const char *state, int pid, int add_restarts, const char *error)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = CStringGetTextDatum(state);
+	values[2] = Int32GetDatum(pid);
+	nulls[2] = pid == 0 ? 'n' : ' ';
+	values[3] = Int32GetDatum(add_restarts);
+	values[4] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	nulls[4] = error ? ' ' : 'n';
+	catalog_exec("UPDATE mailer.job_status SET state = $2, pid = $3, "
+				 "restarts = restarts OPERATOR(pg_catalog.+) $4, "
+				 "last_error = coalesce($5, last_error), "
+				 "last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE pg_catalog.now() END, "
+				 "changed_at = pg_catalog.now() "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND (state, pid, $4, $5) IS DISTINCT FROM ($2, $3, 0, NULL)",
+				 5, types, values, nulls, false);
+}
+
+/* The extension is gone: ask every worker to stop, forget every slot. */
+static void
+stop_all_workers(void)
+{
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		if (slot->job_id == 0)
+			continue;
+		if (worker_alive(i))
+		{
+			ask_to_stop(slot);
+			continue;
+		}
+		if (lslots[i].handle)
+			pfree(lslots[i].handle);
+		lslots[i].handle = NULL;
+		lslots[i].adopted = false;
+		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+		slot->job_id = 0;
+		LWLockRelease(mailer_shared->lock);
+	}
+}
+
+static bool
+worker_alive(int i)
+{
+	pid_t		pid;
+
+	if (lslots[i].handle)
+	{
+		BgwHandleStatus status = GetBackgroundWorkerPid(lslots[i].handle, &pid);
+
+		return status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED;
+	}
+	return lslots[i].adopted && mailer_shared->slots[i].pid != 0;
+}
+
+/* The worker takes a final checkpoint and exits when it sees this. */
+static void
+ask_to_stop(JobSlot *slot)
+{
+	SpinLockAcquire(&slot->mutex);
+	slot->stop_requested = true;
+	if (slot->latch)
+		SetLatch(slot->latch);
+	SpinLockRelease(&slot->mutex);
+}
+
+static long
+backoff_ms(int failures)
+{
+	double		ms = mailer_restart_backoff_min_ms;
+
+	for (int i = 1; i < failures && ms < mailer_restart_backoff_max_ms; i++)
+		ms *= 2;
+	return (long) Min(ms, (double) mailer_restart_backoff_max_ms);
+}

@@ -1,0 +1,144 @@
+/*
+ * mailer.c
+ *		Library entry point: settings, shared memory and the launcher.
+ *
+ * Everything that must exist before any backend starts happens here, which
+ * is why the library has to be in shared_preload_libraries.  No Kafka
+ * handle or RocksDB database is ever created in the postmaster: they do not
+ * survive fork, so job workers create their own.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+#include "mailer.h"
+#include "job_slots.h"
+#include "launcher.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+char	   *mailer_database = NULL;
+int			mailer_max_jobs = 16;
+int			mailer_batch_size = 10000;
+int			mailer_max_buffered_rows = 200000;
+int			mailer_restart_backoff_min_ms = 1000;
+int			mailer_restart_backoff_max_ms = 60000;
+bool		mailer_preloaded = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void mailer_shmem_request(void);
+static void mailer_shmem_startup(void);
+static void define_settings(void);
+
+void
+_PG_init(void)
+{
+	define_settings();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	mailer_preloaded = true;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = mailer_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = mailer_shmem_startup;
+
+	launcher_register();
+}
+
+void
+mailer_require_preload(void)
+{
+	if (mailer_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("mailer is not loaded through shared_preload_libraries"),
+				 errhint("Add 'mailer' to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+static void
+define_settings(void)
+{
+	DefineCustomStringVariable("mailer.database",
+							   "Database in which the launcher runs jobs; the extension lives there.",
+							   NULL,
+							   &mailer_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.max_jobs",
+							"Maximum number of jobs running at once.",
+							"Each running job uses one background worker: raise max_worker_processes too.",
+							&mailer_max_jobs,
+							16, 1, 1024,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.batch_size",
+							"Maximum number of records a job worker reads from its source at once.",
+							NULL,
+							&mailer_batch_size,
+							10000, 1, 1000000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.max_buffered_rows",
+							"Rows a job may buffer (sink rows, dead letters, changed keys) before it checkpoints early.",
+							"Bounds a worker's memory between checkpoints.",
+							&mailer_max_buffered_rows,
+							200000, 1000, INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.restart_backoff_min",
+							"Delay before the first restart of a job whose worker failed.",
+							"Doubles at each consecutive failure, up to mailer.restart_backoff_max.",
+							&mailer_restart_backoff_min_ms,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.restart_backoff_max",
+							"Longest delay between restarts of a failing job.",
+							NULL,
+							&mailer_restart_backoff_max_ms,
+							60000, 10, 24 * 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("mailer");
+}
+
+static void
+mailer_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(job_slots_shmem_size());
+	RequestNamedLWLockTranche("mailer", 1);
+}
+
+static void
+mailer_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	job_slots_shmem_init();
+}

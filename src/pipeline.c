@@ -1,0 +1,305 @@
+/*
+ * pipeline.c
+ *		The per-batch work of a job: decode each message, take its event
+ *		time, run the stateless steps, then hand the results to the keyed
+ *		stage or the sink.
+ *
+ * A batch runs in one subtransaction.  When a record raises an error, the
+ * subtransaction is rolled back, that record alone is dead-lettered (or
+ * skipped, or fails the job, per on_error) and the batch goes on from the
+ * next record in a new subtransaction: a bad record never costs its
+ * neighbours.  Nothing a record does reaches the sink or the keyed state
+ * before the record has passed every stateless step.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+#include "job.h"
+#include "keyed.h"
+
+static void process_message(Job *job, SourceMessage *msg);
+static void decode_message(Job *job, SourceMessage *msg, Record *rec);
+static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered);
+static bool is_record_error(ErrorData *edata);
+
+void
+pipeline_process(Job *job, SourceMessage *msgs, int n)
+{
+	MemoryContext ctx = job->batch_context;
+	ResourceOwner owner = CurrentResourceOwner;
+	MemoryContext old = MemoryContextSwitchTo(ctx);
+	int			next = 0;
+
+	job->counters[JC_RECORDS_IN] += n;
+	while (next < n)
+	{
+		ErrorData  *edata = NULL;
+
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(ctx);
+		PG_TRY();
+		{
+			for (; next < n; next++)
+				process_message(job, &msgs[next]);
+			ReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(ctx);
+			CurrentResourceOwner = owner;
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(ctx);
+			edata = CopyErrorData();
+			FlushErrorState();
+			RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(ctx);
+			CurrentResourceOwner = owner;
+			/* A set-returning function may have been left mid-set. */
+			ReScanExprContext(job->rt->econtext);
+		}
+		PG_END_TRY();
+
+		if (edata)
+		{
+			if (!is_record_error(edata))
+				ReThrowError(edata);
+			job_record_failed(job, &msgs[next], job->stage, edata->message);
+			next++;
+		}
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(ctx);
+}
+
+/*
+ * Errors that say something about the record, as opposed to the server
+ * (out of memory, cancel, shutdown, I/O, internal errors): only the first
+ * kind makes a dead letter; the second stops the worker.
+ */
+static bool
+is_record_error(ErrorData *edata)
+{
+	switch (ERRCODE_TO_CATEGORY(edata->sqlerrcode))
+	{
+		case ERRCODE_INSUFFICIENT_RESOURCES:
+		case ERRCODE_OPERATOR_INTERVENTION:
+		case ERRCODE_SYSTEM_ERROR:
+		case ERRCODE_INTERNAL_ERROR:
+		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
+			return false;
+		default:
+			return true;
+	}
+}
+
+static void
+process_message(Job *job, SourceMessage *msg)
+{
+	JobPlan    *plan = job->plan;
+	Record	   *rec = record_alloc(plan->schema);
+	List	   *outputs = NIL;
+	bool		filtered = false;
+	ListCell   *lc;
+
+	rec->origin = -1;
+	job->stage = "decode";
+	decode_message(job, msg, rec);
+
+	job->stage = "event_time";
+	if (plan->event_time)
+	{
+		bool		isnull;
+		Datum		t = expr_eval(plan->event_time, job->rt, rec, &isnull);
+
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("event_time is NULL")));
+		rec->event_time = DatumGetTimestampTz(t);
+	}
+	else
+		rec->event_time = msg->timestamp;
+	if (TIMESTAMP_NOT_FINITE(rec->event_time))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("event time is not finite")));
+
+	run_steps(job, rec, 0, &outputs, &filtered);
+	if (outputs == NIL && filtered)
+	{
+		job->counters[JC_RECORDS_FILTERED]++;
+		return;
+	}
+
+	if (plan->aggregated)
+	{
+		job->stage = "aggregate";
+		foreach(lc, outputs)
+			keyed_add(job->keyed, lfirst(lc), msg);
+	}
+	else
+	{
+		int			ncols = plan->sink->ncolumns;
+		Datum	  **values = palloc(sizeof(Datum *) * list_length(outputs));
+		bool	  **nulls = palloc(sizeof(bool *) * list_length(outputs));
+
+		/* Cast every output first: a cast that fails sends nothing on. */
+		job->stage = "sink";
+		foreach(lc, outputs)
+		{
+			int			i = foreach_current_index(lc);
+
+			values[i] = palloc(sizeof(Datum) * ncols);
+			nulls[i] = palloc(sizeof(bool) * ncols);
+			sink_project(job->sink, job->out_rt, lfirst(lc), values[i], nulls[i]);
+		}
+		foreach(lc, outputs)
+		{
+			int			i = foreach_current_index(lc);
+
+			sink_buffer_add(job->sink, values[i], nulls[i], job->source->topic_names[msg->topic],
+							msg->partition, msg->offset);
+		}
+	}
+	job->counters[JC_RECORDS_ACCEPTED]++;
+}
+
+static void
+check_text(const char *what, const char *data, int len)
+{
+	if (memchr(data, '\0', len) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+				 errmsg("%s contains a zero byte", what)));
+	(void) pg_verify_mbstr(GetDatabaseEncoding(), data, len, false);
+}
+
+static void
+decode_message(Job *job, SourceMessage *msg, Record *rec)
+{
+	RecordSchema *schema = job->plan->schema;
+
+	if (msg->key)
+	{
+		check_text("message key", msg->key, msg->key_len);
+		rec->values[FIELD_KEY] = PointerGetDatum(cstring_to_text_with_len(msg->key, msg->key_len));
+		rec->isnull[FIELD_KEY] = false;
+	}
+	if (msg->value == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message has no value (a tombstone)")));
+	switch (job->spec->source.format)
+	{
+		case FORMAT_JSON:
+			check_text("message value", msg->value, msg->value_len);
+			rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in,
+														   CStringGetDatum(pnstrdup(msg->value, msg->value_len)));
+			break;
+		case FORMAT_TEXT:
+			check_text("message value", msg->value, msg->value_len);
+			rec->values[FIELD_VALUE] = PointerGetDatum(cstring_to_text_with_len(msg->value, msg->value_len));
+			break;
+		case FORMAT_BYTES:
+			{
+				bytea	   *b = palloc(msg->value_len + VARHDRSZ);
+
+				SET_VARSIZE(b, msg->value_len + VARHDRSZ);
+				memcpy(VARDATA(b), msg->value, msg->value_len);
+				rec->values[FIELD_VALUE] = PointerGetDatum(b);
+			}
+			break;
+	}
+	rec->isnull[FIELD_VALUE] = false;
+	rec->values[FIELD_TOPIC] = job->topic_datums[msg->topic];
+	rec->isnull[FIELD_TOPIC] = false;
+	rec->values[FIELD_PARTITION] = Int32GetDatum(msg->partition);
+	rec->isnull[FIELD_PARTITION] = false;
+	rec->values[FIELD_OFFSET] = Int64GetDatum(msg->offset);
+	rec->isnull[FIELD_OFFSET] = false;
+	rec->values[FIELD_TIMESTAMP] = TimestampTzGetDatum(msg->timestamp);
+	rec->isnull[FIELD_TIMESTAMP] = TIMESTAMP_NOT_FINITE(msg->timestamp);
+	if (schema->fields[FIELD_HEADERS].referenced)
+	{
+		Jsonb	   *headers = job->source->ops->headers(job->source, msg);
+
+		rec->values[FIELD_HEADERS] = JsonbPGetDatum(headers);
+		rec->isnull[FIELD_HEADERS] = headers == NULL;
+	}
+}
+
+/* The stateless steps from 'from' on; finished records go to outputs. */
+static void
+run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered)
+{
+	JobPlan    *plan = job->plan;
+
+	for (int i = from; i < plan->nsteps; i++)
+	{
+		StatelessStep *st = plan->steps[i];
+		bool		isnull;
+		Datum		d;
+
+		job->stage = step_kind_names[st->kind];
+		switch (st->kind)
+		{
+			case STEP_FILTER:
+				d = expr_eval(st->expr, job->rt, rec, &isnull);
+				if (isnull || !DatumGetBool(d))
+				{
+					*filtered = true;
+					return;
+				}
+				break;
+			case STEP_MAP:
+			case STEP_KEY_BY:
+				{
+					Datum	   *values = palloc(sizeof(Datum) * st->nexprs);
+					bool	   *nulls = palloc(sizeof(bool) * st->nexprs);
+
+					/* Every field of the step sees the record as it was before it. */
+					for (int j = 0; j < st->nexprs; j++)
+					{
+						values[j] = expr_eval(st->exprs[j], job->rt, rec, &nulls[j]);
+						if (nulls[j] && st->kind == STEP_KEY_BY)
+							ereport(ERROR,
+									(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+									 errmsg("key field \"%s\" is NULL",
+											plan->schema->fields[st->slots[j]].name)));
+					}
+					for (int j = 0; j < st->nexprs; j++)
+					{
+						rec->values[st->slots[j]] = values[j];
+						rec->isnull[st->slots[j]] = nulls[j];
+					}
+				}
+				break;
+			case STEP_FLAT_MAP:
+				for (;;)
+				{
+					bool		done;
+					Record	   *out;
+
+					d = expr_eval_set(st->expr, job->rt, rec, &isnull, &done);
+					if (done)
+						break;
+					out = record_copy(plan->schema, rec);
+					out->values[st->slots[0]] = d;
+					out->isnull[st->slots[0]] = isnull;
+					run_steps(job, out, i + 1, outputs, filtered);
+					job->stage = step_kind_names[st->kind];
+				}
+				return;
+			case STEP_WINDOW:
+			case STEP_AGGREGATE:
+				break;
+		}
+	}
+	*outputs = lappend(*outputs, rec);
+}

@@ -1,0 +1,124 @@
+# MailerTest: what the integration tests share.  The services (the test
+# PostgreSQL cluster and the Kafka broker) are started by test/services/*.sh;
+# these helpers talk to them and wait on job progress, never on timing.
+package MailerTest;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use File::Basename qw(dirname);
+use File::Spec;
+use IPC::Run ();
+use Test::More ();
+use Time::HiRes qw(time sleep);
+
+our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
+  wait_until pg_service fresh_extension unique_name $ROOT $BROKERS);
+
+our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
+our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
+
+# Run SQL through psql; return its unaligned, tuples-only output without the
+# trailing newline.  Dies with psql's message when the SQL fails.
+sub psql
+{
+	my ($sql, %opt) = @_;
+	my ($out, $err) = ('', '');
+	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
+		'-F', $opt{sep} // '|', '-f', '-');
+	my $ok = IPC::Run::run(\@cmd, '<', \$sql, '>', \$out, '2>', \$err);
+	die "psql failed: $err\nSQL: $sql\n" unless $ok;
+	chomp $out;
+	return $out;
+}
+
+# Run SQL expected to fail; return the error text (empty when it did not fail).
+sub psql_fails
+{
+	my ($sql) = @_;
+	my ($out, $err) = ('', '');
+	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
+		'-v', 'VERBOSITY=verbose', '-f', '-');
+	my $ok = IPC::Run::run(\@cmd, '<', \$sql, '>', \$out, '2>', \$err);
+	return $ok ? '' : $err;
+}
+
+sub psql_ok
+{
+	my ($sql, $name) = @_;
+	my $res = eval { psql($sql); 1 };
+	Test::More::ok($res, $name) or Test::More::diag($@);
+}
+
+# Poll a condition (a code ref) until it returns true; fail the test with
+# $what if it does not within $timeout seconds.  The condition is the
+# progress being waited for; the pause between polls only spares the CPU.
+sub wait_until
+{
+	my ($what, $cond, $timeout) = @_;
+	$timeout //= 120;
+	my $deadline = time() + $timeout;
+	while (time() < $deadline)
+	{
+		my $v = eval { $cond->() };
+		return $v if $v;
+		sleep 0.1;
+	}
+	die "timed out after ${timeout}s waiting for: $what\n";
+}
+
+# The service scripts: pg_service('crash'), kafka('create-topic', 'x', 8).
+sub pg_service
+{
+	system("$ROOT/test/services/pg.sh", @_) == 0
+	  or die "pg.sh @_ failed\n";
+}
+
+sub kafka
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run(["$ROOT/test/services/kafka.sh", @_], '>', \$out, '2>', \$err)
+	  or die "kafka.sh @_ failed: $err$out\n";
+	return $out;
+}
+
+# Produce lines "key<TAB>value" (or values alone when $opt{keyed} is false)
+# to a topic; $opt{partition} pins a partition.
+sub kcat_produce
+{
+	my ($topic, $lines, %opt) = @_;
+	my @cmd = ('kcat', '-b', $BROKERS, '-P', '-t', $topic, '-z', 'lz4');
+	push @cmd, '-K', "\t" if $opt{keyed} // 1;
+	push @cmd, '-p', $opt{partition} if defined $opt{partition};
+	my $in = ref $lines ? join('', map { "$_\n" } @$lines) : $lines;
+	my $err = '';
+	IPC::Run::run(\@cmd, '<', \$in, '2>', \$err)
+	  or die "kcat produce to $topic failed: $err\n";
+}
+
+# Consume a whole topic from the beginning; return the message values.
+sub kcat_consume
+{
+	my ($topic, %opt) = @_;
+	my @cmd = ('kcat', '-b', $BROKERS, '-C', '-t', $topic, '-o', 'beginning',
+		'-e', '-q', '-f', $opt{format} // "%s\n");
+	my ($out, $err) = ('', '');
+	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat consume from $topic failed: $err\n";
+	return [ split /\n/, $out ];
+}
+
+# Drop and create the extension: every test file starts from nothing.
+sub fresh_extension
+{
+	psql("SET client_min_messages = warning; DROP EXTENSION IF EXISTS mailer CASCADE; CREATE EXTENSION mailer;");
+}
+
+# A name unique to this run, for topics and jobs.
+sub unique_name
+{
+	my ($prefix) = @_;
+	return sprintf('%s_%d_%d', $prefix, $$, int(time() * 1000) % 100000000);
+}
+
+1;

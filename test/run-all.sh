@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `make test`: everything from a fresh machine.  Installs what is missing,
+# builds and installs the extension, starts a clean PostgreSQL cluster and
+# Kafka broker, runs pg_regress and the integration tests, and stops the
+# services whatever happens.  Exits non-zero on any failure.
+set -euo pipefail
+. "$(dirname "$0")/services/env.sh"
+cd "$MAILER_ROOT"
+
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "dependencies"
+test/services/deps.sh
+test/services/kafka.sh fetch
+
+step "build and install"
+make -s PG_CONFIG="$PG_CONFIG"
+"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" install
+
+step "services"
+stop_services()
+{
+	test/services/pg.sh stop || true
+	test/services/kafka.sh stop || true
+}
+trap stop_services EXIT
+test/services/pg.sh clean
+test/services/kafka.sh clean
+test/services/pg.sh start
+test/services/kafka.sh start
+
+results=()
+status=0
+run()
+{
+	local name=$1
+	shift
+	step "$name"
+	if "$@"; then
+		results+=("ok      $name")
+	else
+		results+=("FAILED  $name")
+		status=1
+	fi
+}
+
+run "pg_regress" make -s PG_CONFIG="$PG_CONFIG" installcheck
+[ -f regression.diffs ] && cat regression.diffs
+run "integration tests" test/run-integration.sh
+
+step "summary"
+printf '%s\n' "${results[@]}"
+exit $status

@@ -1,0 +1,41 @@
+# Shared settings for the test and demo services: sourced, never run.
+# Every value may be overridden from the environment.
+
+MAILER_ROOT=${MAILER_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_BINDIR=${PG_BINDIR:-$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}
+
+# Everything the services write lives here, outside the source tree, so that a
+# checkout owned by root stays readable and the cluster's user owns its files.
+MAILER_RUN_DIR=${MAILER_RUN_DIR:-/tmp/mailer-run}
+# Downloads (Maven artifacts) survive between runs, outside git.
+MAILER_CACHE_DIR=${MAILER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mailer}
+
+# PostgreSQL: a throwaway cluster with the library preloaded.
+PGHOST=${PGHOST:-$MAILER_RUN_DIR/pgsock}
+PGPORT=${PGPORT:-54329}
+PGUSER=${PGUSER:-postgres}
+PGDATABASE=${PGDATABASE:-mailer}	# also the cluster's mailer.database
+PGDATA=${PGDATA:-$MAILER_RUN_DIR/pgdata}
+export PGHOST PGPORT PGUSER PGDATABASE PGDATA
+
+# Kafka: a single-node KRaft broker on loopback.
+KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}
+KAFKA_PORT=${KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-19093}
+KAFKA_BROKERS=${KAFKA_BROKERS:-127.0.0.1:$KAFKA_PORT}
+KAFKA_DIR=${KAFKA_DIR:-$MAILER_RUN_DIR/kafka}
+export KAFKA_BROKERS
+
+# Print the last lines of a log and fail: every service script ends this way
+# when a service does not come up.
+die_with_log()
+{
+	local msg=$1 log=$2
+	echo "ERROR: $msg" >&2
+	if [ -f "$log" ]; then
+		echo "---- last lines of $log ----" >&2
+		tail -n 40 "$log" >&2
+	fi
+	exit 1
+}
