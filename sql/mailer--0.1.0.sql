@@ -46,6 +46,7 @@ CREATE TABLE mailer.checkpoints (
 	epoch			bigint NOT NULL,
 	positions		jsonb NOT NULL,			-- where each partition resumes
 	watermark		timestamptz,
+	partition_watermarks jsonb,				-- largest event time per partition (µs since 1970)
 	state_ref		text,					-- the state snapshot this epoch restores
 	counters		jsonb NOT NULL,
 	committed_at	timestamptz NOT NULL DEFAULT clock_timestamp(),

@@ -235,6 +235,96 @@ aggregate_advance(AggregateDef *agg, AggValue *value, Datum arg, bool isnull, Me
 	value->count++;
 }
 
+void
+aggregate_check(AggregateDef *agg, AggValue *value, Datum arg, bool isnull)
+{
+	int64		sum;
+
+	if (agg->impl != AGG_SUM_INT || isnull)
+		return;
+	if (pg_add_s64_overflow(value->v.i64,
+							agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg), &sum))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range in %s", agg->text)));
+}
+
+void
+aggregate_combine(AggregateDef *agg, AggValue *into, AggValue *from, MemoryContext ctx)
+{
+	MemoryContext old;
+
+	if (from->count == 0)
+		return;
+	if (into->count == 0 && agg->impl != AGG_COUNT_STAR && agg->impl != AGG_COUNT)
+	{
+		/* Take from's value as is (copied, for by-reference datums). */
+		*into = *from;
+		if (agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC ||
+			((agg->impl == AGG_MIN || agg->impl == AGG_MAX) && !agg->arg_typbyval))
+		{
+			old = MemoryContextSwitchTo(ctx);
+			into->v.datum = datumCopy(from->v.datum, agg->impl == AGG_MIN || agg->impl == AGG_MAX ?
+									  agg->arg_typbyval : false,
+									  agg->impl == AGG_MIN || agg->impl == AGG_MAX ? agg->arg_typlen : -1);
+			MemoryContextSwitchTo(old);
+		}
+		return;
+	}
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			break;
+		case AGG_SUM_INT:
+			if (pg_add_s64_overflow(into->v.i64, from->v.i64, &into->v.i64))
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("bigint out of range in %s", agg->text)));
+			break;
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			into->v.i128 += from->v.i128;
+			break;
+		case AGG_SUM_FLOAT4:
+			into->v.f4 = float4_pl(into->v.f4, from->v.f4);
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			into->v.f8 = float8_pl(into->v.f8, from->v.f8);
+			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			{
+				Datum		sum = DirectFunctionCall2(numeric_add, into->v.datum, from->v.datum);
+
+				old = MemoryContextSwitchTo(ctx);
+				sum = datumCopy(sum, false, -1);
+				MemoryContextSwitchTo(old);
+				pfree(DatumGetPointer(into->v.datum));
+				into->v.datum = sum;
+			}
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			{
+				int32		cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
+																  from->v.datum, into->v.datum));
+
+				if ((agg->impl == AGG_MIN && cmp < 0) || (agg->impl == AGG_MAX && cmp > 0))
+				{
+					if (!agg->arg_typbyval)
+						pfree(DatumGetPointer(into->v.datum));
+					old = MemoryContextSwitchTo(ctx);
+					into->v.datum = datumCopy(from->v.datum, agg->arg_typbyval, agg->arg_typlen);
+					MemoryContextSwitchTo(old);
+				}
+			}
+			break;
+	}
+	into->count += from->count;
+}
+
 Datum
 aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
 {

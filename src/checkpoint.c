@@ -23,6 +23,7 @@
 #include "catalog.h"
 #include "checkpoint.h"
 #include "keyed.h"
+#include "watermark.h"
 
 static void counters_from_jsonb(Job *job, Jsonb *counters);
 
@@ -33,10 +34,14 @@ checkpoint_restore(Job *job)
 	Datum		value = Int64GetDatum(job->job_id);
 	Jsonb	   *positions = NULL;
 	char	   *state_ref = NULL;
+	TimestampTz watermark = DT_NOBEGIN;
+	Jsonb	   *partition_watermarks = NULL;
+	Datum		d;
 	MemoryContext ctx = CurrentMemoryContext;
 
 	SPI_connect();
-	catalog_exec("SELECT epoch, positions, counters, state_ref FROM mailer.checkpoints "
+	catalog_exec("SELECT epoch, positions, counters, state_ref, watermark, partition_watermarks "
+				 "FROM mailer.checkpoints "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY epoch DESC LIMIT 1",
 				 1, &type, &value, NULL, true);
 	job->epoch = 0;
@@ -51,6 +56,11 @@ checkpoint_restore(Job *job)
 		positions = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 2, &isnull));
 		counters_from_jsonb(job, DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)));
 		state_ref = SPI_getvalue(tup, desc, 4);
+		watermark = DatumGetTimestampTz(SPI_getbinval(tup, desc, 5, &isnull));
+		if (isnull)
+			watermark = DT_NOBEGIN;
+		d = SPI_getbinval(tup, desc, 6, &isnull);
+		partition_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
@@ -65,6 +75,9 @@ checkpoint_restore(Job *job)
 	else
 		job->source = kafka_source_open(&job->spec->source.kafka, job->name, positions, job->slot);
 
+	job->watermarks = watermark_create(job->spec->max_out_of_orderness_us, job->spec->idle_timeout_us);
+	watermark_restore(job->watermarks, job->source, partition_watermarks, watermark);
+
 	job->last_checkpoint = GetCurrentTimestamp();
 	job->slot->last_checkpoint_epoch = job->epoch;
 	job_publish_counters(job);
@@ -77,21 +90,29 @@ checkpoint_take(Job *job, bool final)
 	TimestampTz start = GetCurrentTimestamp();
 	char	   *state_ref = NULL;
 	int64		written;
-	Oid			types[7] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int64		rejected;
+	TimestampTz watermark = watermark_current(job->watermarks);
+	Oid			types[9] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Jsonb	   *positions;
 	int			retain = job->spec->checkpoint_retain;
 
 	job->stage = "checkpoint";
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
+	job_transaction_begin();
 
 	if (job->keyed)
 		keyed_prepare_checkpoint(job->keyed);
-	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error);
+	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error, &rejected);
 	job->counters[JC_RECORDS_OUT] += written;
-	job->counters[JC_RECORDS_DEAD_LETTERED] += dead_letter_count(job->dead_letters);
+	if (!job->plan->aggregated)
+	{
+		/* Each row is a record: one the table refused was not accepted after all. */
+		job->counters[JC_RECORDS_ACCEPTED] -= rejected;
+		job->counters[job->spec->on_error == ON_ERROR_SKIP ?
+					  JC_RECORDS_SKIPPED : JC_RECORDS_DEAD_LETTERED] += rejected;
+	}
 	dead_letter_flush(job->dead_letters, job->job_id, epoch);
 	if (job->state)
 		state_ref = job->state->ops->checkpoint(job->state, epoch);
@@ -106,12 +127,15 @@ checkpoint_take(Job *job, bool final)
 	values[4] = job_counters_jsonb(job->counters);
 	values[5] = Float8GetDatum((double) (GetCurrentTimestamp() - start) / 1000.0);
 	values[6] = BoolGetDatum(final);
+	values[7] = TimestampTzGetDatum(watermark);
+	nulls[7] = TIMESTAMP_NOT_FINITE(watermark) ? 'n' : ' ';
+	values[8] = JsonbPGetDatum(watermark_save(job->watermarks, job->source));
 
 	SPI_connect();
-	catalog_exec("INSERT INTO mailer.checkpoints "
-				 "(job_id, epoch, positions, state_ref, counters, duration_ms, final) "
-				 "VALUES ($1, $2, $3, $4, $5, $6, $7)",
-				 7, types, values, nulls, false);
+	catalog_exec("INSERT INTO mailer.checkpoints (job_id, epoch, positions, state_ref, counters, "
+				 "duration_ms, final, watermark, partition_watermarks) "
+				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+				 9, types, values, nulls, false);
 	/* Only the newest checkpoint.retain checkpoints stay restorable. */
 	values[1] = Int64GetDatum(epoch - retain);
 	catalog_exec("DELETE FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
@@ -119,8 +143,7 @@ checkpoint_take(Job *job, bool final)
 				 2, types, values, NULL, false);
 	SPI_finish();
 
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	job_transaction_end();
 
 	/* Committed: epoch is now what a restart resumes from. */
 	job->epoch = epoch;

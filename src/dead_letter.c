@@ -13,6 +13,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "mailer.h"
 #include "catalog.h"
 #include "dead_letter.h"
 
@@ -38,16 +39,6 @@ dead_letter_buffer_create(MemoryContext parent)
 
 	dlq->ctx = AllocSetContextCreate(parent, "mailer dead letters", ALLOCSET_DEFAULT_SIZES);
 	return dlq;
-}
-
-static Datum
-bytes_datum(const char *data, int len)
-{
-	bytea	   *b = palloc(len + VARHDRSZ);
-
-	SET_VARSIZE(b, len + VARHDRSZ);
-	memcpy(VARDATA(b), data, len);
-	return PointerGetDatum(b);
 }
 
 void
@@ -82,9 +73,9 @@ dead_letter_add(DeadLetterBuffer *dlq, const char *topic, int32 partition, int64
 	dlq->nulls[2][i] = offset < 0;
 	dlq->values[2][i] = Int64GetDatum(offset);
 	dlq->nulls[3][i] = key == NULL;
-	dlq->values[3][i] = key ? bytes_datum(key, key_len) : (Datum) 0;
+	dlq->values[3][i] = key ? PointerGetDatum(mailer_bytea(key, key_len)) : (Datum) 0;
 	dlq->nulls[4][i] = value == NULL;
-	dlq->values[4][i] = value ? bytes_datum(value, value_len) : (Datum) 0;
+	dlq->values[4][i] = value ? PointerGetDatum(mailer_bytea(value, value_len)) : (Datum) 0;
 	dlq->nulls[5][i] = false;
 	dlq->values[5][i] = CStringGetTextDatum(stage);
 	dlq->nulls[6][i] = false;
@@ -128,7 +119,7 @@ dead_letter_flush(DeadLetterBuffer *dlq, int64 job_id, int64 epoch)
 	SPI_connect();
 	catalog_exec("INSERT INTO mailer.dead_letters "
 				 "(job_id, epoch, topic, partition, \"offset\", key, value, stage, error) "
-				 "SELECT $1, $2, * FROM pg_catalog.unnest($3, $4, $5, $6, $7, $8, $9)",
+				 "SELECT $1, $2, * FROM unnest($3, $4, $5, $6, $7, $8, $9)",
 				 DLQ_COLUMNS + 2, types, values, NULL, false);
 	SPI_finish();
 	dead_letter_discard(dlq);

@@ -33,6 +33,7 @@
 #include "job.h"
 #include "job_worker.h"
 #include "keyed.h"
+#include "watermark.h"
 
 static volatile sig_atomic_t got_sigterm = false;
 
@@ -44,6 +45,7 @@ static bool stop_requested(Job *job);
 static void take_wait_requests(Job *job);
 static void answer_waits(Job *job);
 static void set_live_state(JobSlot *slot, JobLiveState state);
+static void advance_watermark(Job *job, bool finished);
 
 void
 job_worker_main(Datum main_arg)
@@ -110,6 +112,28 @@ handle_sigterm(SIGNAL_ARGS)
 	errno = save_errno;
 }
 
+/*
+ * Move the watermark (idle partitions stop holding it back as time passes)
+ * and let the keyed stage fire the windows it passed.  A finished bounded
+ * source moves it past every window.
+ */
+static void
+advance_watermark(Job *job, bool finished)
+{
+	TimestampTz wm;
+
+	if (finished)
+		watermark_finish(job->watermarks);
+	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
+	if (job->keyed && job->plan->window && wm > job->slot->watermark)
+	{
+		job_transaction_begin();
+		keyed_advance_watermark(job->keyed, wm);
+		job_transaction_end();
+	}
+	watermark_publish(job->watermarks, job->slot);
+}
+
 /* Whatever way the worker leaves, its slot says it has gone. */
 static void
 worker_exit(int code, Datum arg)
@@ -139,11 +163,8 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->job_context = job_context;
 	job->batch_context = AllocSetContextCreate(job_context, "mailer batch", ALLOCSET_DEFAULT_SIZES);
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	/* What the job keeps must outlive this transaction. */
-	MemoryContextSwitchTo(job_context);
+	/* What the job keeps is allocated in job_context: it outlives this transaction. */
+	job_transaction_begin();
 	row = catalog_get_job(job->job_id, true, false);
 	job->name = row->name;
 	pgstat_report_appname(psprintf("mailer job %s", job->name));
@@ -176,8 +197,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 		job->topic_datums[i] = CStringGetTextDatum(job->source->topic_names[i]);
 	if (job->plan->aggregated)
 		job->keyed = keyed_create(job);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	job_transaction_end();
 
 	job->rate_at = GetCurrentTimestamp();
 	job->rate_records = job->counters[JC_RECORDS_IN];
@@ -193,6 +213,8 @@ job_run(Job *job)
 											 sizeof(SourceMessage) * mailer_batch_size);
 	int			capacity = mailer_batch_size;
 	int64		interval_ms = job->spec->checkpoint_interval_us / 1000;
+	MemoryContext loop_context = AllocSetContextCreate(job->job_context, "mailer loop",
+													   ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
@@ -201,6 +223,9 @@ job_run(Job *job)
 		bool		due;
 		long		since;
 
+		/* Whatever one round allocates in passing goes with it. */
+		MemoryContextSwitchTo(loop_context);
+		MemoryContextReset(loop_context);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
@@ -231,16 +256,14 @@ job_run(Job *job)
 			job_slot_set_error(job->slot, job->source->error);
 		if (n > 0)
 		{
-			SetCurrentStatementStartTimestamp();
-			StartTransactionCommand();
-			PushActiveSnapshot(GetTransactionSnapshot());
+			job_transaction_begin();
 			pipeline_process(job, msgs, n);
-			PopActiveSnapshot();
-			CommitTransactionCommand();
+			job_transaction_end();
 			job->uncommitted += n;
 			job_publish_counters(job);
 		}
 
+		advance_watermark(job, finished);
 		if (finished)
 		{
 			/* Everything read: commit it all and end. */
@@ -346,6 +369,27 @@ set_live_state(JobSlot *slot, JobLiveState state)
 }
 
 void
+job_transaction_begin(void)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	MemoryContextSwitchTo(ctx);
+}
+
+void
+job_transaction_end(void)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(ctx);
+}
+
+void
 job_publish_counters(Job *job)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -375,6 +419,7 @@ job_record_failed(Job *job, SourceMessage *msg, const char *stage, const char *e
 		case ON_ERROR_DEAD_LETTER:
 			dead_letter_add(job->dead_letters, topic, msg->partition, msg->offset,
 							msg->key, msg->key_len, msg->value, msg->value_len, stage, error);
+			job->counters[JC_RECORDS_DEAD_LETTERED]++;
 			break;
 		case ON_ERROR_SKIP:
 			job->counters[JC_RECORDS_SKIPPED]++;
@@ -388,4 +433,16 @@ job_record_failed(Job *job, SourceMessage *msg, const char *stage, const char *e
 					 errhint("The job's on_error is \"fail\". Fix the input or the job, then mailer.start_job('%s').",
 							 job->name)));
 	}
+}
+
+void
+job_record_late(Job *job, SourceMessage *msg, TimestampTz event_time)
+{
+	job->counters[JC_RECORDS_LATE]++;
+	if (job->spec->on_error == ON_ERROR_DEAD_LETTER)
+		dead_letter_add(job->dead_letters, job->source->topic_names[msg->topic], msg->partition,
+						msg->offset, msg->key, msg->key_len, msg->value, msg->value_len, "late",
+						psprintf("event time %s is too late: every window it belongs to closed at watermark %s, allowed lateness included",
+								 timestamptz_to_str(event_time),
+								 timestamptz_to_str(watermark_current(job->watermarks))));
 }

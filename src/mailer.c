@@ -9,6 +9,8 @@
  */
 #include "postgres.h"
 
+#include <pthread.h>
+
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
@@ -30,6 +32,7 @@ int			mailer_batch_size = 10000;
 int			mailer_max_buffered_rows = 200000;
 int			mailer_restart_backoff_min_ms = 1000;
 int			mailer_restart_backoff_max_ms = 60000;
+int			mailer_state_cache_entries = 100000;
 bool		mailer_preloaded = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -64,6 +67,31 @@ mailer_require_preload(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("mailer is not loaded through shared_preload_libraries"),
 				 errhint("Add 'mailer' to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+void
+mailer_block_signals(sigset_t *saved)
+{
+	sigset_t	all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, saved);
+}
+
+void
+mailer_restore_signals(sigset_t *saved)
+{
+	pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
+bytea *
+mailer_bytea(const char *data, int len)
+{
+	bytea	   *b = palloc(len + VARHDRSZ);
+
+	SET_VARSIZE(b, len + VARHDRSZ);
+	memcpy(VARDATA(b), data, len);
+	return b;
 }
 
 static void
@@ -121,6 +149,15 @@ define_settings(void)
 							60000, 10, 24 * 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.state_cache_entries",
+							"Keyed state entries a job keeps decoded in memory across checkpoints.",
+							"Past this many, the cache is emptied after each checkpoint; the state backend has every entry.",
+							&mailer_state_cache_entries,
+							100000, 0, INT_MAX,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("mailer");

@@ -46,7 +46,8 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 			counters[c] = pg_atomic_read_u64(&slot->counters[c]);
 
 		values[0] = Int64GetDatum(copy.job_id);
-		if (copy.pid != 0 && copy.live_state != JOB_LIVE_NONE)
+		/* A finished worker may be gone before the launcher records it. */
+		if (copy.live_state != JOB_LIVE_NONE && (copy.pid != 0 || copy.live_state == JOB_LIVE_FINISHED))
 			values[1] = CStringGetTextDatum(live_state_names[copy.live_state]);
 		else
 			nulls[1] = true;

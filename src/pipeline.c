@@ -4,11 +4,9 @@
  *		time, run the stateless steps, then hand the results to the keyed
  *		stage or the sink.
  *
- * A batch runs in one subtransaction.  When a record raises an error, the
- * subtransaction is rolled back, that record alone is dead-lettered (or
- * skipped, or fails the job, per on_error) and the batch goes on from the
- * next record in a new subtransaction: a bad record never costs its
- * neighbours.  Nothing a record does reaches the sink or the keyed state
+ * A batch runs under guard_each: a record that raises an error alone is
+ * dead-lettered (or skipped, or fails the job, per on_error) and the batch
+ * goes on with the next: a bad record never costs its neighbours.  Nothing a record does reaches the sink or the keyed state
  * before the record has passed every stateless step.
  */
 #include "postgres.h"
@@ -21,81 +19,51 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "mailer.h"
 #include "job.h"
+#include "guard.h"
 #include "keyed.h"
+#include "watermark.h"
 
 static void process_message(Job *job, SourceMessage *msg);
 static void decode_message(Job *job, SourceMessage *msg, Record *rec);
 static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered);
-static bool is_record_error(ErrorData *edata);
+
+typedef struct BatchRun
+{
+	Job		   *job;
+	SourceMessage *msgs;
+} BatchRun;
+
+static void
+run_message(void *arg, int i)
+{
+	BatchRun   *run = (BatchRun *) arg;
+
+	process_message(run->job, &run->msgs[i]);
+}
+
+static void
+message_failed(void *arg, int i, ErrorData *edata)
+{
+	BatchRun   *run = (BatchRun *) arg;
+
+	/* A set-returning function may have been left mid-set. */
+	ReScanExprContext(run->job->rt->econtext);
+	job_record_failed(run->job, &run->msgs[i], run->job->stage, edata->message);
+}
 
 void
 pipeline_process(Job *job, SourceMessage *msgs, int n)
 {
-	MemoryContext ctx = job->batch_context;
-	ResourceOwner owner = CurrentResourceOwner;
-	MemoryContext old = MemoryContextSwitchTo(ctx);
-	int			next = 0;
+	BatchRun	run = {job, msgs};
 
 	job->counters[JC_RECORDS_IN] += n;
-	while (next < n)
-	{
-		ErrorData  *edata = NULL;
-
-		BeginInternalSubTransaction(NULL);
-		MemoryContextSwitchTo(ctx);
-		PG_TRY();
-		{
-			for (; next < n; next++)
-				process_message(job, &msgs[next]);
-			ReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(ctx);
-			CurrentResourceOwner = owner;
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(ctx);
-			edata = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(ctx);
-			CurrentResourceOwner = owner;
-			/* A set-returning function may have been left mid-set. */
-			ReScanExprContext(job->rt->econtext);
-		}
-		PG_END_TRY();
-
-		if (edata)
-		{
-			if (!is_record_error(edata))
-				ReThrowError(edata);
-			job_record_failed(job, &msgs[next], job->stage, edata->message);
-			next++;
-		}
-	}
-	MemoryContextSwitchTo(old);
-	MemoryContextReset(ctx);
-}
-
-/*
- * Errors that say something about the record, as opposed to the server
- * (out of memory, cancel, shutdown, I/O, internal errors): only the first
- * kind makes a dead letter; the second stops the worker.
- */
-static bool
-is_record_error(ErrorData *edata)
-{
-	switch (ERRCODE_TO_CATEGORY(edata->sqlerrcode))
-	{
-		case ERRCODE_INSUFFICIENT_RESOURCES:
-		case ERRCODE_OPERATOR_INTERVENTION:
-		case ERRCODE_SYSTEM_ERROR:
-		case ERRCODE_INTERNAL_ERROR:
-		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
-			return false;
-		default:
-			return true;
-	}
+	watermark_sync_partitions(job->watermarks, job->source);
+	guard_each(n, run_message, message_failed, &run, job->batch_context);
+	MemoryContextReset(job->batch_context);
+	ResetExprContext(job->rt->econtext);
+	ResetExprContext(job->out_rt->econtext);
 }
 
 static void
@@ -122,13 +90,22 @@ process_message(Job *job, SourceMessage *msg)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("event_time is NULL")));
 		rec->event_time = DatumGetTimestampTz(t);
+		if (TIMESTAMP_NOT_FINITE(rec->event_time))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+					 errmsg("event_time is not finite")));
 	}
 	else
+	{
 		rec->event_time = msg->timestamp;
-	if (TIMESTAMP_NOT_FINITE(rec->event_time))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("event time is not finite")));
+		/* Only a window needs an event time; other jobs take messages without one. */
+		if (TIMESTAMP_NOT_FINITE(rec->event_time) && plan->window)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("the message has no timestamp and the job has no event_time")));
+	}
+	if (!TIMESTAMP_NOT_FINITE(rec->event_time))
+		watermark_observe(job->watermarks, msg->topic, msg->partition, rec->event_time);
 
 	run_steps(job, rec, 0, &outputs, &filtered);
 	if (outputs == NIL && filtered)
@@ -139,9 +116,16 @@ process_message(Job *job, SourceMessage *msg)
 
 	if (plan->aggregated)
 	{
+		bool		in_a_window = false;
+
 		job->stage = "aggregate";
 		foreach(lc, outputs)
-			keyed_add(job->keyed, lfirst(lc), msg);
+			in_a_window |= keyed_add(job->keyed, lfirst(lc));
+		if (!in_a_window)
+		{
+			job_record_late(job, msg, rec->event_time);
+			return;
+		}
 	}
 	else
 	{
@@ -207,13 +191,7 @@ decode_message(Job *job, SourceMessage *msg, Record *rec)
 			rec->values[FIELD_VALUE] = PointerGetDatum(cstring_to_text_with_len(msg->value, msg->value_len));
 			break;
 		case FORMAT_BYTES:
-			{
-				bytea	   *b = palloc(msg->value_len + VARHDRSZ);
-
-				SET_VARSIZE(b, msg->value_len + VARHDRSZ);
-				memcpy(VARDATA(b), msg->value, msg->value_len);
-				rec->values[FIELD_VALUE] = PointerGetDatum(b);
-			}
+			rec->values[FIELD_VALUE] = PointerGetDatum(mailer_bytea(msg->value, msg->value_len));
 			break;
 	}
 	rec->isnull[FIELD_VALUE] = false;

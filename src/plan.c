@@ -27,6 +27,7 @@
 #include "utils/relcache.h"
 
 #include "plan.h"
+#include "source.h"
 
 static StatelessStep *compile_named_step(StepSpec *step, FieldScope *scope);
 static void build_output(JobPlan *plan, List *agg_paths, const char *window_path,
@@ -61,6 +62,8 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 	static const Oid value_types[] = {JSONBOID, TEXTOID, BYTEAOID};
 
 	plan->spec = spec;
+	if (spec->source.type == SOURCE_KAFKA)
+		kafka_check_options(&spec->source.kafka);
 	plan->schema = record_schema_create(value_types[spec->source.format]);
 	scope = field_scope_all(plan->schema);
 
@@ -394,6 +397,22 @@ plan_sink(JobPlan *plan, char **out_paths)
 						sink->relname),
 				 errhint("Columns receive the fields of the same name (key, value, topic, partition, offset, timestamp, headers, and those made by map or key_by). The table's columns: %s.",
 						 colnames.data)));
+
+	if (plan->window && plan->window->type == WINDOW_SESSION)
+	{
+		/* A merged session replaces its parts' rows: deletes go by the conflict key. */
+		bool		ok = sink->upsert;
+
+		for (int i = 0; ok && i < sink->ncolumns; i++)
+			if (sink->columns[i].is_key && sink->columns[i].slot > plan->nkeys)
+				ok = false;		/* only key fields and window_start */
+		if (!ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid job spec at sink: session windows need an upsert sink whose conflict key is made of the key fields and window_start"),
+					 errhint("Give table %s a primary key such as (key fields..., window_start): a merged session's row then replaces the rows of its parts.",
+							 sink->relname)));
+	}
 
 	check_column_privileges(sink->relid, sink, sink->relname);
 	table_close(rel, NoLock);

@@ -6,6 +6,7 @@
 
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "utils/json.h"
 #include "utils/lsyscache.h"
 
 #include "record.h"
@@ -132,4 +133,34 @@ record_copy(RecordSchema *schema, Record *src)
 	memcpy(rec->values, src->values, sizeof(Datum) * schema->nfields);
 	memcpy(rec->isnull, src->isnull, sizeof(bool) * schema->nfields);
 	return rec;
+}
+
+char *
+record_to_json(RecordSchema *schema, Record *rec)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int i = 0; i < schema->nfields; i++)
+	{
+		RecordField *f = &schema->fields[i];
+
+		if (i > 0)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, f->name);
+		appendStringInfoString(&buf, ": ");
+		if (rec->isnull[i])
+			appendStringInfoString(&buf, "null");
+		else
+		{
+			Oid			out;
+			bool		varlena;
+
+			getTypeOutputInfo(f->type, &out, &varlena);
+			escape_json(&buf, OidOutputFunctionCall(out, rec->values[i]));
+		}
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
 }

@@ -49,8 +49,12 @@ struct SinkBuffer
 	Datum	  **values;			/* [column][row] */
 	bool	  **nulls;
 	SinkOrigin *origins;
+	bool	   *dropped;		/* rows deleted after they were buffered */
+	int			ndropped;
 	struct rowset_hash *keys;	/* upsert: row of each key */
 	SPIPlanPtr	insert_plan;
+	SinkBuffer *deletes;		/* keys to delete, as rows of their own */
+	SPIPlanPtr	delete_plan;
 };
 
 static uint32 row_hash(SinkBuffer *sb, uint32 row);
@@ -70,8 +74,10 @@ static bool row_equal(SinkBuffer *sb, uint32 a, uint32 b);
 #include "lib/simplehash.h"
 
 static void grow(SinkBuffer *sb);
+static void compact(SinkBuffer *sb);
+static void delete_keys(SinkBuffer *sb);
 static void write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_error,
-						int64 *written);
+						int64 *written, int64 *rejected);
 static bool is_row_error(ErrorData *edata);
 static char *row_as_json(SinkBuffer *sb, int row);
 
@@ -138,6 +144,7 @@ sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls, const char *topic, i
 	sb->origins[row].topic = topic;
 	sb->origins[row].partition = partition;
 	sb->origins[row].offset = offset;
+	sb->dropped[row] = false;
 
 	if (sb->keys)
 	{
@@ -153,12 +160,64 @@ sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls, const char *topic, i
 				sb->nulls[c][entry->row] = sb->nulls[c][row];
 			}
 			sb->origins[entry->row] = sb->origins[row];
+			if (sb->dropped[entry->row])
+			{
+				sb->dropped[entry->row] = false;
+				sb->ndropped--;
+			}
 			MemoryContextSwitchTo(old);
 			return;
 		}
 	}
 	sb->nrows++;
 	MemoryContextSwitchTo(old);
+}
+
+void
+sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls)
+{
+	SinkPlan   *sp = sb->plan;
+
+	Assert(sp->upsert);
+	if (sb->deletes == NULL)
+	{
+		/* The keys to delete are kept as rows of a buffer of their own. */
+		MemoryContext parent = GetMemoryChunkContext(sb);
+
+		sb->deletes = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
+		sb->deletes->plan = sp;
+		sb->deletes->ctx = AllocSetContextCreate(parent, "mailer sink deletes", ALLOCSET_DEFAULT_SIZES);
+		sb->deletes->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
+		sb->deletes->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
+		sb->deletes->keys = rowset_create(parent, 256, sb->deletes);
+	}
+	sink_buffer_add(sb->deletes, values, nulls, NULL, -1, -1);
+
+	/* A buffered row of that key must not be written after the delete. */
+	if (sb->keys)
+	{
+		RowEntry   *entry;
+
+		if (sb->nrows == sb->capacity)
+		{
+			MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+
+			grow(sb);
+			MemoryContextSwitchTo(old);
+		}
+		/* The key goes in the first unused row, only to be looked up. */
+		for (int c = 0; c < sp->ncolumns; c++)
+		{
+			sb->values[c][sb->nrows] = values[c];
+			sb->nulls[c][sb->nrows] = nulls[c];
+		}
+		entry = rowset_lookup(sb->keys, (uint32) sb->nrows);
+		if (entry && !sb->dropped[entry->row])
+		{
+			sb->dropped[entry->row] = true;
+			sb->ndropped++;
+		}
+	}
 }
 
 int
@@ -168,23 +227,97 @@ sink_buffer_rows(SinkBuffer *sb)
 }
 
 int64
-sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error)
+sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, int64 *rejected)
 {
 	int64		written = 0;
 
+	*rejected = 0;
+	if (sb->deletes && sb->deletes->nrows > 0)
+		delete_keys(sb);
+	if (sb->ndropped > 0)
+		compact(sb);
 	if (sb->nrows > 0)
 	{
 		SPI_connect();
 		for (int from = 0; from < sb->nrows; from += SINK_CHUNK_ROWS)
-			write_range(sb, from, Min(from + SINK_CHUNK_ROWS, sb->nrows), dlq, on_error, &written);
+			write_range(sb, from, Min(from + SINK_CHUNK_ROWS, sb->nrows), dlq, on_error, &written,
+						rejected);
 		SPI_finish();
 	}
 	MemoryContextReset(sb->ctx);
 	sb->nrows = 0;
 	sb->capacity = 0;
+	sb->ndropped = 0;
 	if (sb->keys)
 		rowset_reset(sb->keys);
 	return written;
+}
+
+/* Leave out the rows deleted after they were buffered. */
+static void
+compact(SinkBuffer *sb)
+{
+	SinkPlan   *sp = sb->plan;
+	int			kept = 0;
+
+	for (int r = 0; r < sb->nrows; r++)
+	{
+		if (sb->dropped[r])
+			continue;
+		for (int c = 0; c < sp->ncolumns; c++)
+		{
+			sb->values[c][kept] = sb->values[c][r];
+			sb->nulls[c][kept] = sb->nulls[c][r];
+		}
+		sb->origins[kept] = sb->origins[r];
+		sb->dropped[kept] = false;
+		kept++;
+	}
+	sb->nrows = kept;
+	sb->ndropped = 0;
+}
+
+/* DELETE ... WHERE (keys) IN (SELECT * FROM unnest(...)) for the deleted keys. */
+static void
+delete_keys(SinkBuffer *sb)
+{
+	SinkPlan   *sp = sb->plan;
+	SinkBuffer *del = sb->deletes;
+	Datum	   *params = palloc(sizeof(Datum) * sp->nkeys);
+	Oid		   *types = palloc(sizeof(Oid) * sp->nkeys);
+	int			dims[1] = {del->nrows};
+	int			lbs[1] = {1};
+	int			k = 0;
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s WHERE (", sp->relname);
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		SinkColumn *col = &sp->columns[c];
+
+		if (!col->is_key)
+			continue;
+		appendStringInfo(&sql, "%s%s", k ? ", " : "", quote_identifier(col->name));
+		types[k] = sp->param_types[c];
+		params[k] = PointerGetDatum(construct_md_array(del->values[c], del->nulls[c], 1, dims, lbs,
+													   getBaseType(col->type), col->typlen,
+													   col->typbyval, col->typalign));
+		k++;
+	}
+	appendStringInfoString(&sql, ") IN (SELECT * FROM unnest(");
+	for (int i = 0; i < k; i++)
+		appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
+	appendStringInfoString(&sql, "))");
+
+	SPI_connect();
+	if (SPI_execute_with_args(sql.data, k, types, params, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete replaced rows from %s", sp->relname);
+	SPI_finish();
+	MemoryContextReset(del->ctx);
+	del->nrows = 0;
+	del->capacity = 0;
+	rowset_reset(del->keys);
 }
 
 static void
@@ -202,13 +335,15 @@ grow(SinkBuffer *sb)
 	}
 	sb->origins = sb->capacity ? repalloc(sb->origins, sizeof(SinkOrigin) * cap) :
 		palloc(sizeof(SinkOrigin) * cap);
+	sb->dropped = sb->capacity ? repalloc(sb->dropped, sizeof(bool) * cap) :
+		palloc(sizeof(bool) * cap);
 	sb->capacity = cap;
 }
 
 /* Write rows [from, to) in one statement, in a subtransaction. */
 static void
 write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_error,
-			int64 *written)
+			int64 *written, int64 *rejected)
 {
 	SinkPlan   *sp = sb->plan;
 	MemoryContext ctx = CurrentMemoryContext;
@@ -259,8 +394,8 @@ write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_
 	{
 		int			mid = from + (to - from) / 2;
 
-		write_range(sb, from, mid, dlq, on_error, written);
-		write_range(sb, mid, to, dlq, on_error, written);
+		write_range(sb, from, mid, dlq, on_error, written, rejected);
+		write_range(sb, mid, to, dlq, on_error, written, rejected);
 		return;
 	}
 
@@ -275,6 +410,7 @@ write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_
 									sb->origins[from].topic, sb->origins[from].partition,
 									sb->origins[from].offset) : ""),
 				 errhint("The job's on_error is \"fail\"; with \"dead_letter\" such rows go to mailer.dead_letters.")));
+	(*rejected)++;
 	if (on_error == ON_ERROR_DEAD_LETTER)
 	{
 		char	   *json = row_as_json(sb, from);

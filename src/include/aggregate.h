@@ -71,6 +71,12 @@ extern void aggregate_init(AggregateDef *agg, AggValue *value);
 extern void aggregate_advance(AggregateDef *agg, AggValue *value, Datum arg, bool isnull,
 							  MemoryContext ctx);
 
+/* Fold value 'from' into 'into' (merging session windows); 'from' is left as is. */
+extern void aggregate_combine(AggregateDef *agg, AggValue *into, AggValue *from, MemoryContext ctx);
+
+/* ERROR now if advancing would fail, so a record never half-updates a key. */
+extern void aggregate_check(AggregateDef *agg, AggValue *value, Datum arg, bool isnull);
+
 /* The result as PostgreSQL would give it, allocated in the current context. */
 extern Datum aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull);
 

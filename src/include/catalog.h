@@ -5,7 +5,8 @@
  * The tables belong to the extension; SQL functions, the launcher and the
  * workers write them as the bootstrap superuser with a search_path of
  * pg_catalog only, so that nothing a user puts on their search_path can
- * run with those privileges.
+ * run with those privileges.  (Unqualified names resolve in pg_catalog;
+ * unnest with several arrays must be written unqualified.)
  */
 #ifndef MAILER_CATALOG_H
 #define MAILER_CATALOG_H

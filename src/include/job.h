@@ -30,6 +30,7 @@ typedef struct Job
 	Source	   *source;
 	StateBackend *state;		/* NULL unless keyed */
 	KeyedStage *keyed;			/* NULL unless aggregated */
+	struct WatermarkTracker *watermarks;
 	SinkBuffer *sink;
 	DeadLetterBuffer *dead_letters;
 
@@ -54,6 +55,14 @@ typedef struct Job
 	TimestampTz rate_at;
 } Job;
 
+/*
+ * A transaction (with a snapshot) for the worker's own work; unlike
+ * StartTransactionCommand, the caller's memory context stays current, so
+ * what is allocated in it outlives the transaction.
+ */
+extern void job_transaction_begin(void);
+extern void job_transaction_end(void);
+
 /* Publish the job's counters to its slot. */
 extern void job_publish_counters(Job *job);
 
@@ -66,5 +75,8 @@ extern void pipeline_process(Job *job, SourceMessage *msgs, int n);
  */
 extern void job_record_failed(Job *job, SourceMessage *msg, const char *stage,
 							  const char *error);
+
+/* A record too late for any window: a dead letter of stage "late". */
+extern void job_record_late(Job *job, SourceMessage *msg, TimestampTz event_time);
 
 #endif							/* JOB_H */

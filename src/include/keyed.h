@@ -10,8 +10,14 @@
 
 extern KeyedStage *keyed_create(Job *job);
 
-/* Fold one record into its key's (and window's) aggregates. */
-extern void keyed_add(KeyedStage *ks, Record *rec, SourceMessage *msg);
+/*
+ * Fold one record into its key's (and windows') aggregates.  false: the
+ * record is late (every window it belongs to is past its allowed lateness).
+ */
+extern bool keyed_add(KeyedStage *ks, Record *rec);
+
+/* The watermark moved: fire the windows it passed, purge the expired. */
+extern void keyed_advance_watermark(KeyedStage *ks, TimestampTz watermark);
 
 /*
  * Before a checkpoint: hand the rows due to the sink (changed keys, fired

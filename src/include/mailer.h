@@ -7,6 +7,8 @@
 
 #include "postgres.h"
 
+#include <signal.h>
+
 #define MAILER_SCHEMA "mailer"
 
 /* GUCs, defined in mailer.c */
@@ -16,11 +18,23 @@ extern int	mailer_batch_size;
 extern int	mailer_max_buffered_rows;
 extern int	mailer_restart_backoff_min_ms;
 extern int	mailer_restart_backoff_max_ms;
+extern int	mailer_state_cache_entries;
 
 /* True when the library was loaded through shared_preload_libraries. */
 extern bool mailer_preloaded;
 
 /* Raise an error telling the user to preload the library, if it is not. */
 extern void mailer_require_preload(void);
+
+/*
+ * Around a call that starts library threads (rd_kafka_new, rocksdb_open):
+ * block every signal so the threads inherit a full mask and no signal meant
+ * for the worker lands on them; then restore the worker's mask.
+ */
+extern void mailer_block_signals(sigset_t *saved);
+extern void mailer_restore_signals(sigset_t *saved);
+
+/* A bytea holding a copy of len bytes. */
+extern bytea *mailer_bytea(const char *data, int len);
 
 #endif							/* MAILER_H */

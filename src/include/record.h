@@ -86,6 +86,9 @@ extern int	field_scope_lookup(FieldScope *scope, const char *name);
 /* Allocate a record with every field NULL, in the current memory context. */
 extern Record *record_alloc(RecordSchema *schema);
 
+/* A record's fields as a JSON object of their text forms (for dead letters). */
+extern char *record_to_json(RecordSchema *schema, Record *rec);
+
 /* Copy a record's arrays (not the values they point to). */
 extern Record *record_copy(RecordSchema *schema, Record *src);
 

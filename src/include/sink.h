@@ -25,13 +25,22 @@ extern void sink_project(SinkBuffer *sb, ExprRuntime *out_rt, Record *rec,
 extern void sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls,
 							const char *topic, int32 partition, int64 offset);
 
+/*
+ * Delete the table's row with these conflict-key values (upsert sinks), and
+ * forget a buffered row with them; a row added later for the key stays.
+ * values are in the sink's column order; only key columns are read.
+ */
+extern void sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls);
+
 extern int	sink_buffer_rows(SinkBuffer *sb);
 
 /*
  * Write the buffered rows (inside the checkpoint transaction).  A row the
  * table rejects for its data goes to dlq, or raises per on_error; any other
- * failure (table missing, no privilege) raises.  Returns rows written.
+ * failure (table missing, no privilege) raises.  Returns rows written;
+ * *rejected counts the rows dead-lettered or skipped.
  */
-extern int64 sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error);
+extern int64 sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error,
+							   int64 *rejected);
 
 #endif							/* SINK_H */

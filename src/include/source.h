@@ -55,6 +55,10 @@ typedef struct SourceOps
 	/* A bounded source that has handed out everything. */
 	bool		(*finished) (Source *src);
 
+	/* The partitions known now: how many, and each one's topic and number. */
+	int			(*partition_count) (Source *src);
+	void		(*partition_at) (Source *src, int i, int *topic, int32 *partition);
+
 	/* Note the input available now (wait_job); reached() once positions pass it. */
 	void		(*mark_end) (Source *src);
 	bool		(*reached_end) (Source *src);
@@ -75,5 +79,8 @@ struct Source
 extern Source *generator_source_open(GeneratorSpec *spec, Jsonb *positions, JobSlot *slot);
 extern Source *kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 								 JobSlot *slot);
+
+/* ERROR (naming source.options.<name>) when librdkafka refuses a property. */
+extern void kafka_check_options(KafkaSourceSpec *spec);
 
 #endif							/* SOURCE_H */

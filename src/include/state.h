@@ -13,6 +13,14 @@
 #include "lib/stringinfo.h"
 
 typedef struct StateBackend StateBackend;
+
+/* A key as bytes, compared with memcmp; used as a hash key too. */
+typedef struct StateKey
+{
+	const char *data;
+	int			len;
+} StateKey;
+
 typedef struct StateIterator StateIterator;
 
 typedef struct StateBackendOps

@@ -1,0 +1,457 @@
+/*
+ * keyed.c
+ *		The keyed stage: aggregates per key (and per window, with window.c),
+ *		kept in the job's state backend.
+ *
+ * Entries touched since the last checkpoint live in a cache, decoded; the
+ * backend holds them serialized.  At a checkpoint the stage emits the rows
+ * due (changed keys, windows fired or updated), writes every changed entry
+ * to the backend and, when the cache has grown past
+ * mailer.state_cache_entries, lets it go: memory stays bounded by what
+ * changes between checkpoints, not by the number of keys.
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "utils/datum.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "mailer.h"
+#include "guard.h"
+#include "keyed_internal.h"
+#include "watermark.h"
+
+typedef struct CacheSlot
+{
+	StateKey	key;
+	uint32		hash;
+	char		status;
+	KeyedEntry *entry;
+} CacheSlot;
+
+#define SH_PREFIX kcache
+#define SH_ELEMENT_TYPE CacheSlot
+#define SH_KEY_TYPE StateKey
+#define SH_KEY key
+#define SH_HASH_KEY(tb, k) hash_bytes((const unsigned char *) (k).data, (k).len)
+#define SH_EQUAL(tb, a, b) ((a).len == (b).len && memcmp((a).data, (b).data, (a).len) == 0)
+#define SH_STORE_HASH
+#define SH_GET_HASH(tb, a) a->hash
+#define SH_SCOPE static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
+
+static void encode_group(KeyedStage *ks, Record *rec, StringInfo buf);
+static void decode_group(KeyedStage *ks, const char *data, int len, Record *out);
+static void drop_cache(KeyedStage *ks);
+static void write_entry(KeyedStage *ks, KeyedEntry *e);
+
+KeyedStage *
+keyed_create(Job *job)
+{
+	KeyedStage *ks = palloc0(sizeof(KeyedStage));
+
+	ks->job = job;
+	ks->plan = job->plan;
+	ks->state = job->state;
+	ks->naggs = job->plan->naggs;
+	ks->aggs = job->plan->aggs;
+	ks->cache_context = AllocSetContextCreate(job->job_context, "mailer keyed cache",
+											  ALLOCSET_DEFAULT_SIZES);
+	ks->out_context = AllocSetContextCreate(job->job_context, "mailer keyed output",
+											ALLOCSET_DEFAULT_SIZES);
+	ks->cache = kcache_create(ks->cache_context, 1024, NULL);
+	initStringInfo(&ks->key);
+	initStringInfo(&ks->value);
+	ks->args = palloc0(sizeof(Datum) * Max(ks->naggs, 1));
+	ks->argnulls = palloc0(sizeof(bool) * Max(ks->naggs, 1));
+	/* Restored from the checkpoint: late is judged against it from the first record. */
+	ks->watermark = watermark_current(job->watermarks);
+	return ks;
+}
+
+bool
+keyed_add(KeyedStage *ks, Record *rec)
+{
+	StringInfoData group;
+	KeyedEntry *e;
+
+	for (int a = 0; a < ks->naggs; a++)
+	{
+		if (ks->aggs[a]->arg)
+			ks->args[a] = expr_eval(ks->aggs[a]->arg, ks->job->rt, rec, &ks->argnulls[a]);
+		else
+			ks->argnulls[a] = true;
+	}
+	initStringInfo(&group);
+	encode_group(ks, rec, &group);
+	if (ks->plan->window)
+		return window_add(ks, rec, group.data, group.len);
+
+	keyed_key_begin(ks, 'A');
+	appendBinaryStringInfo(&ks->key, group.data, group.len);
+	e = keyed_lookup(ks, ks->key.data, ks->key.len, true);
+	keyed_advance(ks, e->values);
+	e->unemitted = true;
+	keyed_mark_dirty(ks, e);
+	return true;
+}
+
+void
+keyed_advance_watermark(KeyedStage *ks, TimestampTz watermark)
+{
+	if (!ks->plan->window || watermark <= ks->watermark)
+		return;
+	ks->watermark = watermark;
+	window_fire(ks, watermark);
+}
+
+/*
+ * Group keys: each key field's bytes, by-value types as a Datum, others as
+ * their untoasted image with a length.  Equal values give equal bytes.
+ */
+static void
+encode_group(KeyedStage *ks, Record *rec, StringInfo buf)
+{
+	RecordSchema *schema = ks->plan->schema;
+
+	for (int i = 0; i < ks->plan->nkeys; i++)
+	{
+		int			slot = ks->plan->key_slots[i];
+		RecordField *f = &schema->fields[slot];
+		Datum		d = rec->values[slot];
+
+		if (f->typbyval)
+			appendBinaryStringInfo(buf, (char *) &d, sizeof(Datum));
+		else if (f->typlen > 0)
+			appendBinaryStringInfo(buf, DatumGetPointer(d), f->typlen);
+		else
+		{
+			struct varlena *v = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
+			int32		len = VARSIZE_ANY_EXHDR(v);
+
+			appendBinaryStringInfo(buf, (char *) &len, sizeof(int32));
+			appendBinaryStringInfo(buf, VARDATA_ANY(v), len);
+		}
+	}
+}
+
+/* Key fields back from their bytes, into the first slots of an output record. */
+static void
+decode_group(KeyedStage *ks, const char *data, int len, Record *out)
+{
+	RecordSchema *schema = ks->plan->schema;
+	int			pos = 0;
+
+	for (int i = 0; i < ks->plan->nkeys; i++)
+	{
+		RecordField *f = &schema->fields[ks->plan->key_slots[i]];
+
+		if (f->typbyval)
+		{
+			memcpy(&out->values[i], data + pos, sizeof(Datum));
+			pos += sizeof(Datum);
+		}
+		else if (f->typlen > 0)
+		{
+			char	   *p = palloc(f->typlen);
+
+			memcpy(p, data + pos, f->typlen);
+			out->values[i] = PointerGetDatum(p);
+			pos += f->typlen;
+		}
+		else
+		{
+			int32		vlen;
+
+			memcpy(&vlen, data + pos, sizeof(int32));
+			pos += sizeof(int32);
+			out->values[i] = PointerGetDatum(mailer_bytea(data + pos, vlen));
+			pos += vlen;
+		}
+		out->isnull[i] = false;
+	}
+	Assert(pos == len);
+}
+
+void
+keyed_key_begin(KeyedStage *ks, char kind)
+{
+	resetStringInfo(&ks->key);
+	appendStringInfoChar(&ks->key, kind);
+}
+
+void
+keyed_key_append_time(StringInfo buf, TimestampTz t)
+{
+	uint64		u = ((uint64) t) ^ (UINT64CONST(1) << 63);
+	char		b[8];
+
+	for (int i = 7; i >= 0; i--)
+	{
+		b[i] = (char) (u & 0xFF);
+		u >>= 8;
+	}
+	appendBinaryStringInfo(buf, b, 8);
+}
+
+TimestampTz
+keyed_key_read_time(const char *p)
+{
+	uint64		u = 0;
+
+	for (int i = 0; i < 8; i++)
+		u = (u << 8) | (unsigned char) p[i];
+	return (TimestampTz) (u ^ (UINT64CONST(1) << 63));
+}
+
+AggValue *
+keyed_new_values(KeyedStage *ks)
+{
+	AggValue   *values = MemoryContextAlloc(ks->cache_context, sizeof(AggValue) * Max(ks->naggs, 1));
+
+	for (int a = 0; a < ks->naggs; a++)
+		aggregate_init(ks->aggs[a], &values[a]);
+	return values;
+}
+
+/*
+ * The cached entry of a state key, read from the backend on a miss; NULL
+ * when it exists nowhere and create is false.
+ */
+KeyedEntry *
+keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
+{
+	StateKey	probe = {key, klen};
+	CacheSlot  *slot = kcache_lookup(ks->cache, probe);
+	KeyedEntry *e;
+	bool		stored;
+	bool		found;
+	char	   *copy;
+	char		kind = key[0];
+
+	if (slot)
+		return slot->entry;
+	stored = ks->state->ops->get(ks->state, key, klen, &ks->value);
+	if (!stored && !create)
+		return NULL;
+
+	e = MemoryContextAllocZero(ks->cache_context, sizeof(KeyedEntry));
+	copy = MemoryContextAlloc(ks->cache_context, klen);
+	memcpy(copy, key, klen);
+	e->key.data = copy;
+	e->key.len = klen;
+	e->group_offset = 1;
+	e->group_len = klen - 1 - (kind == 'W' ? 8 : 0);
+	if (kind == 'A')
+	{
+		e->values = keyed_new_values(ks);
+		if (stored)
+		{
+			int			pos = 0;
+
+			for (int a = 0; a < ks->naggs; a++)
+				aggregate_deserialize(ks->aggs[a], &e->values[a], ks->value.data, &pos,
+									  ks->cache_context);
+		}
+	}
+	else if (stored)
+		window_deserialize(ks, e, ks->value.data, ks->value.len);
+	else if (kind == 'W')
+	{
+		e->values = keyed_new_values(ks);
+		e->start = e->end = DT_NOBEGIN;
+	}
+
+	slot = kcache_insert(ks->cache, e->key, &found);
+	slot->entry = e;
+	return e;
+}
+
+void
+keyed_mark_dirty(KeyedStage *ks, KeyedEntry *e)
+{
+	if (e->dirty)
+		return;
+	if (ks->ndirty == ks->dirty_capacity)
+	{
+		int			cap = Max(1024, ks->dirty_capacity * 2);
+
+		ks->dirty = ks->dirty ? repalloc(ks->dirty, sizeof(KeyedEntry *) * cap) :
+			MemoryContextAlloc(ks->cache_context, sizeof(KeyedEntry *) * cap);
+		ks->dirty_capacity = cap;
+	}
+	ks->dirty[ks->ndirty++] = e;
+	e->dirty = true;
+}
+
+/* ERROR if the current record's arguments cannot be folded into values. */
+void
+keyed_check(KeyedStage *ks, AggValue *values)
+{
+	for (int a = 0; a < ks->naggs; a++)
+		aggregate_check(ks->aggs[a], &values[a], ks->args[a], ks->argnulls[a]);
+}
+
+void
+keyed_apply(KeyedStage *ks, AggValue *values)
+{
+	for (int a = 0; a < ks->naggs; a++)
+		aggregate_advance(ks->aggs[a], &values[a], ks->args[a], ks->argnulls[a], ks->cache_context);
+}
+
+/* Fold the current record's arguments into values: all or nothing. */
+void
+keyed_advance(KeyedStage *ks, AggValue *values)
+{
+	keyed_check(ks, values);
+	keyed_apply(ks, values);
+}
+
+/* An output row (or, with delete, a row to delete) for the next checkpoint. */
+void
+keyed_emit(KeyedStage *ks, const char *group, int group_len, TimestampTz start,
+		   TimestampTz end, AggValue *values, bool delete)
+{
+	JobPlan    *plan = ks->plan;
+	MemoryContext old = MemoryContextSwitchTo(ks->out_context);
+	Record	   *out = record_alloc(plan->out_schema);
+	int			n = plan->nkeys;
+
+	decode_group(ks, group, group_len, out);
+	if (plan->window)
+	{
+		out->values[n] = TimestampTzGetDatum(start);
+		out->isnull[n++] = false;
+		out->values[n] = TimestampTzGetDatum(end);
+		out->isnull[n++] = false;
+	}
+	for (int a = 0; a < ks->naggs && !delete; a++, n++)
+		out->values[n] = aggregate_result(ks->aggs[a], &values[a], &out->isnull[n]);
+	if (delete)
+		ks->out_deletes = lappend(ks->out_deletes, out);
+	else
+		ks->out_rows = lappend(ks->out_rows, out);
+	MemoryContextSwitchTo(old);
+}
+
+int64
+keyed_pending(KeyedStage *ks)
+{
+	return ks->ndirty + list_length(ks->out_rows);
+}
+
+/* Output rows into the sink: a row whose cast fails becomes a dead letter. */
+typedef struct ProjectRun
+{
+	KeyedStage *ks;
+	List	   *rows;
+	bool		deletes;
+} ProjectRun;
+
+static void
+project_row(void *arg, int i)
+{
+	ProjectRun *run = (ProjectRun *) arg;
+	Job		   *job = run->ks->job;
+	int			ncols = job->plan->sink->ncolumns;
+	Datum	   *values = palloc(sizeof(Datum) * ncols);
+	bool	   *nulls = palloc(sizeof(bool) * ncols);
+
+	sink_project(job->sink, job->out_rt, list_nth(run->rows, i), values, nulls);
+	if (run->deletes)
+		sink_buffer_delete(job->sink, values, nulls);
+	else
+		sink_buffer_add(job->sink, values, nulls, NULL, -1, -1);
+}
+
+static void
+project_failed(void *arg, int i, ErrorData *edata)
+{
+	ProjectRun *run = (ProjectRun *) arg;
+	Job		   *job = run->ks->job;
+	char	   *row = record_to_json(job->plan->out_schema, list_nth(run->rows, i));
+
+	if (job->spec->on_error == ON_ERROR_FAIL)
+	{
+		job->failing = true;
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode),
+				 errmsg("an output row could not be written: %s", edata->message),
+				 errdetail("The row: %s", row)));
+	}
+	if (job->spec->on_error == ON_ERROR_DEAD_LETTER)
+		dead_letter_add(job->dead_letters, NULL, -1, -1, NULL, -1, row, strlen(row), "sink",
+						edata->message);
+}
+
+void
+keyed_prepare_checkpoint(KeyedStage *ks)
+{
+	ProjectRun	run;
+
+	for (int i = 0; i < ks->ndirty; i++)
+	{
+		KeyedEntry *e = ks->dirty[i];
+
+		if (e->deleted)
+			continue;
+		if (e->key.data[0] == 'A')
+		{
+			if (e->unemitted)
+				keyed_emit(ks, e->key.data + 1, e->key.len - 1, 0, 0, e->values, false);
+			e->unemitted = false;
+		}
+		else
+			window_emit_changed(ks, e);
+	}
+
+	run.ks = ks;
+	run.rows = ks->out_deletes;
+	run.deletes = true;
+	guard_each(list_length(run.rows), project_row, project_failed, &run, ks->job->batch_context);
+	run.rows = ks->out_rows;
+	run.deletes = false;
+	guard_each(list_length(run.rows), project_row, project_failed, &run, ks->job->batch_context);
+	MemoryContextReset(ks->job->batch_context);
+	ks->out_rows = ks->out_deletes = NIL;
+	MemoryContextReset(ks->out_context);
+
+	for (int i = 0; i < ks->ndirty; i++)
+		write_entry(ks, ks->dirty[i]);
+	ks->ndirty = 0;
+	if (ks->cache->members > mailer_state_cache_entries)
+		drop_cache(ks);
+}
+
+static void
+write_entry(KeyedStage *ks, KeyedEntry *e)
+{
+	e->dirty = false;
+	if (e->deleted)
+	{
+		ks->state->ops->delete(ks->state, e->key.data, e->key.len);
+		kcache_delete(ks->cache, e->key);
+		return;
+	}
+	resetStringInfo(&ks->value);
+	if (e->key.data[0] == 'A')
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_serialize(ks->aggs[a], &e->values[a], &ks->value);
+	else
+		window_serialize(ks, e, &ks->value);
+	ks->state->ops->put(ks->state, e->key.data, e->key.len, ks->value.data, ks->value.len);
+}
+
+/* Every entry is in the backend now: start the cache afresh. */
+static void
+drop_cache(KeyedStage *ks)
+{
+	MemoryContextReset(ks->cache_context);
+	ks->cache = kcache_create(ks->cache_context, 1024, NULL);
+	ks->dirty = NULL;
+	ks->dirty_capacity = 0;
+}

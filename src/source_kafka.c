@@ -1,0 +1,679 @@
+/*
+ * source_kafka.c
+ *		The Kafka source: every partition of one or more topics, consumed in
+ *		batches with librdkafka.
+ *
+ * Positions are mailer's own: partitions are assigned (never subscribed)
+ * at the offsets of the last checkpoint, so the broker's committed offsets
+ * are only published for lag tools, never read back.  A partition with no
+ * checkpointed offset starts at the earliest or latest offset, resolved to
+ * a concrete number at once, so a checkpoint taken before it sees a message
+ * still pins where it resumes.  New partitions are found by a metadata
+ * refresh every few seconds and start at their beginning.
+ *
+ * librdkafka runs threads of its own: the handle is created with every
+ * signal blocked, its logs arrive on a queue drained here on the worker's
+ * thread, and its consumer queue signals a pipe that the worker waits on
+ * together with its latch.
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "mb/pg_wchar.h"
+#include "nodes/parsenodes.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "mailer.h"
+#include "source.h"
+
+#define METADATA_INTERVAL_MS	5000
+#define METADATA_RETRY_MS		1000
+#define BROKER_TIMEOUT_MS		2000
+
+typedef struct KafkaPartition
+{
+	int			topic;
+	int32		partition;
+	int64		next;			/* next offset to read */
+	int64		mark;			/* wait_job target, -1 none */
+	int			metrics;		/* index in the slot's partition metrics, -1 none */
+} KafkaPartition;
+
+typedef struct KafkaSource
+{
+	Source		base;
+	MemoryContext ctx;			/* what lasts: partitions, the batch array */
+	KafkaSourceSpec *spec;
+	rd_kafka_t *rk;
+	rd_kafka_queue_t *queue;	/* consumer queue: messages */
+	rd_kafka_queue_t *logs;		/* librdkafka's log lines */
+	rd_kafka_topic_t **topics;
+	int			pipe_fds[2];	/* the queue writes to [1] when it stops being empty */
+	rd_kafka_message_t **batch; /* handed out by the last poll */
+	int			nbatch;
+	int			batch_capacity;
+	KafkaPartition *parts;
+	int			nparts;
+	int			parts_capacity;
+	Jsonb	   *restored;		/* positions of the last checkpoint, or NULL */
+	TimestampTz next_refresh;
+	char		error[512];		/* a broker or metadata problem, "" when none */
+	char		broker_error[512];	/* from the error callback */
+	char		status[600];	/* what base.error points to */
+	bool		mark_pending;	/* wait_job asked; marks not taken yet */
+	bool	   *topic_known;	/* a topic's first partitions start per the spec */
+} KafkaSource;
+
+static int	kafka_poll(Source *src, SourceMessage *out, int max);
+static Jsonb *kafka_headers(Source *src, SourceMessage *msg);
+static long kafka_wait_ms(Source *src);
+static pgsocket kafka_event_fd(Source *src);
+static Jsonb *kafka_positions(Source *src);
+static void kafka_committed(Source *src);
+static bool kafka_finished(Source *src);
+static int	kafka_partition_count(Source *src);
+static void kafka_partition_at(Source *src, int i, int *topic, int32 *partition);
+static void kafka_mark_end(Source *src);
+static bool kafka_reached_end(Source *src);
+static void kafka_close(Source *src);
+
+static const SourceOps kafka_ops = {
+	kafka_poll, kafka_headers, kafka_wait_ms, kafka_event_fd, kafka_positions,
+	kafka_committed, kafka_finished, kafka_partition_count, kafka_partition_at, kafka_mark_end, kafka_reached_end, kafka_close
+};
+
+/* Properties mailer sets itself: a spec may not override them. */
+static const char *const forced_properties[] = {
+	"enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
+	"log.queue", "group.id", NULL
+};
+
+static rd_kafka_conf_t *build_conf(KafkaSourceSpec *spec, const char *group_id);
+static void error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+static void drain_logs(KafkaSource *ks);
+static void refresh_assignment(KafkaSource *ks);
+static int	find_partition(KafkaSource *ks, int topic, int32 partition);
+static int64 restored_offset(KafkaSource *ks, int topic, int32 partition);
+static void release_batch(KafkaSource *ks);
+static void update_metrics(KafkaSource *ks);
+static TimestampTz kafka_time(int64 ms);
+
+void
+kafka_check_options(KafkaSourceSpec *spec)
+{
+	rd_kafka_conf_t *conf = build_conf(spec, "mailer-check");
+
+	rd_kafka_conf_destroy(conf);
+}
+
+Source *
+kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot)
+{
+	KafkaSource *ks = palloc0(sizeof(KafkaSource));
+	rd_kafka_conf_t *conf = build_conf(spec, spec->group_id ? spec->group_id : job_name);
+	char		errstr[512];
+	sigset_t	saved;
+	ListCell   *lc;
+	int			t = 0;
+
+	ks->base.ops = &kafka_ops;
+	ks->ctx = CurrentMemoryContext;
+	ks->base.slot = slot;
+	ks->spec = spec;
+	ks->restored = positions;
+	ks->base.ntopics = list_length(spec->topics);
+	ks->base.topic_names = palloc(sizeof(char *) * ks->base.ntopics);
+	foreach(lc, spec->topics)
+		ks->base.topic_names[t++] = lfirst(lc);
+
+	rd_kafka_conf_set_error_cb(conf, error_callback);
+	rd_kafka_conf_set_opaque(conf, ks);
+
+	mailer_block_signals(&saved);
+	ks->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	mailer_restore_signals(&saved);
+	if (ks->rk == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not create a Kafka consumer: %s", errstr)));
+
+	ks->logs = rd_kafka_queue_new(ks->rk);
+	rd_kafka_set_log_queue(ks->rk, ks->logs);
+	ks->queue = rd_kafka_queue_get_consumer(ks->rk);
+	if (pipe(ks->pipe_fds) != 0 ||
+		fcntl(ks->pipe_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
+		fcntl(ks->pipe_fds[1], F_SETFL, O_NONBLOCK) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create a pipe for Kafka events: %m")));
+	rd_kafka_queue_io_event_enable(ks->queue, ks->pipe_fds[1], "1", 1);
+
+	ks->topics = palloc(sizeof(rd_kafka_topic_t *) * ks->base.ntopics);
+	ks->topic_known = palloc0(sizeof(bool) * ks->base.ntopics);
+	for (int i = 0; i < ks->base.ntopics; i++)
+		ks->topics[i] = rd_kafka_topic_new(ks->rk, ks->base.topic_names[i], NULL);
+
+	ks->batch_capacity = 0;
+	ks->next_refresh = 0;
+	refresh_assignment(ks);
+	return &ks->base;
+}
+
+static rd_kafka_conf_t *
+build_conf(KafkaSourceSpec *spec, const char *group_id)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char		errstr[512];
+	ListCell   *lc;
+	struct
+	{
+		const char *name;
+		const char *value;
+	}			defaults[] = {
+		{"bootstrap.servers", spec->brokers},
+		{"isolation.level", "read_committed"},
+		{"auto.offset.reset", "earliest"},
+		{"fetch.wait.max.ms", "100"},
+		{"queued.min.messages", "100000"},
+		{"enable.auto.commit", "false"},
+		{"enable.auto.offset.store", "false"},
+		{"enable.partition.eof", "false"},
+		{"log.queue", "true"},
+		{"group.id", group_id},
+	};
+
+	for (int i = 0; i < lengthof(defaults); i++)
+		if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+			elog(ERROR, "librdkafka refused %s: %s", defaults[i].name, errstr);
+
+	foreach(lc, spec->options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		for (int i = 0; forced_properties[i]; i++)
+			if (strcmp(opt->defname, forced_properties[i]) == 0)
+			{
+				rd_kafka_conf_destroy(conf);
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid job spec at source.options.%s: mailer sets this property itself", opt->defname),
+						 errhint("%s", strcmp(opt->defname, "group.id") == 0 ?
+								 "Use \"source.group_id\" to name the consumer group." :
+								 "Leave it out: mailer keeps its own offsets in its checkpoints.")));
+			}
+		if (rd_kafka_conf_set(conf, opt->defname, strVal(opt->arg), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		{
+			rd_kafka_conf_destroy(conf);
+			/* librdkafka's message may quote the value: never show a secret. */
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid job spec at source.options.%s: %s", opt->defname,
+							spec_option_is_secret(opt->defname) ? "librdkafka refused the value" : errstr),
+					 errhint("source.options takes librdkafka consumer properties, as CONFIGURATION.md of librdkafka lists them.")));
+		}
+	}
+	return conf;
+}
+
+/* Called from rd_kafka_poll(), on the worker's own thread. */
+static void
+error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	KafkaSource *ks = (KafkaSource *) opaque;
+
+	snprintf(ks->broker_error, sizeof(ks->broker_error), "%s", reason);
+}
+
+static void
+drain_logs(KafkaSource *ks)
+{
+	rd_kafka_event_t *ev;
+
+	while ((ev = rd_kafka_queue_poll(ks->logs, 0)) != NULL)
+	{
+		const char *fac;
+		const char *str;
+		int			level;
+
+		if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_LOG &&
+			rd_kafka_event_log(ev, &fac, &str, &level) == 0)
+			ereport(level <= 4 ? LOG : DEBUG1,
+					(errmsg_internal("librdkafka %s: %s", fac, str)));
+		rd_kafka_event_destroy(ev);
+	}
+}
+
+/*
+ * Learn every topic's partitions and assign the ones not assigned yet.  A
+ * broker or topic problem is noted in ks->error and retried soon.
+ */
+static void
+refresh_assignment(KafkaSource *ks)
+{
+	rd_kafka_topic_partition_list_t *add = rd_kafka_topic_partition_list_new(8);
+	bool		failed = false;
+
+	ks->error[0] = '\0';
+	for (int t = 0; t < ks->base.ntopics && !failed; t++)
+	{
+		const struct rd_kafka_metadata *md = NULL;
+		rd_kafka_resp_err_t err;
+
+		err = rd_kafka_metadata(ks->rk, 0, ks->topics[t], &md, BROKER_TIMEOUT_MS);
+		if (err != RD_KAFKA_RESP_ERR_NO_ERROR || md->topic_cnt != 1 || md->topics[0].err)
+		{
+			snprintf(ks->error, sizeof(ks->error), "waiting for Kafka: %s \"%s\": %s",
+					 err ? "cannot read metadata of topic" : "topic", ks->base.topic_names[t],
+					 rd_kafka_err2str(err ? err : md && md->topic_cnt == 1 ? md->topics[0].err :
+									  RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
+			if (md)
+				rd_kafka_metadata_destroy(md);
+			failed = true;
+			break;
+		}
+		for (int p = 0; p < md->topics[0].partition_cnt && !failed; p++)
+		{
+			int32		partition = md->topics[0].partitions[p].id;
+			int64		offset;
+
+			if (find_partition(ks, t, partition) >= 0)
+				continue;
+			offset = restored_offset(ks, t, partition);
+			if (offset < 0)
+			{
+				int64		low,
+							high;
+
+				err = rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[t], partition,
+													   &low, &high, BROKER_TIMEOUT_MS);
+				if (err)
+				{
+					snprintf(ks->error, sizeof(ks->error),
+							 "waiting for Kafka: cannot read the offsets of %s partition %d: %s",
+							 ks->base.topic_names[t], partition, rd_kafka_err2str(err));
+					failed = true;
+					break;
+				}
+				/*
+				 * Without a checkpoint: start per the spec.  A partition that
+				 * appears while the job runs is new: all of it is to be read.
+				 */
+				offset = (ks->spec->start_latest && ks->restored == NULL && !ks->topic_known[t]) ?
+					high : low;
+			}
+			if (ks->nparts == ks->parts_capacity)
+			{
+				ks->parts_capacity = Max(16, ks->parts_capacity * 2);
+				ks->parts = ks->parts ? repalloc(ks->parts, sizeof(KafkaPartition) * ks->parts_capacity) :
+					MemoryContextAlloc(ks->ctx, sizeof(KafkaPartition) * ks->parts_capacity);
+			}
+			ks->parts[ks->nparts].topic = t;
+			ks->parts[ks->nparts].partition = partition;
+			ks->parts[ks->nparts].next = offset;
+			ks->parts[ks->nparts].mark = -1;
+			ks->parts[ks->nparts].metrics = ks->nparts < JOB_SLOT_MAX_PARTITIONS ? ks->nparts : -1;
+			ks->nparts++;
+			rd_kafka_topic_partition_list_add(add, ks->base.topic_names[t], partition)->offset = offset;
+		}
+		if (!failed)
+			ks->topic_known[t] = true;
+		rd_kafka_metadata_destroy(md);
+	}
+
+	if (add->cnt > 0)
+	{
+		rd_kafka_error_t *error = rd_kafka_incremental_assign(ks->rk, add);
+
+		if (error)
+		{
+			char	   *msg = pstrdup(rd_kafka_error_string(error));
+
+			rd_kafka_error_destroy(error);
+			rd_kafka_topic_partition_list_destroy(add);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not assign Kafka partitions: %s", msg)));
+		}
+		update_metrics(ks);
+	}
+	rd_kafka_topic_partition_list_destroy(add);
+	ks->next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   failed ? METADATA_RETRY_MS : METADATA_INTERVAL_MS);
+	if (!failed)
+		ks->broker_error[0] = '\0';
+	ks->base.error = ks->error[0] ? ks->error : NULL;
+	if (!failed && ks->mark_pending)
+		kafka_mark_end(&ks->base);
+}
+
+static int
+find_partition(KafkaSource *ks, int topic, int32 partition)
+{
+	for (int i = 0; i < ks->nparts; i++)
+		if (ks->parts[i].topic == topic && ks->parts[i].partition == partition)
+			return i;
+	return -1;
+}
+
+/* The checkpointed next offset of a partition, or -1. */
+static int64
+restored_offset(KafkaSource *ks, int topic, int32 partition)
+{
+	JsonbValue *t;
+	JsonbValue *p;
+	char		key[16];
+
+	if (ks->restored == NULL)
+		return -1;
+	t = getKeyJsonValueFromContainer(&ks->restored->root, ks->base.topic_names[topic],
+									 strlen(ks->base.topic_names[topic]), NULL);
+	if (t == NULL || t->type != jbvBinary)
+		return -1;
+	snprintf(key, sizeof(key), "%d", partition);
+	p = getKeyJsonValueFromContainer(t->val.binary.data, key, strlen(key), NULL);
+	if (p == NULL || p->type != jbvNumeric)
+		return -1;
+	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(p->val.numeric)));
+}
+
+static int
+kafka_poll(Source *src, SourceMessage *out, int max)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+	ssize_t		got;
+	int			n = 0;
+	char		drain[64];
+
+	drain_logs(ks);
+	rd_kafka_poll(ks->rk, 0);
+	release_batch(ks);
+	if (GetCurrentTimestamp() >= ks->next_refresh)
+		refresh_assignment(ks);
+
+	if (ks->batch_capacity < max)
+	{
+		ks->batch = ks->batch ? repalloc(ks->batch, sizeof(rd_kafka_message_t *) * max) :
+			MemoryContextAlloc(ks->ctx, sizeof(rd_kafka_message_t *) * max);
+		ks->batch_capacity = max;
+	}
+	got = rd_kafka_consume_batch_queue(ks->queue, 0, ks->batch, max);
+	if (got < 0)
+		got = 0;
+	/* The pipe only signals an empty queue becoming non-empty: drain both together. */
+	if (got < max)
+		while (read(ks->pipe_fds[0], drain, sizeof(drain)) > 0)
+			;
+
+	for (int i = 0; i < got; i++)
+	{
+		rd_kafka_message_t *m = ks->batch[i];
+		int			t;
+		int			p;
+		rd_kafka_timestamp_type_t tstype;
+		int64		ms;
+
+		if (m->err)
+		{
+			if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				snprintf(ks->broker_error, sizeof(ks->broker_error), "%s",
+						 rd_kafka_message_errstr(m));
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		t = 0;
+		while (t < ks->base.ntopics && ks->topics[t] != m->rkt &&
+			   strcmp(ks->base.topic_names[t], rd_kafka_topic_name(m->rkt)) != 0)
+			t++;
+		p = find_partition(ks, t, m->partition);
+		if (p < 0 || m->offset < ks->parts[p].next)
+		{
+			/* Not ours, or already handed out: never twice. */
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		ks->parts[p].next = m->offset + 1;
+		ms = rd_kafka_message_timestamp(m, &tstype);
+		out[n].key = m->key;
+		out[n].key_len = m->key ? (int) m->key_len : 0;
+		out[n].value = m->payload;
+		out[n].value_len = m->payload ? (int) m->len : 0;
+		out[n].topic = t;
+		out[n].partition = m->partition;
+		out[n].offset = m->offset;
+		out[n].timestamp = ms >= 0 ? kafka_time(ms) : DT_NOBEGIN;
+		out[n].opaque = m;
+		ks->batch[n] = m;		/* kept until the next poll */
+		if (ks->parts[p].metrics >= 0)
+			src->slot->partitions[ks->parts[p].metrics].records_in++;
+		n++;
+	}
+	ks->nbatch = n;
+	if (n > 0)
+		ks->broker_error[0] = '\0';
+	if (n > 0 || got > 0)
+		update_metrics(ks);
+	if (ks->error[0] == '\0' && ks->broker_error[0] != '\0')
+	{
+		snprintf(ks->status, sizeof(ks->status), "waiting for Kafka: %s", ks->broker_error);
+		src->error = ks->status;
+	}
+	else
+		src->error = ks->error[0] ? ks->error : NULL;
+	return n;
+}
+
+static void
+release_batch(KafkaSource *ks)
+{
+	for (int i = 0; i < ks->nbatch; i++)
+		rd_kafka_message_destroy(ks->batch[i]);
+	ks->nbatch = 0;
+}
+
+static void
+update_metrics(KafkaSource *ks)
+{
+	JobSlot    *slot = ks->base.slot;
+	int64		lag = 0;
+
+	for (int i = 0; i < ks->nparts; i++)
+	{
+		KafkaPartition *kp = &ks->parts[i];
+		int64		low,
+					high = -1;
+
+		if (rd_kafka_get_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
+										   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+			high < 0)
+			high = -1;
+		if (high >= 0)
+			lag += Max(high - kp->next, 0);
+		if (kp->metrics < 0)
+			continue;
+		strlcpy(slot->partitions[kp->metrics].topic, ks->base.topic_names[kp->topic], JOB_SLOT_TOPIC_LEN);
+		slot->partitions[kp->metrics].partition = kp->partition;
+		slot->partitions[kp->metrics].position = kp->next;
+		slot->partitions[kp->metrics].end_offset = high;
+	}
+	slot->npartitions = Min(ks->nparts, JOB_SLOT_MAX_PARTITIONS);
+	slot->consumer_lag = lag;
+}
+
+static Jsonb *
+kafka_headers(Source *src, SourceMessage *msg)
+{
+	rd_kafka_message_t *m = (rd_kafka_message_t *) msg->opaque;
+	rd_kafka_headers_t *hdrs;
+	JsonbParseState *state = NULL;
+	JsonbValue *result;
+	const char *name;
+	const void *value;
+	size_t		size;
+
+	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return NULL;
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; i++)
+	{
+		JsonbValue	k;
+		JsonbValue	v;
+
+		k.type = jbvString;
+		k.val.string.val = (char *) name;
+		k.val.string.len = strlen(name);
+		pushJsonbValue(&state, WJB_KEY, &k);
+		/* A header value that is not text in the database encoding shows as null. */
+		if (value != NULL && memchr(value, '\0', size) == NULL &&
+			pg_verify_mbstr(GetDatabaseEncoding(), value, (int) size, true))
+		{
+			v.type = jbvString;
+			v.val.string.val = (char *) value;
+			v.val.string.len = (int) size;
+		}
+		else
+			v.type = jbvNull;
+		pushJsonbValue(&state, WJB_VALUE, &v);
+	}
+	result = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return JsonbValueToJsonb(result);
+}
+
+static long
+kafka_wait_ms(Source *src)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+	long		until_refresh = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), ks->next_refresh);
+
+	return Max(until_refresh, 1);
+}
+
+static pgsocket
+kafka_event_fd(Source *src)
+{
+	return ((KafkaSource *) src)->pipe_fds[0];
+}
+
+static Jsonb *
+kafka_positions(Source *src)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int t = 0; t < ks->base.ntopics; t++)
+	{
+		bool		first = true;
+
+		appendStringInfo(&buf, "%s", t ? ", " : "");
+		escape_json(&buf, ks->base.topic_names[t]);
+		appendStringInfoString(&buf, ": {");
+		for (int i = 0; i < ks->nparts; i++)
+		{
+			if (ks->parts[i].topic != t)
+				continue;
+			appendStringInfo(&buf, "%s\"%d\": " INT64_FORMAT, first ? "" : ", ",
+							 ks->parts[i].partition, ks->parts[i].next);
+			first = false;
+		}
+		appendStringInfoChar(&buf, '}');
+	}
+	appendStringInfoChar(&buf, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/* Publish progress to the consumer group, for lag tools; never read back. */
+static void
+kafka_committed(Source *src)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+	rd_kafka_topic_partition_list_t *list;
+
+	if (ks->nparts == 0)
+		return;
+	list = rd_kafka_topic_partition_list_new(ks->nparts);
+	for (int i = 0; i < ks->nparts; i++)
+		rd_kafka_topic_partition_list_add(list, ks->base.topic_names[ks->parts[i].topic],
+										  ks->parts[i].partition)->offset = ks->parts[i].next;
+	(void) rd_kafka_commit(ks->rk, list, 1);
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+static bool
+kafka_finished(Source *src)
+{
+	return false;				/* a topic has no end */
+}
+
+static int
+kafka_partition_count(Source *src)
+{
+	return ((KafkaSource *) src)->nparts;
+}
+
+static void
+kafka_partition_at(Source *src, int i, int *topic, int32 *partition)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+
+	*topic = ks->parts[i].topic;
+	*partition = ks->parts[i].partition;
+}
+
+/* Take each partition's end offset now; until the broker answers, no mark. */
+static void
+kafka_mark_end(Source *src)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+
+	ks->mark_pending = true;
+	if (ks->error[0] != '\0')
+		return;
+	for (int i = 0; i < ks->nparts; i++)
+	{
+		int64		low,
+					high;
+
+		if (rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[ks->parts[i].topic],
+											 ks->parts[i].partition, &low, &high,
+											 BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+			return;				/* retried at the next refresh */
+		ks->parts[i].mark = high;
+	}
+	ks->mark_pending = false;
+}
+
+static bool
+kafka_reached_end(Source *src)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+
+	if (ks->mark_pending)
+		return false;
+	for (int i = 0; i < ks->nparts; i++)
+		if (ks->parts[i].next < ks->parts[i].mark)
+			return false;
+	return true;
+}
+
+static void
+kafka_close(Source *src)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+
+	release_batch(ks);
+	rd_kafka_destroy(ks->rk);
+}
+
+static TimestampTz
+kafka_time(int64 ms)
+{
+	return ms * 1000 - ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+}

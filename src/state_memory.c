@@ -1,0 +1,417 @@
+/*
+ * state_memory.c
+ *		The memory state backend: keyed state in an ordered in-memory map
+ *		(a skip list, for the range scans windows need), with each
+ *		checkpoint writing only the keys changed since the last one into
+ *		mailer.memory_state, in the checkpoint's own transaction.
+ *
+ * mailer.memory_state keeps (key, epoch, value) versions, a NULL value
+ * for a deleted key, so any retained epoch can be restored: the state at
+ * epoch E is the newest version of each key at or before E.  Versions no
+ * retained epoch needs are compacted away every few checkpoints.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "mailer.h"
+#include "catalog.h"
+#include "job.h"
+#include "state.h"
+
+#define SKIP_MAX_LEVEL	24
+#define WRITE_CHUNK		10000
+#define COMPACT_EVERY	10		/* checkpoints between compactions */
+
+typedef struct SkipNode
+{
+	char	   *key;
+	int			klen;
+	char	   *val;
+	int			vlen;
+	int			level;
+	struct SkipNode *next[FLEXIBLE_ARRAY_MEMBER];
+} SkipNode;
+
+/* A key changed since the last checkpoint. */
+typedef struct ChangedKey
+{
+	StateKey	key;
+	uint32		hash;
+	char		status;
+} ChangedKey;
+
+#define SH_PREFIX changed
+#define SH_ELEMENT_TYPE ChangedKey
+#define SH_KEY_TYPE StateKey
+#define SH_KEY key
+#define SH_HASH_KEY(tb, key) hash_bytes((const unsigned char *) (key).data, (key).len)
+#define SH_EQUAL(tb, a, b) ((a).len == (b).len && memcmp((a).data, (b).data, (a).len) == 0)
+#define SH_STORE_HASH
+#define SH_GET_HASH(tb, a) a->hash
+#define SH_SCOPE static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
+
+typedef struct MemoryState
+{
+	StateBackend base;
+	MemoryContext ctx;			/* the map */
+	MemoryContext changed_ctx;	/* the changed keys; reset at each checkpoint */
+	SkipNode   *head;
+	int			level;
+	int64		bytes;
+	struct changed_hash *changed;
+} MemoryState;
+
+typedef struct MemoryIterator
+{
+	SkipNode   *node;
+	char	   *to;
+	int			tlen;
+	bool		started;
+} MemoryIterator;
+
+static bool mem_get(StateBackend *sb, const char *key, int klen, StringInfo val);
+static void mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen);
+static void mem_delete(StateBackend *sb, const char *key, int klen);
+static StateIterator *mem_iterate(StateBackend *sb, const char *from, int flen,
+								  const char *to, int tlen);
+static bool mem_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen);
+static void mem_iterate_end(StateIterator *it);
+static char *mem_checkpoint(StateBackend *sb, int64 epoch);
+static void mem_committed(StateBackend *sb, int64 epoch, int64 keep_from);
+static int64 mem_size(StateBackend *sb);
+static void mem_close(StateBackend *sb);
+
+static const StateBackendOps memory_ops = {
+	mem_get, mem_put, mem_delete, mem_iterate, mem_next, mem_iterate_end,
+	mem_checkpoint, mem_committed, mem_size, mem_close
+};
+
+static int
+compare_keys(const char *a, int alen, const char *b, int blen)
+{
+	int			c = memcmp(a, b, Min(alen, blen));
+
+	return c != 0 ? c : alen - blen;
+}
+
+/* The node of the first key >= key; update[] gets its predecessors. */
+static SkipNode *
+seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
+{
+	SkipNode   *x = ms->head;
+
+	for (int i = ms->level - 1; i >= 0; i--)
+	{
+		while (x->next[i] && compare_keys(x->next[i]->key, x->next[i]->klen, key, klen) < 0)
+			x = x->next[i];
+		if (update)
+			update[i] = x;
+	}
+	return x->next[0];
+}
+
+static void
+note_changed(MemoryState *ms, const char *key, int klen)
+{
+	StateKey	probe = {key, klen};
+	bool		found;
+	ChangedKey *entry = changed_insert(ms->changed, probe, &found);
+
+	if (!found)
+	{
+		char	   *copy = MemoryContextAlloc(ms->changed_ctx, klen);
+
+		memcpy(copy, key, klen);
+		entry->key.data = copy;
+	}
+}
+
+static SkipNode *
+new_node(MemoryState *ms, int level)
+{
+	return MemoryContextAllocZero(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * level);
+}
+
+/* Insert or replace without marking the key changed (restore uses this). */
+static void
+map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen)
+{
+	SkipNode   *update[SKIP_MAX_LEVEL];
+	SkipNode   *x = seek(ms, key, klen, update);
+
+	if (x && compare_keys(x->key, x->klen, key, klen) == 0)
+	{
+		ms->bytes -= x->vlen;
+		pfree(x->val);
+	}
+	else
+	{
+		int			level = 1;
+
+		while (level < SKIP_MAX_LEVEL && (pg_prng_uint32(&pg_global_prng_state) & 3) == 0)
+			level++;
+		if (level > ms->level)
+		{
+			for (int i = ms->level; i < level; i++)
+				update[i] = ms->head;
+			ms->level = level;
+		}
+		x = new_node(ms, level);
+		x->level = level;
+		x->key = MemoryContextAlloc(ms->ctx, klen);
+		memcpy(x->key, key, klen);
+		x->klen = klen;
+		for (int i = 0; i < level; i++)
+		{
+			x->next[i] = update[i]->next[i];
+			update[i]->next[i] = x;
+		}
+		ms->bytes += klen;
+	}
+	x->val = MemoryContextAlloc(ms->ctx, Max(vlen, 1));
+	memcpy(x->val, val, vlen);
+	x->vlen = vlen;
+	ms->bytes += vlen;
+}
+
+StateBackend *
+state_memory_open(int64 job_id, int64 epoch)
+{
+	MemoryState *ms = palloc0(sizeof(MemoryState));
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2];
+
+	ms->base.ops = &memory_ops;
+	ms->base.job_id = job_id;
+	ms->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state", ALLOCSET_DEFAULT_SIZES);
+	ms->changed_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
+	ms->changed = changed_create(CurrentMemoryContext, 1024, NULL);
+	ms->head = new_node(ms, SKIP_MAX_LEVEL);
+	ms->head->level = SKIP_MAX_LEVEL;
+	ms->level = 1;
+
+	/* The newest version of each key at or before the epoch (caller is in a transaction). */
+	values[0] = Int64GetDatum(job_id);
+	values[1] = Int64GetDatum(epoch);
+	SPI_connect();
+	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.>) $2", 2, types, values, NULL, false);
+	catalog_exec("SELECT key, value FROM (SELECT DISTINCT ON (key) key, value FROM mailer.memory_state "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY key, epoch DESC) v WHERE value IS NOT NULL",
+				 1, types, values, NULL, true);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		bytea	   *k = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+		bytea	   *v = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+
+		map_put(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k), VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
+	}
+	SPI_finish();
+	return &ms->base;
+}
+
+static bool
+mem_get(StateBackend *sb, const char *key, int klen, StringInfo val)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	SkipNode   *x = seek(ms, key, klen, NULL);
+
+	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
+		return false;
+	resetStringInfo(val);
+	appendBinaryStringInfo(val, x->val, x->vlen);
+	return true;
+}
+
+static void
+mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen)
+{
+	MemoryState *ms = (MemoryState *) sb;
+
+	map_put(ms, key, klen, val, vlen);
+	note_changed(ms, key, klen);
+}
+
+static void
+mem_delete(StateBackend *sb, const char *key, int klen)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	SkipNode   *update[SKIP_MAX_LEVEL];
+	SkipNode   *x = seek(ms, key, klen, update);
+
+	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
+		return;
+	for (int i = 0; i < x->level; i++)
+		if (update[i]->next[i] == x)
+			update[i]->next[i] = x->next[i];
+	ms->bytes -= x->klen + x->vlen;
+	note_changed(ms, key, klen);
+	pfree(x->key);
+	pfree(x->val);
+	pfree(x);
+}
+
+static StateIterator *
+mem_iterate(StateBackend *sb, const char *from, int flen, const char *to, int tlen)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	MemoryIterator *mi = palloc0(sizeof(MemoryIterator));
+
+	mi->node = seek(ms, from, flen, NULL);
+	if (to)
+	{
+		mi->to = palloc(tlen);
+		memcpy(mi->to, to, tlen);
+		mi->tlen = tlen;
+	}
+	return (StateIterator *) mi;
+}
+
+/*
+ * The node after the one returned last.  A caller may delete the key it was
+ * just given (windows do, as they fire): the successor is taken first.
+ */
+static bool
+mem_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen)
+{
+	MemoryIterator *mi = (MemoryIterator *) it;
+	SkipNode   *x = mi->node;
+
+	if (x == NULL || (mi->to && compare_keys(x->key, x->klen, mi->to, mi->tlen) >= 0))
+		return false;
+	*key = x->key;
+	*klen = x->klen;
+	*val = x->val;
+	*vlen = x->vlen;
+	mi->node = x->next[0];
+	return true;
+}
+
+static void
+mem_iterate_end(StateIterator *it)
+{
+	MemoryIterator *mi = (MemoryIterator *) it;
+
+	if (mi->to)
+		pfree(mi->to);
+	pfree(mi);
+}
+
+/* Write the changed keys as versions of this epoch (inside its transaction). */
+static char *
+mem_checkpoint(StateBackend *sb, int64 epoch)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	changed_iterator iter;
+	ChangedKey *ck;
+	int			n = 0;
+	int			cap = Min(Max(ms->changed->members, 1), WRITE_CHUNK);
+	Datum	   *keys = palloc(sizeof(Datum) * cap);
+	Datum	   *vals = palloc(sizeof(Datum) * cap);
+	bool	   *nulls = palloc(sizeof(bool) * cap);
+	Oid			types[4] = {INT8OID, INT8OID, BYTEAARRAYOID, BYTEAARRAYOID};
+
+	SPI_connect();
+	changed_start_iterate(ms->changed, &iter);
+	for (;;)
+	{
+		SkipNode   *x;
+
+		ck = changed_iterate(ms->changed, &iter);
+		if (ck)
+		{
+			x = seek(ms, ck->key.data, ck->key.len, NULL);
+			keys[n] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+			if (x && compare_keys(x->key, x->klen, ck->key.data, ck->key.len) == 0)
+			{
+				vals[n] = PointerGetDatum(mailer_bytea(x->val, x->vlen));
+				nulls[n] = false;
+			}
+			else
+				nulls[n] = true;
+			n++;
+		}
+		if (n > 0 && (ck == NULL || n == cap))
+		{
+			int			dims[1] = {n};
+			int			lbs[1] = {1};
+			bool		key_nulls[WRITE_CHUNK] = {0};
+			Datum		values[4];
+
+			values[0] = Int64GetDatum(ms->base.job_id);
+			values[1] = Int64GetDatum(epoch);
+			values[2] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
+			values[3] = PointerGetDatum(construct_md_array(vals, nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
+			catalog_exec("INSERT INTO mailer.memory_state (job_id, epoch, key, value) "
+						 "SELECT $1, $2, k, v FROM unnest($3, $4) AS u(k, v)",
+						 4, types, values, NULL, false);
+			n = 0;
+		}
+		if (ck == NULL)
+			break;
+	}
+	SPI_finish();
+	changed_reset(ms->changed);
+	MemoryContextReset(ms->changed_ctx);
+	return pstrdup("memory_state");
+}
+
+/*
+ * Every few checkpoints, drop the versions no retained epoch needs: those
+ * with a newer version at or before keep_from, and deletions at or before
+ * it that have nothing older left to hide.
+ */
+static void
+mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2];
+
+	if (epoch % COMPACT_EVERY != 0 || keep_from <= 1)
+		return;
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[1] = Int64GetDatum(keep_from);
+	job_transaction_begin();
+	SPI_connect();
+	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND m.epoch OPERATOR(pg_catalog.<) $2 AND EXISTS (SELECT 1 FROM mailer.memory_state n "
+				 "WHERE n.job_id OPERATOR(pg_catalog.=) m.job_id AND n.key OPERATOR(pg_catalog.=) m.key "
+				 "AND n.epoch OPERATOR(pg_catalog.>) m.epoch AND n.epoch OPERATOR(pg_catalog.<=) $2)",
+				 2, types, values, NULL, false);
+	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND m.epoch OPERATOR(pg_catalog.<=) $2 AND m.value IS NULL AND NOT EXISTS "
+				 "(SELECT 1 FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) m.job_id "
+				 "AND n.key OPERATOR(pg_catalog.=) m.key AND n.epoch OPERATOR(pg_catalog.<) m.epoch)",
+				 2, types, values, NULL, false);
+	SPI_finish();
+	job_transaction_end();
+}
+
+static int64
+mem_size(StateBackend *sb)
+{
+	return ((MemoryState *) sb)->bytes;
+}
+
+static void
+mem_close(StateBackend *sb)
+{
+	MemoryState *ms = (MemoryState *) sb;
+
+	MemoryContextDelete(ms->ctx);
+	MemoryContextDelete(ms->changed_ctx);
+}

@@ -1,0 +1,508 @@
+/*
+ * window.c
+ *		Event-time windows of the keyed stage: tumbling and sliding windows
+ *		aligned to the Unix epoch, session windows per key, their timers,
+ *		firing, allowed lateness and purging (see keyed_internal.h for the
+ *		state layout).
+ *
+ * A window fires when the watermark reaches its end: its row is emitted
+ * then (emit "final"), and also at each checkpoint while it changes (emit
+ * "update", or a fired window updated within its allowed lateness).  Its
+ * state is purged once the watermark passes end + allowed_lateness; a
+ * record for it after that is late.  A window that receives its first
+ * record when the watermark is already past its end (within lateness) is
+ * complete at once: its row goes out at the next checkpoint.
+ */
+#include "postgres.h"
+
+#include "utils/memutils.h"
+
+#include "keyed_internal.h"
+
+#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
+static bool session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len);
+static void fire_timer(KeyedStage *ks, const char *key, int klen);
+static void purge_timer(KeyedStage *ks, const char *key, int klen);
+static void schedule_purge(KeyedStage *ks, const char *group, int group_len,
+						   TimestampTz start, TimestampTz end);
+static void put_timer(KeyedStage *ks, char kind, TimestampTz when, const char *group,
+					  int group_len, TimestampTz start);
+static List *due_timers(KeyedStage *ks, char kind, TimestampTz watermark);
+static KeyedEntry *lookup_window(KeyedStage *ks, char kind, const char *group, int group_len,
+								 TimestampTz start, bool create);
+static Session *find_session(KeyedEntry *e, TimestampTz start);
+
+static int64
+floor_div(int64 a, int64 b)
+{
+	int64		q = a / b;
+
+	if (a % b != 0 && (a < 0) != (b < 0))
+		q--;
+	return q;
+}
+
+bool
+window_add(KeyedStage *ks, Record *rec, const char *group, int group_len)
+{
+	WindowSpec *w = ks->plan->window;
+	TimestampTz t = rec->event_time;
+	TimestampTz first;
+	KeyedEntry **windows;
+	int			n = 0;
+
+	if (w->type == WINDOW_SESSION)
+		return session_add(ks, t, group, group_len);
+
+	/* Every window [start, start + size) holding t, start aligned to slide. */
+	first = floor_div(t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
+	windows = palloc(sizeof(KeyedEntry *) * (w->size_us / w->slide_us + 1));
+	for (TimestampTz start = first; start > t - w->size_us; start -= w->slide_us)
+	{
+		TimestampTz end = start + w->size_us;
+		KeyedEntry *e;
+
+		if (end + w->allowed_lateness_us <= ks->watermark)
+			continue;			/* purged, or would be: too late for this one */
+		e = lookup_window(ks, 'W', group, group_len, start, true);
+		if (e->start == DT_NOBEGIN)
+		{
+			e->start = start;
+			e->end = end;
+			if (end <= ks->watermark)
+			{
+				e->fired = true;
+				schedule_purge(ks, group, group_len, start, end);
+			}
+			else
+				put_timer(ks, 'F', end, group, group_len, start);
+		}
+		windows[n++] = e;
+	}
+	if (n == 0)
+		return false;
+	for (int i = 0; i < n; i++)
+		keyed_check(ks, windows[i]->values);
+	for (int i = 0; i < n; i++)
+	{
+		keyed_apply(ks, windows[i]->values);
+		windows[i]->unemitted = true;
+		keyed_mark_dirty(ks, windows[i]);
+	}
+	return true;
+}
+
+/*
+ * Sessions: an event at t spans [t, t + gap); the sessions of its key that
+ * overlap that span merge with it into one.  A merged session's row
+ * replaces the rows its parts were emitted under.
+ */
+static bool
+session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
+{
+	WindowSpec *w = ks->plan->window;
+	KeyedEntry *e = lookup_window(ks, 'S', group, group_len, 0, true);
+	List	   *overlap = NIL;
+	ListCell   *lc;
+	Session    *target;
+	TimestampTz start = t;
+	TimestampTz end = t + w->gap_us;
+	bool		kept_row = false;
+	MemoryContext old;
+
+	foreach(lc, e->sessions)
+	{
+		Session    *s = lfirst(lc);
+
+		if (s->start < t + w->gap_us && t < s->end)
+			overlap = lappend(overlap, s);
+	}
+	if (overlap == NIL && end + w->allowed_lateness_us <= ks->watermark)
+		return false;
+
+	old = MemoryContextSwitchTo(ks->cache_context);
+	if (overlap == NIL)
+	{
+		target = palloc0(sizeof(Session));
+		target->values = keyed_new_values(ks);
+		target->emitted_start = DT_NOBEGIN;
+		target->start = t;
+		target->end = end;
+		keyed_check(ks, target->values);
+		e->sessions = lappend(e->sessions, target);
+	}
+	else
+	{
+		target = linitial(overlap);
+		keyed_check(ks, target->values);
+	}
+	keyed_apply(ks, target->values);
+
+	foreach(lc, overlap)
+	{
+		Session    *s = lfirst(lc);
+
+		start = Min(start, s->start);
+		end = Max(end, s->end);
+	}
+	foreach(lc, overlap)
+	{
+		Session    *s = lfirst(lc);
+
+		/* A row emitted under another start than the merged one's must go. */
+		if (s->emitted_start != DT_NOBEGIN)
+		{
+			if (s->emitted_start != start)
+				keyed_emit(ks, group, group_len, s->emitted_start, s->end, s->values, true);
+			else
+				kept_row = true;
+		}
+		if (s != target)
+		{
+			for (int a = 0; a < ks->naggs; a++)
+				aggregate_combine(ks->aggs[a], &target->values[a], &s->values[a], ks->cache_context);
+			e->sessions = list_delete_ptr(e->sessions, s);
+		}
+	}
+	MemoryContextSwitchTo(old);
+
+	if (end != target->end || overlap == NIL)
+	{
+		if (end <= ks->watermark)
+			schedule_purge(ks, group, group_len, start, end);
+		else
+			put_timer(ks, 'F', end, group, group_len, start);
+	}
+	target->emitted_start = kept_row ? start : DT_NOBEGIN;
+	target->start = start;
+	target->end = end;
+	target->fired = end <= ks->watermark;
+	target->unemitted = true;
+	keyed_mark_dirty(ks, e);
+	return true;
+}
+
+void
+window_fire(KeyedStage *ks, TimestampTz watermark)
+{
+	MemoryContext old = MemoryContextSwitchTo(ks->job->batch_context);
+	List	   *timers;
+	ListCell   *lc;
+
+	timers = due_timers(ks, 'F', watermark);
+	foreach(lc, timers)
+	{
+		StateKey   *k = lfirst(lc);
+
+		fire_timer(ks, k->data, k->len);
+	}
+	timers = due_timers(ks, 'P', watermark);
+	foreach(lc, timers)
+	{
+		StateKey   *k = lfirst(lc);
+
+		purge_timer(ks, k->data, k->len);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(ks->job->batch_context);
+}
+
+/* The timers of a kind due at watermark, copied (the caller changes state). */
+static List *
+due_timers(KeyedStage *ks, char kind, TimestampTz watermark)
+{
+	StringInfoData to;
+	StateIterator *it;
+	const char *key;
+	const char *val;
+	int			klen;
+	int			vlen;
+	List	   *due = NIL;
+
+	initStringInfo(&to);
+	if (watermark == DT_NOEND)
+		appendStringInfoChar(&to, kind + 1);
+	else
+	{
+		appendStringInfoChar(&to, kind);
+		keyed_key_append_time(&to, watermark + 1);
+	}
+	it = ks->state->ops->iterate(ks->state, &kind, 1, to.data, to.len);
+	while (ks->state->ops->next(it, &key, &klen, &val, &vlen))
+	{
+		StateKey   *k = palloc(sizeof(StateKey));
+		char	   *copy = palloc(klen);
+
+		memcpy(copy, key, klen);
+		k->data = copy;
+		k->len = klen;
+		due = lappend(due, k);
+	}
+	ks->state->ops->iterate_end(it);
+	return due;
+}
+
+/* Timer keys: kind, time, group key, window start. */
+#define TIMER_GROUP(key) ((key) + 9)
+#define TIMER_GROUP_LEN(klen) ((klen) - 17)
+#define TIMER_START(key, klen) keyed_key_read_time((key) + (klen) - 8)
+
+static void
+fire_timer(KeyedStage *ks, const char *key, int klen)
+{
+	const char *group = TIMER_GROUP(key);
+	int			group_len = TIMER_GROUP_LEN(klen);
+	TimestampTz end = keyed_key_read_time(key + 1);
+	TimestampTz start = TIMER_START(key, klen);
+	KeyedEntry *e;
+
+	ks->state->ops->delete(ks->state, key, klen);
+	if (ks->plan->window->type == WINDOW_SESSION)
+	{
+		Session    *s;
+
+		e = lookup_window(ks, 'S', group, group_len, 0, false);
+		s = e ? find_session(e, start) : NULL;
+		if (s == NULL || s->end != end)
+			return;				/* merged or extended since: another timer is due */
+		if (!s->fired)
+		{
+			keyed_emit(ks, group, group_len, start, end, s->values, false);
+			s->fired = true;
+			s->unemitted = false;
+			s->emitted_start = start;
+			keyed_mark_dirty(ks, e);
+		}
+	}
+	else
+	{
+		e = lookup_window(ks, 'W', group, group_len, start, false);
+		if (e == NULL || e->deleted)
+			return;
+		if (!e->fired)
+		{
+			keyed_emit(ks, group, group_len, start, end, e->values, false);
+			e->fired = true;
+			e->unemitted = false;
+			keyed_mark_dirty(ks, e);
+		}
+	}
+	schedule_purge(ks, group, group_len, start, end);
+}
+
+/* Purge now if the watermark is past end + lateness, else set a timer. */
+static void
+schedule_purge(KeyedStage *ks, const char *group, int group_len, TimestampTz start, TimestampTz end)
+{
+	TimestampTz when = end + ks->plan->window->allowed_lateness_us;
+	StringInfoData key;
+
+	if (when > ks->watermark)
+	{
+		put_timer(ks, 'P', when, group, group_len, start);
+		return;
+	}
+	initStringInfo(&key);
+	appendStringInfoChar(&key, 'P');
+	keyed_key_append_time(&key, when);
+	appendBinaryStringInfo(&key, group, group_len);
+	keyed_key_append_time(&key, start);
+	purge_timer(ks, key.data, key.len);
+}
+
+static void
+purge_timer(KeyedStage *ks, const char *key, int klen)
+{
+	const char *group = TIMER_GROUP(key);
+	int			group_len = TIMER_GROUP_LEN(klen);
+	TimestampTz start = TIMER_START(key, klen);
+	int64		lateness = ks->plan->window->allowed_lateness_us;
+	KeyedEntry *e;
+
+	ks->state->ops->delete(ks->state, key, klen);
+	if (ks->plan->window->type == WINDOW_SESSION)
+	{
+		Session    *s;
+
+		e = lookup_window(ks, 'S', group, group_len, 0, false);
+		s = e ? find_session(e, start) : NULL;
+		if (s == NULL || s->end + lateness > ks->watermark)
+			return;				/* extended since: purged later */
+		e->sessions = list_delete_ptr(e->sessions, s);
+		if (e->sessions == NIL)
+			e->deleted = true;
+		keyed_mark_dirty(ks, e);
+	}
+	else
+	{
+		e = lookup_window(ks, 'W', group, group_len, start, false);
+		if (e == NULL || e->deleted)
+			return;
+		e->deleted = true;
+		keyed_mark_dirty(ks, e);
+	}
+}
+
+void
+window_emit_changed(KeyedStage *ks, KeyedEntry *e)
+{
+	bool		update = ks->plan->window->emit_update;
+	const char *group = e->key.data + e->group_offset;
+	ListCell   *lc;
+
+	if (e->key.data[0] == 'W')
+	{
+		if (e->unemitted && (update || e->fired))
+		{
+			keyed_emit(ks, group, e->group_len, e->start, e->end, e->values, false);
+			e->unemitted = false;
+		}
+		return;
+	}
+	foreach(lc, e->sessions)
+	{
+		Session    *s = lfirst(lc);
+
+		if (s->unemitted && (update || s->fired))
+		{
+			keyed_emit(ks, group, e->group_len, s->start, s->end, s->values, false);
+			s->unemitted = false;
+			s->emitted_start = s->start;
+		}
+	}
+}
+
+static void
+put_timer(KeyedStage *ks, char kind, TimestampTz when, const char *group, int group_len,
+		  TimestampTz start)
+{
+	StringInfoData key;
+
+	initStringInfo(&key);
+	appendStringInfoChar(&key, kind);
+	keyed_key_append_time(&key, when);
+	appendBinaryStringInfo(&key, group, group_len);
+	keyed_key_append_time(&key, start);
+	ks->state->ops->put(ks->state, key.data, key.len, "", 0);
+	pfree(key.data);
+}
+
+static KeyedEntry *
+lookup_window(KeyedStage *ks, char kind, const char *group, int group_len, TimestampTz start,
+			  bool create)
+{
+	keyed_key_begin(ks, kind);
+	appendBinaryStringInfo(&ks->key, group, group_len);
+	if (kind == 'W')
+		keyed_key_append_time(&ks->key, start);
+	return keyed_lookup(ks, ks->key.data, ks->key.len, create);
+}
+
+static Session *
+find_session(KeyedEntry *e, TimestampTz start)
+{
+	ListCell   *lc;
+
+	foreach(lc, e->sessions)
+	{
+		Session    *s = lfirst(lc);
+
+		if (s->start == start)
+			return s;
+	}
+	return NULL;
+}
+
+/*
+ * Serialized forms:
+ *		'W': start, end, fired, unemitted, aggregates
+ *		'S': count, then per session: start, end, fired, unemitted,
+ *			 emitted_start, aggregates
+ */
+static void
+put_bytes(StringInfo buf, const void *p, int n)
+{
+	appendBinaryStringInfo(buf, (const char *) p, n);
+}
+
+static void
+get_bytes(const char *data, int *pos, void *p, int n)
+{
+	memcpy(p, data + *pos, n);
+	*pos += n;
+}
+
+void
+window_serialize(KeyedStage *ks, KeyedEntry *e, StringInfo buf)
+{
+	ListCell   *lc;
+
+	if (e->key.data[0] == 'W')
+	{
+		put_bytes(buf, &e->start, sizeof(TimestampTz));
+		put_bytes(buf, &e->end, sizeof(TimestampTz));
+		put_bytes(buf, &e->fired, sizeof(bool));
+		put_bytes(buf, &e->unemitted, sizeof(bool));
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_serialize(ks->aggs[a], &e->values[a], buf);
+		return;
+	}
+	{
+		int32		n = list_length(e->sessions);
+
+		put_bytes(buf, &n, sizeof(int32));
+	}
+	foreach(lc, e->sessions)
+	{
+		Session    *s = lfirst(lc);
+
+		put_bytes(buf, &s->start, sizeof(TimestampTz));
+		put_bytes(buf, &s->end, sizeof(TimestampTz));
+		put_bytes(buf, &s->fired, sizeof(bool));
+		put_bytes(buf, &s->unemitted, sizeof(bool));
+		put_bytes(buf, &s->emitted_start, sizeof(TimestampTz));
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_serialize(ks->aggs[a], &s->values[a], buf);
+	}
+}
+
+void
+window_deserialize(KeyedStage *ks, KeyedEntry *e, const char *data, int len)
+{
+	MemoryContext old = MemoryContextSwitchTo(ks->cache_context);
+	int			pos = 0;
+
+	if (e->key.data[0] == 'W')
+	{
+		get_bytes(data, &pos, &e->start, sizeof(TimestampTz));
+		get_bytes(data, &pos, &e->end, sizeof(TimestampTz));
+		get_bytes(data, &pos, &e->fired, sizeof(bool));
+		get_bytes(data, &pos, &e->unemitted, sizeof(bool));
+		e->values = keyed_new_values(ks);
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_deserialize(ks->aggs[a], &e->values[a], data, &pos, ks->cache_context);
+	}
+	else
+	{
+		int32		n;
+
+		get_bytes(data, &pos, &n, sizeof(int32));
+		for (int i = 0; i < n; i++)
+		{
+			Session    *s = palloc0(sizeof(Session));
+
+			get_bytes(data, &pos, &s->start, sizeof(TimestampTz));
+			get_bytes(data, &pos, &s->end, sizeof(TimestampTz));
+			get_bytes(data, &pos, &s->fired, sizeof(bool));
+			get_bytes(data, &pos, &s->unemitted, sizeof(bool));
+			get_bytes(data, &pos, &s->emitted_start, sizeof(TimestampTz));
+			s->values = keyed_new_values(ks);
+			for (int a = 0; a < ks->naggs; a++)
+				aggregate_deserialize(ks->aggs[a], &s->values[a], data, &pos, ks->cache_context);
+			e->sessions = lappend(e->sessions, s);
+		}
+	}
+	Assert(pos == len);
+	MemoryContextSwitchTo(old);
+}
