@@ -35,6 +35,7 @@ CREATE TABLE mailer.job_status (
 					CHECK (state IN ('starting', 'running', 'finished', 'stopped', 'failed', 'restarting')),
 	pid				integer,
 	restarts		integer NOT NULL DEFAULT 0,
+	failures		integer NOT NULL DEFAULT 0,	-- consecutive, for the restart backoff
 	last_error		text,
 	last_error_at	timestamptz,
 	changed_at		timestamptz NOT NULL DEFAULT now()

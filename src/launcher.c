@@ -45,6 +45,8 @@ typedef struct JobEntry
 	bool		want_running;
 	char	   *state;
 	bool		last_checkpoint_final;
+	int			failures;		/* consecutive failed runs, for the backoff */
+	TimestampTz changed_at;		/* when the state was last recorded */
 	bool		has_slot;
 } JobEntry;
 
@@ -53,9 +55,7 @@ typedef struct LauncherSlot
 {
 	BackgroundWorkerHandle *handle;
 	bool		adopted;		/* a worker started by an earlier launcher */
-	int			failures;		/* consecutive, for the backoff */
 	int64		epoch_when_running;	/* a checkpoint after it means the worker was healthy */
-	TimestampTz next_start;
 	bool		recorded_running;
 } LauncherSlot;
 
@@ -68,7 +68,8 @@ static JobEntry *find_job(List *jobs, int64 job_id);
 static void handle_exit(int i, JobEntry *job);
 static void start_worker(int i, JobEntry *job);
 static void set_status(int64 job_id, const char *state, int pid, int add_restarts,
-					   const char *error);
+					   const char *error, int failures);
+static bool may_start(JobEntry *job, TimestampTz now, long *timeout_ms);
 static void stop_all_workers(void);
 static bool worker_alive(int i);
 static void ask_to_stop(JobSlot *slot);
@@ -187,9 +188,16 @@ reconcile(long *timeout_ms)
 			slot = job_slots_find(job->job_id);
 			LWLockRelease(mailer_shared->lock);
 			if (slot == NULL && job->want_running && !job->last_checkpoint_final &&
-				(strcmp(job->state, "running") == 0 || strcmp(job->state, "starting") == 0))
+				strcmp(job->state, "running") == 0)
+			{
+				/* Counted as a failure too: a job that crashes the server backs off. */
+				job->failures++;
+				job->changed_at = GetCurrentTimestamp();
+				job->state = "restarting";
 				set_status(job->job_id, "restarting", 0, 1,
-						   "the server or the job worker stopped abruptly; the job resumes from its last checkpoint");
+						   "the server or the job worker stopped abruptly; the job resumes from its last checkpoint",
+						   job->failures);
+			}
 		}
 	}
 
@@ -216,9 +224,16 @@ reconcile(long *timeout_ms)
 				ask_to_stop(slot);
 			else if (job && !lslots[i].recorded_running && slot->live_state == JOB_LIVE_RUNNING)
 			{
-				set_status(job->job_id, "running", slot->pid, 0, NULL);
+				set_status(job->job_id, "running", slot->pid, 0, NULL, -1);
 				lslots[i].recorded_running = true;
 				lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
+			}
+			else if (job && lslots[i].recorded_running && job->failures > 0 &&
+					 slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
+			{
+				/* It has committed a checkpoint since it started: healthy again. */
+				set_status(job->job_id, "running", slot->pid, 0, NULL, 0);
+				job->failures = 0;
 			}
 			continue;
 		}
@@ -236,7 +251,7 @@ reconcile(long *timeout_ms)
 		{
 			if (job)
 				set_status(job->job_id, strcmp(job->state, "finished") == 0 ||
-						   strcmp(job->state, "failed") == 0 ? job->state : "stopped", 0, 0, NULL);
+						   strcmp(job->state, "failed") == 0 ? job->state : "stopped", 0, 0, NULL, 0);
 			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
 			slot->job_id = 0;
 			LWLockRelease(mailer_shared->lock);
@@ -251,10 +266,8 @@ reconcile(long *timeout_ms)
 			LWLockRelease(mailer_shared->lock);
 			continue;
 		}
-		if (now >= lslots[i].next_start)
+		if (may_start(job, now, timeout_ms))
 			start_worker(i, job);
-		else
-			*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, lslots[i].next_start));
 	}
 
 	/* Jobs that should run and have no worker yet. */
@@ -264,7 +277,8 @@ reconcile(long *timeout_ms)
 		int			free_slot = -1;
 
 		if (job->has_slot || !job->want_running ||
-			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
+			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ||
+			!may_start(job, now, timeout_ms))
 			continue;
 		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
 		for (int i = 0; i < mailer_shared->nslots && free_slot < 0; i++)
@@ -296,7 +310,7 @@ reconcile(long *timeout_ms)
 		if (free_slot < 0)
 		{
 			set_status(job->job_id, "starting", 0, 0,
-					   psprintf("no free job slot: mailer.max_jobs (%d) jobs are running", mailer_max_jobs));
+					   psprintf("no free job slot: mailer.max_jobs (%d) jobs are running", mailer_max_jobs), -1);
 			continue;
 		}
 		memset(&lslots[free_slot], 0, sizeof(LauncherSlot));
@@ -325,7 +339,8 @@ read_jobs(void)
 	catalog_exec("SELECT j.job_id, j.name, j.owner::pg_catalog.oid, "
 				 "j.desired_state OPERATOR(pg_catalog.=) 'running', s.state, "
 				 "coalesce((SELECT c.final FROM mailer.checkpoints c "
-				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY c.epoch DESC LIMIT 1), false) "
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY c.epoch DESC LIMIT 1), false), "
+				 "s.failures, s.changed_at "
 				 "FROM mailer.job j JOIN mailer.job_status s USING (job_id) ORDER BY j.job_id",
 				 0, NULL, NULL, NULL, true);
 	for (uint64 r = 0; r < SPI_processed; r++)
@@ -341,6 +356,8 @@ read_jobs(void)
 		job->want_running = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 		job->state = SPI_getvalue(tup, desc, 5);
 		job->last_checkpoint_final = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		job->failures = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+		job->changed_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 8, &isnull));
 		jobs = lappend(jobs, job);
 	}
 	return jobs;
@@ -369,6 +386,7 @@ handle_exit(int i, JobEntry *job)
 	JobExitKind kind;
 	char		error[JOB_SLOT_ERROR_LEN];
 	bool		stop_requested;
+	bool		healthy;
 
 	SpinLockAcquire(&slot->mutex);
 	kind = slot->exit_kind;
@@ -379,43 +397,60 @@ handle_exit(int i, JobEntry *job)
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->progress_cv);
 	/* A worker that committed a checkpoint was healthy: the backoff starts over. */
-	if (lslots[i].recorded_running && slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
-		lslots[i].failures = 0;
+	healthy = lslots[i].recorded_running && slot->last_checkpoint_epoch > lslots[i].epoch_when_running;
 	lslots[i].recorded_running = false;
 	if (job == NULL)
 		return;
+	if (healthy)
+		job->failures = 0;
 
 	switch (kind)
 	{
 		case JOB_EXIT_FINISHED:
-			set_status(job->job_id, "finished", 0, 0, NULL);
+			set_status(job->job_id, "finished", 0, 0, NULL, 0);
 			job->state = "finished";
-			lslots[i].failures = 0;
 			break;
 		case JOB_EXIT_FAILED:
-			set_status(job->job_id, "failed", 0, 0, error);
+			set_status(job->job_id, "failed", 0, 0, error, 0);
 			job->state = "failed";
 			break;
 		case JOB_EXIT_STOPPED:
 			if (job->want_running && !stop_requested)
 			{
 				/* Terminated by someone else (pg_terminate_backend): run again now. */
-				set_status(job->job_id, "restarting", 0, 1, "the job worker was terminated");
-				lslots[i].next_start = 0;
+				set_status(job->job_id, "restarting", 0, 1, "the job worker was terminated",
+						   job->failures);
+				job->state = "restarting";
+				job->changed_at = 0;
 			}
 			else
-				set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL);
+				set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL, 0);
 			break;
 		case JOB_EXIT_ERROR:
 		case JOB_EXIT_NONE:
-			lslots[i].failures++;
-			lslots[i].next_start = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															   backoff_ms(lslots[i].failures));
-			set_status(job->job_id, "restarting", 0, 1,
-					   kind == JOB_EXIT_ERROR && error[0] ? error : "the job worker exited unexpectedly");
+			job->failures++;
+			job->changed_at = GetCurrentTimestamp();
 			job->state = "restarting";
+			set_status(job->job_id, "restarting", 0, 1,
+					   kind == JOB_EXIT_ERROR && error[0] ? error : "the job worker exited unexpectedly",
+					   job->failures);
 			break;
 	}
+}
+
+/* A restarting job waits out its backoff: restart_backoff_min, doubling per failure. */
+static bool
+may_start(JobEntry *job, TimestampTz now, long *timeout_ms)
+{
+	TimestampTz due;
+
+	if (strcmp(job->state, "restarting") != 0 || job->failures == 0)
+		return true;
+	due = TimestampTzPlusMilliseconds(job->changed_at, backoff_ms(job->failures));
+	if (now >= due)
+		return true;
+	*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, due));
+	return false;
 }
 
 static void
@@ -451,26 +486,27 @@ start_worker(int i, JobEntry *job)
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
 		MemoryContextSwitchTo(old);
-		lslots[i].failures++;
-		lslots[i].next_start = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														   backoff_ms(lslots[i].failures));
+		job->failures++;
+		job->changed_at = GetCurrentTimestamp();
 		set_status(job->job_id, "restarting", 0, 0,
-				   "could not start a background worker: raise max_worker_processes");
+				   "could not start a background worker: raise max_worker_processes", job->failures);
 		return;
 	}
 	MemoryContextSwitchTo(old);
 	lslots[i].handle = handle;
 	if (strcmp(job->state, "running") != 0)
 		set_status(job->job_id, strcmp(job->state, "restarting") == 0 ? "restarting" : "starting",
-				   0, 0, NULL);
+				   0, 0, NULL, -1);
 }
 
+/* Record a job's state; failures: the new count of consecutive failures, -1 unchanged. */
 static void
-set_status(int64 job_id, const char *state, int pid, int add_restarts, const char *error)
+set_status(int64 job_id, const char *state, int pid, int add_restarts, const char *error,
+		   int failures)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[6] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT4OID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = CStringGetTextDatum(state);
@@ -479,13 +515,16 @@ set_status(int64 job_id, const char *state, int pid, int add_restarts, const cha
 	values[3] = Int32GetDatum(add_restarts);
 	values[4] = error ? CStringGetTextDatum(error) : (Datum) 0;
 	nulls[4] = error ? ' ' : 'n';
+	values[5] = Int32GetDatum(failures);
+	nulls[5] = failures < 0 ? 'n' : ' ';
 	catalog_exec("UPDATE mailer.job_status SET state = $2, pid = $3, "
 				 "restarts = restarts OPERATOR(pg_catalog.+) $4, "
 				 "last_error = coalesce($5, last_error), "
 				 "last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE pg_catalog.now() END, "
-				 "changed_at = pg_catalog.now() "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND (state, pid, $4, $5) IS DISTINCT FROM ($2, $3, 0, NULL)",
-				 5, types, values, nulls, false);
+				 "failures = coalesce($6, failures), changed_at = pg_catalog.now() "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND (state, pid, $4, $5, failures) IS DISTINCT FROM ($2, $3, 0, NULL, coalesce($6, failures))",
+				 6, types, values, nulls, false);
 }
 
 /* The extension is gone: ask every worker to stop, forget every slot. */
