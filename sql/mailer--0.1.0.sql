@@ -92,6 +92,23 @@ SELECT pg_catalog.pg_extension_config_dump('mailer.memory_state', '');
 REVOKE ALL ON mailer.job, mailer.job_secret, mailer.job_status, mailer.checkpoints,
 	mailer.dead_letters, mailer.memory_state FROM PUBLIC;
 
+-- A job's owner (and members of the owning role) may read its rows of these;
+-- superusers read everything.  Jobs and checkpoints are no secret.
+GRANT SELECT ON mailer.job, mailer.job_status, mailer.checkpoints TO PUBLIC;
+GRANT SELECT ON mailer.job_secret TO PUBLIC;
+GRANT SELECT, DELETE ON mailer.dead_letters TO PUBLIC;
+ALTER TABLE mailer.job_secret ENABLE ROW LEVEL SECURITY;
+ALTER TABLE mailer.dead_letters ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON mailer.job_secret FOR SELECT
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id = job_secret.job_id AND pg_has_role(j.owner, 'USAGE')));
+CREATE POLICY owner_reads ON mailer.dead_letters FOR SELECT
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id = dead_letters.job_id AND pg_has_role(j.owner, 'USAGE')));
+CREATE POLICY owner_deletes ON mailer.dead_letters FOR DELETE
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id = dead_letters.job_id AND pg_has_role(j.owner, 'USAGE')));
+
 --
 -- SQL API.  The functions check that the caller owns the job (or is a
 -- superuser) and write the catalog on the caller's behalf.

@@ -38,10 +38,14 @@ PG_FUNCTION_INFO_V1(mailer_restore_job);
 PG_FUNCTION_INFO_V1(mailer_wait_job);
 
 static bool wake_launcher_at_commit = false;
+static bool reading_spec = false;	/* a spec (maybe with secrets) is the statement's text */
+static emit_log_hook_type prev_emit_log_hook = NULL;
 static bool xact_callback_registered = false;
 static List *stops_to_undo = NIL;	/* job ids whose stop request an abort withdraws */
 
 static void api_xact_callback(XactEvent event, void *arg);
+static void hide_spec_statement(ErrorData *edata);
+static void begin_reading_spec(void);
 static void wake_launcher_after_commit(void);
 static void check_job_name(const char *name);
 static void request_stop_and_wait(JobRow *job, long timeout_ms);
@@ -64,6 +68,7 @@ mailer_create_job(PG_FUNCTION_ARGS)
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 
+	begin_reading_spec();
 	mailer_require_preload();
 	check_job_name(name);
 
@@ -109,6 +114,7 @@ mailer_create_job(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	wake_launcher_after_commit();
+	reading_spec = false;
 	PG_RETURN_INT64(job_id);
 }
 
@@ -116,9 +122,14 @@ Datum
 mailer_describe_job(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *spec_doc = PG_GETARG_JSONB_P(0);
-	JobPlan    *plan = plan_compile(spec_parse(spec_doc), true);
+	JobPlan    *plan;
+	text	   *result;
 
-	PG_RETURN_TEXT_P(cstring_to_text(plan_describe(plan)));
+	begin_reading_spec();
+	plan = plan_compile(spec_parse(spec_doc), true);
+	result = cstring_to_text(plan_describe(plan));
+	reading_spec = false;
+	PG_RETURN_TEXT_P(result);
 }
 
 Datum
@@ -404,6 +415,38 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 	ConditionVariableCancelSleep();
 }
 
+/*
+ * While create_job or describe_job runs, the statement's text may hold
+ * secrets (source.options): errors raised meanwhile are logged without it.
+ */
+void
+api_install_hooks(void)
+{
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = hide_spec_statement;
+}
+
+static void
+hide_spec_statement(ErrorData *edata)
+{
+	if (reading_spec)
+		edata->hide_stmt = true;
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+static void
+begin_reading_spec(void)
+{
+	reading_spec = true;
+	/* The abort callback resets the flag when an error ends the statement. */
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(api_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+}
+
 static void
 wake_launcher_after_commit(void)
 {
@@ -450,6 +493,7 @@ api_xact_callback(XactEvent event, void *arg)
 	}
 	wake_launcher_at_commit = false;
 	stops_to_undo = NIL;
+	reading_spec = false;
 }
 
 static long

@@ -30,6 +30,14 @@ is_data_error(ErrorData *edata)
 	}
 }
 
+char *
+error_text(ErrorData *edata)
+{
+	if (edata->detail == NULL)
+		return edata->message;
+	return psprintf("%s: %s", edata->message, edata->detail);
+}
+
 void
 guard_each(int n, GuardedStep step, GuardedFailure failed, void *arg, MemoryContext ctx)
 {

@@ -91,7 +91,9 @@ job_worker_main(Datum main_arg)
 		edata = CopyErrorData();
 		MemoryContextSwitchTo(old);
 		SpinLockAcquire(&slot->mutex);
-		slot->exit_kind = job && job->failing ? JOB_EXIT_FAILED : JOB_EXIT_ERROR;
+		/* Failing per on_error, or state gone: retrying cannot help. */
+		slot->exit_kind = (job && job->failing) || edata->sqlerrcode == ERRCODE_DATA_CORRUPTED ?
+			JOB_EXIT_FAILED : JOB_EXIT_ERROR;
 		snprintf(slot->error, JOB_SLOT_ERROR_LEN, "%s%s%s", edata->message,
 				 edata->detail ? ": " : "", edata->detail ? edata->detail : "");
 		slot->error_at = GetCurrentTimestamp();

@@ -46,6 +46,7 @@ void
 _PG_init(void)
 {
 	define_settings();
+	api_install_hooks();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -50,7 +50,7 @@ message_failed(void *arg, int i, ErrorData *edata)
 
 	/* A set-returning function may have been left mid-set. */
 	ReScanExprContext(run->job->rt->econtext);
-	job_record_failed(run->job, &run->msgs[i], run->job->stage, edata->message);
+	job_record_failed(run->job, &run->msgs[i], run->job->stage, error_text(edata));
 }
 
 void

@@ -22,6 +22,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "guard.h"
 #include "sink.h"
 
 #define SINK_CHUNK_ROWS 10000
@@ -417,7 +418,7 @@ write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_
 
 		dead_letter_add(dlq, sb->origins[from].topic, sb->origins[from].partition,
 						sb->origins[from].offset, NULL, -1, json, strlen(json), "sink",
-						edata->message);
+						error_text(edata));
 	}
 }
 

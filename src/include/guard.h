@@ -15,6 +15,9 @@
 typedef void (*GuardedStep) (void *arg, int i);
 typedef void (*GuardedFailure) (void *arg, int i, ErrorData *edata);
 
+/* An error's message, with its detail when it has one: what a dead letter says. */
+extern char *error_text(ErrorData *edata);
+
 /* Steps run in ctx; results the step keeps must live elsewhere or in ctx. */
 extern void guard_each(int n, GuardedStep step, GuardedFailure failed, void *arg,
 					   MemoryContext ctx);

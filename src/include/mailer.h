@@ -34,6 +34,9 @@ extern void mailer_require_preload(void);
 extern void mailer_block_signals(sigset_t *saved);
 extern void mailer_restore_signals(sigset_t *saved);
 
+/* Hooks of the SQL API, installed by _PG_init (api.c). */
+extern void api_install_hooks(void);
+
 /* A bytea holding a copy of len bytes. */
 extern bytea *mailer_bytea(const char *data, int len);
 
