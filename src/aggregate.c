@@ -20,12 +20,12 @@
 #include "utils/typcache.h"
 
 #include "aggregate.h"
+#include "serial.h"
 
+static bool state_is_datum(AggregateDef *agg);
 static void agg_error(const char *path, int code, const char *hint, const char *msg,
 					  const char *arg) pg_attribute_noreturn();
 static Datum int128_to_numeric_datum(int128 v);
-static void put_datum(StringInfo buf, Datum d, int16 typlen, bool typbyval);
-static Datum get_datum(const char *data, int *pos, int16 typlen, bool typbyval, MemoryContext ctx);
 
 static const char *const agg_hint =
 "An aggregate is count(*), count(e), sum(e), min(e), max(e) or avg(e), with e an SQL expression over the record's fields.";
@@ -131,21 +131,8 @@ aggregate_init(AggregateDef *agg, AggValue *value)
 void
 aggregate_free(AggregateDef *agg, AggValue *value)
 {
-	switch (agg->impl)
-	{
-		case AGG_SUM_NUMERIC:
-		case AGG_AVG_NUMERIC:
-			if (value->count > 0)
-				pfree(DatumGetPointer(value->v.datum));
-			break;
-		case AGG_MIN:
-		case AGG_MAX:
-			if (value->count > 0 && !agg->arg_typbyval)
-				pfree(DatumGetPointer(value->v.datum));
-			break;
-		default:
-			break;
-	}
+	if (state_is_datum(agg) && value->count > 0 && !agg->arg_typbyval)
+		pfree(DatumGetPointer(value->v.datum));
 	value->count = 0;
 }
 
@@ -260,13 +247,10 @@ aggregate_combine(AggregateDef *agg, AggValue *into, AggValue *from, MemoryConte
 	{
 		/* Take from's value as is (copied, for by-reference datums). */
 		*into = *from;
-		if (agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC ||
-			((agg->impl == AGG_MIN || agg->impl == AGG_MAX) && !agg->arg_typbyval))
+		if (state_is_datum(agg))
 		{
 			old = MemoryContextSwitchTo(ctx);
-			into->v.datum = datumCopy(from->v.datum, agg->impl == AGG_MIN || agg->impl == AGG_MAX ?
-									  agg->arg_typbyval : false,
-									  agg->impl == AGG_MIN || agg->impl == AGG_MAX ? agg->arg_typlen : -1);
+			into->v.datum = datumCopy(from->v.datum, agg->arg_typbyval, agg->arg_typlen);
 			MemoryContextSwitchTo(old);
 		}
 		return;
@@ -372,135 +356,71 @@ aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
 	return (Datum) 0;
 }
 
+/*
+ * Where a value's running state lives: a datum of the argument's type
+ * (numeric sums, min, max), or fixed-size bytes at *p.
+ */
+static bool
+state_is_datum(AggregateDef *agg)
+{
+	return agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC ||
+		agg->impl == AGG_MIN || agg->impl == AGG_MAX;
+}
+
+static int
+state_bytes(AggregateDef *agg, AggValue *value, void **p)
+{
+	switch (agg->impl)
+	{
+		case AGG_SUM_INT:
+			*p = &value->v.i64;
+			return sizeof(int64);
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			*p = &value->v.i128;
+			return sizeof(int128);
+		case AGG_SUM_FLOAT4:
+			*p = &value->v.f4;
+			return sizeof(float);
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			*p = &value->v.f8;
+			return sizeof(double);
+		default:
+			return 0;			/* counts: the count is all */
+	}
+}
+
 void
 aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf)
 {
-	appendBinaryStringInfo(buf, (char *) &value->count, sizeof(int64));
+	void	   *p;
+	int			n;
+
+	serial_put(buf, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
-	switch (agg->impl)
-	{
-		case AGG_COUNT_STAR:
-		case AGG_COUNT:
-			break;
-		case AGG_SUM_INT:
-			appendBinaryStringInfo(buf, (char *) &value->v.i64, sizeof(int64));
-			break;
-		case AGG_SUM_INT8:
-		case AGG_AVG_INT:
-			appendBinaryStringInfo(buf, (char *) &value->v.i128, sizeof(int128));
-			break;
-		case AGG_SUM_FLOAT4:
-			appendBinaryStringInfo(buf, (char *) &value->v.f4, sizeof(float));
-			break;
-		case AGG_SUM_FLOAT8:
-		case AGG_AVG_FLOAT:
-			appendBinaryStringInfo(buf, (char *) &value->v.f8, sizeof(double));
-			break;
-		case AGG_SUM_NUMERIC:
-		case AGG_AVG_NUMERIC:
-			put_datum(buf, value->v.datum, -1, false);
-			break;
-		case AGG_MIN:
-		case AGG_MAX:
-			put_datum(buf, value->v.datum, agg->arg_typlen, agg->arg_typbyval);
-			break;
-	}
+	if (state_is_datum(agg))
+		serial_put_datum(buf, value->v.datum, agg->arg_typlen, agg->arg_typbyval);
+	else if ((n = state_bytes(agg, value, &p)) > 0)
+		serial_put(buf, p, n);
 }
 
 void
 aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int *pos,
 					  MemoryContext ctx)
 {
+	void	   *p;
+	int			n;
+
 	memset(value, 0, sizeof(AggValue));
-	memcpy(&value->count, data + *pos, sizeof(int64));
-	*pos += sizeof(int64);
+	serial_get(data, pos, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
-	switch (agg->impl)
-	{
-		case AGG_COUNT_STAR:
-		case AGG_COUNT:
-			break;
-		case AGG_SUM_INT:
-			memcpy(&value->v.i64, data + *pos, sizeof(int64));
-			*pos += sizeof(int64);
-			break;
-		case AGG_SUM_INT8:
-		case AGG_AVG_INT:
-			memcpy(&value->v.i128, data + *pos, sizeof(int128));
-			*pos += sizeof(int128);
-			break;
-		case AGG_SUM_FLOAT4:
-			memcpy(&value->v.f4, data + *pos, sizeof(float));
-			*pos += sizeof(float);
-			break;
-		case AGG_SUM_FLOAT8:
-		case AGG_AVG_FLOAT:
-			memcpy(&value->v.f8, data + *pos, sizeof(double));
-			*pos += sizeof(double);
-			break;
-		case AGG_SUM_NUMERIC:
-		case AGG_AVG_NUMERIC:
-			value->v.datum = get_datum(data, pos, -1, false, ctx);
-			break;
-		case AGG_MIN:
-		case AGG_MAX:
-			value->v.datum = get_datum(data, pos, agg->arg_typlen, agg->arg_typbyval, ctx);
-			break;
-	}
-}
-
-/* A datum's bytes: by-value as a Datum, fixed-length as is, varlena untoasted with its length. */
-static void
-put_datum(StringInfo buf, Datum d, int16 typlen, bool typbyval)
-{
-	if (typbyval)
-		appendBinaryStringInfo(buf, (char *) &d, sizeof(Datum));
-	else if (typlen > 0)
-		appendBinaryStringInfo(buf, DatumGetPointer(d), typlen);
-	else
-	{
-		struct varlena *v = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
-		int32		len = VARSIZE_ANY_EXHDR(v);
-
-		appendBinaryStringInfo(buf, (char *) &len, sizeof(int32));
-		appendBinaryStringInfo(buf, VARDATA_ANY(v), len);
-	}
-}
-
-static Datum
-get_datum(const char *data, int *pos, int16 typlen, bool typbyval, MemoryContext ctx)
-{
-	Datum		d;
-
-	if (typbyval)
-	{
-		memcpy(&d, data + *pos, sizeof(Datum));
-		*pos += sizeof(Datum);
-	}
-	else if (typlen > 0)
-	{
-		char	   *p = MemoryContextAlloc(ctx, typlen);
-
-		memcpy(p, data + *pos, typlen);
-		*pos += typlen;
-		d = PointerGetDatum(p);
-	}
-	else
-	{
-		int32		len;
-		struct varlena *v;
-
-		memcpy(&len, data + *pos, sizeof(int32));
-		*pos += sizeof(int32);
-		v = MemoryContextAlloc(ctx, len + VARHDRSZ);
-		SET_VARSIZE(v, len + VARHDRSZ);
-		memcpy(VARDATA(v), data + *pos, len);
-		*pos += len;
-		d = PointerGetDatum(v);
-	}
-	return d;
+	if (state_is_datum(agg))
+		value->v.datum = serial_get_datum(data, pos, agg->arg_typlen, agg->arg_typbyval, ctx);
+	else if ((n = state_bytes(agg, value, &p)) > 0)
+		serial_get(data, pos, p, n);
 }
 
 static Datum

@@ -38,45 +38,69 @@ error_text(ErrorData *edata)
 	return psprintf("%s: %s", edata->message, edata->detail);
 }
 
-void
-guard_each(int n, GuardedStep step, GuardedFailure failed, void *arg, MemoryContext ctx)
+ErrorData *
+guard_try(void (*fn) (void *arg), void *arg, MemoryContext ctx)
 {
 	ResourceOwner owner = CurrentResourceOwner;
 	MemoryContext old = MemoryContextSwitchTo(ctx);
-	int			next = 0;
+	ErrorData  *edata = NULL;
 
-	while (next < n)
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(ctx);
+	PG_TRY();
 	{
-		ErrorData  *edata = NULL;
-
-		BeginInternalSubTransaction(NULL);
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
 		MemoryContextSwitchTo(ctx);
-		PG_TRY();
-		{
-			for (; next < n; next++)
-				step(arg, next);
-			ReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(ctx);
-			CurrentResourceOwner = owner;
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(ctx);
-			edata = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(ctx);
-			CurrentResourceOwner = owner;
-		}
-		PG_END_TRY();
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	CurrentResourceOwner = owner;
+	if (edata && !is_data_error(edata))
+		ReThrowError(edata);
+	return edata;
+}
+
+/* guard_each's items from 'next' on, in one go. */
+typedef struct EachRun
+{
+	int			n;
+	int			next;
+	GuardedStep step;
+	void	   *arg;
+} EachRun;
+
+static void
+run_from_next(void *p)
+{
+	EachRun    *run = (EachRun *) p;
+
+	for (; run->next < run->n; run->next++)
+		run->step(run->arg, run->next);
+}
+
+void
+guard_each(int n, GuardedStep step, GuardedFailure failed, void *arg, MemoryContext ctx)
+{
+	EachRun		run = {n, 0, step, arg};
+
+	while (run.next < n)
+	{
+		ErrorData  *edata = guard_try(run_from_next, &run, ctx);
 
 		if (edata)
 		{
-			if (!is_data_error(edata))
-				ReThrowError(edata);
-			failed(arg, next, edata);
-			next++;
+			MemoryContext old = MemoryContextSwitchTo(ctx);
+
+			failed(arg, run.next, edata);
+			MemoryContextSwitchTo(old);
+			run.next++;
 		}
 	}
-	MemoryContextSwitchTo(old);
 }

@@ -191,7 +191,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	for (int i = 0; i < job->plan->sink->ncolumns; i++)
 		expr_prepare(job->plan->sink->columns[i].cast, job->out_rt);
 
-	job->sink = sink_buffer_create(job->plan, job_context);
+	job->sink = sink_buffer_create(job->plan, job_context, &job->failing);
 	job->dead_letters = dead_letter_buffer_create(job_context);
 	checkpoint_restore(job);
 	job->topic_datums = palloc(sizeof(Datum) * job->source->ntopics);

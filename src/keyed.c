@@ -21,6 +21,7 @@
 #include "mailer.h"
 #include "guard.h"
 #include "keyed_internal.h"
+#include "serial.h"
 #include "watermark.h"
 
 typedef struct CacheSlot
@@ -35,8 +36,8 @@ typedef struct CacheSlot
 #define SH_ELEMENT_TYPE CacheSlot
 #define SH_KEY_TYPE StateKey
 #define SH_KEY key
-#define SH_HASH_KEY(tb, k) hash_bytes((const unsigned char *) (k).data, (k).len)
-#define SH_EQUAL(tb, a, b) ((a).len == (b).len && memcmp((a).data, (b).data, (a).len) == 0)
+#define SH_HASH_KEY(tb, k) state_key_hash(k)
+#define SH_EQUAL(tb, a, b) state_key_equal(a, b)
 #define SH_STORE_HASH
 #define SH_GET_HASH(tb, a) a->hash
 #define SH_SCOPE static inline
@@ -122,20 +123,8 @@ encode_group(KeyedStage *ks, Record *rec, StringInfo buf)
 	{
 		int			slot = ks->plan->key_slots[i];
 		RecordField *f = &schema->fields[slot];
-		Datum		d = rec->values[slot];
 
-		if (f->typbyval)
-			appendBinaryStringInfo(buf, (char *) &d, sizeof(Datum));
-		else if (f->typlen > 0)
-			appendBinaryStringInfo(buf, DatumGetPointer(d), f->typlen);
-		else
-		{
-			struct varlena *v = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
-			int32		len = VARSIZE_ANY_EXHDR(v);
-
-			appendBinaryStringInfo(buf, (char *) &len, sizeof(int32));
-			appendBinaryStringInfo(buf, VARDATA_ANY(v), len);
-		}
+		serial_put_datum(buf, rec->values[slot], f->typlen, f->typbyval);
 	}
 }
 
@@ -150,28 +139,7 @@ decode_group(KeyedStage *ks, const char *data, int len, Record *out)
 	{
 		RecordField *f = &schema->fields[ks->plan->key_slots[i]];
 
-		if (f->typbyval)
-		{
-			memcpy(&out->values[i], data + pos, sizeof(Datum));
-			pos += sizeof(Datum);
-		}
-		else if (f->typlen > 0)
-		{
-			char	   *p = palloc(f->typlen);
-
-			memcpy(p, data + pos, f->typlen);
-			out->values[i] = PointerGetDatum(p);
-			pos += f->typlen;
-		}
-		else
-		{
-			int32		vlen;
-
-			memcpy(&vlen, data + pos, sizeof(int32));
-			pos += sizeof(int32);
-			out->values[i] = PointerGetDatum(mailer_bytea(data + pos, vlen));
-			pos += vlen;
-		}
+		out->values[i] = serial_get_datum(data, &pos, f->typlen, f->typbyval, CurrentMemoryContext);
 		out->isnull[i] = false;
 	}
 	Assert(pos == len);

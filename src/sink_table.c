@@ -10,7 +10,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
@@ -20,7 +19,6 @@
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 
 #include "guard.h"
 #include "sink.h"
@@ -54,6 +52,7 @@ struct SinkBuffer
 	int			ndropped;
 	struct rowset_hash *keys;	/* upsert: row of each key */
 	SPIPlanPtr	insert_plan;
+	bool	   *failing;		/* set before raising a refused row's error (on_error "fail") */
 	SinkBuffer *deletes;		/* keys to delete, as rows of their own */
 	SPIPlanPtr	delete_plan;
 };
@@ -83,11 +82,12 @@ static bool is_row_error(ErrorData *edata);
 static char *row_as_json(SinkBuffer *sb, int row);
 
 SinkBuffer *
-sink_buffer_create(JobPlan *plan, MemoryContext parent)
+sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing)
 {
 	SinkBuffer *sb = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
 	SinkPlan   *sp = plan->sink;
 
+	sb->failing = failing;
 	sb->plan = sp;
 	sb->ctx = AllocSetContextCreate(parent, "mailer sink rows", ALLOCSET_DEFAULT_SIZES);
 	sb->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
@@ -341,54 +341,48 @@ grow(SinkBuffer *sb)
 	sb->capacity = cap;
 }
 
+typedef struct InsertRun
+{
+	SinkBuffer *sb;
+	Datum	   *params;
+} InsertRun;
+
+static void
+run_insert(void *arg)
+{
+	InsertRun  *run = (InsertRun *) arg;
+	int			rc = SPI_execute_plan(run->sb->insert_plan, run->params, NULL, false, 0);
+
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "sink statement returned %s", SPI_result_code_string(rc));
+}
+
 /* Write rows [from, to) in one statement, in a subtransaction. */
 static void
 write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_error,
 			int64 *written, int64 *rejected)
 {
 	SinkPlan   *sp = sb->plan;
-	MemoryContext ctx = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	Datum	   *params = palloc(sizeof(Datum) * sp->ncolumns);
+	InsertRun	run = {sb, palloc(sizeof(Datum) * sp->ncolumns)};
 	int			dims[1] = {to - from};
 	int			lbs[1] = {1};
-	ErrorData  *edata = NULL;
+	ErrorData  *edata;
 
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
 		SinkColumn *col = &sp->columns[c];
 
-		params[c] = PointerGetDatum(construct_md_array(sb->values[c] + from, sb->nulls[c] + from,
-													   1, dims, lbs, getBaseType(col->type),
-													   col->typlen, col->typbyval, col->typalign));
+		run.params[c] = PointerGetDatum(construct_md_array(sb->values[c] + from, sb->nulls[c] + from,
+														   1, dims, lbs, getBaseType(col->type),
+														   col->typlen, col->typbyval, col->typalign));
 	}
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(ctx);
-	PG_TRY();
-	{
-		int			rc = SPI_execute_plan(sb->insert_plan, params, NULL, false, 0);
-
-		if (rc != SPI_OK_INSERT)
-			elog(ERROR, "sink statement returned %s", SPI_result_code_string(rc));
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(ctx);
-		CurrentResourceOwner = owner;
-		*written += to - from;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(ctx);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(ctx);
-		CurrentResourceOwner = owner;
-	}
-	PG_END_TRY();
-
+	edata = guard_try(run_insert, &run, CurrentMemoryContext);
 	if (edata == NULL)
+	{
+		*written += to - from;
 		return;
+	}
 	if (!is_row_error(edata))
 		ReThrowError(edata);
 	if (to - from > 1)
@@ -401,7 +395,10 @@ write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_
 	}
 
 	/* One row the table refuses. */
+	(*rejected)++;
 	if (on_error == ON_ERROR_FAIL)
+	{
+		*sb->failing = true;
 		ereport(ERROR,
 				(errcode(edata->sqlerrcode),
 				 errmsg("table %s rejected a row: %s", sp->relname, edata->message),
@@ -411,7 +408,7 @@ write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_
 									sb->origins[from].topic, sb->origins[from].partition,
 									sb->origins[from].offset) : ""),
 				 errhint("The job's on_error is \"fail\"; with \"dead_letter\" such rows go to mailer.dead_letters.")));
-	(*rejected)++;
+	}
 	if (on_error == ON_ERROR_DEAD_LETTER)
 	{
 		char	   *json = row_as_json(sb, from);

@@ -62,6 +62,7 @@ static bool get_value(JsonObject *obj, const char *key, JsonbValue *out);
 static JsonObject get_object(JsonObject *obj, const char *key, bool required, bool *found);
 static JsonObject as_object(JsonbValue *v, const char *path);
 static char *get_string(JsonObject *obj, const char *key, bool required, const char *hint);
+static List *get_string_array(JsonObject *obj, const char *key, const char *hint);
 static int64 get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min, int64 max,
 						 bool *is_null);
 static double get_number(JsonObject *obj, const char *key, double dflt, bool *is_null);
@@ -203,31 +204,7 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 	if (get_value(obj, "topic", &v))
 		kafka->topics = list_make1(get_string(obj, "topic", true, "A topic name."));
 	else if (get_value(obj, "topics", &v))
-	{
-		char	   *path = child_path(obj->path, "topics");
-		JsonbIterator *it;
-		JsonbValue	elem;
-		JsonbIteratorToken tok;
-		int			i = 0;
-
-		if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
-			spec_error(path, "An array of topic names, such as [\"orders\", \"refunds\"].",
-					   "expected an array, found %s", json_type_name(&v));
-		it = JsonbIteratorInit(v.val.binary.data);
-		while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
-		{
-			if (tok != WJB_ELEM)
-				continue;
-			if (elem.type != jbvString || elem.val.string.len == 0)
-				spec_error(psprintf("%s[%d]", path, i), "Topic names are non-empty strings.",
-						   "expected a topic name, found %s", json_type_name(&elem));
-			kafka->topics = lappend(kafka->topics,
-									pnstrdup(elem.val.string.val, elem.val.string.len));
-			i++;
-		}
-		if (kafka->topics == NIL)
-			spec_error(path, "Name at least one topic.", "no topics");
-	}
+		kafka->topics = get_string_array(obj, "topics", "An array of topic names, such as [\"orders\", \"refunds\"].");
 	else
 		spec_error(child_path(obj->path, "topic"), "Give \"topic\": \"name\" or \"topics\": [\"a\", \"b\"].",
 				   "a Kafka source needs a topic");
@@ -497,30 +474,9 @@ parse_sink(JsonObject *top, SinkSpec *sink)
 		sink->mode = get_choice(&obj, "mode", modes, -1) == 0 ? SINK_MODE_UPSERT : SINK_MODE_APPEND;
 	if (get_value(&obj, "key", &v))
 	{
-		char	   *path = child_path(obj.path, "key");
-		JsonbIterator *it;
-		JsonbValue	elem;
-		JsonbIteratorToken tok;
-		int			i = 0;
-
-		if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
-			spec_error(path, "An array of column names, such as [\"customer_id\", \"window_start\"].",
-					   "expected an array, found %s", json_type_name(&v));
-		it = JsonbIteratorInit(v.val.binary.data);
-		while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
-		{
-			if (tok != WJB_ELEM)
-				continue;
-			if (elem.type != jbvString)
-				spec_error(psprintf("%s[%d]", path, i), "Column names are strings.",
-						   "expected a column name, found %s", json_type_name(&elem));
-			sink->key = lappend(sink->key, pnstrdup(elem.val.string.val, elem.val.string.len));
-			i++;
-		}
-		if (sink->key == NIL)
-			spec_error(path, "Name at least one column, or leave \"key\" out to use the primary key.", "empty key");
+		sink->key = get_string_array(&obj, "key", "An array of column names, such as [\"customer_id\", \"window_start\"].");
 		if (sink->mode == SINK_MODE_APPEND)
-			spec_error(path, "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
+			spec_error("sink.key", "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
 	}
 }
 
@@ -770,6 +726,38 @@ get_string(JsonObject *obj, const char *key, bool required, const char *hint)
 	if (v.val.string.len == 0)
 		spec_error(child_path(obj->path, key), hint, "empty string");
 	return pnstrdup(v.val.string.val, v.val.string.len);
+}
+
+/* A non-empty array of non-empty strings, as a List of char *. */
+static List *
+get_string_array(JsonObject *obj, const char *key, const char *hint)
+{
+	JsonbValue	v;
+	char	   *path = child_path(obj->path, key);
+	JsonbIterator *it;
+	JsonbValue	elem;
+	JsonbIteratorToken tok;
+	List	   *result = NIL;
+	int			i = 0;
+
+	if (!get_value(obj, key, &v))
+		spec_error(path, hint, "required field is missing");
+	if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
+		spec_error(path, hint, "expected an array, found %s", json_type_name(&v));
+	it = JsonbIteratorInit(v.val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM)
+			continue;
+		if (elem.type != jbvString || elem.val.string.len == 0)
+			spec_error(psprintf("%s[%d]", path, i), hint,
+					   "expected a non-empty string, found %s", json_type_name(&elem));
+		result = lappend(result, pnstrdup(elem.val.string.val, elem.val.string.len));
+		i++;
+	}
+	if (result == NIL)
+		spec_error(path, hint, "empty array");
+	return result;
 }
 
 static int64

@@ -53,8 +53,8 @@ typedef struct ChangedKey
 #define SH_ELEMENT_TYPE ChangedKey
 #define SH_KEY_TYPE StateKey
 #define SH_KEY key
-#define SH_HASH_KEY(tb, key) hash_bytes((const unsigned char *) (key).data, (key).len)
-#define SH_EQUAL(tb, a, b) ((a).len == (b).len && memcmp((a).data, (b).data, (a).len) == 0)
+#define SH_HASH_KEY(tb, key) state_key_hash(key)
+#define SH_EQUAL(tb, a, b) state_key_equal(a, b)
 #define SH_STORE_HASH
 #define SH_GET_HASH(tb, a) a->hash
 #define SH_SCOPE static inline

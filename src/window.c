@@ -18,6 +18,7 @@
 #include "utils/memutils.h"
 
 #include "keyed_internal.h"
+#include "serial.h"
 
 #define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
@@ -29,6 +30,8 @@ static void schedule_purge(KeyedStage *ks, const char *group, int group_len,
 static void put_timer(KeyedStage *ks, char kind, TimestampTz when, const char *group,
 					  int group_len, TimestampTz start);
 static List *due_timers(KeyedStage *ks, char kind, TimestampTz watermark);
+static bool timer_window(KeyedStage *ks, const char *key, int klen, KeyedEntry **e,
+						 Session **session);
 static KeyedEntry *lookup_window(KeyedStage *ks, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
@@ -248,6 +251,30 @@ due_timers(KeyedStage *ks, char kind, TimestampTz watermark)
 #define TIMER_GROUP_LEN(klen) ((klen) - 17)
 #define TIMER_START(key, klen) keyed_key_read_time((key) + (klen) - 8)
 
+/*
+ * The window a timer is for, or false when it is gone: *e is its entry,
+ * *session the session for a session window (NULL otherwise).  The timer
+ * itself is deleted: it is due.
+ */
+static bool
+timer_window(KeyedStage *ks, const char *key, int klen, KeyedEntry **e, Session **session)
+{
+	const char *group = TIMER_GROUP(key);
+	int			group_len = TIMER_GROUP_LEN(klen);
+	TimestampTz start = TIMER_START(key, klen);
+
+	ks->state->ops->delete(ks->state, key, klen);
+	*session = NULL;
+	if (ks->plan->window->type == WINDOW_SESSION)
+	{
+		*e = lookup_window(ks, 'S', group, group_len, 0, false);
+		*session = *e ? find_session(*e, start) : NULL;
+		return *session != NULL;
+	}
+	*e = lookup_window(ks, 'W', group, group_len, start, false);
+	return *e != NULL && !(*e)->deleted;
+}
+
 static void
 fire_timer(KeyedStage *ks, const char *key, int klen)
 {
@@ -256,37 +283,26 @@ fire_timer(KeyedStage *ks, const char *key, int klen)
 	TimestampTz end = keyed_key_read_time(key + 1);
 	TimestampTz start = TIMER_START(key, klen);
 	KeyedEntry *e;
+	Session    *s;
+	bool	   *fired;
 
-	ks->state->ops->delete(ks->state, key, klen);
-	if (ks->plan->window->type == WINDOW_SESSION)
+	if (!timer_window(ks, key, klen, &e, &s))
+		return;
+	if (s && s->end != end)
+		return;					/* merged or extended since: another timer is due */
+	fired = s ? &s->fired : &e->fired;
+	if (!*fired)
 	{
-		Session    *s;
-
-		e = lookup_window(ks, 'S', group, group_len, 0, false);
-		s = e ? find_session(e, start) : NULL;
-		if (s == NULL || s->end != end)
-			return;				/* merged or extended since: another timer is due */
-		if (!s->fired)
+		keyed_emit(ks, group, group_len, start, end, s ? s->values : e->values, false);
+		*fired = true;
+		if (s)
 		{
-			keyed_emit(ks, group, group_len, start, end, s->values, false);
-			s->fired = true;
 			s->unemitted = false;
 			s->emitted_start = start;
-			keyed_mark_dirty(ks, e);
 		}
-	}
-	else
-	{
-		e = lookup_window(ks, 'W', group, group_len, start, false);
-		if (e == NULL || e->deleted)
-			return;
-		if (!e->fired)
-		{
-			keyed_emit(ks, group, group_len, start, end, e->values, false);
-			e->fired = true;
+		else
 			e->unemitted = false;
-			keyed_mark_dirty(ks, e);
-		}
+		keyed_mark_dirty(ks, e);
 	}
 	schedule_purge(ks, group, group_len, start, end);
 }
@@ -314,34 +330,22 @@ schedule_purge(KeyedStage *ks, const char *group, int group_len, TimestampTz sta
 static void
 purge_timer(KeyedStage *ks, const char *key, int klen)
 {
-	const char *group = TIMER_GROUP(key);
-	int			group_len = TIMER_GROUP_LEN(klen);
-	TimestampTz start = TIMER_START(key, klen);
-	int64		lateness = ks->plan->window->allowed_lateness_us;
 	KeyedEntry *e;
+	Session    *s;
 
-	ks->state->ops->delete(ks->state, key, klen);
-	if (ks->plan->window->type == WINDOW_SESSION)
+	if (!timer_window(ks, key, klen, &e, &s))
+		return;
+	if (s)
 	{
-		Session    *s;
-
-		e = lookup_window(ks, 'S', group, group_len, 0, false);
-		s = e ? find_session(e, start) : NULL;
-		if (s == NULL || s->end + lateness > ks->watermark)
+		if (s->end + ks->plan->window->allowed_lateness_us > ks->watermark)
 			return;				/* extended since: purged later */
 		e->sessions = list_delete_ptr(e->sessions, s);
 		if (e->sessions == NIL)
 			e->deleted = true;
-		keyed_mark_dirty(ks, e);
 	}
 	else
-	{
-		e = lookup_window(ks, 'W', group, group_len, start, false);
-		if (e == NULL || e->deleted)
-			return;
 		e->deleted = true;
-		keyed_mark_dirty(ks, e);
-	}
+	keyed_mark_dirty(ks, e);
 }
 
 void
@@ -420,19 +424,6 @@ find_session(KeyedEntry *e, TimestampTz start)
  *		'S': count, then per session: start, end, fired, unemitted,
  *			 emitted_start, aggregates
  */
-static void
-put_bytes(StringInfo buf, const void *p, int n)
-{
-	appendBinaryStringInfo(buf, (const char *) p, n);
-}
-
-static void
-get_bytes(const char *data, int *pos, void *p, int n)
-{
-	memcpy(p, data + *pos, n);
-	*pos += n;
-}
-
 void
 window_serialize(KeyedStage *ks, KeyedEntry *e, StringInfo buf)
 {
@@ -440,10 +431,10 @@ window_serialize(KeyedStage *ks, KeyedEntry *e, StringInfo buf)
 
 	if (e->key.data[0] == 'W')
 	{
-		put_bytes(buf, &e->start, sizeof(TimestampTz));
-		put_bytes(buf, &e->end, sizeof(TimestampTz));
-		put_bytes(buf, &e->fired, sizeof(bool));
-		put_bytes(buf, &e->unemitted, sizeof(bool));
+		serial_put(buf, &e->start, sizeof(TimestampTz));
+		serial_put(buf, &e->end, sizeof(TimestampTz));
+		serial_put(buf, &e->fired, sizeof(bool));
+		serial_put(buf, &e->unemitted, sizeof(bool));
 		for (int a = 0; a < ks->naggs; a++)
 			aggregate_serialize(ks->aggs[a], &e->values[a], buf);
 		return;
@@ -451,17 +442,17 @@ window_serialize(KeyedStage *ks, KeyedEntry *e, StringInfo buf)
 	{
 		int32		n = list_length(e->sessions);
 
-		put_bytes(buf, &n, sizeof(int32));
+		serial_put(buf, &n, sizeof(int32));
 	}
 	foreach(lc, e->sessions)
 	{
 		Session    *s = lfirst(lc);
 
-		put_bytes(buf, &s->start, sizeof(TimestampTz));
-		put_bytes(buf, &s->end, sizeof(TimestampTz));
-		put_bytes(buf, &s->fired, sizeof(bool));
-		put_bytes(buf, &s->unemitted, sizeof(bool));
-		put_bytes(buf, &s->emitted_start, sizeof(TimestampTz));
+		serial_put(buf, &s->start, sizeof(TimestampTz));
+		serial_put(buf, &s->end, sizeof(TimestampTz));
+		serial_put(buf, &s->fired, sizeof(bool));
+		serial_put(buf, &s->unemitted, sizeof(bool));
+		serial_put(buf, &s->emitted_start, sizeof(TimestampTz));
 		for (int a = 0; a < ks->naggs; a++)
 			aggregate_serialize(ks->aggs[a], &s->values[a], buf);
 	}
@@ -475,10 +466,10 @@ window_deserialize(KeyedStage *ks, KeyedEntry *e, const char *data, int len)
 
 	if (e->key.data[0] == 'W')
 	{
-		get_bytes(data, &pos, &e->start, sizeof(TimestampTz));
-		get_bytes(data, &pos, &e->end, sizeof(TimestampTz));
-		get_bytes(data, &pos, &e->fired, sizeof(bool));
-		get_bytes(data, &pos, &e->unemitted, sizeof(bool));
+		serial_get(data, &pos, &e->start, sizeof(TimestampTz));
+		serial_get(data, &pos, &e->end, sizeof(TimestampTz));
+		serial_get(data, &pos, &e->fired, sizeof(bool));
+		serial_get(data, &pos, &e->unemitted, sizeof(bool));
 		e->values = keyed_new_values(ks);
 		for (int a = 0; a < ks->naggs; a++)
 			aggregate_deserialize(ks->aggs[a], &e->values[a], data, &pos, ks->cache_context);
@@ -487,16 +478,16 @@ window_deserialize(KeyedStage *ks, KeyedEntry *e, const char *data, int len)
 	{
 		int32		n;
 
-		get_bytes(data, &pos, &n, sizeof(int32));
+		serial_get(data, &pos, &n, sizeof(int32));
 		for (int i = 0; i < n; i++)
 		{
 			Session    *s = palloc0(sizeof(Session));
 
-			get_bytes(data, &pos, &s->start, sizeof(TimestampTz));
-			get_bytes(data, &pos, &s->end, sizeof(TimestampTz));
-			get_bytes(data, &pos, &s->fired, sizeof(bool));
-			get_bytes(data, &pos, &s->unemitted, sizeof(bool));
-			get_bytes(data, &pos, &s->emitted_start, sizeof(TimestampTz));
+			serial_get(data, &pos, &s->start, sizeof(TimestampTz));
+			serial_get(data, &pos, &s->end, sizeof(TimestampTz));
+			serial_get(data, &pos, &s->fired, sizeof(bool));
+			serial_get(data, &pos, &s->unemitted, sizeof(bool));
+			serial_get(data, &pos, &s->emitted_start, sizeof(TimestampTz));
 			s->values = keyed_new_values(ks);
 			for (int a = 0; a < ks->naggs; a++)
 				aggregate_deserialize(ks->aggs[a], &s->values[a], data, &pos, ks->cache_context);

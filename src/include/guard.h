@@ -12,6 +12,12 @@
 #ifndef GUARD_H
 #define GUARD_H
 
+/*
+ * Run fn(arg) in a subtransaction; roll back and return the error when it
+ * raises one about the data, NULL when it succeeds.  Runs in ctx.
+ */
+extern ErrorData *guard_try(void (*fn) (void *arg), void *arg, MemoryContext ctx);
+
 typedef void (*GuardedStep) (void *arg, int i);
 typedef void (*GuardedFailure) (void *arg, int i, ErrorData *edata);
 

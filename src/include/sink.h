@@ -12,7 +12,8 @@
 
 typedef struct SinkBuffer SinkBuffer;
 
-extern SinkBuffer *sink_buffer_create(JobPlan *plan, MemoryContext parent);
+/* *failing is set when a refused row fails the job (on_error "fail"). */
+extern SinkBuffer *sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing);
 
 /*
  * Convert an output record to the sink's columns (values and nulls have

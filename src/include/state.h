@@ -10,6 +10,7 @@
 #ifndef STATE_H
 #define STATE_H
 
+#include "common/hashfn.h"
 #include "lib/stringinfo.h"
 
 typedef struct StateBackend StateBackend;
@@ -20,6 +21,18 @@ typedef struct StateKey
 	const char *data;
 	int			len;
 } StateKey;
+
+static inline uint32
+state_key_hash(StateKey k)
+{
+	return hash_bytes((const unsigned char *) k.data, k.len);
+}
+
+static inline bool
+state_key_equal(StateKey a, StateKey b)
+{
+	return a.len == b.len && memcmp(a.data, b.data, a.len) == 0;
+}
 
 typedef struct StateIterator StateIterator;
 
