@@ -253,9 +253,12 @@ job_run(Job *job)
 		finished = job->source->ops->finished(job->source);
 		if (!finished)
 			n = job->source->ops->poll(job->source, msgs, Min(capacity, mailer_batch_size));
-		set_live_state(job->slot, job->source->error ? JOB_LIVE_WAITING : JOB_LIVE_RUNNING);
+		/* Waiting on an outside fault shows in the state and the error, until it clears. */
 		if (job->source->error)
 			job_slot_set_error(job->slot, job->source->error);
+		else if (job->slot->live_state == JOB_LIVE_WAITING)
+			job_slot_set_error(job->slot, NULL);
+		set_live_state(job->slot, job->source->error ? JOB_LIVE_WAITING : JOB_LIVE_RUNNING);
 		if (n > 0)
 		{
 			job_transaction_begin();

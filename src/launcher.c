@@ -57,6 +57,7 @@ typedef struct LauncherSlot
 	bool		adopted;		/* a worker started by an earlier launcher */
 	int64		epoch_when_running;	/* a checkpoint after it means the worker was healthy */
 	bool		recorded_running;
+	char		recorded_error[JOB_SLOT_ERROR_LEN];	/* a running worker's last, as recorded */
 } LauncherSlot;
 
 static LauncherSlot *lslots;
@@ -72,6 +73,7 @@ static void set_status(int64 job_id, const char *state, int pid, int add_restart
 static bool may_start(JobEntry *job, TimestampTz now, long *timeout_ms);
 static void stop_all_workers(void);
 static bool worker_alive(int i);
+static bool waiting_error(JobSlot *slot, char *recorded);
 static void ask_to_stop(JobSlot *slot);
 static long backoff_ms(int failures);
 
@@ -227,6 +229,11 @@ reconcile(long *timeout_ms)
 				set_status(job->job_id, "running", slot->pid, 0, NULL, -1);
 				lslots[i].recorded_running = true;
 				lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
+			}
+			else if (job && waiting_error(slot, lslots[i].recorded_error))
+			{
+				/* Waiting on a fault: that is the job's last error, even once it clears. */
+				set_status(job->job_id, job->state, slot->pid, 0, lslots[i].recorded_error, -1);
 			}
 			else if (job && lslots[i].recorded_running && job->failures > 0 &&
 					 slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
@@ -564,6 +571,21 @@ worker_alive(int i)
 		return status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED;
 	}
 	return lslots[i].adopted && mailer_shared->slots[i].pid != 0;
+}
+
+/* A waiting worker's error, if it is new: copied to recorded. */
+static bool
+waiting_error(JobSlot *slot, char *recorded)
+{
+	bool		changed;
+
+	SpinLockAcquire(&slot->mutex);
+	changed = slot->live_state == JOB_LIVE_WAITING && slot->error[0] != '\0' &&
+		strcmp(slot->error, recorded) != 0;
+	if (changed)
+		strlcpy(recorded, slot->error, JOB_SLOT_ERROR_LEN);
+	SpinLockRelease(&slot->mutex);
+	return changed;
 }
 
 /* The worker takes a final checkpoint and exits when it sees this. */
