@@ -22,6 +22,7 @@
 #include "mailer.h"
 #include "job.h"
 #include "guard.h"
+#include "json_fields.h"
 #include "keyed.h"
 #include "watermark.h"
 
@@ -183,6 +184,11 @@ decode_message(Job *job, SourceMessage *msg, Record *rec)
 	{
 		case FORMAT_JSON:
 			check_text("message value", msg->value, msg->value_len);
+			if (job->plan->json_fields)
+			{
+				json_fields_extract(job->plan->json_fields, msg->value, msg->value_len, rec);
+				break;			/* the jsonb value itself is not used */
+			}
 			rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in,
 														   CStringGetDatum(pnstrdup(msg->value, msg->value_len)));
 			break;
@@ -194,7 +200,7 @@ decode_message(Job *job, SourceMessage *msg, Record *rec)
 			rec->values[FIELD_VALUE] = PointerGetDatum(mailer_bytea(msg->value, msg->value_len));
 			break;
 	}
-	rec->isnull[FIELD_VALUE] = false;
+	rec->isnull[FIELD_VALUE] = job->plan->json_fields != NULL;
 	rec->values[FIELD_TOPIC] = job->topic_datums[msg->topic];
 	rec->isnull[FIELD_TOPIC] = false;
 	rec->values[FIELD_PARTITION] = Int32GetDatum(msg->partition);

@@ -26,6 +26,7 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 
+#include "json_fields.h"
 #include "plan.h"
 #include "source.h"
 
@@ -161,6 +162,7 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 
 	build_output(plan, agg_paths, window_path, &out_paths);
 	plan->sink = plan_sink(plan, out_paths);
+	plan->json_fields = json_fields_plan(plan);
 
 	if (prepare_executor)
 	{
@@ -674,6 +676,12 @@ plan_describe(JobPlan *plan)
 	appendStringInfo(&buf, "\n  record: %s", field_desc(plan->schema, FIELD_KEY));
 	for (int i = 1; i < NUM_BASE_FIELDS; i++)
 		appendStringInfo(&buf, ", %s", field_desc(plan->schema, i));
+	if (plan->json_fields)
+	{
+		appendStringInfoString(&buf, "\n  value fields read from the JSON text without building jsonb:");
+		for (int i = 0; i < plan->json_fields->nfields; i++)
+			appendStringInfo(&buf, "%s %s", i ? "," : "", quote_literal_cstr(plan->json_fields->fields[i].key));
+	}
 	appendStringInfo(&buf, "\nEvent time: %s, watermark %s behind the latest",
 					 plan->event_time ? plan->event_time->text : "the message timestamp",
 					 format_duration(spec->max_out_of_orderness_us));

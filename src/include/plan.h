@@ -76,6 +76,9 @@ typedef struct JobPlan
 	RecordSchema *out_schema;
 	FieldScope *out_scope;
 	SinkPlan   *sink;
+
+	/* JSON fields read straight from the message text (json_fields.h), or NULL */
+	struct JsonFields *json_fields;
 } JobPlan;
 
 /*
