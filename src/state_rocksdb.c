@@ -41,6 +41,7 @@ typedef struct RocksState
 	rocksdb_options_t *options;
 	rocksdb_readoptions_t *read;
 	rocksdb_writeoptions_t *write;
+	rocksdb_writebatch_t *batch;	/* writes not applied yet: see apply_writes() */
 } RocksState;
 
 typedef struct RocksIterator
@@ -70,6 +71,31 @@ static const StateBackendOps rocks_ops = {
 };
 
 static rocksdb_env_t *rocks_env = NULL;
+
+/*
+ * Puts and deletes gather in a write batch, applied in one write before
+ * anything reads: a checkpoint writes many entries in a row, and one
+ * write of many costs much less than many writes of one.
+ */
+static void
+apply_writes(RocksState *rs)
+{
+	char	   *err = NULL;
+
+	if (rocksdb_writebatch_count(rs->batch) == 0)
+		return;
+	rocksdb_write(rs->db, rs->write, rs->batch, &err);
+	rocksdb_writebatch_clear(rs->batch);
+	if (err != NULL)
+	{
+		char	   *msg = pstrdup(err);
+
+		rocksdb_free(err);
+		ereport(ERROR,
+				(errcode(ERRCODE_IO_ERROR),
+				 errmsg("RocksDB could not write to \"%s\": %s", rs->live, msg)));
+	}
+}
 
 static void
 check(char *err, const char *what, const char *path)
@@ -233,6 +259,7 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 	rs->read = rocksdb_readoptions_create();
 	rs->write = rocksdb_writeoptions_create();
 	rocksdb_writeoptions_disable_WAL(rs->write, 1);
+	rs->batch = rocksdb_writebatch_create();
 	return &rs->base;
 }
 
@@ -241,10 +268,12 @@ rocks_get(StateBackend *sb, const char *key, int klen, StringInfo val)
 {
 	RocksState *rs = (RocksState *) sb;
 	char	   *err = NULL;
-	rocksdb_pinnableslice_t *v = rocksdb_get_pinned(rs->db, rs->read, key, klen, &err);
+	rocksdb_pinnableslice_t *v;
 	const char *data;
 	size_t		len;
 
+	apply_writes(rs);
+	v = rocksdb_get_pinned(rs->db, rs->read, key, klen, &err);
 	check(err, "read from", rs->live);
 	if (v == NULL)
 		return false;
@@ -259,20 +288,16 @@ static void
 rocks_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen)
 {
 	RocksState *rs = (RocksState *) sb;
-	char	   *err = NULL;
 
-	rocksdb_put(rs->db, rs->write, key, klen, val, vlen, &err);
-	check(err, "write to", rs->live);
+	rocksdb_writebatch_put(rs->batch, key, klen, val, vlen);
 }
 
 static void
 rocks_delete(StateBackend *sb, const char *key, int klen)
 {
 	RocksState *rs = (RocksState *) sb;
-	char	   *err = NULL;
 
-	rocksdb_delete(rs->db, rs->write, key, klen, &err);
-	check(err, "delete from", rs->live);
+	rocksdb_writebatch_delete(rs->batch, key, klen);
 }
 
 static StateIterator *
@@ -281,6 +306,7 @@ rocks_iterate(StateBackend *sb, const char *from, int flen, const char *to, int 
 	RocksState *rs = (RocksState *) sb;
 	RocksIterator *ri = palloc0(sizeof(RocksIterator));
 
+	apply_writes(rs);
 	ri->rs = rs;
 	ri->read = rocksdb_readoptions_create();
 	if (to)
@@ -345,8 +371,8 @@ rocks_checkpoint(StateBackend *sb, int64 epoch)
 
 	/* A leftover of a checkpoint that did not commit would make RocksDB fail. */
 	remove_if_exists(path);
-	rocksdb_put(rs->db, rs->write, epoch_key, sizeof(epoch_key) - 1, (char *) &epoch, sizeof(epoch), &err);
-	check(err, "write to", rs->live);
+	rocksdb_writebatch_put(rs->batch, epoch_key, sizeof(epoch_key) - 1, (char *) &epoch, sizeof(epoch));
+	apply_writes(rs);
 	mailer_block_signals(&saved);
 	cp = rocksdb_checkpoint_object_create(rs->db, &err);
 	if (err == NULL)
@@ -375,6 +401,7 @@ rocks_size(StateBackend *sb)
 	int64		total = 0;
 	const char *props[] = {"rocksdb.total-sst-files-size", "rocksdb.cur-size-all-mem-tables"};
 
+	apply_writes(rs);
 	for (int i = 0; i < lengthof(props); i++)
 	{
 		char	   *v = rocksdb_property_value(rs->db, props[i]);
@@ -393,6 +420,7 @@ rocks_close(StateBackend *sb)
 {
 	RocksState *rs = (RocksState *) sb;
 
+	apply_writes(rs);
 	rocksdb_close(rs->db);
 	rs->db = NULL;
 }
