@@ -167,7 +167,8 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 	}
 	MemoryContextSwitchTo(old);
 
-	if (end != target->end || overlap == NIL)
+	/* Timers are keyed by the session's start too: a new start needs new timers. */
+	if (end != target->end || start != target->start || overlap == NIL)
 	{
 		if (end <= ks->watermark)
 			schedule_purge(ks, group, group_len, start, end);
