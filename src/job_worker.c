@@ -122,6 +122,8 @@ advance_watermark(Job *job, bool finished)
 {
 	TimestampTz wm;
 
+	/* Partitions restored from the checkpoint show their watermarks before any record. */
+	watermark_sync_partitions(job->watermarks, job->source);
 	if (finished)
 		watermark_finish(job->watermarks);
 	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
