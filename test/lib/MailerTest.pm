@@ -129,7 +129,7 @@ sub unique_name
 
 require POSIX;
 push @EXPORT, qw(ev_time produce_events events_table create_window_job job_metric
-  wait_watermark wait_job wait_for_sql same_rows worker_pid);
+  wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
 # Event times are seconds after 2030-01-01 00:00:00 UTC (so no window of
 # these tests ever meets the wall clock); ev_time(7.25) is its ISO text.
@@ -252,6 +252,28 @@ sub worker_pid
 {
 	my ($job) = @_;
 	return psql("SELECT coalesce(pid, 0) FROM mailer.jobs WHERE name = '$job'");
+}
+
+# The keys (hex) of the RocksDB state of a job's newest checkpoint, read
+# with ldb (Debian's rocksdb-tools) from a copy of the checkpoint's
+# directory; undef when ldb is not installed.
+sub rocksdb_keys
+{
+	my ($job) = @_;
+	my $ldb = (grep { -x } map { "$_/ldb" } split /:/, $ENV{PATH} // '')[0];
+	return undef unless $ldb;
+	my ($id, $ref) = split /\|/, psql("SELECT c.job_id, c.state_ref FROM mailer.checkpoints c JOIN mailer.job j USING (job_id)
+		WHERE j.name = '$job' ORDER BY c.epoch DESC LIMIT 1");
+	my @dirs = glob("$ENV{PGDATA}/mailer/*/job_$id/$ref");
+	die "no RocksDB checkpoint $ref for job $job\n" unless @dirs == 1 && -d $dirs[0];
+	my $copy = "/tmp/mailer-ldb-$$";
+	system('rm', '-rf', $copy) == 0 && system('cp', '-r', $dirs[0], $copy) == 0
+	  or die "could not copy $dirs[0]\n";
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $ldb, "--db=$copy", '--hex', 'scan' ], '>', \$out, '2>', \$err)
+	  or die "ldb scan of $dirs[0] failed: $err\n";
+	system('rm', '-rf', $copy);
+	return [ map { (split / : /)[0] } split /\n/, $out ];
 }
 
 1;
