@@ -330,6 +330,9 @@ purge_timer(KeyedStage *ks, const char *key, int klen)
 		s = e ? find_session(e, start) : NULL;
 		if (s == NULL || s->end + lateness > ks->watermark)
 			return;				/* extended since: purged later */
+		/* Updated within lateness since its row was written: write it before it goes. */
+		if (s->unemitted)
+			keyed_emit(ks, group, group_len, s->start, s->end, s->values, false);
 		e->sessions = list_delete_ptr(e->sessions, s);
 		if (e->sessions == NIL)
 			e->deleted = true;
@@ -340,6 +343,11 @@ purge_timer(KeyedStage *ks, const char *key, int klen)
 		e = lookup_window(ks, 'W', group, group_len, start, false);
 		if (e == NULL || e->deleted)
 			return;
+		if (e->unemitted)
+		{
+			keyed_emit(ks, group, group_len, e->start, e->end, e->values, false);
+			e->unemitted = false;
+		}
 		e->deleted = true;
 		keyed_mark_dirty(ks, e);
 	}
