@@ -23,7 +23,7 @@ my $topic = unique_name('t052');
 kafka('create-topic', $topic, 1);
 
 psql(<<'SQL');
-DROP TABLE IF EXISTS out_l10, out_l0, out_u0, out_s;
+DROP TABLE IF EXISTS out_l10, out_l0, out_u0, out_s, out_p, out_ps;
 CREATE TABLE out_l10 (k text, window_start timestamptz, window_end timestamptz,
 	n bigint, total numeric, PRIMARY KEY (k, window_start));
 CREATE TABLE out_l0 (LIKE out_l10 INCLUDING ALL);
@@ -119,6 +119,38 @@ is(job_metric('session052', 'last_checkpoint_epoch'), $epoch0, 'no checkpoint ta
 is(psql("SELECT mailer.stop_job('session052')"), 'stopped', 'session052 stopped with a final checkpoint');
 is(rows('out_s'), 'c 100 125 3 7', 'the merged session replaces both fired rows');
 is(job_metric('session052', 'records_late'), '0', 'the bridging record was not late');
+
+# A fired window updated within its lateness and purged before the next
+# checkpoint: the update still reaches the sink.  Tumbling 10 s, lateness
+# 10 s, a long checkpoint interval: a at 1 and 20 fire [0,10) (watermark
+# 15), a at 5 updates it, a at 26 moves the watermark to 21 and purges it;
+# all of it goes to the sink with stop_job's checkpoint.  Same for a session
+# (gap 10 s, lateness 10 s): b at 100, d at 120 fires [100,110), b at 105
+# updates it, d at 131 purges it.
+my $ptopic = unique_name('t052p');
+kafka('create-topic', $ptopic, 1);
+psql('CREATE TABLE out_p (LIKE out_l10 INCLUDING ALL); CREATE TABLE out_ps (LIKE out_l10 INCLUDING ALL)');
+create_window_job('purge052', $ptopic, table => 'out_p', interval => '1 hour',
+	window => '{"type": "tumbling", "size": "10 seconds", "allowed_lateness": "10 seconds"}');
+create_window_job('purges052', $ptopic, table => 'out_ps', interval => '1 hour', backend => 'memory',
+	window => '{"type": "session", "gap": "10 seconds", "allowed_lateness": "10 seconds"}');
+my $n = 0;
+for my $e ([ 'a', 1 ], [ 'a', 20 ], [ 'a', 5 ], [ 'a', 26 ], [ 'b', 100 ], [ 'd', 120 ], [ 'b', 105 ], [ 'd', 131 ])
+{
+	produce_events($ptopic, [ { p => 0, k => $e->[0], t => $e->[1], a => 1 } ]);
+	$n++;
+	for my $job ('purge052', 'purges052')
+	{
+		wait_for_sql("$job read $n records", "SELECT records_in FROM mailer.metrics WHERE name = '$job'", $n);
+		wait_watermark($job, ev_time($e->[1] - 5));
+	}
+}
+is(psql("SELECT mailer.stop_job('$_')"), 'stopped', "$_ stopped") for ('purge052', 'purges052');
+is(job_metric($_, 'records_late'), '0', "$_: nothing late") for ('purge052', 'purges052');
+is(psql(q{SELECT n FROM out_p WHERE k = 'a' AND window_start = '2030-01-01 00:00:00+00'}), '2',
+	'tumbling: the update within lateness is written though the window was purged before the checkpoint');
+is(psql(q{SELECT format('%s %s', extract(epoch FROM window_end - '2030-01-01 00:00:00+00')::int, n) FROM out_ps WHERE k = 'b'}), '115 2',
+	'session: the update within lateness is written though the session was purged before the checkpoint');
 
 is(psql("SELECT mailer.stop_job('$_')"), 'stopped', "$_ stopped") for @jobs;
 
