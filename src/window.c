@@ -120,6 +120,8 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 	}
 	if (overlap == NIL && end + w->allowed_lateness_us <= ks->watermark)
 		return false;
+	/* The key's last session was purged since the checkpoint: the key lives on. */
+	e->deleted = false;
 
 	old = MemoryContextSwitchTo(ks->cache_context);
 	if (overlap == NIL)
