@@ -131,4 +131,46 @@ cmp_ok(psql('SELECT count(*) FROM sessions_final'), '>=', 20, 'many sessions emi
 
 is(psql("SELECT mailer.stop_job('$_')"), 'stopped', "$_ stopped") for @jobs;
 
+# A key whose only session was purged starts a new one before the next
+# checkpoint: the new session is kept.  x at 1; y at 20 fires and purges
+# x's [1,11); x at 30 opens [30,40); a checkpoint (stop_job) and a restart;
+# y at 50 fires [30,40).  On both backends.
+my $rtopic = unique_name('t051r');
+kafka('create-topic', $rtopic, 1);
+psql('DROP TABLE IF EXISTS sessions_again_r, sessions_again_m;
+	CREATE TABLE sessions_again_r (LIKE sessions_final INCLUDING ALL);
+	CREATE TABLE sessions_again_m (LIKE sessions_final INCLUDING ALL)');
+my %again = (again_r => [ 'sessions_again_r', 'rocksdb' ], again_m => [ 'sessions_again_m', 'memory' ]);
+for my $job (sort keys %again)
+{
+	create_window_job($job, $rtopic, table => $again{$job}[0], backend => $again{$job}[1], interval => '1 hour',
+		window => '{"type": "session", "gap": "10 seconds"}');
+}
+my $read = 0;
+for my $e ([ 'x', 1 ], [ 'y', 20 ], [ 'x', 30 ], 'restart', [ 'y', 50 ])
+{
+	if (!ref $e)
+	{
+		for my $job (sort keys %again)
+		{
+			is(psql("SELECT mailer.stop_job('$job')"), 'stopped', "$job stopped (a checkpoint)");
+			psql("SELECT mailer.start_job('$job')");
+		}
+		next;
+	}
+	produce_events($rtopic, [ { p => 0, k => $e->[0], t => $e->[1], a => 1 } ]);
+	$read++;
+	for my $job (sort keys %again)
+	{
+		wait_for_sql("$job read $read records", "SELECT records_in FROM mailer.metrics WHERE name = '$job' AND state = 'running'", $read);
+		wait_watermark($job, ev_time($e->[1] - 5));
+	}
+}
+for my $job (sort keys %again)
+{
+	is(psql("SELECT mailer.stop_job('$job')"), 'stopped', "$job stopped");
+	is(psql(sprintf($hand, $again{$job}[0])), join("\n", 'x|1|11|1|1', 'x|30|40|1|1', 'y|20|30|1|1'),
+		"$job: the session that followed a purged one is kept");
+}
+
 done_testing();
