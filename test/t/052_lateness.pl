@@ -23,7 +23,7 @@ my $topic = unique_name('t052');
 kafka('create-topic', $topic, 1);
 
 psql(<<'SQL');
-DROP TABLE IF EXISTS out_l10, out_l0, out_u0, out_s, out_p, out_ps;
+DROP TABLE IF EXISTS out_l10, out_l0, out_u0, out_s, out_p, out_ps, out_b;
 CREATE TABLE out_l10 (k text, window_start timestamptz, window_end timestamptz,
 	n bigint, total numeric, PRIMARY KEY (k, window_start));
 CREATE TABLE out_l0 (LIKE out_l10 INCLUDING ALL);
@@ -151,6 +151,27 @@ is(psql(q{SELECT n FROM out_p WHERE k = 'a' AND window_start = '2030-01-01 00:00
 	'tumbling: the update within lateness is written though the window was purged before the checkpoint');
 is(psql(q{SELECT format('%s %s', extract(epoch FROM window_end - '2030-01-01 00:00:00+00')::int, n) FROM out_ps WHERE k = 'b'}), '115 2',
 	'session: the update within lateness is written though the session was purged before the checkpoint');
+
+# Exactly at the boundary, no out-of-orderness, no lateness: a watermark
+# 1 ms short of a window's end does not fire it, one equal to its end does
+# (and purges it: a record for it is late from then on).
+my $btopic = unique_name('t052b');
+kafka('create-topic', $btopic, 1);
+psql('CREATE TABLE out_b (LIKE out_l10 INCLUDING ALL)');
+create_window_job('boundary052', $btopic, table => 'out_b', ooo => '0 seconds',
+	window => '{"type": "tumbling", "size": "10 seconds"}');
+my @boundary = (
+	'watermark 9.999: [0,10) open' => [ [ 'e', 5, 1 ], [ 'e', 9.999, 2 ] ] => '',
+	'watermark 10: [0,10) fired' => [ [ 'f', 10, 4 ] ] => 'e 0 10 2 3',
+	'a record at 9.999 after that: late' => [ [ 'e', 9.999, 8 ] ] => 'e 0 10 2 3');
+while (my ($what, $events, $want) = splice(@boundary, 0, 3))
+{
+	produce_events($btopic, [ map { { p => 0, k => $_->[0], t => $_->[1], a => $_->[2] } } @$events ]);
+	is(wait_job('boundary052'), 'running', "boundary052 committed ($what)");
+	is(rows('out_b'), $want, "boundary052: $what");
+}
+is(job_metric('boundary052', 'records_late'), '1', 'boundary052: a record for a window ended at the watermark is late');
+is(psql("SELECT mailer.stop_job('boundary052')"), 'stopped', 'boundary052 stopped');
 
 is(psql("SELECT mailer.stop_job('$_')"), 'stopped', "$_ stopped") for @jobs;
 
