@@ -124,6 +124,8 @@ advance_watermark(Job *job, bool finished)
 {
 	TimestampTz wm;
 
+	/* Partitions restored from the checkpoint show their watermarks before any record. */
+	watermark_sync_partitions(job->watermarks, job->source);
 	if (finished)
 		watermark_finish(job->watermarks);
 	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
@@ -282,7 +284,9 @@ job_run(Job *job)
 		}
 
 		since = TimestampDifferenceMilliseconds(job->last_checkpoint, GetCurrentTimestamp());
-		due = job->uncommitted > 0 && since >= interval_ms;
+		/* Windows the watermark fired without new input (idle partitions) are output too. */
+		due = (job->uncommitted > 0 || (job->keyed && keyed_pending(job->keyed) > 0)) &&
+			since >= interval_ms;
 		if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
 			(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows)
 			due = true;

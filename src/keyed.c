@@ -299,10 +299,9 @@ keyed_emit(KeyedStage *ks, const char *group, int group_len, TimestampTz start,
 	}
 	for (int a = 0; a < ks->naggs && !delete; a++, n++)
 		out->values[n] = aggregate_result(ks->aggs[a], &values[a], &out->isnull[n]);
-	if (delete)
-		ks->out_deletes = lappend(ks->out_deletes, out);
-	else
-		ks->out_rows = lappend(ks->out_rows, out);
+	/* One list, so that the sink sees rows and deletes of a key in their order. */
+	ks->out_rows = lappend(ks->out_rows, out);
+	ks->out_deletes = lappend_int(ks->out_deletes, delete ? 1 : 0);
 	MemoryContextSwitchTo(old);
 }
 
@@ -317,7 +316,7 @@ typedef struct ProjectRun
 {
 	KeyedStage *ks;
 	List	   *rows;
-	bool		deletes;
+	List	   *deletes;
 } ProjectRun;
 
 static void
@@ -330,7 +329,7 @@ project_row(void *arg, int i)
 	bool	   *nulls = palloc(sizeof(bool) * ncols);
 
 	sink_project(job->sink, job->out_rt, list_nth(run->rows, i), values, nulls);
-	if (run->deletes)
+	if (list_nth_int(run->deletes, i))
 		sink_buffer_delete(job->sink, values, nulls);
 	else
 		sink_buffer_add(job->sink, values, nulls, NULL, -1, -1);
@@ -378,11 +377,8 @@ keyed_prepare_checkpoint(KeyedStage *ks)
 	}
 
 	run.ks = ks;
-	run.rows = ks->out_deletes;
-	run.deletes = true;
-	guard_each(list_length(run.rows), project_row, project_failed, &run, ks->job->batch_context);
 	run.rows = ks->out_rows;
-	run.deletes = false;
+	run.deletes = ks->out_deletes;
 	guard_each(list_length(run.rows), project_row, project_failed, &run, ks->job->batch_context);
 	MemoryContextReset(ks->job->batch_context);
 	ks->out_rows = ks->out_deletes = NIL;

@@ -123,6 +123,8 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 	}
 	if (overlap == NIL && end + w->allowed_lateness_us <= ks->watermark)
 		return false;
+	/* The key's last session was purged since the checkpoint: the key lives on. */
+	e->deleted = false;
 
 	old = MemoryContextSwitchTo(ks->cache_context);
 	if (overlap == NIL)
@@ -170,7 +172,8 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 	}
 	MemoryContextSwitchTo(old);
 
-	if (end != target->end || overlap == NIL)
+	/* Timers are keyed by the session's start too: a new start needs new timers. */
+	if (end != target->end || start != target->start || overlap == NIL)
 	{
 		if (end <= ks->watermark)
 			schedule_purge(ks, group, group_len, start, end);
@@ -330,6 +333,8 @@ schedule_purge(KeyedStage *ks, const char *group, int group_len, TimestampTz sta
 static void
 purge_timer(KeyedStage *ks, const char *key, int klen)
 {
+	const char *group = TIMER_GROUP(key);
+	int			group_len = TIMER_GROUP_LEN(klen);
 	KeyedEntry *e;
 	Session    *s;
 
@@ -339,12 +344,22 @@ purge_timer(KeyedStage *ks, const char *key, int klen)
 	{
 		if (s->end + ks->plan->window->allowed_lateness_us > ks->watermark)
 			return;				/* extended since: purged later */
+		/* Updated within lateness since its row was written: write it before it goes. */
+		if (s->unemitted)
+			keyed_emit(ks, group, group_len, s->start, s->end, s->values, false);
 		e->sessions = list_delete_ptr(e->sessions, s);
 		if (e->sessions == NIL)
 			e->deleted = true;
 	}
 	else
+	{
+		if (e->unemitted)
+		{
+			keyed_emit(ks, group, group_len, e->start, e->end, e->values, false);
+			e->unemitted = false;
+		}
 		e->deleted = true;
+	}
 	keyed_mark_dirty(ks, e);
 }
 

@@ -57,8 +57,8 @@ struct KeyedStage
 	int			ndirty;
 	int			dirty_capacity;
 	MemoryContext out_context;	/* rows waiting for the checkpoint */
-	List	   *out_rows;		/* Records of the output schema */
-	List	   *out_deletes;	/* Records: rows to delete from the sink */
+	List	   *out_rows;		/* Records of the output schema, in emission order */
+	List	   *out_deletes;	/* parallel to out_rows: 1 for a row to delete */
 	StringInfoData key;			/* scratch */
 	StringInfoData value;		/* scratch */
 	Datum	   *args;			/* the current record's aggregate arguments */

@@ -121,4 +121,159 @@ sub unique_name
 	return sprintf('%s_%d_%d', $prefix, $$, int(time() * 1000) % 100000000);
 }
 
+# ---------------------------------------------------------------------------
+# Event-time windows (test/t/05x_*.pl): events with explicit partitions and
+# event times, watermarks, job metrics, and comparing a sink table with the
+# same computation in plain SQL.  Kept apart from the helpers above.
+# ---------------------------------------------------------------------------
+
+require POSIX;
+push @EXPORT, qw(ev_time produce_events events_table create_window_job job_metric
+  wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
+
+# Event times are seconds after 2030-01-01 00:00:00 UTC (so no window of
+# these tests ever meets the wall clock); ev_time(7.25) is its ISO text.
+our $EV_BASE = 1893456000;
+
+sub ev_time
+{
+	my ($s) = @_;
+	my $whole = POSIX::floor($s);
+	my $ms = sprintf('%03d', int(($s - $whole) * 1000 + 0.5));
+	return POSIX::strftime('%Y-%m-%dT%H:%M:%S', gmtime($EV_BASE + $whole)) . ".${ms}Z";
+}
+
+# Events: hash refs {p => partition, k => key, t => seconds (ev_time), a =>
+# amount}.  Each is produced to its partition as key k, value {"k", "ts",
+# "a"}; within a partition in the order given.
+sub produce_events
+{
+	my ($topic, $events) = @_;
+	my (%by, @order);
+	for my $e (@$events)
+	{
+		push @order, $e->{p} unless $by{ $e->{p} };
+		push @{ $by{ $e->{p} } }, $e;
+	}
+	for my $p (@order)
+	{
+		kcat_produce($topic,
+			[ map { sprintf("%s\t{\"k\": \"%s\", \"ts\": \"%s\", \"a\": %s}", $_->{k}, $_->{k}, ev_time($_->{t}), $_->{a} // 1) }
+				  @{ $by{$p} } ],
+			partition => $p);
+	}
+}
+
+# The same events as a table (k text, ts timestamptz, a numeric, p int), for
+# the expected results in SQL.
+sub events_table
+{
+	my ($table, $events) = @_;
+	my $sql = "DROP TABLE IF EXISTS $table; CREATE TABLE $table (k text, ts timestamptz, a numeric, p int);\n";
+	if (@$events)
+	{
+		$sql .= "INSERT INTO $table VALUES "
+		  . join(",\n", map { sprintf("('%s', '%s', %s, %d)", $_->{k}, ev_time($_->{t}), $_->{a} // 1, $_->{p}) } @$events)
+		  . ";\n";
+	}
+	psql($sql);
+}
+
+# A job over a topic of such events, keyed by k, aggregating n = count(*)
+# and total = sum(a) per window.  %o: window (the window step's object as
+# JSON text), ooo, idle, backend, interval, extra_steps (JSON text put
+# before key_by), sink table.
+sub create_window_job
+{
+	my ($name, $topic, %o) = @_;
+	my $wm = sprintf('"max_out_of_orderness": "%s"', $o{ooo} // '5 seconds');
+	$wm .= sprintf(', "idle_timeout": "%s"', $o{idle}) if $o{idle};
+	my $steps = join(', ', grep { defined }
+		($o{extra_steps},
+		 '{"key_by": {"k": "value->>\'k\'"}}',
+		 sprintf('{"window": %s}', $o{window}),
+		 '{"aggregate": {"n": "count(*)", "total": "sum((value->>\'a\')::numeric)"}}'));
+	my $spec = sprintf(<<'JSON', $BROKERS, $topic, $o{event_time} // q{(value->>'ts')::timestamptz}, $wm, $steps, $o{table}, $o{interval} // '200 milliseconds', $o{backend} // 'rocksdb');
+{"source": {"type": "kafka", "brokers": "%s", "topic": "%s", "start": "earliest"},
+ "event_time": "%s",
+ "watermark": {%s},
+ "steps": [%s],
+ "sink": {"type": "table", "table": "%s"},
+ "checkpoint": {"interval": "%s"},
+ "state": {"backend": "%s"}}
+JSON
+	return psql("SELECT mailer.create_job('$name', \$spec\$$spec\$spec\$)");
+}
+
+# A column of mailer.metrics for a job.
+sub job_metric
+{
+	my ($job, $column) = @_;
+	return psql("SELECT $column FROM mailer.metrics WHERE name = '$job'");
+}
+
+# Wait until the job's watermark (mailer.metrics) is at least $ts.
+sub wait_watermark
+{
+	my ($job, $ts, $timeout) = @_;
+	wait_until("watermark of $job >= $ts",
+		sub { psql("SELECT coalesce(watermark >= '$ts'::timestamptz, false) FROM mailer.metrics WHERE name = '$job'") eq 't' },
+		$timeout);
+}
+
+# mailer.wait_job: every input available now is committed; returns the state.
+sub wait_job
+{
+	my ($job, $timeout) = @_;
+	return psql("SELECT mailer.wait_job('$job', '" . ($timeout // 120) . " seconds')");
+}
+
+# Wait until a query returns $want.
+sub wait_for_sql
+{
+	my ($what, $sql, $want, $timeout) = @_;
+	my $last;
+	eval {
+		wait_until($what, sub { $last = psql($sql); $last eq $want }, $timeout);
+		1;
+	} or die "$@(last result: " . ($last // 'none') . ", wanted $want)\n";
+}
+
+# The rows of two queries, as sorted text, are the same.
+sub same_rows
+{
+	my ($got_sql, $want_sql, $name) = @_;
+	my $q = sub { psql("SELECT coalesce(string_agg(r::text, E'\\n' ORDER BY r::text), '') FROM ($_[0]) r") };
+	Test::More::is($q->($got_sql), $q->($want_sql), $name);
+}
+
+# The pid of a job's worker (0 when it has none).
+sub worker_pid
+{
+	my ($job) = @_;
+	return psql("SELECT coalesce(pid, 0) FROM mailer.jobs WHERE name = '$job'");
+}
+
+# The keys (hex) of the RocksDB state of a job's newest checkpoint, read
+# with ldb (Debian's rocksdb-tools) from a copy of the checkpoint's
+# directory; undef when ldb is not installed.
+sub rocksdb_keys
+{
+	my ($job) = @_;
+	my $ldb = (grep { -x } map { "$_/ldb" } split /:/, $ENV{PATH} // '')[0];
+	return undef unless $ldb;
+	my ($id, $ref) = split /\|/, psql("SELECT c.job_id, c.state_ref FROM mailer.checkpoints c JOIN mailer.job j USING (job_id)
+		WHERE j.name = '$job' ORDER BY c.epoch DESC LIMIT 1");
+	my @dirs = glob("$ENV{PGDATA}/mailer/*/job_$id/$ref");
+	die "no RocksDB checkpoint $ref for job $job\n" unless @dirs == 1 && -d $dirs[0];
+	my $copy = "/tmp/mailer-ldb-$$";
+	system('rm', '-rf', $copy) == 0 && system('cp', '-r', $dirs[0], $copy) == 0
+	  or die "could not copy $dirs[0]\n";
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $ldb, "--db=$copy", '--hex', 'scan' ], '>', \$out, '2>', \$err)
+	  or die "ldb scan of $dirs[0] failed: $err\n";
+	system('rm', '-rf', $copy);
+	return [ map { (split / : /)[0] } split /\n/, $out ];
+}
+
 1;

@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
 	postgresql-15 postgresql-server-dev-15	# server, headers, PGXS, pg_regress, Test::Cluster
 	librdkafka-dev librocksdb-dev			# the two libraries mailer links
+	rocksdb-tools							# ldb: tests read a job's RocksDB checkpoint
 	kcat									# produce and inspect topics in tests and the demo
 	libipc-run-perl							# PostgreSQL's TAP test modules need IPC::Run
 	build-essential maven					# usually there; Maven fetches the Kafka jars

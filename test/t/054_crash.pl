@@ -1,0 +1,151 @@
+# Crashes in the middle of open windows, on both state backends: tumbling
+# and session windows over a 3-partition topic with out-of-order input, the
+# checkpoint interval long enough that the records read before each crash
+# are not committed.  First a SIGKILL of one job's worker (the server
+# reinitializes, every worker dies), then an immediate shutdown of the
+# server.  Each time the jobs resume from their last checkpoint (state,
+# watermark, positions) and replay; in the end the sink holds exactly what
+# plain SQL computes over the events: nothing lost, nothing counted twice.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use Test::More;
+
+fresh_extension();
+
+my $topic = unique_name('t054');
+kafka('create-topic', $topic, 3);
+
+my $seed = 54;
+sub rnd { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed >> 8; }
+my @events;
+for my $p (0 .. 2)
+{
+	my $base = 0;
+	for my $i (0 .. 89)
+	{
+		$base += 0.25 + (rnd() % 30) / 10;
+		push @events, { p => $p, k => (qw(a b c d e))[ rnd() % 5 ], t => $base - (rnd() % 17) * 0.25,
+			a => sprintf('%.1f', (rnd() % 1000) / 10) };
+	}
+}
+events_table('ev054', \@events);
+# Each partition's events in three parts.
+my @part;
+for my $third (0 .. 2)
+{
+	$part[$third] = [ map { my $p = $_; my @e = grep { $_->{p} == $p } @events; @e[ $third * 30 .. $third * 30 + 29 ] } 0 .. 2 ];
+}
+
+psql(<<'SQL');
+DROP TABLE IF EXISTS tumbling_rocks, tumbling_mem, sessions_rocks, sessions_mem;
+CREATE TABLE tumbling_rocks (k text, window_start timestamptz, window_end timestamptz,
+	n bigint, total numeric, PRIMARY KEY (k, window_start));
+CREATE TABLE tumbling_mem (LIKE tumbling_rocks INCLUDING ALL);
+CREATE TABLE sessions_rocks (LIKE tumbling_rocks INCLUDING ALL);
+CREATE TABLE sessions_mem (LIKE tumbling_rocks INCLUDING ALL);
+SQL
+
+my $filter = q[{"filter": "value->>'k' <> 'end'"}];
+my %jobs = (
+	tumbling_rocks => [ 'rocksdb', '{"type": "tumbling", "size": "10 seconds"}' ],
+	tumbling_mem   => [ 'memory',  '{"type": "tumbling", "size": "10 seconds"}' ],
+	sessions_rocks => [ 'rocksdb', '{"type": "session", "gap": "4 seconds"}' ],
+	sessions_mem   => [ 'memory',  '{"type": "session", "gap": "4 seconds"}' ]);
+my @jobs = sort keys %jobs;
+for my $job (@jobs)
+{
+	create_window_job($job, $topic, table => $job, backend => $jobs{$job}[0], window => $jobs{$job}[1],
+		extra_steps => $filter, interval => '1 hour');
+}
+
+sub records_in_all
+{
+	my ($n, $what) = @_;
+	for my $job (@jobs)
+	{
+		wait_for_sql("$job read $n records ($what)",
+			"SELECT records_in FROM mailer.metrics WHERE name = '$job' AND state = 'running'", $n, 120);
+	}
+}
+
+sub committed_records
+{
+	my ($job) = @_;
+	return psql("SELECT coalesce((SELECT (counters->>'records_in')::bigint FROM mailer.checkpoints c
+		JOIN mailer.job j USING (job_id) WHERE j.name = '$job' ORDER BY epoch DESC LIMIT 1), 0)");
+}
+
+# The first third, committed by a stop (its final checkpoint); the windows
+# that ended are written, the later ones are open.
+produce_events($topic, $part[0]);
+records_in_all(90, 'first third');
+for my $job (@jobs)
+{
+	is(psql("SELECT mailer.stop_job('$job')"), 'stopped', "$job stopped after the first third");
+	psql("SELECT mailer.start_job('$job')");
+}
+cmp_ok(psql('SELECT count(*) FROM tumbling_rocks'), '>', 0, 'some windows written before the crashes');
+is(committed_records($_), 90, "$_: the first third committed") for @jobs;
+
+# The second third, read but not committed, then SIGKILL of one worker.
+produce_events($topic, $part[1]);
+records_in_all(180, 'second third');
+is(committed_records($_), 90, "$_: the second third is not committed") for @jobs;
+my $pid = worker_pid('sessions_mem');
+ok($pid > 0, 'sessions_mem has a worker');
+is(kill('KILL', $pid), 1, 'SIGKILL sent to the worker of sessions_mem');
+wait_until('the server restarted after the crash', sub { worker_pid('sessions_mem') != $pid && worker_pid('sessions_mem') > 0 }, 120);
+records_in_all(180, 'second third replayed');
+is(committed_records($_), 90, "$_: replayed, not committed yet") for @jobs;
+
+# The last third, read but not committed, then an immediate shutdown.
+produce_events($topic, $part[2]);
+records_in_all(270, 'last third');
+pg_service('crash');
+pg_service('start');
+records_in_all(270, 'last third replayed');
+
+# End markers fire every window; the final checkpoint of stop_job commits.
+my $end = 100000;
+produce_events($topic, [ map { { p => $_, k => 'end', t => $end } } 0 .. 2 ]);
+records_in_all(273, 'end markers');
+for my $job (@jobs)
+{
+	wait_watermark($job, ev_time($end - 5));
+	is(psql("SELECT mailer.stop_job('$job')"), 'stopped', "$job stopped");
+	is(committed_records($job), 273, "$job: every record committed, once");
+	is(job_metric($job, 'records_late'), '0', "$job: nothing late");
+	is(job_metric($job, 'records_filtered'), '3', "$job: the 3 end markers filtered, once");
+}
+is(psql('SELECT count(*) FROM mailer.dead_letters'), '0', 'no dead letters');
+
+my $want_tumbling = q{
+	SELECT k, date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') AS window_start,
+		   date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') + interval '10 seconds' AS window_end,
+		   count(*) AS n, sum(a) AS total
+	  FROM ev054 GROUP BY 1, 2, 3};
+my $want_sessions = q{
+	WITH marked AS (
+		SELECT k, ts, a,
+			   CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) < interval '4 seconds'
+					THEN 0 ELSE 1 END AS starts
+		  FROM ev054),
+	numbered AS (
+		SELECT *, sum(starts) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
+		  FROM marked)
+	SELECT k, min(ts) AS window_start, max(ts) + interval '4 seconds' AS window_end,
+		   count(*) AS n, sum(a) AS total
+	  FROM numbered GROUP BY k, session};
+for my $job (@jobs)
+{
+	same_rows("SELECT k, window_start, window_end, n, total FROM $job",
+		$job =~ /^tumbling/ ? $want_tumbling : $want_sessions,
+		"$job: exact results after two crashes");
+	is(psql("SELECT sum(n) FROM $job"), scalar(@events), "$job: every event counted once");
+}
+cmp_ok(psql('SELECT count(*) FROM sessions_mem'), '>=', 20, 'many sessions');
+
+done_testing();
