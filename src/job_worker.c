@@ -122,6 +122,7 @@ handle_sigterm(SIGNAL_ARGS)
 static void
 advance_watermark(Job *job, bool finished)
 {
+	TimestampTz before = watermark_current(job->watermarks);
 	TimestampTz wm;
 
 	/* Partitions restored from the checkpoint show their watermarks before any record. */
@@ -129,7 +130,7 @@ advance_watermark(Job *job, bool finished)
 	if (finished)
 		watermark_finish(job->watermarks);
 	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
-	if (job->keyed && job->plan->window && wm > job->slot->watermark)
+	if (job->keyed && job->plan->window && wm > before)
 	{
 		job_transaction_begin();
 		keyed_advance_watermark(job->keyed, wm);
