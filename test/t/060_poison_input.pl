@@ -282,8 +282,37 @@ $m = accounting_ok('j060_win', 'windows');
 is_deeply([ @$m{qw(records_in records_accepted records_dead_lettered records_late)} ], [ 8, 5, 2, 1 ],
 	'windows: 8 in, 5 accepted, 2 dead-lettered, 1 late');
 
+# ---------------------------------------------------------------------------
+# A record a flat_map makes into several fails as a whole
+# ---------------------------------------------------------------------------
+
+my $ftopic2 = unique_name('t060m');
+kafka('create-topic', $ftopic2, 1);
+psql("CREATE TABLE t060_skus (sku text PRIMARY KEY, lines bigint, per_unit bigint)");
+kcat_produce_raw($ftopic2, join('', map { "$_->[0]\t$_->[1]\n" }
+	  [ 'm1', '{"items": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 0}]}' ],
+	  [ 'm2', '{"items": [{"sku": "a", "qty": 2}, {"sku": "c", "qty": 4}]}' ],
+	  [ 'm3', '{"items": "not an array"}' ]));
+psql(qq(SELECT mailer.create_job('j060_flat', \$\${
+  "source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$ftopic2"},
+  "steps": [
+    {"flat_map": "jsonb_array_elements(value->'items')"},
+    {"key_by": {"sku": "value->>'sku'"}},
+    {"aggregate": {"lines": "count(*)", "per_unit": "sum(100 / (value->>'qty')::int)"}}
+  ],
+  "sink": {"type": "table", "table": "t060_skus"}
+}\$\$)));
+wait_job('j060_flat');
+is(psql("SELECT string_agg(sku || ':' || lines || ':' || per_unit, ',' ORDER BY sku) FROM t060_skus"), 'a:1:50,c:1:25',
+	'flat_map: the record whose second item fails counts for none of its items');
+my %fdl = map { $_->{key} => $_ } @{ dead_letters('j060_flat') };
+is(join(',', map { "$_:$fdl{$_}{stage}" } sort keys %fdl), 'm1:aggregate,m3:flat_map',
+	'flat_map: the failing records are dead letters of stages aggregate and flat_map');
+like($fdl{m3}{error}, qr/cannot extract elements from a scalar/, '... with the error of jsonb_array_elements');
+accounting_ok('j060_flat', 'flat_map');
+
 is(psql("SELECT string_agg(name || ':' || state, ',' ORDER BY name) FROM mailer.jobs WHERE name <> 'j060_fail'"),
-	'j060_dlq:running,j060_skip:running,j060_win:running', 'every job fed garbage is still running');
+	'j060_dlq:running,j060_flat:running,j060_skip:running,j060_win:running', 'every job fed garbage is still running');
 
 psql("SELECT mailer.drop_job(name) FROM mailer.jobs");
 done_testing();
