@@ -168,6 +168,29 @@ wait_job_state('j062_owner', qr/^running$/, 60);
 pass('LOGIN again: the job runs again');
 
 # ---------------------------------------------------------------------------
+# A job's errors may quote its records: only the owner reads them
+# ---------------------------------------------------------------------------
+
+my $etopic = unique_name('t062e');
+kafka('create-topic', $etopic, 1);
+kcat_produce($etopic, ["e1\t{\"id\": \"1\", \"amount\": \"x-private-7731\"}"]);
+psql_as($alice, "SELECT mailer.create_job('j062_fail', \$\$"
+	  . (owner_spec('t062_out', map => q("id": "value->>'id'", "amount": "(value->>'amount')::int")) =~ s/\Q$topic\E/$etopic/r =~ s/\}\s*$/, "on_error": "fail"}/r)
+	  . "\$\$)");
+$info = wait_job_state('j062_fail', qr/^failed$/);
+like($info->{last_error}, qr/invalid input syntax for type integer: "x-private-7731"/,
+	'the owner reads why her job failed, record data included');
+my $seen_by_bob = psql_as($bob, "SELECT state || ' ' || coalesce(last_error, '') FROM mailer.jobs WHERE name = 'j062_fail'");
+like($seen_by_bob, qr/^failed /, 'another role sees that the job failed');
+unlike($seen_by_bob, qr/x-private-7731/, '... but not the record data in its last_error');
+unlike(psql_as($bob, "SELECT coalesce(string_agg(error, ' '), '') FROM mailer._live_jobs()"), qr/x-private-7731/,
+	'... nor in the live state');
+like(psql_fails_as($bob, "SELECT last_error FROM mailer.job_status"), qr/permission denied/,
+	'... nor in mailer.job_status');
+is(psql_as($bob, "SELECT count(*) FROM mailer.job_status"), '2', '... whose other columns it reads');
+psql_as($alice, "SELECT mailer.drop_job('j062_fail')");
+
+# ---------------------------------------------------------------------------
 # Secrets: kept from other roles, masked everywhere, never logged
 # ---------------------------------------------------------------------------
 
