@@ -308,6 +308,25 @@ like($agg_rejected[0]{error}, qr/violates check constraint "no_c3"/, '... its er
 is(job_info('j061_check_agg')->{state}, 'running', '... and the job keeps running');
 
 # ---------------------------------------------------------------------------
+# stop_job then start_job at once: the job runs again, every time
+# ---------------------------------------------------------------------------
+
+for my $round (1 .. 5)
+{
+	my $old_pid = job_info('j061_mem')->{pid};
+	is(psql("SELECT mailer.stop_job('j061_mem'); SELECT mailer.start_job('j061_mem')"), "stopped\nstarting",
+		"round $round: stop_job then start_job in one session");
+	produce(100);
+	wait_until("round $round: j061_mem runs in a new worker", sub {
+		my $i = job_info('j061_mem');
+		$i->{state} eq 'running' && $i->{pid} && $i->{pid} != $old_pid;
+	}, 30);
+	is(wait_job('j061_mem', '30 seconds'), 'running', "round $round: and commits its input");
+}
+wait_all();
+exact('after stop and start at once');
+
+# ---------------------------------------------------------------------------
 # A job whose state directory was deleted while it was stopped
 # ---------------------------------------------------------------------------
 
