@@ -222,6 +222,8 @@ wait_until('j061_rows failing and retried twice', sub {
 like($info->{last_error}, qr/t061_rows.*does not exist|does not exist.*t061_rows/,
 	"sink renamed away: state restarting, last_error names the table: $info->{last_error}");
 is(psql($ckpt_sql), $ckpt_before, 'sink renamed away: no checkpoint, the positions do not advance');
+ok(psql("SELECT failures FROM mailer.job_status WHERE job_id = (SELECT job_id FROM mailer.jobs WHERE name = 'j061_rows')") >= 2,
+	'sink renamed away: consecutive failures are counted, so the restarts back off');
 is(psql("SELECT count(*) FROM t061_rows_away"),
 	psql("SELECT count(*) FROM generate_series(0, $produced - 3000 - 1) i WHERE i % 1000 <> 999"),
 	'sink renamed away: nothing more written to it');
