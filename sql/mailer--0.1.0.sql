@@ -93,8 +93,12 @@ REVOKE ALL ON mailer.job, mailer.job_secret, mailer.job_status, mailer.checkpoin
 	mailer.dead_letters, mailer.memory_state FROM PUBLIC;
 
 -- A job's owner (and members of the owning role) may read its rows of these;
--- superusers read everything.  Jobs and checkpoints are no secret.
-GRANT SELECT ON mailer.job, mailer.job_status, mailer.checkpoints TO PUBLIC;
+-- superusers read everything.  Jobs and checkpoints are no secret; a job's
+-- last error may quote its records (a failed cast, a refused row), so only
+-- mailer.jobs shows it, to the owner.
+GRANT SELECT ON mailer.job, mailer.checkpoints TO PUBLIC;
+GRANT SELECT (job_id, state, pid, restarts, failures, last_error_at, changed_at)
+	ON mailer.job_status TO PUBLIC;
 GRANT SELECT ON mailer.job_secret TO PUBLIC;
 GRANT SELECT, DELETE ON mailer.dead_letters TO PUBLIC;
 ALTER TABLE mailer.job_secret ENABLE ROW LEVEL SECURITY;
@@ -195,7 +199,11 @@ SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   END AS state,
 	   coalesce(l.pid, s.pid) AS pid,
 	   coalesce(s.restarts, 0) AS restarts,
-	   coalesce(l.error, s.last_error) AS last_error,
+	   CASE
+		 WHEN coalesce(l.error, s.last_error) IS NULL OR pg_catalog.pg_has_role(j.owner, 'USAGE')
+		   THEN coalesce(l.error, s.last_error)
+		 ELSE '<insufficient privilege>'
+	   END AS last_error,
 	   coalesce(l.error_at, s.last_error_at) AS last_error_at,
 	   j.created_at
   FROM mailer.job j

@@ -49,6 +49,7 @@ static void begin_reading_spec(void);
 static void wake_launcher_after_commit(void);
 static void check_job_name(const char *name);
 static void request_stop_and_wait(JobRow *job, long timeout_ms);
+static void wait_stop_finished(JobRow *job, long timeout_ms);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
 
@@ -139,6 +140,7 @@ mailer_start_job(PG_FUNCTION_ARGS)
 
 	mailer_require_preload();
 	catalog_check_owner(job, "start");
+	wait_stop_finished(job, 60 * 1000L);
 	exec_job_update("UPDATE mailer.job SET desired_state = 'running' "
 					"WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	/* A finished, failed or stopped job runs again from its last checkpoint. */
@@ -413,6 +415,59 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 		CHECK_FOR_INTERRUPTS();
 	}
 	ConditionVariableCancelSleep();
+}
+
+/*
+ * A stop the launcher has not finished (the worker may be gone, but its slot
+ * still holds the stop request) must finish before the job is set running
+ * again: the launcher releases the slot only once it sees the job stopped,
+ * and would otherwise keep it, with no worker, for good.  A stop requested
+ * in this very transaction cannot finish before it commits: starting the
+ * job again withdraws it.
+ */
+static void
+wait_stop_finished(JobRow *job, long timeout_ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	ListCell   *lc;
+	bool		ours = false;
+
+	foreach(lc, stops_to_undo)
+		if (intVal(lfirst(lc)) == (int) job->job_id)
+			ours = true;
+
+	for (;;)
+	{
+		JobSlot    *slot;
+		bool		stopping = false;
+		long		remaining;
+
+		LWLockAcquire(mailer_shared->lock, LW_SHARED);
+		slot = job_slots_find(job->job_id);
+		if (slot)
+		{
+			SpinLockAcquire(&slot->mutex);
+			stopping = slot->stop_requested;
+			if (ours)
+				slot->stop_requested = stopping = false;
+			SpinLockRelease(&slot->mutex);
+		}
+		LWLockRelease(mailer_shared->lock);
+		if (!stopping)
+			return;
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (remaining <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("job \"%s\" is still stopping", job->name),
+					 errhint("SELECT state, last_error FROM mailer.jobs WHERE name = '%s' says why; try again in a moment.",
+							 job->name)));
+		job_slots_wake_launcher();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(remaining, 20), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /*

@@ -37,6 +37,10 @@
 
 static volatile sig_atomic_t got_sigterm = false;
 
+/* While the worker connects: where a FATAL (say, owner cannot log in) is told. */
+static JobSlot *connecting_slot = NULL;
+static emit_log_hook_type prev_emit_log_hook = NULL;
+
 static void handle_sigterm(SIGNAL_ARGS);
 static void worker_exit(int code, Datum arg);
 static Job *job_start(JobWorkerArgs *args, JobSlot *slot);
@@ -46,6 +50,7 @@ static void take_wait_requests(Job *job);
 static void answer_waits(Job *job);
 static void set_live_state(JobSlot *slot, JobLiveState state);
 static void advance_watermark(Job *job, bool finished);
+static void record_connection_error(ErrorData *edata);
 
 void
 job_worker_main(Datum main_arg)
@@ -76,7 +81,17 @@ job_worker_main(Datum main_arg)
 	SpinLockRelease(&slot->mutex);
 	before_shmem_exit(worker_exit, PointerGetDatum(slot));
 
+	/*
+	 * A failure to connect (the owner lost LOGIN or was dropped) is a FATAL
+	 * that no PG_CATCH sees: the log hook leaves its message in the slot, so
+	 * that mailer.jobs says why instead of "exited unexpectedly".
+	 */
+	connecting_slot = slot;
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = record_connection_error;
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
+	emit_log_hook = prev_emit_log_hook;
+	connecting_slot = NULL;
 
 	PG_TRY();
 	{
@@ -137,6 +152,22 @@ advance_watermark(Job *job, bool finished)
 		job_transaction_end();
 	}
 	watermark_publish(job->watermarks, job->slot);
+}
+
+static void
+record_connection_error(ErrorData *edata)
+{
+	if (connecting_slot && edata->elevel >= ERROR)
+	{
+		SpinLockAcquire(&connecting_slot->mutex);
+		connecting_slot->exit_kind = JOB_EXIT_ERROR;
+		snprintf(connecting_slot->error, JOB_SLOT_ERROR_LEN,
+				 "the job's worker could not connect as the job's owner: %s", edata->message);
+		connecting_slot->error_at = GetCurrentTimestamp();
+		SpinLockRelease(&connecting_slot->mutex);
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
 }
 
 /* Whatever way the worker leaves, its slot says it has gone. */

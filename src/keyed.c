@@ -74,19 +74,26 @@ keyed_create(Job *job)
 	return ks;
 }
 
+void
+keyed_eval_args(KeyedStage *ks, Record *rec, Datum *args, bool *nulls)
+{
+	for (int a = 0; a < ks->naggs; a++)
+	{
+		args[a] = (Datum) 0;
+		nulls[a] = true;
+		if (ks->aggs[a]->arg)
+			args[a] = expr_eval(ks->aggs[a]->arg, ks->job->rt, rec, &nulls[a]);
+	}
+}
+
 bool
-keyed_add(KeyedStage *ks, Record *rec)
+keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls)
 {
 	StringInfoData group;
 	KeyedEntry *e;
 
-	for (int a = 0; a < ks->naggs; a++)
-	{
-		if (ks->aggs[a]->arg)
-			ks->args[a] = expr_eval(ks->aggs[a]->arg, ks->job->rt, rec, &ks->argnulls[a]);
-		else
-			ks->argnulls[a] = true;
-	}
+	memcpy(ks->args, args, sizeof(Datum) * ks->naggs);
+	memcpy(ks->argnulls, nulls, sizeof(bool) * ks->naggs);
 	initStringInfo(&group);
 	encode_group(ks, rec, &group);
 	if (ks->plan->window)

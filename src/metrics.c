@@ -54,7 +54,8 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 		values[2] = Int32GetDatum(copy.pid);
 		nulls[2] = copy.pid == 0;
 		values[3] = CStringGetTextDatum(copy.error);
-		nulls[3] = copy.error[0] == '\0' || copy.pid == 0;
+		/* A worker's last error (it may quote a record) is the launcher's to record. */
+		nulls[3] = copy.error[0] == '\0' || copy.pid == 0 || copy.exit_kind != JOB_EXIT_NONE;
 		values[4] = TimestampTzGetDatum(copy.error_at);
 		nulls[4] = nulls[3];
 		values[5] = job_counters_jsonb(counters);

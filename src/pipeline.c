@@ -118,10 +118,26 @@ process_message(Job *job, SourceMessage *msg)
 	if (plan->aggregated)
 	{
 		bool		in_a_window = false;
+		int			nargs = Max(plan->naggs, 1);
+		Datum	  **args = palloc(sizeof(Datum *) * list_length(outputs));
+		bool	  **nulls = palloc(sizeof(bool *) * list_length(outputs));
 
+		/* Every output's arguments first: one that fails changes no state. */
 		job->stage = "aggregate";
 		foreach(lc, outputs)
-			in_a_window |= keyed_add(job->keyed, lfirst(lc));
+		{
+			int			i = foreach_current_index(lc);
+
+			args[i] = palloc(sizeof(Datum) * nargs);
+			nulls[i] = palloc(sizeof(bool) * nargs);
+			keyed_eval_args(job->keyed, lfirst(lc), args[i], nulls[i]);
+		}
+		foreach(lc, outputs)
+		{
+			int			i = foreach_current_index(lc);
+
+			in_a_window |= keyed_add(job->keyed, lfirst(lc), args[i], nulls[i]);
+		}
 		if (!in_a_window)
 		{
 			job_record_late(job, msg, rec->event_time);

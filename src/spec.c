@@ -487,8 +487,10 @@ parse_sink(JsonObject *top, SinkSpec *sink)
 bool
 spec_option_is_secret(const char *name)
 {
+	/* SASL credentials too: those librdkafka itself redacts from its logs. */
 	static const char *const markers[] = {
-		"password", "secret", "key", "token", "sasl.username", "credential", NULL
+		"password", "secret", "key", "token", "credential",
+		"sasl.username", "sasl.oauthbearer.config", NULL
 	};
 	char	   *lower = asc_tolower(name, strlen(name));
 

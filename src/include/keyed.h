@@ -11,10 +11,18 @@
 extern KeyedStage *keyed_create(Job *job);
 
 /*
- * Fold one record into its key's (and windows') aggregates.  false: the
- * record is late (every window it belongs to is past its allowed lateness).
+ * The aggregates' arguments for one record, into args and nulls (one entry
+ * per aggregate): evaluated for every record a flat_map made before any is
+ * folded in, so that one that fails leaves the state as it was.
  */
-extern bool keyed_add(KeyedStage *ks, Record *rec);
+extern void keyed_eval_args(KeyedStage *ks, Record *rec, Datum *args, bool *nulls);
+
+/*
+ * Fold one record, with its arguments, into its key's (and windows')
+ * aggregates.  false: the record is late (every window it belongs to is
+ * past its allowed lateness).
+ */
+extern bool keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls);
 
 /* The watermark moved: fire the windows it passed, purge the expired. */
 extern void keyed_advance_watermark(KeyedStage *ks, TimestampTz watermark);

@@ -14,6 +14,10 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
   wait_until pg_service fresh_extension unique_name $ROOT $BROKERS);
+# Helpers of the fault, poison-input and security tests (06x), below.
+push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
+  job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
+  job_state_dir pg_log_size pg_log_since as_cluster_owner drop_tables);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
@@ -222,10 +226,13 @@ sub wait_watermark
 }
 
 # mailer.wait_job: every input available now is committed; returns the state.
+# mailer.wait_job with a timeout in seconds or as an interval ('2 minutes').
 sub wait_job
 {
 	my ($job, $timeout) = @_;
-	return psql("SELECT mailer.wait_job('$job', '" . ($timeout // 120) . " seconds')");
+	$timeout //= 120;
+	$timeout .= ' seconds' if $timeout =~ /^[0-9.]+$/;
+	return psql("SELECT mailer.wait_job('$job', '$timeout')");
 }
 
 # Wait until a query returns $want.
@@ -274,6 +281,179 @@ sub rocksdb_keys
 	  or die "ldb scan of $dirs[0] failed: $err\n";
 	system('rm', '-rf', $copy);
 	return [ map { (split / : /)[0] } split /\n/, $out ];
+}
+
+#
+# Fault, poison-input and security tests (060_poison_input.pl, 061_faults.pl,
+# 062_security.pl).
+#
+
+# Drop the tables (of any schema) whose name starts with $prefix, left by
+# an earlier run of a test file.
+sub drop_tables
+{
+	my ($prefix) = @_;
+	psql("SET client_min_messages = warning;
+	DO \$\$DECLARE r record;
+	BEGIN
+		FOR r IN SELECT c.oid::regclass AS t FROM pg_class c
+		          WHERE c.relkind IN ('r', 'p') AND c.relname LIKE '$prefix%'
+		            AND c.relnamespace <> 'pg_catalog'::regnamespace LOOP
+			EXECUTE format('DROP TABLE IF EXISTS %s CASCADE', r.t);
+		END LOOP;
+	END\$\$");
+}
+
+# psql / psql_fails as another role (the test cluster trusts local logins).
+sub psql_as
+{
+	my ($role, $sql, %opt) = @_;
+	local $ENV{PGUSER} = $role;
+	return psql($sql, %opt);
+}
+
+sub psql_fails_as
+{
+	my ($role, $sql) = @_;
+	local $ENV{PGUSER} = $role;
+	return psql_fails($sql);
+}
+
+# Produce raw bytes: $data holds messages separated by "\n", each
+# "key\tvalue" (keyed, the default) or a value alone; the bytes go as they
+# are (no compression, no re-encoding).  $opt{null_empty} sends an empty key
+# or value as NULL (a tombstone); $opt{args} adds kcat options (-X ...).
+sub kcat_produce_raw
+{
+	my ($topic, $data, %opt) = @_;
+	my @cmd = ('kcat', '-b', $BROKERS, '-P', '-t', $topic);
+	push @cmd, '-K', "\t" if $opt{keyed} // 1;
+	push @cmd, '-Z' if $opt{null_empty};
+	push @cmd, '-p', $opt{partition} if defined $opt{partition};
+	push @cmd, @{ $opt{args} } if $opt{args};
+	my $err = '';
+	IPC::Run::run(\@cmd, '<', \$data, '2>', \$err, IPC::Run::timeout(120))
+	  or die "kcat produce to $topic failed: $err\n";
+	die "kcat produce to $topic reported: $err\n" if $err =~ /fail|error/i;
+}
+
+# { key => [partition, offset] } of every keyed message of a topic.
+sub topic_offsets_by_key
+{
+	my ($topic) = @_;
+	my %at;
+	for my $line (@{ kcat_consume($topic, format => "%k\t%p\t%o\n") })
+	{
+		my ($k, $p, $o) = split /\t/, $line;
+		$at{$k} = [ $p, $o ];
+	}
+	return \%at;
+}
+
+# A job's row of mailer.jobs as a hash (state, last_error, pid, restarts,
+# desired_state), or undef when there is no such job.
+sub job_info
+{
+	my ($name) = @_;
+	my $q = $name =~ s/'/''/gr;
+	my $out = psql("SELECT row_to_json(j) FROM (SELECT state, last_error, last_error_at, pid, restarts, desired_state FROM mailer.jobs WHERE name = '$q') j");
+	return undef if $out eq '';
+	require JSON::PP;
+	return JSON::PP::decode_json($out);
+}
+
+# A job's row of mailer.metrics as a hash.
+sub job_metrics
+{
+	my ($name) = @_;
+	my $q = $name =~ s/'/''/gr;
+	my $out = psql("SELECT row_to_json(m) FROM mailer.metrics m WHERE name = '$q'");
+	die "no metrics for job $name\n" if $out eq '';
+	require JSON::PP;
+	return JSON::PP::decode_json($out);
+}
+
+# mailer.wait_job: returns once a checkpoint covers what the source holds now.
+# Poll mailer.jobs until the job's state matches $re; returns job_info.
+sub wait_job_state
+{
+	my ($name, $re, $timeout) = @_;
+	my $info;
+	wait_until("job $name in a state matching $re",
+		sub { $info = job_info($name); $info && $info->{state} =~ $re }, $timeout);
+	return $info;
+}
+
+# The accounting identity of mailer.metrics, as one test.
+sub accounting_ok
+{
+	my ($name, $label) = @_;
+	my $m = job_metrics($name);
+	my $sum = $m->{records_accepted} + $m->{records_filtered} + $m->{records_dead_lettered}
+	  + $m->{records_skipped} + $m->{records_late};
+	Test::More::is($m->{records_in}, $sum,
+		($label // $name) . ': records_in = accepted + filtered + dead_lettered + skipped + late')
+	  or Test::More::diag(explain_metrics($m));
+	return $m;
+}
+
+sub explain_metrics
+{
+	my ($m) = @_;
+	return join(', ', map { "$_=$m->{$_}" } grep { /^records_/ } sort keys %$m);
+}
+
+# The dead letters of a job, oldest first, as hashes; key and value in hex.
+sub dead_letters
+{
+	my ($name) = @_;
+	my $out = psql("SELECT json_agg(d ORDER BY d.topic, d.partition, d.\"offset\", d.stage) FROM (
+		SELECT topic, partition, \"offset\", epoch, stage, error,
+		       encode(key, 'hex') AS key_hex, encode(value, 'hex') AS value_hex,
+		       convert_from(key, 'SQL_ASCII') AS key
+		  FROM mailer.dead_letters
+		 WHERE job_id = (SELECT job_id FROM mailer.jobs WHERE name = '$name')) d");
+	return [] if $out eq '';
+	require JSON::PP;
+	return JSON::PP::decode_json($out);
+}
+
+# Where a job keeps its RocksDB state: $PGDATA/mailer/<extension oid>/job_<id>.
+sub job_state_dir
+{
+	my ($name) = @_;
+	my ($oid, $id) = split /\|/, psql("SELECT (SELECT oid FROM pg_extension WHERE extname = 'mailer'), job_id FROM mailer.jobs WHERE name = '$name'");
+	return "$ENV{PGDATA}/mailer/$oid/job_$id";
+}
+
+# Run a command as the cluster's owner (postgres when the tests run as root).
+sub as_cluster_owner
+{
+	my @cmd = @_;
+	unshift @cmd, 'runuser', '-u', 'postgres', '--' if $> == 0;
+	return system(@cmd) == 0;
+}
+
+# The server log: its size now, and what was written after a size.
+sub pg_log_file
+{
+	return ($ENV{MAILER_RUN_DIR} // dirname($ENV{PGDATA})) . '/postgresql.log';
+}
+
+sub pg_log_size
+{
+	return -s pg_log_file() // 0;
+}
+
+sub pg_log_since
+{
+	my ($from) = @_;
+	open my $fh, '<:raw', pg_log_file() or return '';
+	seek $fh, $from, 0;
+	local $/;
+	my $text = <$fh> // '';
+	close $fh;
+	return $text;
 }
 
 1;
