@@ -128,7 +128,9 @@ dead_letter_flush(DeadLetterBuffer *dlq, int64 job_id, int64 epoch)
 	SPI_connect();
 	catalog_exec("INSERT INTO mailer.dead_letters "
 				 "(job_id, epoch, topic, partition, \"offset\", key, value, stage, error) "
-				 "SELECT $1, $2, * FROM pg_catalog.unnest($3, $4, $5, $6, $7, $8, $9)",
+				 "SELECT $1, $2, * FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4), "
+				 "pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7), "
+				 "pg_catalog.unnest($8), pg_catalog.unnest($9))",
 				 DLQ_COLUMNS + 2, types, values, NULL, false);
 	SPI_finish();
 	dead_letter_discard(dlq);
