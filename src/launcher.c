@@ -168,6 +168,8 @@ reconcile(long *timeout_ms)
 		state_remove_orphans(NULL, 0);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		/* No jobs survive without the extension: none to resume later. */
+		first_round = false;
 		*timeout_ms = 5000;
 		return;
 	}
