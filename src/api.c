@@ -270,7 +270,9 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		if (strcmp(job->desired_state, "stopped") == 0 ||
 			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
 		{
-			state = job->state;
+			/* The launcher may not have recorded a stop yet: desired_state says it. */
+			state = strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ?
+				job->state : "stopped";
 			break;
 		}
 

@@ -486,7 +486,9 @@ set_status(int64 job_id, const char *state, int pid, int add_restarts, const cha
 				 "last_error = coalesce($5, last_error), "
 				 "last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE pg_catalog.now() END, "
 				 "changed_at = pg_catalog.now() "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND (state, pid, $4, $5) IS DISTINCT FROM ($2, $3, 0, NULL)",
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND (state, pid, $4, $5) IS DISTINCT FROM ($2, $3, 0, NULL) "
+				 /* a worker that was seen running may have finished since: finished stays */
+				 "AND NOT (state OPERATOR(pg_catalog.=) 'finished' AND $2 OPERATOR(pg_catalog.=) 'running')",
 				 5, types, values, nulls, false);
 }
 
