@@ -45,6 +45,7 @@ static void api_xact_callback(XactEvent event, void *arg);
 static void wake_launcher_after_commit(void);
 static void check_job_name(const char *name);
 static void request_stop_and_wait(JobRow *job, long timeout_ms);
+static void wait_for_launcher_to_settle(JobRow *job, long timeout_ms);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
 
@@ -128,6 +129,7 @@ mailer_start_job(PG_FUNCTION_ARGS)
 
 	mailer_require_preload();
 	catalog_check_owner(job, "start");
+	wait_for_launcher_to_settle(job, 60 * 1000L);
 	exec_job_update("UPDATE mailer.job SET desired_state = 'running' "
 					"WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	/* A finished, failed or stopped job runs again from its last checkpoint. */
@@ -404,6 +406,52 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 		CHECK_FOR_INTERRUPTS();
 	}
 	ConditionVariableCancelSleep();
+}
+
+/*
+ * A worker that has exited leaves its slot as it was until the launcher has
+ * recorded why it exited.  Were start_job to commit first, the launcher
+ * would then record the old exit over it ('finished' or 'failed': the job
+ * never starts again) or, after a stop, could not tell the stop request
+ * left in the slot from a stop_job still in progress and would wait for it
+ * forever.  So wait for the launcher here, before writing anything it would
+ * have to wait for.
+ */
+static void
+wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	for (;;)
+	{
+		JobSlot    *slot;
+		bool		leftover = false;
+
+		LWLockAcquire(mailer_shared->lock, LW_SHARED);
+		slot = job_slots_find(job->job_id);
+		if (slot)
+		{
+			SpinLockAcquire(&slot->mutex);
+			leftover = slot->pid == 0 &&
+				(slot->stop_requested || slot->live_state != JOB_LIVE_NONE ||
+				 slot->exit_kind != JOB_EXIT_NONE);
+			SpinLockRelease(&slot->mutex);
+		}
+		LWLockRelease(mailer_shared->lock);
+		if (!leftover)
+			return;
+		if (TimestampDifferenceExceeds(deadline, GetCurrentTimestamp(), 0))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("job \"%s\" cannot be started yet", job->name),
+					 errdetail("Its last worker has exited but the launcher has not recorded it, or a stop of the job has not committed."),
+					 errhint("Commit any transaction that stops the job, check that the mailer launcher runs, then start the job again.")));
+		job_slots_wake_launcher();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 static void
