@@ -201,14 +201,36 @@ expr_runtime_create(RecordSchema *schema)
 void
 expr_prepare(CompiledExpr *cexpr, ExprRuntime *rt)
 {
+	MemoryContext ctx = CurrentMemoryContext;
+
 	if (cexpr == NULL)
 		return;
-	if (IsA(cexpr->expr, FuncExpr) && ((FuncExpr *) cexpr->expr)->funcretset)
-		cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
-	else if (IsA(cexpr->expr, OpExpr) && ((OpExpr *) cexpr->expr)->opretset)
-		cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
-	else
-		cexpr->state = ExecInitExpr(cexpr->expr, NULL);
+	/* The executor checks EXECUTE on each function here: say which expression failed. */
+	PG_TRY();
+	{
+		if (IsA(cexpr->expr, FuncExpr) && ((FuncExpr *) cexpr->expr)->funcretset)
+			cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
+		else if (IsA(cexpr->expr, OpExpr) && ((OpExpr *) cexpr->expr)->opretset)
+			cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
+		else
+			cexpr->state = ExecInitExpr(cexpr->expr, NULL);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(ctx);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode),
+				 errmsg("invalid job spec at %s: %s", cexpr->path, edata->message),
+				 errdetail("The expression is: %s", cexpr->text),
+				 edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ?
+				 errhint("A job's expressions run as its owner: grant EXECUTE on the function to the job's owner.") :
+				 edata->hint ? errhint("%s", edata->hint) : 0));
+	}
+	PG_END_TRY();
 }
 
 Datum
