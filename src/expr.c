@@ -140,7 +140,16 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 				   "Use a \"flat_map\" step to turn one record into several.",
 				   "set-returning functions are allowed only in flat_map");
 
-	cexpr->expr = expression_planner((Expr *) node);
+	/* Constant folding evaluates immutable calls now: 1/0 fails here. */
+	PG_TRY();
+	{
+		cexpr->expr = expression_planner((Expr *) node);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, path, text, scope);
+	}
+	PG_END_TRY();
 	cexpr->type = exprType((Node *) cexpr->expr);
 	cexpr->typmod = exprTypmod((Node *) cexpr->expr);
 	cexpr->collation = exprCollation((Node *) cexpr->expr);
