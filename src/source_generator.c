@@ -134,22 +134,21 @@ generator_poll(Source *src, SourceMessage *out, int max)
 		TimestampTz ts = g->spec.start_time + id * g->spec.step_us;
 		struct pg_tm tm;
 		fsec_t		fsec;
-		int			klen;
 
 		key_off[i] = g->buf.len;
 		appendStringInfo(&g->buf, "c" INT64_FORMAT, customer);
-		klen = g->buf.len - key_off[i];
 		appendStringInfoChar(&g->buf, '\0');
 		value_off[i] = g->buf.len;
 		if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 					 errmsg("generator event " INT64_FORMAT " has a timestamp out of range", id)));
+		/* No pointer into buf among the arguments: appending may move it. */
 		appendStringInfo(&g->buf,
-						 "{\"order_id\": " INT64_FORMAT ", \"customer_id\": \"%.*s\", "
+						 "{\"order_id\": " INT64_FORMAT ", \"customer_id\": \"c" INT64_FORMAT "\", "
 						 "\"amount\": " INT64_FORMAT ".%02d, "
 						 "\"ts\": \"%04d-%02d-%02dT%02d:%02d:%02d.%06dZ\"}",
-						 id, klen, g->buf.data + key_off[i], cents / 100, (int) (cents % 100),
+						 id, customer, cents / 100, (int) (cents % 100),
 						 tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);
 		appendStringInfoChar(&g->buf, '\0');
 		out[i].topic = 0;
@@ -165,6 +164,9 @@ generator_poll(Source *src, SourceMessage *out, int max)
 		out[i].value = g->buf.data + value_off[i];
 		out[i].value_len = strlen(out[i].value);
 	}
+	/* The worker polls outside any transaction, in a long-lived context. */
+	pfree(key_off);
+	pfree(value_off);
 	g->next += n;
 	g->base.slot->partitions[0].position = g->next;
 	g->base.slot->partitions[0].records_in += n;
