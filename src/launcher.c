@@ -326,7 +326,9 @@ read_jobs(void)
 
 	catalog_exec("SELECT j.job_id, j.name, j.owner::pg_catalog.oid, "
 				 "j.desired_state OPERATOR(pg_catalog.=) 'running', s.state, "
-				 "coalesce((SELECT c.final FROM mailer.checkpoints c "
+				 /* stopped cleanly: a final checkpoint since the current worker was recorded */
+				 "coalesce((SELECT c.final AND c.committed_at OPERATOR(pg_catalog.>=) s.changed_at "
+				 "  FROM mailer.checkpoints c "
 				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY c.epoch DESC LIMIT 1), false) "
 				 "FROM mailer.job j JOIN mailer.job_status s USING (job_id) ORDER BY j.job_id",
 				 0, NULL, NULL, NULL, true);
