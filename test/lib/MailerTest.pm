@@ -13,19 +13,21 @@ use Test::More ();
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
-  wait_until pg_service fresh_extension unique_name $ROOT $BROKERS);
+  wait_until pg_service wait_server_ready fresh_extension unique_name $ROOT $BROKERS);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
 
 # Run SQL through psql; return its unaligned, tuples-only output without the
 # trailing newline.  Dies with psql's message when the SQL fails.
+# $opt{user} connects as another role than PGUSER.
 sub psql
 {
 	my ($sql, %opt) = @_;
 	my ($out, $err) = ('', '');
 	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
 		'-F', $opt{sep} // '|', '-f', '-');
+	push @cmd, '-U', $opt{user} if defined $opt{user};
 	my $ok = IPC::Run::run(\@cmd, '<', \$sql, '>', \$out, '2>', \$err);
 	die "psql failed: $err\nSQL: $sql\n" unless $ok;
 	chomp $out;
@@ -33,12 +35,14 @@ sub psql
 }
 
 # Run SQL expected to fail; return the error text (empty when it did not fail).
+# $opt{user} connects as another role than PGUSER.
 sub psql_fails
 {
-	my ($sql) = @_;
+	my ($sql, %opt) = @_;
 	my ($out, $err) = ('', '');
 	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
 		'-v', 'VERBOSITY=verbose', '-f', '-');
+	push @cmd, '-U', $opt{user} if defined $opt{user};
 	my $ok = IPC::Run::run(\@cmd, '<', \$sql, '>', \$out, '2>', \$err);
 	return $ok ? '' : $err;
 }
@@ -72,6 +76,22 @@ sub pg_service
 {
 	system("$ROOT/test/services/pg.sh", @_) == 0
 	  or die "pg.sh @_ failed\n";
+}
+
+# Wait until the server accepts connections again (after a crash of one of
+# its processes, the postmaster restarts them all) and the mailer launcher
+# is connected.
+sub wait_server_ready
+{
+	my ($timeout) = @_;
+	wait_until('the server and the mailer launcher to be up',
+		sub {
+			my $n = eval {
+				psql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'mailer launcher'");
+			};
+			return defined $n && $n eq '1';
+		},
+		$timeout // 120);
 }
 
 sub kafka
