@@ -13,7 +13,7 @@ use Test::More ();
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
-  wait_until pg_service wait_server_ready fresh_extension unique_name $ROOT $BROKERS);
+  wait_until pg_service launcher_pid wait_server_ready fresh_extension unique_name $ROOT $BROKERS);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
@@ -78,20 +78,29 @@ sub pg_service
 	  or die "pg.sh @_ failed\n";
 }
 
-# Wait until the server accepts connections again (after a crash of one of
-# its processes, the postmaster restarts them all) and the mailer launcher
-# is connected.
+# The pid of the mailer launcher ('' when there is none or no server).
+sub launcher_pid
+{
+	my $pid = eval {
+		psql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'mailer launcher'");
+	};
+	return $pid // '';
+}
+
+# Wait until the server accepts connections and the mailer launcher is
+# connected.  After a process crashed, the postmaster restarts them all:
+# pass the launcher's pid from before (launcher_pid()) as $opt{not_launcher}
+# to wait for the new one, not to see the old one before the restart.
 sub wait_server_ready
 {
-	my ($timeout) = @_;
+	my (%opt) = @_;
 	wait_until('the server and the mailer launcher to be up',
 		sub {
-			my $n = eval {
-				psql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'mailer launcher'");
-			};
-			return defined $n && $n eq '1';
+			my $pid = launcher_pid();
+			return $pid =~ /^\d+$/
+			  && (!defined $opt{not_launcher} || $pid ne $opt{not_launcher});
 		},
-		$timeout // 120);
+		$opt{timeout} // 120);
 }
 
 sub kafka
@@ -128,10 +137,19 @@ sub kcat_consume
 	return [ split /\n/, $out ];
 }
 
-# Drop and create the extension: every test file starts from nothing.
+# Drop and create the extension: every test file starts from nothing.  Jobs
+# left by an earlier test are dropped first, which waits for their workers
+# to exit: a worker outliving DROP EXTENSION could write into the new
+# extension's catalog, where job ids start at 1 again.
 sub fresh_extension
 {
-	psql("SET client_min_messages = warning; DROP EXTENSION IF EXISTS mailer CASCADE; CREATE EXTENSION mailer;");
+	psql("SET client_min_messages = warning;
+		DO \$\$ BEGIN
+			IF EXISTS (SELECT FROM pg_extension WHERE extname = 'mailer') THEN
+				PERFORM mailer.drop_job(name) FROM mailer.jobs;
+			END IF;
+		END \$\$;
+		DROP EXTENSION IF EXISTS mailer CASCADE; CREATE EXTENSION mailer;");
 }
 
 # A name unique to this run, for topics and jobs.

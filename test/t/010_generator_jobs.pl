@@ -92,10 +92,10 @@ for my $round (1 .. 2)
 	$before = restarts();
 	$pid = worker_pid();
 	$epoch = max_epoch();
+	my $launcher = launcher_pid();
 	is(kill('KILL', $pid), 1, "kill $round: kill -9 $pid");
-	wait_until("worker $pid gone", sub { !kill(0, $pid) });
-	wait_server_ready();
-	$newpid = worker_pid();
+	wait_server_ready(not_launcher => $launcher);
+	$newpid = worker_pid($pid);
 	isnt($newpid, $pid, "kill $round: a new worker ($newpid) runs the job");
 	cmp_ok(restarts(), '>', $before, "kill $round: restarts counted");
 	like(psql("SELECT last_error FROM mailer.jobs WHERE job_id = $job_id"),
