@@ -1,5 +1,12 @@
 -- The extension installs into the mailer schema; the launcher runs.
 SET client_min_messages = warning;
+-- Jobs an earlier run left: drop_job waits for their workers to exit, so none
+-- outlives the catalog and writes into the next one.
+DO $$ BEGIN
+	IF EXISTS (SELECT FROM pg_extension WHERE extname = 'mailer') THEN
+		PERFORM mailer.drop_job(name) FROM mailer.jobs;
+	END IF;
+END $$;
 DROP EXTENSION IF EXISTS mailer CASCADE;
 RESET client_min_messages;
 CREATE EXTENSION mailer;

@@ -189,15 +189,21 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'mailer_live_partitions'
 LANGUAGE C STRICT VOLATILE;
 
--- A job's state: the launcher's record, refined by its running worker.
+-- A job's state: the launcher's record, refined by its running worker.  A
+-- job set to stopped whose worker has exited is stopped, whether or not the
+-- launcher has recorded it yet; pid is that of a live worker only, and of
+-- none once the job has finished or failed (its worker is exiting).
 CREATE VIEW mailer.jobs AS
 SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   CASE
 		 WHEN l.live_state IS NOT NULL AND s.state NOT IN ('stopped', 'finished', 'failed')
 		   THEN l.live_state
+		 WHEN j.desired_state = 'stopped' AND l.pid IS NULL
+			  AND coalesce(s.state, 'starting') NOT IN ('finished', 'failed')
+		   THEN 'stopped'
 		 ELSE coalesce(s.state, 'starting')
 	   END AS state,
-	   coalesce(l.pid, s.pid) AS pid,
+	   CASE WHEN s.state IN ('finished', 'failed') THEN NULL ELSE l.pid END AS pid,
 	   coalesce(s.restarts, 0) AS restarts,
 	   CASE
 		 WHEN coalesce(l.error, s.last_error) IS NULL OR pg_catalog.pg_has_role(j.owner, 'USAGE')

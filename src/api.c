@@ -49,7 +49,7 @@ static void begin_reading_spec(void);
 static void wake_launcher_after_commit(void);
 static void check_job_name(const char *name);
 static void request_stop_and_wait(JobRow *job, long timeout_ms);
-static void wait_stop_finished(JobRow *job, long timeout_ms);
+static void wait_for_launcher_to_settle(JobRow *job, long timeout_ms);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
 
@@ -140,7 +140,7 @@ mailer_start_job(PG_FUNCTION_ARGS)
 
 	mailer_require_preload();
 	catalog_check_owner(job, "start");
-	wait_stop_finished(job, 60 * 1000L);
+	wait_for_launcher_to_settle(job, 60 * 1000L);
 	exec_job_update("UPDATE mailer.job SET desired_state = 'running' "
 					"WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	/* A finished, failed or stopped job runs again from its last checkpoint. */
@@ -283,7 +283,9 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		if (strcmp(job->desired_state, "stopped") == 0 ||
 			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
 		{
-			state = job->state;
+			/* The launcher may not have recorded a stop yet: desired_state says it. */
+			state = strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ?
+				job->state : "stopped";
 			break;
 		}
 
@@ -418,15 +420,18 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 }
 
 /*
- * A stop the launcher has not finished (the worker may be gone, but its slot
- * still holds the stop request) must finish before the job is set running
- * again: the launcher releases the slot only once it sees the job stopped,
- * and would otherwise keep it, with no worker, for good.  A stop requested
- * in this very transaction cannot finish before it commits: starting the
- * job again withdraws it.
+ * A worker that has exited leaves its slot as it was until the launcher has
+ * recorded why it exited.  Were start_job to commit first, the launcher
+ * would then record the old exit over it ('finished' or 'failed': the job
+ * never starts again) or, after a stop, could not tell the stop request
+ * left in the slot from a stop_job still in progress and would keep the
+ * slot, with no worker, for good.  So wait for the launcher here, before
+ * writing anything it would have to wait for.  A stop requested in this
+ * very transaction cannot finish before it commits: starting the job again
+ * withdraws it.
  */
 static void
-wait_stop_finished(JobRow *job, long timeout_ms)
+wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	ListCell   *lc;
@@ -439,32 +444,32 @@ wait_stop_finished(JobRow *job, long timeout_ms)
 	for (;;)
 	{
 		JobSlot    *slot;
-		bool		stopping = false;
-		long		remaining;
+		bool		leftover = false;
 
 		LWLockAcquire(mailer_shared->lock, LW_SHARED);
 		slot = job_slots_find(job->job_id);
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
-			stopping = slot->stop_requested;
 			if (ours)
-				slot->stop_requested = stopping = false;
+				slot->stop_requested = false;
+			leftover = slot->pid == 0 &&
+				(slot->stop_requested || slot->live_state != JOB_LIVE_NONE ||
+				 slot->exit_kind != JOB_EXIT_NONE);
 			SpinLockRelease(&slot->mutex);
 		}
 		LWLockRelease(mailer_shared->lock);
-		if (!stopping)
+		if (!leftover)
 			return;
-		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		if (remaining <= 0)
+		if (TimestampDifferenceExceeds(deadline, GetCurrentTimestamp(), 0))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("job \"%s\" is still stopping", job->name),
-					 errhint("SELECT state, last_error FROM mailer.jobs WHERE name = '%s' says why; try again in a moment.",
-							 job->name)));
+					 errmsg("job \"%s\" cannot be started yet", job->name),
+					 errdetail("Its last worker has exited but the launcher has not recorded it, or a stop of the job has not committed."),
+					 errhint("Commit any transaction that stops the job, check that the mailer launcher runs, then start the job again.")));
 		job_slots_wake_launcher();
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(remaining, 20), PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}

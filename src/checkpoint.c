@@ -141,6 +141,15 @@ checkpoint_take(Job *job, bool final)
 	catalog_exec("DELETE FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
 				 "AND epoch OPERATOR(pg_catalog.<=) $2",
 				 2, types, values, NULL, false);
+	/*
+	 * A bounded source's last checkpoint: the job is finished as soon as it
+	 * commits, so mailer.jobs says so before wait_job returns, not only once
+	 * the launcher has seen the worker exit.
+	 */
+	if (final && job->source->ops->finished(job->source))
+		catalog_exec("UPDATE mailer.job_status SET state = 'finished', pid = NULL, "
+					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
+					 1, types, values, NULL, false);
 	SPI_finish();
 
 	job_transaction_end();

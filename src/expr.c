@@ -140,7 +140,16 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 				   "Use a \"flat_map\" step to turn one record into several.",
 				   "set-returning functions are allowed only in flat_map");
 
-	cexpr->expr = expression_planner((Expr *) node);
+	/* Constant folding evaluates immutable calls now: 1/0 fails here. */
+	PG_TRY();
+	{
+		cexpr->expr = expression_planner((Expr *) node);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, path, text, scope);
+	}
+	PG_END_TRY();
 	cexpr->type = exprType((Node *) cexpr->expr);
 	cexpr->typmod = exprTypmod((Node *) cexpr->expr);
 	cexpr->collation = exprCollation((Node *) cexpr->expr);
@@ -201,14 +210,36 @@ expr_runtime_create(RecordSchema *schema)
 void
 expr_prepare(CompiledExpr *cexpr, ExprRuntime *rt)
 {
+	MemoryContext ctx = CurrentMemoryContext;
+
 	if (cexpr == NULL)
 		return;
-	if (IsA(cexpr->expr, FuncExpr) && ((FuncExpr *) cexpr->expr)->funcretset)
-		cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
-	else if (IsA(cexpr->expr, OpExpr) && ((OpExpr *) cexpr->expr)->opretset)
-		cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
-	else
-		cexpr->state = ExecInitExpr(cexpr->expr, NULL);
+	/* The executor checks EXECUTE on each function here: say which expression failed. */
+	PG_TRY();
+	{
+		if (IsA(cexpr->expr, FuncExpr) && ((FuncExpr *) cexpr->expr)->funcretset)
+			cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
+		else if (IsA(cexpr->expr, OpExpr) && ((OpExpr *) cexpr->expr)->opretset)
+			cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
+		else
+			cexpr->state = ExecInitExpr(cexpr->expr, NULL);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(ctx);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode),
+				 errmsg("invalid job spec at %s: %s", cexpr->path, edata->message),
+				 errdetail("The expression is: %s", cexpr->text),
+				 edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ?
+				 errhint("A job's expressions run as its owner: grant EXECUTE on the function to the job's owner.") :
+				 edata->hint ? errhint("%s", edata->hint) : 0));
+	}
+	PG_END_TRY();
 }
 
 Datum

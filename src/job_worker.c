@@ -381,6 +381,9 @@ answer_waits(Job *job)
 
 	if (job->wait_pending == 0 || job->uncommitted > 0)
 		return;
+	/* A source read to its end is answered by the final checkpoint, as finished. */
+	if (job->source->ops->finished(job->source) && job->slot->live_state != JOB_LIVE_FINISHED)
+		return;
 	answer = job->source->ops->reached_end(job->source);
 	if (!answer)
 		return;

@@ -171,6 +171,8 @@ reconcile(long *timeout_ms)
 		state_remove_orphans(NULL, 0);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		/* No jobs survive without the extension: none to resume later. */
+		first_round = false;
 		*timeout_ms = 5000;
 		return;
 	}
@@ -345,7 +347,9 @@ read_jobs(void)
 
 	catalog_exec("SELECT j.job_id, j.name, j.owner::pg_catalog.oid, "
 				 "j.desired_state OPERATOR(pg_catalog.=) 'running', s.state, "
-				 "coalesce((SELECT c.final FROM mailer.checkpoints c "
+				 /* stopped cleanly: a final checkpoint since the current worker was recorded */
+				 "coalesce((SELECT c.final AND c.committed_at OPERATOR(pg_catalog.>=) s.changed_at "
+				 "  FROM mailer.checkpoints c "
 				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY c.epoch DESC LIMIT 1), false), "
 				 "s.failures, s.changed_at "
 				 "FROM mailer.job j JOIN mailer.job_status s USING (job_id) ORDER BY j.job_id",
@@ -530,7 +534,9 @@ set_status(int64 job_id, const char *state, int pid, int add_restarts, const cha
 				 "last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE pg_catalog.now() END, "
 				 "failures = coalesce($6, failures), changed_at = pg_catalog.now() "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND (state, pid, $4, $5, failures) IS DISTINCT FROM ($2, $3, 0, NULL, coalesce($6, failures))",
+				 "AND (state, pid, $4, $5, failures) IS DISTINCT FROM ($2, $3, 0, NULL, coalesce($6, failures)) "
+				 /* a worker that was seen running may have finished since: finished stays */
+				 "AND NOT (state OPERATOR(pg_catalog.=) 'finished' AND $2 OPERATOR(pg_catalog.=) 'running')",
 				 6, types, values, nulls, false);
 }
 

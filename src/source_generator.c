@@ -145,6 +145,7 @@ generator_poll(Source *src, SourceMessage *out, int max)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 					 errmsg("generator event " INT64_FORMAT " has a timestamp out of range", id)));
+		/* No pointer into buf among the arguments: appending may move it. */
 		appendStringInfo(&g->buf,
 						 "{\"order_id\": " INT64_FORMAT ", \"customer_id\": \"c" INT64_FORMAT "\", "
 						 "\"amount\": " INT64_FORMAT ".%02d, "
@@ -165,6 +166,9 @@ generator_poll(Source *src, SourceMessage *out, int max)
 		out[i].value = g->buf.data + value_off[i];
 		out[i].value_len = strlen(out[i].value);
 	}
+	/* The worker polls outside any transaction, in a long-lived context. */
+	pfree(key_off);
+	pfree(value_off);
 	g->next += n;
 	g->base.slot->partitions[0].position = g->next;
 	g->base.slot->partitions[0].records_in += n;

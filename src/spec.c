@@ -172,7 +172,13 @@ static void
 parse_source(JsonObject *top, SourceSpec *source)
 {
 	static const char *const types[] = {"kafka", "generator", NULL};
-	JsonObject	obj = get_object(top, "source", true, NULL);
+	JsonbValue	v;
+	JsonObject	obj;
+
+	if (!get_value(top, "source", &v))
+		spec_error("source", "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.",
+				   "required field is missing");
+	obj = get_object(top, "source", true, NULL);
 
 	source->type = get_choice(&obj, "type", types, -1);
 	source->format = get_choice(&obj, "format", format_names, FORMAT_JSON);
@@ -266,8 +272,9 @@ parse_generator(JsonObject *obj, GeneratorSpec *gen)
 		((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);	/* 2025-01-01 UTC */
 	if (get_value(obj, "start_time", &v))
 	{
-		char	   *s = get_string(obj, "start_time", true, NULL);
 		char	   *path = child_path(obj->path, "start_time");
+		char	   *s = get_string(obj, "start_time", true,
+								   "A timestamptz such as \"2025-01-01 00:00:00+00\".");
 
 		PG_TRY();
 		{
@@ -458,8 +465,13 @@ parse_sink(JsonObject *top, SinkSpec *sink)
 {
 	static const char *const types[] = {"table", "kafka", NULL};
 	static const char *const modes[] = {"upsert", "append", NULL};
-	JsonObject	obj = get_object(top, "sink", true, NULL);
+	JsonObject	obj;
 	JsonbValue	v;
+
+	if (!get_value(top, "sink", &v))
+		spec_error("sink", "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}.",
+				   "required field is missing");
+	obj = get_object(top, "sink", true, NULL);
 
 	if (get_choice(&obj, "type", types, -1) == 1)
 		ereport(ERROR,

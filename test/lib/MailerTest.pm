@@ -13,7 +13,7 @@ use Test::More ();
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
-  wait_until pg_service fresh_extension unique_name $ROOT $BROKERS);
+  wait_until pg_service launcher_pid wait_server_ready fresh_extension unique_name $ROOT $BROKERS);
 # Helpers of the fault, poison-input and security tests (06x), below.
 push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
@@ -24,12 +24,14 @@ our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
 
 # Run SQL through psql; return its unaligned, tuples-only output without the
 # trailing newline.  Dies with psql's message when the SQL fails.
+# $opt{user} connects as another role than PGUSER.
 sub psql
 {
 	my ($sql, %opt) = @_;
 	my ($out, $err) = ('', '');
 	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
 		'-F', $opt{sep} // '|', '-f', '-');
+	push @cmd, '-U', $opt{user} if defined $opt{user};
 	my $ok = IPC::Run::run(\@cmd, '<', \$sql, '>', \$out, '2>', \$err);
 	die "psql failed: $err\nSQL: $sql\n" unless $ok;
 	chomp $out;
@@ -37,12 +39,14 @@ sub psql
 }
 
 # Run SQL expected to fail; return the error text (empty when it did not fail).
+# $opt{user} connects as another role than PGUSER.
 sub psql_fails
 {
-	my ($sql) = @_;
+	my ($sql, %opt) = @_;
 	my ($out, $err) = ('', '');
 	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
 		'-v', 'VERBOSITY=verbose', '-f', '-');
+	push @cmd, '-U', $opt{user} if defined $opt{user};
 	my $ok = IPC::Run::run(\@cmd, '<', \$sql, '>', \$out, '2>', \$err);
 	return $ok ? '' : $err;
 }
@@ -76,6 +80,31 @@ sub pg_service
 {
 	system("$ROOT/test/services/pg.sh", @_) == 0
 	  or die "pg.sh @_ failed\n";
+}
+
+# The pid of the mailer launcher ('' when there is none or no server).
+sub launcher_pid
+{
+	my $pid = eval {
+		psql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'mailer launcher'");
+	};
+	return $pid // '';
+}
+
+# Wait until the server accepts connections and the mailer launcher is
+# connected.  After a process crashed, the postmaster restarts them all:
+# pass the launcher's pid from before (launcher_pid()) as $opt{not_launcher}
+# to wait for the new one, not to see the old one before the restart.
+sub wait_server_ready
+{
+	my (%opt) = @_;
+	wait_until('the server and the mailer launcher to be up',
+		sub {
+			my $pid = launcher_pid();
+			return $pid =~ /^\d+$/
+			  && (!defined $opt{not_launcher} || $pid ne $opt{not_launcher});
+		},
+		$opt{timeout} // 120);
 }
 
 sub kafka
@@ -112,10 +141,19 @@ sub kcat_consume
 	return [ split /\n/, $out ];
 }
 
-# Drop and create the extension: every test file starts from nothing.
+# Drop and create the extension: every test file starts from nothing.  Jobs
+# left by an earlier test are dropped first, which waits for their workers
+# to exit: a worker outliving DROP EXTENSION could write into the new
+# extension's catalog, where job ids start at 1 again.
 sub fresh_extension
 {
-	psql("SET client_min_messages = warning; DROP EXTENSION IF EXISTS mailer CASCADE; CREATE EXTENSION mailer;");
+	psql("SET client_min_messages = warning;
+		DO \$\$ BEGIN
+			IF EXISTS (SELECT FROM pg_extension WHERE extname = 'mailer') THEN
+				PERFORM mailer.drop_job(name) FROM mailer.jobs;
+			END IF;
+		END \$\$;
+		DROP EXTENSION IF EXISTS mailer CASCADE; CREATE EXTENSION mailer;");
 }
 
 # A name unique to this run, for topics and jobs.
