@@ -677,7 +677,9 @@ plan_describe(JobPlan *plan)
 	appendStringInfo(&buf, "\n  record: %s", field_desc(plan->schema, FIELD_KEY));
 	for (int i = 1; i < NUM_BASE_FIELDS; i++)
 		appendStringInfo(&buf, ", %s", field_desc(plan->schema, i));
-	if (plan->json_fields)
+	if (plan->json_fields && plan->json_fields->nfields == 0)
+		appendStringInfoString(&buf, "\n  value: validated as JSON, not built (no step reads it)");
+	else if (plan->json_fields)
 	{
 		appendStringInfoString(&buf, "\n  value fields read from the JSON text without building jsonb:");
 		for (int i = 0; i < plan->json_fields->nfields; i++)
