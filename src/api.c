@@ -453,9 +453,11 @@ wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
 			SpinLockAcquire(&slot->mutex);
 			if (ours)
 				slot->stop_requested = false;
-			leftover = slot->pid == 0 &&
-				(slot->stop_requested || slot->live_state != JOB_LIVE_NONE ||
-				 slot->exit_kind != JOB_EXIT_NONE);
+			/* A worker that has finished is about to exit: that exit, too. */
+			leftover = slot->live_state == JOB_LIVE_FINISHED ||
+				(slot->pid == 0 &&
+				 (slot->stop_requested || slot->live_state != JOB_LIVE_NONE ||
+				  slot->exit_kind != JOB_EXIT_NONE));
 			SpinLockRelease(&slot->mutex);
 		}
 		LWLockRelease(mailer_shared->lock);
