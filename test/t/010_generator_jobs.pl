@@ -35,7 +35,7 @@ sub max_epoch
 }
 
 # The pid of the job's running worker, once there is one (not $not).
-sub worker_pid
+sub running_worker_pid
 {
 	my ($not) = @_;
 	return wait_until('a running worker for the job', sub {
@@ -64,7 +64,7 @@ sub restarts
 }
 
 wait_progress(1, 'the start');
-my $pid = worker_pid();
+my $pid = running_worker_pid();
 ok(psql("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid AND backend_type = 'mailer job'") == 1,
 	'mailer.jobs.pid is the job worker in pg_stat_activity');
 
@@ -73,12 +73,12 @@ for my $round (1 .. 2)
 	# SIGTERM: the worker takes a final checkpoint and exits; the launcher
 	# sees a worker it did not stop and starts it again at once.
 	my $before = restarts();
-	$pid = worker_pid();
+	$pid = running_worker_pid();
 	my $epoch = max_epoch();
 	is(psql("SELECT pg_terminate_backend($pid)"), 't', "terminate $round: pg_terminate_backend($pid)");
 	wait_until("worker $pid gone", sub {
 		psql("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") == 0 });
-	my $newpid = worker_pid($pid);
+	my $newpid = running_worker_pid($pid);
 	isnt($newpid, $pid, "terminate $round: a new worker ($newpid) runs the job");
 	my $final = psql("SELECT max(epoch) FROM mailer.checkpoints WHERE job_id = $job_id AND epoch > $epoch AND final");
 	like($final, qr/^\d+$/, "terminate $round: the terminated worker took a final checkpoint");
@@ -90,12 +90,12 @@ for my $round (1 .. 2)
 	# SIGKILL: the postmaster takes the whole server through crash
 	# recovery; the launcher resumes the job from its last checkpoint.
 	$before = restarts();
-	$pid = worker_pid();
+	$pid = running_worker_pid();
 	$epoch = max_epoch();
 	my $launcher = launcher_pid();
 	is(kill('KILL', $pid), 1, "kill $round: kill -9 $pid");
 	wait_server_ready(not_launcher => $launcher);
-	$newpid = worker_pid($pid);
+	$newpid = running_worker_pid($pid);
 	isnt($newpid, $pid, "kill $round: a new worker ($newpid) runs the job");
 	cmp_ok(restarts(), '>', $before, "kill $round: restarts counted");
 	like(psql("SELECT last_error FROM mailer.jobs WHERE job_id = $job_id"),
