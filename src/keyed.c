@@ -65,6 +65,7 @@ keyed_create(Job *job)
 	ks->out_context = AllocSetContextCreate(job->job_context, "mailer keyed output",
 											ALLOCSET_DEFAULT_SIZES);
 	ks->cache = kcache_create(ks->cache_context, 1024, NULL);
+	initStringInfo(&ks->group);
 	initStringInfo(&ks->key);
 	initStringInfo(&ks->value);
 	ks->args = palloc0(sizeof(Datum) * Max(ks->naggs, 1));
@@ -89,18 +90,17 @@ keyed_eval_args(KeyedStage *ks, Record *rec, Datum *args, bool *nulls)
 bool
 keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls)
 {
-	StringInfoData group;
 	KeyedEntry *e;
 
 	memcpy(ks->args, args, sizeof(Datum) * ks->naggs);
 	memcpy(ks->argnulls, nulls, sizeof(bool) * ks->naggs);
-	initStringInfo(&group);
-	encode_group(ks, rec, &group);
+	resetStringInfo(&ks->group);
+	encode_group(ks, rec, &ks->group);
 	if (ks->plan->window)
-		return window_add(ks, rec, group.data, group.len);
+		return window_add(ks, rec, ks->group.data, ks->group.len);
 
 	keyed_key_begin(ks, 'A');
-	appendBinaryStringInfo(&ks->key, group.data, group.len);
+	appendBinaryStringInfo(&ks->key, ks->group.data, ks->group.len);
 	e = keyed_lookup(ks, ks->key.data, ks->key.len, true);
 	keyed_advance(ks, e->values);
 	e->unemitted = true;

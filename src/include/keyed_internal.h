@@ -59,6 +59,7 @@ struct KeyedStage
 	MemoryContext out_context;	/* rows waiting for the checkpoint */
 	List	   *out_rows;		/* Records of the output schema, in emission order */
 	List	   *out_deletes;	/* parallel to out_rows: 1 for a row to delete */
+	StringInfoData group;		/* scratch: the current record's group key */
 	StringInfoData key;			/* scratch */
 	StringInfoData value;		/* scratch */
 	Datum	   *args;			/* the current record's aggregate arguments */
