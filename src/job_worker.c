@@ -191,6 +191,13 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 	job->sink = sink_buffer_create(job->plan, job_context);
 	job->dead_letters = dead_letter_buffer_create(job_context);
+	/* Partition metrics count what this worker reads, not what the slot's last user did. */
+	slot->npartitions = 0;
+	for (int p = 0; p < JOB_SLOT_MAX_PARTITIONS; p++)
+	{
+		memset(&slot->partitions[p], 0, sizeof(PartitionMetrics));
+		slot->partitions[p].watermark = DT_NOBEGIN;
+	}
 	checkpoint_restore(job);
 	job->topic_datums = palloc(sizeof(Datum) * job->source->ntopics);
 	for (int i = 0; i < job->source->ntopics; i++)
