@@ -341,8 +341,9 @@ refresh_assignment(KafkaSource *ks)
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not assign Kafka partitions: %s", msg)));
 		}
-		update_metrics(ks);
 	}
+	/* An idle job's end offsets and lag stay current too, not only when messages come. */
+	update_metrics(ks);
 	rd_kafka_topic_partition_list_destroy(add);
 	ks->next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												   failed ? METADATA_RETRY_MS : METADATA_INTERVAL_MS);
