@@ -174,9 +174,12 @@ SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   CASE
 		 WHEN l.live_state IS NOT NULL AND s.state NOT IN ('stopped', 'finished', 'failed')
 		   THEN l.live_state
+		 -- stop_job has returned, the launcher has not recorded it yet
+		 WHEN j.desired_state = 'stopped' AND l.pid IS NULL AND s.state NOT IN ('finished', 'failed')
+		   THEN 'stopped'
 		 ELSE coalesce(s.state, 'starting')
 	   END AS state,
-	   coalesce(l.pid, s.pid) AS pid,
+	   l.pid,								-- only a live worker has one
 	   coalesce(s.restarts, 0) AS restarts,
 	   coalesce(l.error, s.last_error) AS last_error,
 	   coalesce(l.error_at, s.last_error_at) AS last_error_at,
