@@ -14,6 +14,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -40,6 +41,7 @@ PG_FUNCTION_INFO_V1(mailer_wait_job);
 static bool wake_launcher_at_commit = false;
 static bool xact_callback_registered = false;
 static List *stops_to_undo = NIL;	/* job ids whose stop request an abort withdraws */
+static Oid	stops_ext_oid = InvalidOid;	/* the installation those jobs are of */
 
 static void api_xact_callback(XactEvent event, void *arg);
 static void wake_launcher_after_commit(void);
@@ -183,12 +185,14 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 	bool		worker_alive = false;
 	bool		isnull;
 	char	   *retained;
+	Oid			ext_oid;
 
 	mailer_require_preload();
 	catalog_check_owner(job, "restore");
+	ext_oid = get_extension_oid("mailer", false);
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
 	{
-		JobSlot    *slot = job_slots_find(job->job_id);
+		JobSlot    *slot = job_slots_find(job->job_id, ext_oid);
 
 		if (slot)
 		{
@@ -252,6 +256,7 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 	JobSlot    *ticket_slot = NULL;
 	uint64		ticket = 0;
 	char	   *state = NULL;
+	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	mailer_require_preload();
 	for (;;)
@@ -275,7 +280,7 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		}
 
 		LWLockAcquire(mailer_shared->lock, LW_SHARED);
-		slot = job_slots_find(job->job_id);
+		slot = job_slots_find(job->job_id, ext_oid);
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
@@ -360,9 +365,10 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 	JobSlot    *slot;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	MemoryContext old;
+	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	slot = job_slots_find(job->job_id);
+	slot = job_slots_find(job->job_id, ext_oid);
 	if (slot)
 	{
 		SpinLockAcquire(&slot->mutex);
@@ -377,6 +383,7 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	stops_to_undo = lappend(stops_to_undo, makeInteger((int) job->job_id));
+	stops_ext_oid = ext_oid;
 	MemoryContextSwitchTo(old);
 	wake_launcher_after_commit();
 
@@ -386,7 +393,7 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 		long		remaining;
 
 		SpinLockAcquire(&slot->mutex);
-		alive = slot->job_id == job->job_id && slot->pid != 0;
+		alive = slot->job_id == job->job_id && slot->ext_oid == ext_oid && slot->pid != 0;
 		SpinLockRelease(&slot->mutex);
 		if (!alive)
 			break;
@@ -432,7 +439,7 @@ api_xact_callback(XactEvent event, void *arg)
 				LWLockAcquire(mailer_shared->lock, LW_SHARED);
 				foreach(lc, stops_to_undo)
 				{
-					JobSlot    *slot = job_slots_find(intVal(lfirst(lc)));
+					JobSlot    *slot = job_slots_find(intVal(lfirst(lc)), stops_ext_oid);
 
 					if (slot)
 					{

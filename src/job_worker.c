@@ -13,6 +13,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -165,6 +166,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 	/* What the job keeps is allocated in job_context: it outlives this transaction. */
 	job_transaction_begin();
+	job->ext_oid = get_extension_oid("mailer", false);
 	row = catalog_get_job(job->job_id, true, false);
 	job->name = row->name;
 	pgstat_report_appname(psprintf("mailer job %s", job->name));

@@ -14,6 +14,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -159,11 +160,13 @@ reconcile(long *timeout_ms)
 	TimestampTz now = GetCurrentTimestamp();
 	int64	   *live_ids;
 	int			nlive = 0;
+	Oid			ext_oid;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (!catalog_extension_exists())
+	ext_oid = get_extension_oid("mailer", true);
+	if (!OidIsValid(ext_oid))
 	{
 		stop_all_workers();
 		state_remove_orphans(NULL, 0);
@@ -185,7 +188,7 @@ reconcile(long *timeout_ms)
 			JobSlot    *slot;
 
 			LWLockAcquire(mailer_shared->lock, LW_SHARED);
-			slot = job_slots_find(job->job_id);
+			slot = job_slots_find(job->job_id, ext_oid);
 			LWLockRelease(mailer_shared->lock);
 			if (slot == NULL && job->want_running && !job->last_checkpoint_final &&
 				strcmp(job->state, "running") == 0)
@@ -210,7 +213,8 @@ reconcile(long *timeout_ms)
 
 		if (slot->job_id == 0)
 			continue;
-		job = find_job(jobs, slot->job_id);
+		/* A worker of a dropped installation is no job's: it is asked to stop. */
+		job = slot->ext_oid == ext_oid ? find_job(jobs, slot->job_id) : NULL;
 		if (job)
 			job->has_slot = true;
 		SpinLockAcquire(&slot->mutex);
@@ -289,6 +293,7 @@ reconcile(long *timeout_ms)
 
 				free_slot = i;
 				slot->job_id = job->job_id;
+				slot->ext_oid = ext_oid;
 				slot->pid = 0;
 				slot->latch = NULL;
 				slot->live_state = JOB_LIVE_NONE;
