@@ -371,8 +371,11 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 	slot = job_slots_find(job->job_id, ext_oid);
 	if (slot)
 	{
+		TransactionId xid = GetTopTransactionId();
+
 		SpinLockAcquire(&slot->mutex);
 		slot->stop_requested = true;
+		slot->stop_xid = xid;
 		if (slot->latch)
 			SetLatch(slot->latch);
 		SpinLockRelease(&slot->mutex);

@@ -23,6 +23,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -74,6 +75,8 @@ static bool may_start(JobEntry *job, TimestampTz now, long *timeout_ms);
 static void stop_all_workers(void);
 static bool worker_alive(int i);
 static void ask_to_stop(JobSlot *slot);
+static bool stop_in_progress(JobSlot *slot);
+static bool job_wants_to_run(int64 job_id);
 static long backoff_ms(int failures);
 
 void
@@ -251,6 +254,22 @@ reconcile(long *timeout_ms)
 			lslots[i].adopted = false;
 		}
 
+		if (job && job->want_running && stop_requested)
+		{
+			if (stop_in_progress(slot))
+				continue;		/* a stop_job in progress: wait for it to commit or abort */
+
+			/*
+			 * The stop_job ended after we read the jobs, or a start_job came
+			 * after it: the request is done with, and what the job wants now
+			 * decides.  (Waiting on the request instead would wait forever
+			 * for a job started again before we looked.)
+			 */
+			SpinLockAcquire(&slot->mutex);
+			slot->stop_requested = false;
+			SpinLockRelease(&slot->mutex);
+			job->want_running = job_wants_to_run(job->job_id);
+		}
 		if (job == NULL || !job->want_running)
 		{
 			if (job)
@@ -261,8 +280,6 @@ reconcile(long *timeout_ms)
 			LWLockRelease(mailer_shared->lock);
 			continue;
 		}
-		if (stop_requested)
-			continue;			/* a stop_job in progress: wait for it to commit or abort */
 		if (strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
 		{
 			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
@@ -577,9 +594,37 @@ ask_to_stop(JobSlot *slot)
 {
 	SpinLockAcquire(&slot->mutex);
 	slot->stop_requested = true;
+	slot->stop_xid = InvalidTransactionId;
 	if (slot->latch)
 		SetLatch(slot->latch);
 	SpinLockRelease(&slot->mutex);
+}
+
+/* Whether the stop_job that asked the slot's worker to stop has yet to commit or abort. */
+static bool
+stop_in_progress(JobSlot *slot)
+{
+	TransactionId xid;
+
+	SpinLockAcquire(&slot->mutex);
+	xid = slot->stop_xid;
+	SpinLockRelease(&slot->mutex);
+	return TransactionIdIsValid(xid) && TransactionIdIsInProgress(xid);
+}
+
+/* The job's desired state as committed now, not as of the round's snapshot. */
+static bool
+job_wants_to_run(int64 job_id)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(job_id);
+	bool		isnull;
+
+	/* Not read-only: the statement takes a snapshot of its own. */
+	catalog_exec("SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM mailer.job "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, &type, &value, NULL, false);
+	return SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 static long

@@ -84,6 +84,7 @@ typedef struct JobSlot
 	JobLiveState live_state;
 	JobExitKind exit_kind;
 	bool		stop_requested;
+	TransactionId stop_xid;		/* the stop_job that requested it, if one did */
 	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits, errs or failed */
 	TimestampTz error_at;
 
