@@ -51,6 +51,29 @@ for my $burst (1 .. $BURSTS)
 	}
 }
 
+# Stop and start at once (two transactions, one session), then wait, with
+# nothing new: each start runs the job, whether the launcher saw the
+# worker exit before or after the stop committed.
+psql("SELECT mailer.start_job('$job{$_}')") for @BACKENDS;
+my %cycles_ok;
+for my $cycle (1 .. 10)
+{
+	for my $b (@BACKENDS)
+	{
+		is(psql("SELECT mailer.wait_job('$job{$b}', '5 minutes')"), 'running', "cycle $cycle: $b running")
+		  if $cycle == 1;
+		psql("SELECT mailer.stop_job('$job{$b}'); SELECT mailer.start_job('$job{$b}');");
+		my $state = eval { psql("SELECT mailer.wait_job('$job{$b}', '30 seconds')") } // 'timeout';
+		$cycles_ok{$b}++ if $state eq 'running' && defined job_worker_pid($job{$b});
+		diag("cycle $cycle, $b: $state; " . psql("SELECT state, pid FROM mailer.jobs WHERE name = '$job{$b}'"))
+		  unless $state eq 'running';
+	}
+}
+is($cycles_ok{$_} // 0, 10, "$_: 10 stop and start at once, then wait_job: each start ran the job") for @BACKENDS;
+is(psql("SELECT restarts || ' ' || coalesce(last_error, 'no error') FROM mailer.jobs WHERE name = '$job{$_}'"),
+	'0 no error', "$_: stops and starts are no restarts, and no error") for @BACKENDS;
+psql("SELECT mailer.stop_job('$job{$_}')") for @BACKENDS;
+
 # Started once more with nothing new: nothing changes.
 psql("SELECT mailer.start_job('$job{$_}')") for @BACKENDS;
 for my $b (@BACKENDS)
