@@ -208,6 +208,18 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 		job->keyed = keyed_create(job);
 	job_transaction_end();
 
+	/*
+	 * "start": "latest" holds for a job's first start only: pin the offsets
+	 * it resolved at once, or a restart before its first checkpoint would
+	 * begin at the latest offsets of that moment, skipping what came in
+	 * between.  Only once every topic is positioned: a partition missing
+	 * from a checkpoint is read from its beginning.
+	 */
+	if (job->epoch == 0 && job->spec->source.type == SOURCE_KAFKA &&
+		job->spec->source.kafka.start_latest && job->source->error == NULL &&
+		job->source->ops->partition_count(job->source) > 0)
+		checkpoint_take(job, false);
+
 	job->rate_at = GetCurrentTimestamp();
 	job->rate_records = job->counters[JC_RECORDS_IN];
 	MemoryContextSwitchTo(old);
