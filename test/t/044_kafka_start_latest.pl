@@ -1,7 +1,7 @@
 # "start": "latest": a job with no checkpoint begins at the end of every
 # partition, so what the topic held before the job started is skipped;
-# once it has a checkpoint (a stop takes one), it resumes from there like
-# any job, and events produced while it was stopped are read.
+# from then on it resumes from there like any job, and events produced
+# while it was stopped, or while the server was down, are read.
 use strict;
 use warnings;
 use FindBin;
@@ -82,5 +82,39 @@ for my $b (@BACKENDS)
 }
 
 psql("SELECT mailer.drop_job('$_')") for values %job, values %idle;
+
+# The server crashes after the jobs started at the latest offsets, before
+# they committed any checkpoint; events arrive while it is down.  Started
+# again, the jobs begin where they first began, not at the latest offsets
+# of the moment they come back: those events are read.
+my %crash = map { $_ => "crash_044_$_" } @BACKENDS;
+my $on_topic = $to;
+my ($cfrom, $cto) = ($to + 1, $to + $STOPPED);
+for my $b (@BACKENDS)
+{
+	totals_sink($crash{$b});
+	psql("SELECT mailer.create_job('$crash{$b}', \$\$" . totals_spec($topic, $crash{$b}, backend => $b, start => 'latest') . "\$\$)");
+}
+for my $j (values %crash)
+{
+	wait_job_running($j);
+	wait_until("$j to position its 8 partitions", sub {
+		psql("SELECT count(*) = 8 AND sum(position) = $on_topic FROM mailer.partition_metrics WHERE name = '$j'") eq 't';
+	});
+}
+# The events, made while the server is still up, produced while it is down.
+my $lines = psql("SELECT customer_id || E'\\t' || json_build_object('order_id', order_id, 'customer_id', customer_id, "
+	  . "'amount', amount, 'ts', ts)::text FROM orders_044 WHERE order_id BETWEEN $cfrom AND $cto ORDER BY order_id");
+pg_service('crash');
+kcat_produce($topic, "$lines\n");
+pg_service('start');
+wait_server_up();
+for my $b (@BACKENDS)
+{
+	is(psql("SELECT mailer.wait_job('$crash{$b}', '5 minutes')"), 'running', "$b: caught up after the crash");
+	totals_check('orders_044', $crash{$b}, "$b, crashed before its first checkpoint", "order_id BETWEEN $cfrom AND $cto");
+	is(job_metric($crash{$b}, 'records_in'), $STOPPED, "$b: the $STOPPED events produced while the server was down were read");
+	psql("SELECT mailer.drop_job('$crash{$b}')");
+}
 kafka('delete-topic', $topic);
 done_testing();
