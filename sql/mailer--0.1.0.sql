@@ -198,12 +198,13 @@ SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   CASE
 		 WHEN l.live_state IS NOT NULL AND s.state NOT IN ('stopped', 'finished', 'failed')
 		   THEN l.live_state
+		 -- stop_job has returned, the launcher has not recorded it yet
 		 WHEN j.desired_state = 'stopped' AND l.pid IS NULL
 			  AND coalesce(s.state, 'starting') NOT IN ('finished', 'failed')
 		   THEN 'stopped'
 		 ELSE coalesce(s.state, 'starting')
 	   END AS state,
-	   CASE WHEN s.state IN ('finished', 'failed') THEN NULL ELSE l.pid END AS pid,
+	   CASE WHEN s.state IN ('finished', 'failed') THEN NULL ELSE l.pid END AS pid,	-- a live worker's
 	   coalesce(s.restarts, 0) AS restarts,
 	   CASE
 		 WHEN coalesce(l.error, s.last_error) IS NULL OR pg_catalog.pg_has_role(j.owner, 'USAGE')

@@ -14,6 +14,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -42,6 +43,7 @@ static bool reading_spec = false;	/* a spec (maybe with secrets) is the statemen
 static emit_log_hook_type prev_emit_log_hook = NULL;
 static bool xact_callback_registered = false;
 static List *stops_to_undo = NIL;	/* job ids whose stop request an abort withdraws */
+static Oid	stops_ext_oid = InvalidOid;	/* the installation those jobs are of */
 
 static void api_xact_callback(XactEvent event, void *arg);
 static void hide_spec_statement(ErrorData *edata);
@@ -196,12 +198,14 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 	bool		worker_alive = false;
 	bool		isnull;
 	char	   *retained;
+	Oid			ext_oid;
 
 	mailer_require_preload();
 	catalog_check_owner(job, "restore");
+	ext_oid = get_extension_oid("mailer", false);
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
 	{
-		JobSlot    *slot = job_slots_find(job->job_id);
+		JobSlot    *slot = job_slots_find(job->job_id, ext_oid);
 
 		if (slot)
 		{
@@ -265,6 +269,7 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 	JobSlot    *ticket_slot = NULL;
 	uint64		ticket = 0;
 	char	   *state = NULL;
+	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	mailer_require_preload();
 	for (;;)
@@ -290,7 +295,7 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		}
 
 		LWLockAcquire(mailer_shared->lock, LW_SHARED);
-		slot = job_slots_find(job->job_id);
+		slot = job_slots_find(job->job_id, ext_oid);
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
@@ -375,13 +380,17 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 	JobSlot    *slot;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	MemoryContext old;
+	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	slot = job_slots_find(job->job_id);
+	slot = job_slots_find(job->job_id, ext_oid);
 	if (slot)
 	{
+		TransactionId xid = GetTopTransactionId();
+
 		SpinLockAcquire(&slot->mutex);
 		slot->stop_requested = true;
+		slot->stop_xid = xid;
 		if (slot->latch)
 			SetLatch(slot->latch);
 		SpinLockRelease(&slot->mutex);
@@ -392,6 +401,7 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	stops_to_undo = lappend(stops_to_undo, makeInteger((int) job->job_id));
+	stops_ext_oid = ext_oid;
 	MemoryContextSwitchTo(old);
 	wake_launcher_after_commit();
 
@@ -401,7 +411,7 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 		long		remaining;
 
 		SpinLockAcquire(&slot->mutex);
-		alive = slot->job_id == job->job_id && slot->pid != 0;
+		alive = slot->job_id == job->job_id && slot->ext_oid == ext_oid && slot->pid != 0;
 		SpinLockRelease(&slot->mutex);
 		if (!alive)
 			break;
@@ -434,6 +444,7 @@ static void
 wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	Oid			ext_oid = get_extension_oid("mailer", false);
 	ListCell   *lc;
 	bool		ours = false;
 
@@ -447,7 +458,7 @@ wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
 		bool		leftover = false;
 
 		LWLockAcquire(mailer_shared->lock, LW_SHARED);
-		slot = job_slots_find(job->job_id);
+		slot = job_slots_find(job->job_id, ext_oid);
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
@@ -537,7 +548,7 @@ api_xact_callback(XactEvent event, void *arg)
 				LWLockAcquire(mailer_shared->lock, LW_SHARED);
 				foreach(lc, stops_to_undo)
 				{
-					JobSlot    *slot = job_slots_find(intVal(lfirst(lc)));
+					JobSlot    *slot = job_slots_find(intVal(lfirst(lc)), stops_ext_oid);
 
 					if (slot)
 					{

@@ -14,6 +14,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -101,6 +102,17 @@ checkpoint_take(Job *job, bool final)
 
 	job->stage = "checkpoint";
 	job_transaction_begin();
+
+	/*
+	 * Job ids start again at 1 when the extension is dropped and created
+	 * again: a worker of the old installation must not write into the new
+	 * one's tables, where its id may be another job's.
+	 */
+	if (get_extension_oid("mailer", true) != job->ext_oid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),
+				 errdetail("The job's worker exits without a last checkpoint.")));
 
 	if (job->keyed)
 		keyed_prepare_checkpoint(job->keyed);

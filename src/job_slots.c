@@ -74,11 +74,12 @@ job_slots_shmem_init(void)
 }
 
 JobSlot *
-job_slots_find(int64 job_id)
+job_slots_find(int64 job_id, Oid ext_oid)
 {
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
-		if (mailer_shared->slots[i].job_id == job_id)
+		if (mailer_shared->slots[i].job_id == job_id &&
+			(ext_oid == InvalidOid || mailer_shared->slots[i].ext_oid == ext_oid))
 			return &mailer_shared->slots[i];
 	}
 	return NULL;

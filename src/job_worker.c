@@ -13,6 +13,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -201,6 +202,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 	/* What the job keeps is allocated in job_context: it outlives this transaction. */
 	job_transaction_begin();
+	job->ext_oid = get_extension_oid("mailer", false);
 	row = catalog_get_job(job->job_id, true, false);
 	job->name = row->name;
 	pgstat_report_appname(psprintf("mailer job %s", job->name));
@@ -227,6 +229,13 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 	job->sink = sink_buffer_create(job->plan, job_context, &job->failing);
 	job->dead_letters = dead_letter_buffer_create(job_context);
+	/* Partition metrics count what this worker reads, not what the slot's last user did. */
+	slot->npartitions = 0;
+	for (int p = 0; p < JOB_SLOT_MAX_PARTITIONS; p++)
+	{
+		memset(&slot->partitions[p], 0, sizeof(PartitionMetrics));
+		slot->partitions[p].watermark = DT_NOBEGIN;
+	}
 	checkpoint_restore(job);
 	job->topic_datums = palloc(sizeof(Datum) * job->source->ntopics);
 	for (int i = 0; i < job->source->ntopics; i++)
@@ -234,6 +243,18 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	if (job->plan->aggregated)
 		job->keyed = keyed_create(job);
 	job_transaction_end();
+
+	/*
+	 * "start": "latest" holds for a job's first start only: pin the offsets
+	 * it resolved at once, or a restart before its first checkpoint would
+	 * begin at the latest offsets of that moment, skipping what came in
+	 * between.  Only once every topic is positioned: a partition missing
+	 * from a checkpoint is read from its beginning.
+	 */
+	if (job->epoch == 0 && job->spec->source.type == SOURCE_KAFKA &&
+		job->spec->source.kafka.start_latest && job->source->error == NULL &&
+		job->source->ops->partition_count(job->source) > 0)
+		checkpoint_take(job, false);
 
 	job->rate_at = GetCurrentTimestamp();
 	job->rate_records = job->counters[JC_RECORDS_IN];

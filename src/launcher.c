@@ -14,6 +14,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -22,6 +23,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -75,6 +77,8 @@ static void stop_all_workers(void);
 static bool worker_alive(int i);
 static bool waiting_error(JobSlot *slot, char *recorded);
 static void ask_to_stop(JobSlot *slot);
+static bool stop_in_progress(JobSlot *slot);
+static bool job_wants_to_run(int64 job_id);
 static long backoff_ms(int failures);
 
 void
@@ -161,11 +165,13 @@ reconcile(long *timeout_ms)
 	TimestampTz now = GetCurrentTimestamp();
 	int64	   *live_ids;
 	int			nlive = 0;
+	Oid			ext_oid;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (!catalog_extension_exists())
+	ext_oid = get_extension_oid("mailer", true);
+	if (!OidIsValid(ext_oid))
 	{
 		stop_all_workers();
 		state_remove_orphans(NULL, 0);
@@ -189,7 +195,7 @@ reconcile(long *timeout_ms)
 			JobSlot    *slot;
 
 			LWLockAcquire(mailer_shared->lock, LW_SHARED);
-			slot = job_slots_find(job->job_id);
+			slot = job_slots_find(job->job_id, ext_oid);
 			LWLockRelease(mailer_shared->lock);
 			if (slot == NULL && job->want_running && !job->last_checkpoint_final &&
 				strcmp(job->state, "running") == 0)
@@ -214,7 +220,8 @@ reconcile(long *timeout_ms)
 
 		if (slot->job_id == 0)
 			continue;
-		job = find_job(jobs, slot->job_id);
+		/* A worker of a dropped installation is no job's: it is asked to stop. */
+		job = slot->ext_oid == ext_oid ? find_job(jobs, slot->job_id) : NULL;
 		if (job)
 			job->has_slot = true;
 		SpinLockAcquire(&slot->mutex);
@@ -256,6 +263,22 @@ reconcile(long *timeout_ms)
 			lslots[i].adopted = false;
 		}
 
+		if (job && job->want_running && stop_requested)
+		{
+			if (stop_in_progress(slot))
+				continue;		/* a stop_job in progress: wait for it to commit or abort */
+
+			/*
+			 * The stop_job ended after we read the jobs, or a start_job came
+			 * after it: the request is done with, and what the job wants now
+			 * decides.  (Waiting on the request instead would wait forever
+			 * for a job started again before we looked.)
+			 */
+			SpinLockAcquire(&slot->mutex);
+			slot->stop_requested = false;
+			SpinLockRelease(&slot->mutex);
+			job->want_running = job_wants_to_run(job->job_id);
+		}
 		if (job == NULL || !job->want_running)
 		{
 			if (job)
@@ -266,8 +289,6 @@ reconcile(long *timeout_ms)
 			LWLockRelease(mailer_shared->lock);
 			continue;
 		}
-		if (stop_requested)
-			continue;			/* a stop_job in progress: wait for it to commit or abort */
 		if (strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
 		{
 			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
@@ -298,6 +319,7 @@ reconcile(long *timeout_ms)
 
 				free_slot = i;
 				slot->job_id = job->job_id;
+				slot->ext_oid = ext_oid;
 				slot->pid = 0;
 				slot->latch = NULL;
 				slot->live_state = JOB_LIVE_NONE;
@@ -600,9 +622,37 @@ ask_to_stop(JobSlot *slot)
 {
 	SpinLockAcquire(&slot->mutex);
 	slot->stop_requested = true;
+	slot->stop_xid = InvalidTransactionId;
 	if (slot->latch)
 		SetLatch(slot->latch);
 	SpinLockRelease(&slot->mutex);
+}
+
+/* Whether the stop_job that asked the slot's worker to stop has yet to commit or abort. */
+static bool
+stop_in_progress(JobSlot *slot)
+{
+	TransactionId xid;
+
+	SpinLockAcquire(&slot->mutex);
+	xid = slot->stop_xid;
+	SpinLockRelease(&slot->mutex);
+	return TransactionIdIsValid(xid) && TransactionIdIsInProgress(xid);
+}
+
+/* The job's desired state as committed now, not as of the round's snapshot. */
+static bool
+job_wants_to_run(int64 job_id)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(job_id);
+	bool		isnull;
+
+	/* Not read-only: the statement takes a snapshot of its own. */
+	catalog_exec("SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM mailer.job "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, &type, &value, NULL, false);
+	return SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 static long

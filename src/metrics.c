@@ -5,6 +5,7 @@
  */
 #include "postgres.h"
 
+#include "commands/extension.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -23,6 +24,7 @@ Datum
 mailer_live_jobs(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (mailer_shared == NULL)
@@ -37,7 +39,8 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 		uint64		counters[JC_NUM_COUNTERS];
 		JobSlot		copy;
 
-		if (slot->job_id == 0)
+		/* Free, or a worker of a dropped installation of mailer. */
+		if (slot->job_id == 0 || slot->ext_oid != ext_oid)
 			continue;
 		SpinLockAcquire(&slot->mutex);
 		memcpy(&copy, slot, offsetof(JobSlot, counters));
@@ -82,6 +85,7 @@ Datum
 mailer_live_partitions(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (mailer_shared == NULL)
@@ -92,7 +96,7 @@ mailer_live_partitions(PG_FUNCTION_ARGS)
 	{
 		JobSlot    *slot = &mailer_shared->slots[i];
 
-		if (slot->job_id == 0 || slot->pid == 0)
+		if (slot->job_id == 0 || slot->ext_oid != ext_oid || slot->pid == 0)
 			continue;
 		for (int p = 0; p < slot->npartitions && p < JOB_SLOT_MAX_PARTITIONS; p++)
 		{

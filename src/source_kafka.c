@@ -99,6 +99,7 @@ static rd_kafka_conf_t *build_conf(KafkaSourceSpec *spec, const char *group_id);
 static void error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque);
 static void drain_logs(KafkaSource *ks);
 static void refresh_assignment(KafkaSource *ks);
+static void take_marks(KafkaSource *ks);
 static int	find_partition(KafkaSource *ks, int topic, int32 partition);
 static int64 restored_offset(KafkaSource *ks, int topic, int32 partition);
 static void release_batch(KafkaSource *ks);
@@ -341,8 +342,9 @@ refresh_assignment(KafkaSource *ks)
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not assign Kafka partitions: %s", msg)));
 		}
-		update_metrics(ks);
 	}
+	/* An idle job's end offsets and lag stay current too, not only when messages come. */
+	update_metrics(ks);
 	rd_kafka_topic_partition_list_destroy(add);
 	ks->next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												   failed ? METADATA_RETRY_MS : METADATA_INTERVAL_MS);
@@ -350,7 +352,7 @@ refresh_assignment(KafkaSource *ks)
 		ks->broker_error[0] = '\0';
 	ks->base.error = ks->error[0] ? ks->error : NULL;
 	if (!failed && ks->mark_pending)
-		kafka_mark_end(&ks->base);
+		take_marks(ks);
 }
 
 static int
@@ -627,13 +629,24 @@ kafka_partition_at(Source *src, int i, int *topic, int32 *partition)
 	*partition = ks->parts[i].partition;
 }
 
-/* Take each partition's end offset now; until the broker answers, no mark. */
+/*
+ * Note the input available now: partitions added since the last metadata
+ * refresh hold some too, so refresh first; the marks are taken once it
+ * succeeds.
+ */
 static void
 kafka_mark_end(Source *src)
 {
 	KafkaSource *ks = (KafkaSource *) src;
 
 	ks->mark_pending = true;
+	refresh_assignment(ks);
+}
+
+/* Take each partition's end offset now; until the broker answers, no mark. */
+static void
+take_marks(KafkaSource *ks)
+{
 	if (ks->error[0] != '\0')
 		return;
 	for (int i = 0; i < ks->nparts; i++)

@@ -21,6 +21,7 @@ typedef struct Job
 	int64		job_id;
 	char	   *name;
 	Oid			owner;
+	Oid			ext_oid;		/* the installation of mailer the job belongs to */
 	JobSlot    *slot;
 	JobSpec    *spec;
 	JobPlan    *plan;

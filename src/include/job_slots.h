@@ -76,6 +76,7 @@ typedef struct JobSlot
 {
 	/* Set by the launcher when it assigns the slot; 0 means free. */
 	int64		job_id;
+	Oid			ext_oid;		/* the installation of mailer the job is of */
 
 	slock_t		mutex;			/* protects the fields up to 'counters' */
 	pid_t		pid;			/* worker's pid, 0 when none */
@@ -83,6 +84,7 @@ typedef struct JobSlot
 	JobLiveState live_state;
 	JobExitKind exit_kind;
 	bool		stop_requested;
+	TransactionId stop_xid;		/* the stop_job that requested it, if one did */
 	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits, errs or failed */
 	TimestampTz error_at;
 
@@ -120,8 +122,13 @@ extern MailerShared *mailer_shared;
 extern Size job_slots_shmem_size(void);
 extern void job_slots_shmem_init(void);
 
-/* Slot of a job, or NULL; caller holds mailer_shared->lock. */
-extern JobSlot *job_slots_find(int64 job_id);
+/*
+ * Slot of a job of the installation of mailer ext_oid (InvalidOid: any),
+ * or NULL; caller holds mailer_shared->lock.  Job ids start again at 1
+ * when the extension is dropped and created again, while the old
+ * installation's workers may still hold slots.
+ */
+extern JobSlot *job_slots_find(int64 job_id, Oid ext_oid);
 
 /* Wake the launcher now (from any backend). */
 extern void job_slots_wake_launcher(void);
