@@ -17,7 +17,7 @@ use MailerTest;
 
 our @EXPORT = qw(orders_source orders_insert orders_produce totals_spec
   totals_sink totals_check job_epoch wait_epoch_after job_worker_pid
-  wait_server_up wait_job_running job_metric lock_tables unlock_tables
+  wait_server_up wait_job_running lock_tables unlock_tables
   set_cluster_setting);
 
 # A source table of order events (made anew; it stays after the test).
@@ -165,13 +165,6 @@ sub wait_job_running
 		psql("SELECT state = 'running' AND pid IS NOT NULL FROM mailer.jobs WHERE name = '$job'") eq 't'
 		  && defined job_worker_pid($job);
 	}, $timeout // 120);
-}
-
-# One column of mailer.metrics for a job.
-sub job_metric
-{
-	my ($job, $column) = @_;
-	return psql("SELECT $column FROM mailer.metrics WHERE name = '$job'");
 }
 
 # Hold an EXCLUSIVE lock on tables in a session of its own, so that a job's
