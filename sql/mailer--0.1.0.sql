@@ -167,6 +167,13 @@ LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION mailer.wait_job(text, interval) IS
 	'Wait until the job has committed all input available now (or has ended); returns its state';
 
+-- Text to timestamptz as a cast would, quicker for ISO 8601 with an offset;
+-- job expressions use it in place of text::timestamptz.
+CREATE FUNCTION mailer._timestamptz_iso(text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'mailer_timestamptz_iso'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+
 --
 -- Views.
 --
