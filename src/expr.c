@@ -262,18 +262,7 @@ expr_prepare(CompiledExpr *cexpr, ExprRuntime *rt)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(ctx);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ereport(ERROR,
-				(errcode(edata->sqlerrcode),
-				 errmsg("invalid job spec at %s: %s", cexpr->path, edata->message),
-				 errdetail("The expression is: %s", cexpr->text),
-				 edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ?
-				 errhint("A job's expressions run as its owner: grant EXECUTE on the function to the job's owner.") :
-				 edata->hint ? errhint("%s", edata->hint) : 0));
+		rethrow_with_path(ctx, cexpr->path, cexpr->text, NULL);
 	}
 	PG_END_TRY();
 }
@@ -370,6 +359,8 @@ rethrow_with_path(MemoryContext ctx, const char *path, const char *text, FieldSc
 			(errcode(edata->sqlerrcode),
 			 errmsg("invalid job spec at %s: %s", path, edata->message),
 			 errdetail("The expression is: %s", text),
+			 edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ?
+			 errhint("A job's expressions run as its owner: grant EXECUTE on the function to the job's owner.") :
 			 edata->hint ? errhint("%s", edata->hint) :
 			 scope ? errhint("Expressions are SQL over the record's fields: %s.", describe_fields(scope)) :
 			 errhint("Write one SQL expression, as in a SELECT list.")));
