@@ -12,6 +12,8 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "access/xact.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
@@ -62,6 +64,14 @@ job_worker_main(Datum main_arg)
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	slot = &mailer_shared->slots[args.slot];
+
+	/*
+	 * Each batch allocates and frees the same few megabytes.  Keep them in
+	 * the process: handing them back to the kernel and faulting them in
+	 * again cost as much as the work itself.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 128 * 1024 * 1024);
 
 	pqsignal(SIGTERM, handle_sigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);

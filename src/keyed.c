@@ -47,7 +47,8 @@ typedef struct CacheSlot
 
 static void encode_group(KeyedStage *ks, Record *rec, StringInfo buf);
 static void decode_group(KeyedStage *ks, const char *data, int len, Record *out);
-static void drop_cache(KeyedStage *ks);
+static void evict(KeyedStage *ks);
+static void free_entry(KeyedStage *ks, KeyedEntry *e);
 static void write_entry(KeyedStage *ks, KeyedEntry *e);
 
 KeyedStage *
@@ -111,10 +112,12 @@ keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls)
 void
 keyed_advance_watermark(KeyedStage *ks, TimestampTz watermark)
 {
-	if (!ks->plan->window || watermark <= ks->watermark)
+	TimestampTz previous = ks->watermark;
+
+	if (!ks->plan->window || watermark <= previous)
 		return;
 	ks->watermark = watermark;
-	window_fire(ks, watermark);
+	window_fire(ks, previous, watermark);
 }
 
 /*
@@ -209,7 +212,10 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 	char		kind = key[0];
 
 	if (slot)
+	{
+		slot->entry->used = ks->interval;
 		return slot->entry;
+	}
 	stored = ks->state->ops->get(ks->state, key, klen, &ks->value);
 	if (!stored && !create)
 		return NULL;
@@ -219,6 +225,8 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 	memcpy(copy, key, klen);
 	e->key.data = copy;
 	e->key.len = klen;
+	e->stored = stored;
+	e->used = ks->interval;
 	e->group_offset = 1;
 	e->group_len = klen - 1 - (kind == 'W' ? 8 : 0);
 	if (kind == 'A')
@@ -394,8 +402,9 @@ keyed_prepare_checkpoint(KeyedStage *ks)
 	for (int i = 0; i < ks->ndirty; i++)
 		write_entry(ks, ks->dirty[i]);
 	ks->ndirty = 0;
+	ks->interval++;
 	if (ks->cache->members > mailer_state_cache_entries)
-		drop_cache(ks);
+		evict(ks);
 }
 
 static void
@@ -404,10 +413,13 @@ write_entry(KeyedStage *ks, KeyedEntry *e)
 	e->dirty = false;
 	if (e->deleted)
 	{
-		ks->state->ops->delete(ks->state, e->key.data, e->key.len);
+		/* A window that came and went between two checkpoints never reaches the backend. */
+		if (e->stored)
+			ks->state->ops->delete(ks->state, e->key.data, e->key.len);
 		kcache_delete(ks->cache, e->key);
 		return;
 	}
+	e->stored = true;
 	resetStringInfo(&ks->value);
 	if (e->key.data[0] == 'A')
 		for (int a = 0; a < ks->naggs; a++)
@@ -417,12 +429,56 @@ write_entry(KeyedStage *ks, KeyedEntry *e)
 	ks->state->ops->put(ks->state, e->key.data, e->key.len, ks->value.data, ks->value.len);
 }
 
-/* Every entry is in the backend now: start the cache afresh. */
+/*
+ * The cache has grown past mailer.state_cache_entries, and every entry is
+ * in the backend now: let go of entries until it is back to the limit.
+ */
 static void
-drop_cache(KeyedStage *ks)
+evict(KeyedStage *ks)
 {
-	MemoryContextReset(ks->cache_context);
-	ks->cache = kcache_create(ks->cache_context, 1024, NULL);
-	ks->dirty = NULL;
-	ks->dirty_capacity = 0;
+	kcache_iterator it;
+	CacheSlot  *slot;
+
+	/* First what the last interval did not use, then anything, down to the limit. */
+	for (int pass = 0; pass < 2 && ks->cache->members > mailer_state_cache_entries; pass++)
+	{
+		kcache_start_iterate(ks->cache, &it);
+		while (ks->cache->members > mailer_state_cache_entries &&
+			   (slot = kcache_iterate(ks->cache, &it)) != NULL)
+		{
+			KeyedEntry *e = slot->entry;
+
+			if (pass == 1 || e->used + 1 < ks->interval)
+			{
+				kcache_delete_item(ks->cache, slot);
+				free_entry(ks, e);
+			}
+		}
+	}
 }
+
+static void
+free_entry(KeyedStage *ks, KeyedEntry *e)
+{
+	ListCell   *lc;
+
+	if (e->values)
+	{
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_free(ks->aggs[a], &e->values[a]);
+		pfree(e->values);
+	}
+	foreach(lc, e->sessions)
+	{
+		Session    *s = lfirst(lc);
+
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_free(ks->aggs[a], &s->values[a]);
+		pfree(s->values);
+		pfree(s);
+	}
+	list_free(e->sessions);
+	pfree((char *) e->key.data);
+	pfree(e);
+}
+

@@ -245,9 +245,13 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 	rocksdb_options_set_keep_log_file_num(rs->options, 2);
 	rocksdb_options_set_stats_dump_period_sec(rs->options, 0);
 	rocksdb_options_set_compression(rs->options, rocksdb_lz4_compression);
+	/* Most lookups are of keys not there yet (a new key, a new window): a bloom filter answers them. */
+	rocksdb_options_set_memtable_prefix_bloom_size_ratio(rs->options, 0.1);
+	rocksdb_options_set_memtable_whole_key_filtering(rs->options, 1);
 	table = rocksdb_block_based_options_create();
 	rocksdb_block_based_options_set_block_cache(table, rocksdb_cache_create_lru(32 * 1024 * 1024));
-	rocksdb_block_based_options_set_cache_index_and_filter_blocks(table, 1);
+	/* Index and filter blocks stay with each open table: a lookup never rereads them. */
+	rocksdb_block_based_options_set_cache_index_and_filter_blocks(table, 0);
 	rocksdb_block_based_options_set_filter_policy(table, rocksdb_filterpolicy_create_bloom(10));
 	rocksdb_options_set_block_based_table_factory(rs->options, table);
 

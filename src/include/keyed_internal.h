@@ -40,6 +40,8 @@ typedef struct KeyedEntry
 	bool		fired;			/* 'W' */
 	bool		unemitted;		/* 'A', 'W': changed since last emitted */
 	List	   *sessions;		/* 'S': of Session */
+	bool		stored;			/* the backend has a version of it */
+	uint64		used;			/* the checkpoint interval it was last used in */
 	bool		dirty;			/* to write at the next checkpoint */
 	bool		deleted;		/* to delete at the next checkpoint */
 } KeyedEntry;
@@ -65,6 +67,7 @@ struct KeyedStage
 	Datum	   *args;			/* the current record's aggregate arguments */
 	bool	   *argnulls;
 	TimestampTz watermark;
+	uint64		interval;		/* counts checkpoints, to tell recently used entries */
 };
 
 /* keyed.c */
@@ -82,7 +85,8 @@ extern void keyed_emit(KeyedStage *ks, const char *group, int group_len,
 
 /* window.c */
 extern bool window_add(KeyedStage *ks, Record *rec, const char *group, int group_len);
-extern void window_fire(KeyedStage *ks, TimestampTz watermark);
+/* The watermark moved from previous to watermark: fire and purge what it passed. */
+extern void window_fire(KeyedStage *ks, TimestampTz previous, TimestampTz watermark);
 extern void window_emit_changed(KeyedStage *ks, KeyedEntry *e);
 extern void window_serialize(KeyedStage *ks, KeyedEntry *e, StringInfo buf);
 extern void window_deserialize(KeyedStage *ks, KeyedEntry *e, const char *data, int len);
