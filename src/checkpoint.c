@@ -12,6 +12,8 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
@@ -173,6 +175,12 @@ checkpoint_take(Job *job, bool final)
 	if (job->state)
 		job->state->ops->committed(job->state, epoch, epoch - retain + 1);
 	job->source->ops->committed(job->source);
+
+	/*
+	 * Give the memory the checkpoint took (sink statement, RocksDB flush,
+	 * the cache it may have emptied) back to the system: glibc would keep it.
+	 */
+	malloc_trim(0);
 
 	job->slot->last_checkpoint_epoch = epoch;
 	job->slot->last_checkpoint_at = job->last_checkpoint;

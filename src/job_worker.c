@@ -70,8 +70,10 @@ job_worker_main(Datum main_arg)
 	 * the process: handing them back to the kernel and faulting them in
 	 * again cost as much as the work itself.
 	 */
-	mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-	mallopt(M_TRIM_THRESHOLD, 128 * 1024 * 1024);
+	mallopt(M_MMAP_THRESHOLD, 16 * 1024 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
+	/* RocksDB's threads would each keep an arena of their own. */
+	mallopt(M_ARENA_MAX, 2);
 
 	pqsignal(SIGTERM, handle_sigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);

@@ -47,8 +47,7 @@ typedef struct CacheSlot
 
 static void encode_group(KeyedStage *ks, Record *rec, StringInfo buf);
 static void decode_group(KeyedStage *ks, const char *data, int len, Record *out);
-static void evict(KeyedStage *ks);
-static void free_entry(KeyedStage *ks, KeyedEntry *e);
+static void drop_cache(KeyedStage *ks);
 static void write_entry(KeyedStage *ks, KeyedEntry *e);
 
 KeyedStage *
@@ -208,30 +207,32 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 	KeyedEntry *e;
 	bool		stored;
 	bool		found;
+	char	   *chunk;
 	char	   *copy;
+	Size		vsize;
 	char		kind = key[0];
 
 	if (slot)
-	{
-		slot->entry->used = ks->interval;
 		return slot->entry;
-	}
 	stored = ks->state->ops->get(ks->state, key, klen, &ks->value);
 	if (!stored && !create)
 		return NULL;
 
-	e = MemoryContextAllocZero(ks->cache_context, sizeof(KeyedEntry));
-	copy = MemoryContextAlloc(ks->cache_context, klen);
+	/* One chunk for the entry, its aggregates and its key: keeps many entries small. */
+	vsize = (kind == 'A' || kind == 'W') ? MAXALIGN(sizeof(AggValue) * ks->naggs) : 0;
+	chunk = MemoryContextAllocZero(ks->cache_context, MAXALIGN(sizeof(KeyedEntry)) + vsize + klen);
+	e = (KeyedEntry *) chunk;
+	if (vsize > 0)
+		e->values = (AggValue *) (chunk + MAXALIGN(sizeof(KeyedEntry)));
+	copy = chunk + MAXALIGN(sizeof(KeyedEntry)) + vsize;
 	memcpy(copy, key, klen);
 	e->key.data = copy;
 	e->key.len = klen;
 	e->stored = stored;
-	e->used = ks->interval;
 	e->group_offset = 1;
 	e->group_len = klen - 1 - (kind == 'W' ? 8 : 0);
 	if (kind == 'A')
 	{
-		e->values = keyed_new_values(ks);
 		if (stored)
 		{
 			int			pos = 0;
@@ -244,10 +245,7 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 	else if (stored)
 		window_deserialize(ks, e, ks->value.data, ks->value.len);
 	else if (kind == 'W')
-	{
-		e->values = keyed_new_values(ks);
 		e->start = e->end = DT_NOBEGIN;
-	}
 
 	slot = kcache_insert(ks->cache, e->key, &found);
 	slot->entry = e;
@@ -402,9 +400,8 @@ keyed_prepare_checkpoint(KeyedStage *ks)
 	for (int i = 0; i < ks->ndirty; i++)
 		write_entry(ks, ks->dirty[i]);
 	ks->ndirty = 0;
-	ks->interval++;
 	if (ks->cache->members > mailer_state_cache_entries)
-		evict(ks);
+		drop_cache(ks);
 }
 
 static void
@@ -431,54 +428,16 @@ write_entry(KeyedStage *ks, KeyedEntry *e)
 
 /*
  * The cache has grown past mailer.state_cache_entries, and every entry is
- * in the backend now: let go of entries until it is back to the limit.
+ * in the backend now: start afresh.  Resetting the context gives all its
+ * memory back at once, where freeing entries one by one would leave it
+ * fragmented.
  */
 static void
-evict(KeyedStage *ks)
+drop_cache(KeyedStage *ks)
 {
-	kcache_iterator it;
-	CacheSlot  *slot;
-
-	/* First what the last interval did not use, then anything, down to the limit. */
-	for (int pass = 0; pass < 2 && ks->cache->members > mailer_state_cache_entries; pass++)
-	{
-		kcache_start_iterate(ks->cache, &it);
-		while (ks->cache->members > mailer_state_cache_entries &&
-			   (slot = kcache_iterate(ks->cache, &it)) != NULL)
-		{
-			KeyedEntry *e = slot->entry;
-
-			if (pass == 1 || e->used + 1 < ks->interval)
-			{
-				kcache_delete_item(ks->cache, slot);
-				free_entry(ks, e);
-			}
-		}
-	}
-}
-
-static void
-free_entry(KeyedStage *ks, KeyedEntry *e)
-{
-	ListCell   *lc;
-
-	if (e->values)
-	{
-		for (int a = 0; a < ks->naggs; a++)
-			aggregate_free(ks->aggs[a], &e->values[a]);
-		pfree(e->values);
-	}
-	foreach(lc, e->sessions)
-	{
-		Session    *s = lfirst(lc);
-
-		for (int a = 0; a < ks->naggs; a++)
-			aggregate_free(ks->aggs[a], &s->values[a]);
-		pfree(s->values);
-		pfree(s);
-	}
-	list_free(e->sessions);
-	pfree((char *) e->key.data);
-	pfree(e);
+	MemoryContextReset(ks->cache_context);
+	ks->cache = kcache_create(ks->cache_context, 1024, NULL);
+	ks->dirty = NULL;
+	ks->dirty_capacity = 0;
 }
 

@@ -29,7 +29,7 @@ void		_PG_init(void);
 char	   *mailer_database = NULL;
 int			mailer_max_jobs = 16;
 int			mailer_batch_size = 10000;
-int			mailer_max_buffered_rows = 200000;
+int			mailer_max_buffered_rows = 100000;
 int			mailer_restart_backoff_min_ms = 1000;
 int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
@@ -129,7 +129,7 @@ define_settings(void)
 							"Rows a job may buffer (sink rows, dead letters, changed keys) before it checkpoints early.",
 							"Bounds a worker's memory between checkpoints.",
 							&mailer_max_buffered_rows,
-							200000, 1000, INT_MAX,
+							100000, 1000, INT_MAX,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

@@ -183,6 +183,8 @@ build_conf(KafkaSourceSpec *spec, const char *group_id)
 		{"auto.offset.reset", "earliest"},
 		{"fetch.wait.max.ms", "100"},
 		{"queued.min.messages", "100000"},
+		/* librdkafka would prefetch up to 64 MB: bound what a worker holds (source.options may raise it). */
+		{"queued.max.messages.kbytes", "32768"},
 		{"enable.auto.commit", "false"},
 		{"enable.auto.offset.store", "false"},
 		{"enable.partition.eof", "false"},

@@ -239,7 +239,8 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 	rocksdb_options_set_env(rs->options, shared_env());
 	rocksdb_options_set_create_if_missing(rs->options, 1);
 	rocksdb_options_set_max_background_jobs(rs->options, 2);
-	rocksdb_options_set_write_buffer_size(rs->options, 64 * 1024 * 1024);
+	/* Every checkpoint flushes the memtable: it only ever holds one interval's writes. */
+	rocksdb_options_set_write_buffer_size(rs->options, 16 * 1024 * 1024);
 	rocksdb_options_set_max_write_buffer_number(rs->options, 2);
 	rocksdb_options_set_max_open_files(rs->options, 256);
 	rocksdb_options_set_keep_log_file_num(rs->options, 2);
@@ -249,7 +250,7 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 	rocksdb_options_set_memtable_prefix_bloom_size_ratio(rs->options, 0.1);
 	rocksdb_options_set_memtable_whole_key_filtering(rs->options, 1);
 	table = rocksdb_block_based_options_create();
-	rocksdb_block_based_options_set_block_cache(table, rocksdb_cache_create_lru(32 * 1024 * 1024));
+	rocksdb_block_based_options_set_block_cache(table, rocksdb_cache_create_lru(16 * 1024 * 1024));
 	/* Index and filter blocks stay with each open table: a lookup never rereads them. */
 	rocksdb_block_based_options_set_cache_index_and_filter_blocks(table, 0);
 	rocksdb_block_based_options_set_filter_policy(table, rocksdb_filterpolicy_create_bloom(10));

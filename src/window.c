@@ -495,7 +495,7 @@ window_deserialize(KeyedStage *ks, KeyedEntry *e, const char *data, int len)
 		serial_get(data, &pos, &e->end, sizeof(TimestampTz));
 		serial_get(data, &pos, &e->fired, sizeof(bool));
 		serial_get(data, &pos, &e->unemitted, sizeof(bool));
-		e->values = keyed_new_values(ks);
+		/* e->values is the entry's own (keyed_lookup) */
 		for (int a = 0; a < ks->naggs; a++)
 			aggregate_deserialize(ks->aggs[a], &e->values[a], data, &pos, ks->cache_context);
 	}

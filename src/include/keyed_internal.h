@@ -41,7 +41,6 @@ typedef struct KeyedEntry
 	bool		unemitted;		/* 'A', 'W': changed since last emitted */
 	List	   *sessions;		/* 'S': of Session */
 	bool		stored;			/* the backend has a version of it */
-	uint64		used;			/* the checkpoint interval it was last used in */
 	bool		dirty;			/* to write at the next checkpoint */
 	bool		deleted;		/* to delete at the next checkpoint */
 } KeyedEntry;
@@ -67,7 +66,6 @@ struct KeyedStage
 	Datum	   *args;			/* the current record's aggregate arguments */
 	bool	   *argnulls;
 	TimestampTz watermark;
-	uint64		interval;		/* counts checkpoints, to tell recently used entries */
 };
 
 /* keyed.c */
