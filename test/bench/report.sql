@@ -8,6 +8,11 @@ SELECT section, job, backend, metric,
 CREATE FUNCTION pg_temp.g(s text, j text, b text, k text) RETURNS numeric
 LANGUAGE sql AS $$ SELECT v::numeric FROM m WHERE section = s AND job = j AND backend = b AND metric = k $$;
 
+-- How many rounds of a job hit BENCH_JOB_TIMEOUT (measured on what they read).
+CREATE FUNCTION pg_temp.timed_out(s text, j text, b text) RETURNS bigint
+LANGUAGE sql AS $$ SELECT coalesce(sum(value), 0)::bigint FROM r
+					WHERE section = s AND job = j AND backend = b AND metric = 'timed_out' $$;
+
 \pset format aligned
 \pset tuples_only off
 \pset footer off
@@ -20,7 +25,8 @@ SELECT job, backend,
 	   round(pg_temp.g(section, job, backend, 'ratio_to_raw'), 3) AS "ratio to raw",
 	   round(pg_temp.g(section, job, backend, 'ckpt_ms_median'), 1) AS "ckpt ms",
 	   round(pg_temp.g(section, job, backend, 'hwm_mb')) AS "peak RSS MB",
-	   max(n) AS runs
+	   max(n) AS runs,
+	   pg_temp.timed_out(section, job, backend) AS "timed out"
   FROM m WHERE section = 'throughput'
  GROUP BY section, job, backend
  ORDER BY array_position(ARRAY['raw', 'passthrough', 'append', 'totals', 'tumbling', 'sliding', 'session'], job),
@@ -55,7 +61,8 @@ SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'hwm_mb')) AS "peak RSS MB",
 	   round(pg_temp.g(section, job, backend, 'anon_mb')) AS "anon MB",
 	   round(pg_temp.g(section, job, backend, 'disk_mb'), 1) AS "state MB",
-	   max(n) AS runs
+	   max(n) AS runs,
+	   pg_temp.timed_out(section, job, backend) AS "timed out"
   FROM m WHERE section = 'state'
  GROUP BY section, job, backend
  ORDER BY replace(job, 'keys_', '')::bigint, backend DESC;

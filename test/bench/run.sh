@@ -26,6 +26,13 @@
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
 #   BENCH_SECTIONS="throughput flink state latency profile"
 #   BENCH_LATENCY_SECONDS=30 how long each latency run produces
+#   BENCH_JOB_TIMEOUT=600    a mailer job still busy after this many seconds
+#                            is measured on what it read so far (marked
+#                            "timed out" in the tables)
+#   BENCH_PROFILE_SECONDS=60 how long perf records each profiled job
+#   BENCH_PROFILE_JOBS="hottest tumbling:rocksdb passthrough:-"   jobs to profile, as
+#                            KIND:BACKEND; "hottest" is the throughput job
+#                            with the most CPU per record
 #   BENCH_PIN_CPU=<last CPU> the CPU mailer's worker and Flink share in the
 #                            flink section; "none" pins nothing
 #   BENCH_OUT=$MAILER_RUN_DIR/bench/out-<time>   results.tsv, tables.txt,
@@ -43,6 +50,9 @@ BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
 BENCH_SECTIONS=${BENCH_SECTIONS:-throughput flink state latency profile}
 BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
+BENCH_JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-600}
+BENCH_PROFILE_SECONDS=${BENCH_PROFILE_SECONDS:-60}
+BENCH_PROFILE_JOBS=${BENCH_PROFILE_JOBS:-hottest tumbling:rocksdb passthrough:-}
 BENCH_PIN_CPU=${BENCH_PIN_CPU:-$(($(nproc) - 1))}
 BENCH_DIR=$MAILER_RUN_DIR/bench
 BENCH_OUT=${BENCH_OUT:-$BENCH_DIR/out-$(date +%Y%m%d-%H%M%S)}
@@ -210,13 +220,16 @@ sink_of()
 }
 
 # Run one job over a topic's backlog and record what it took.
-#   run_job SECTION LABEL KIND BACKEND RUN TOPICS EXPECTED [PIN_CPU] [PERF_OUT]
+#   run_job SECTION LABEL KIND BACKEND RUN TOPICS EXPECTED [PIN_CPU] [PERF_OUT] [TIMEOUT]
 # Sets JOB_RATE, JOB_PID, JOB_ID, JOB_CPU_PER_M for the caller; the job is
-# left running (stopped and dropped by finish_job).
+# left running (stopped and dropped by finish_job).  A job that has not
+# read everything after TIMEOUT seconds (BENCH_JOB_TIMEOUT) is measured on
+# the records it read by then.
 run_job()
 {
 	local section=$1 label=$2 kind=$3 backend=$4 run=$5 topics=$6 expected=$7
-	local pin=${8:-none} perf_out=${9:-} name spec t0 t1 srv0 srv1 cpu secs state records perf_pid=""
+	local pin=${8:-none} perf_out=${9:-} timeout=${10:-$BENCH_JOB_TIMEOUT}
+	local name spec t0 t1 srv0 srv1 cpu secs state records perf_pid="" timed_out=0
 	name=bench_${label//[^a-z0-9]/_}
 	drop_job "$name"
 	q -c "TRUNCATE $(sink_of "$kind")"
@@ -232,7 +245,10 @@ run_job()
 			perf_pid=$!
 		fi
 	fi
-	state=$(q -c "SELECT mailer.wait_job('$name', '2 hours')")
+	if ! state=$(q -c "SELECT mailer.wait_job('$name', '$timeout seconds')" 2>>"$LOG"); then
+		state=$(q -c "SELECT state FROM mailer.jobs WHERE name = '$name'")
+		timed_out=1
+	fi
 	t1=$(now)
 	[ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
 	JOB_PID=$(job_pid "$name")
@@ -240,10 +256,15 @@ run_job()
 	cpu=$(proc_cpu "$JOB_PID")
 	srv1=$(server_cpu "$JOB_PID")
 	records=$(q -c "SELECT records_in FROM mailer.metrics WHERE name = '$name'")
+	if [ "$timed_out" = 1 ]; then
+		say "  $name: still busy after $timeout s, measured on the $records records read"
+		expected=$records
+	fi
 	[ "$records" -ge "$expected" ] || die "job $name read $records records, expected $expected"
 	secs=$(calc "$t1 - $t0")
 	JOB_RATE=$(calc "$expected / $secs")
 	JOB_CPU_PER_M=$(calc "$cpu * 1000000 / $expected")
+	record "$section" "$label" "$backend" "$run" timed_out "$timed_out"
 	record "$section" "$label" "$backend" "$run" records_per_s "$JOB_RATE"
 	record "$section" "$label" "$backend" "$run" seconds "$secs"
 	record "$section" "$label" "$backend" "$run" cpu_s_per_m "$JOB_CPU_PER_M"
@@ -359,15 +380,14 @@ state_topic()
 # poke topic makes the restored job commit a checkpoint.
 measure_restore()
 {
-	local keys=$1 backend=$2 run=$3 epoch t0 t_up="" t_run="" t_ckpt="" pid
+	local keys=$1 backend=$2 run=$3 epoch t0 t_up="" t_run="" t_ckpt="" pid pglog=$MAILER_RUN_DIR/postgresql.log off line
 	epoch=$(q -c "SELECT max(epoch) FROM mailer.checkpoints WHERE job_id = $JOB_ID")
+	off=$(stat -c %s "$pglog")
 	t0=$(now)
 	kill -9 "$JOB_PID"
 	"$BENCH_DIR/produce" "$KAFKA_BROKERS" bench_poke 1 1 --first "$((1000000000 + RANDOM))" >/dev/null
 	for _ in $(seq 1 6000); do
-		if [ -z "$t_up" ]; then
-			"$PG_BINDIR/pg_isready" -q -t 1 && t_up=$(now)
-		elif [ -z "$t_run" ]; then
+		if [ -z "$t_run" ]; then
 			pid=$(job_pid "$JOB_NAME" 2>/dev/null || echo 0)
 			[ "${pid:-0}" != 0 ] && [ "$pid" != "$JOB_PID" ] && t_run=$(now)
 		else
@@ -377,10 +397,14 @@ measure_restore()
 		sleep 0.05
 	done
 	[ -n "$t_ckpt" ] || die "job $JOB_NAME did not commit a checkpoint within 5 minutes of kill -9"
+	# When the server accepted connections again after its crash restart:
+	# the postmaster logs it with a millisecond timestamp.
+	line=$(tail -c +"$((off + 1))" "$pglog" | grep -m1 'ready to accept connections' || true)
+	[ -n "$line" ] && t_up=$(date -d "$(cut -d' ' -f1-3 <<<"$line")" +%s.%N)
 	record state "keys_$keys" "$backend" "$run" restore_s "$(calc "$t_ckpt - $t0")"
-	record state "keys_$keys" "$backend" "$run" restore_server_up_s "$(calc "$t_up - $t0")"
+	[ -n "$t_up" ] && record state "keys_$keys" "$backend" "$run" restore_server_up_s "$(calc "$t_up - $t0")"
 	record state "keys_$keys" "$backend" "$run" restore_job_running_s "$(calc "$t_run - $t0")"
-	say "  restore after kill -9: server up $(calc "$t_up - $t0") s, job running $(calc "$t_run - $t0") s, new checkpoint $(calc "$t_ckpt - $t0") s"
+	say "  restore after kill -9: server up ${t_up:+$(calc "$t_up - $t0")} s, job running $(calc "$t_run - $t0") s, new checkpoint $(calc "$t_ckpt - $t0") s"
 	JOB_PID=$(job_pid "$JOB_NAME")
 }
 
@@ -484,37 +508,52 @@ section_latency()
 	done
 }
 
-section_profile()
+# perf of one job for BENCH_PROFILE_SECONDS: the report's top, by shared
+# object, by symbol (self) and by symbol with its callees.
+profile_job()
 {
-	local label backend kind
-	# The job with the most CPU per record in the throughput section.
-	read -r label backend < <(awk -F'\t' '$1 == "throughput" && $5 == "cpu_s_per_m" && $2 != "raw" { s[$2 " " $3] += $6; n[$2 " " $3]++ }
-		END { for (k in s) print s[k] / n[k], k }' "$RESULTS" | sort -gr | head -1 | cut -d' ' -f2-) || true
-	label=${BENCH_PROFILE_JOB:-${label:-tumbling}}
-	backend=${BENCH_PROFILE_BACKEND:-${backend:-rocksdb}}
-	kind=$label
-	say "== profile: $kind on $backend (perf record -e cpu-clock -g)"
-	run_job profile "$kind" "$kind" "$backend" 1 "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS" none "$BENCH_OUT/perf.data"
+	local kind=$1 backend=$2 base=$BENCH_OUT/perf-$1-$2
+	say "== profile: $kind on $backend (perf record -e cpu-clock -g, ${BENCH_PROFILE_SECONDS} s at most)"
+	run_job profile "$kind" "$kind" "$backend" 1 "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS" none "$base.data" "$BENCH_PROFILE_SECONDS"
 	finish_job
 	# Whole reports into files first: head on a live pipe would SIGPIPE perf.
-	local data=$BENCH_OUT/perf.data dso=$BENCH_OUT/perf-dso.txt self=$BENCH_OUT/perf-self.txt
-	local children=$BENCH_OUT/perf-children.txt
-	perf report -i "$data" --stdio --no-children -g none --sort dso >"$dso" 2>/dev/null
-	perf report -i "$data" --stdio --no-children -g none --sort dso,symbol >"$self" 2>/dev/null
-	perf report -i "$data" --stdio --children -g none --sort symbol >"$children" 2>/dev/null
-	perf report -i "$data" --stdio --no-children --percent-limit 2 -g caller,0.5,callee,function,percent \
-		--sort symbol >"$BENCH_OUT/perf-callgraph.txt" 2>/dev/null
+	perf report -i "$base.data" --stdio --no-children -g none --sort dso >"$base.dso.txt" 2>/dev/null
+	perf report -i "$base.data" --stdio --no-children -g none --sort dso,symbol >"$base.self.txt" 2>/dev/null
+	perf report -i "$base.data" --stdio --children -g none --sort symbol >"$base.children.txt" 2>/dev/null
+	perf report -i "$base.data" --stdio --no-children --percent-limit 2 -g caller,0.5,callee,function,percent \
+		--sort symbol >"$base.callgraph.txt" 2>/dev/null
+	top() { grep -v -e '^#' -e '^$' "$1" | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' | head -"$2" || true; }
 	{
-		echo "# perf record -e cpu-clock -g -p <worker>: job $kind, backend $backend, $BENCH_EVENTS orders"
+		echo "# perf record -e cpu-clock -g -p <worker>: job $kind, backend $backend, $(printf '%.0f' "$JOB_RATE") records/s, $(printf '%.2f' "$JOB_CPU_PER_M") CPU-s/M"
 		echo "# by shared object"
-		grep -v -e '^#' -e '^$' "$dso" | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' | head -12 || true
+		top "$base.dso.txt" 12
 		echo
 		echo "# by symbol, self time"
-		grep -v -e '^#' -e '^$' "$self" | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' | head -45 || true
+		top "$base.self.txt" 40
 		echo
 		echo "# by symbol, callees included"
-		grep -v -e '^#' -e '^$' "$children" | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' | head -60 || true
-	} >"$BENCH_OUT/profile.txt"
+		top "$base.children.txt" 50
+		echo
+	} >>"$BENCH_OUT/profile.txt"
+}
+
+section_profile()
+{
+	local jb kind backend done_profiles=""
+	: >"$BENCH_OUT/profile.txt"
+	for jb in $BENCH_PROFILE_JOBS; do
+		if [ "$jb" = hottest ]; then
+			# The job with the most CPU per record in the throughput section.
+			jb=$(awk -F'\t' '$1 == "throughput" && $5 == "cpu_s_per_m" && $2 != "raw" { s[$2 ":" $3] += $6; n[$2 ":" $3]++ }
+				END { for (k in s) print s[k] / n[k], k }' "$RESULTS" | sort -gr | head -1 | cut -d' ' -f2 || true)
+			[ -n "$jb" ] || jb=sliding:rocksdb
+		fi
+		kind=${jb%%:*} backend=${jb##*:}
+		[[ "$jb" == *:* ]] || backend=rocksdb
+		[[ " $done_profiles " == *" $kind:$backend "* ]] && continue
+		done_profiles="$done_profiles $kind:$backend"
+		profile_job "$kind" "$backend"
+	done
 	say "profile: $BENCH_OUT/profile.txt"
 }
 
@@ -532,7 +571,8 @@ report()
 machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PIN_CPU=$BENCH_PIN_CPU"
+	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS"
 }
 
 # ---------------------------------------------------------------- main
