@@ -70,6 +70,7 @@ SELECT replace(job, 'keys_', '') AS keys, backend,
 \echo 'Latency from produce to visible in the sink table (append job, 1 s checkpoints)'
 SELECT replace(replace(job, 'rate_', ''), 'pct', '%') AS "of max rate",
 	   round(pg_temp.g(section, job, backend, 'target_records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'produced_records_per_s')) AS "produced records/s",
 	   round(pg_temp.g(section, job, backend, 'p50_ms')) AS "p50 ms",
 	   round(pg_temp.g(section, job, backend, 'p99_ms')) AS "p99 ms",
 	   round(pg_temp.g(section, job, backend, 'max_ms')) AS "max ms",

@@ -141,16 +141,25 @@ proc_cpu()
 	awk -v hz="$CLK_TCK" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
-# CPU seconds of the server's other processes (postmaster children but
-# PID): WAL writer, checkpointer, background writer, autovacuum.
-server_cpu()
+# CPU seconds of the server's processes (the postmaster and its children
+# but SKIP), one "pid seconds" line each: WAL writer, checkpointer,
+# background writer, autovacuum.
+server_cpu_snapshot()
 {
 	local skip=${1:-0}
-	for s in /proc/[0-9]*/stat; do
-		cat "$s" 2>/dev/null || true	# gone meanwhile
+	for st in /proc/[0-9]*/stat; do
+		cat "$st" 2>/dev/null || true	# gone meanwhile
 	done | awk -v pm="$PM_PID" -v skip="$skip" -v hz="$CLK_TCK" '
-		{ pid = $1; sub(/^.*\) /, ""); if (($2 == pm || pid == pm) && pid != skip) s += $12 + $13 }
-		END { print s / hz }'
+		{ pid = $1; sub(/^.*\) /, ""); if (($2 == pm || pid == pm) && pid != skip) print pid, ($12 + $13) / hz }'
+}
+
+# CPU the server's processes used since snapshot FILE: per process alive
+# now, its CPU less what it had then (a process that exited meanwhile is
+# not counted; one that started counts from zero).
+server_cpu_since()
+{
+	local file=$1 skip=${2:-0}
+	server_cpu_snapshot "$skip" | awk 'NR == FNR { before[$1] = $2; next } { s += $2 - before[$1] } END { print s + 0 }' "$file" -
 }
 
 # A /proc/PID/status field, in MB.
@@ -229,12 +238,12 @@ run_job()
 {
 	local section=$1 label=$2 kind=$3 backend=$4 run=$5 topics=$6 expected=$7
 	local pin=${8:-none} perf_out=${9:-} timeout=${10:-$BENCH_JOB_TIMEOUT}
-	local name spec t0 t1 srv0 srv1 cpu secs state records perf_pid="" timed_out=0
+	local name spec t0 t1 srv cpu secs state records perf_pid="" timed_out=0
 	name=bench_${label//[^a-z0-9]/_}
 	drop_job "$name"
 	q -c "TRUNCATE $(sink_of "$kind")"
 	spec=$(job_spec "$kind" "$backend" "$topics")
-	srv0=$(server_cpu)
+	server_cpu_snapshot >"$BENCH_OUT/server_cpu.before"
 	t0=$(now)
 	JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
 	if [ "$pin" != none ] || [ -n "$perf_out" ]; then
@@ -254,7 +263,7 @@ run_job()
 	JOB_PID=$(job_pid "$name")
 	[ "$state" = running ] && [ "${JOB_PID:-0}" != 0 ] || die "job $name ended as '$state': $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
 	cpu=$(proc_cpu "$JOB_PID")
-	srv1=$(server_cpu "$JOB_PID")
+	srv=$(server_cpu_since "$BENCH_OUT/server_cpu.before" "$JOB_PID")
 	records=$(q -c "SELECT records_in FROM mailer.metrics WHERE name = '$name'")
 	if [ "$timed_out" = 1 ]; then
 		say "  $name: still busy after $timeout s, measured on the $records records read"
@@ -268,7 +277,7 @@ run_job()
 	record "$section" "$label" "$backend" "$run" records_per_s "$JOB_RATE"
 	record "$section" "$label" "$backend" "$run" seconds "$secs"
 	record "$section" "$label" "$backend" "$run" cpu_s_per_m "$JOB_CPU_PER_M"
-	record "$section" "$label" "$backend" "$run" server_cpu_s_per_m "$(calc "($srv1 - $srv0) * 1000000 / $expected")"
+	record "$section" "$label" "$backend" "$run" server_cpu_s_per_m "$(calc "$srv * 1000000 / $expected")"
 	record "$section" "$label" "$backend" "$run" rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
 	record "$section" "$label" "$backend" "$run" hwm_mb "$(proc_mb "$JOB_PID" VmHWM)"
 	record "$section" "$label" "$backend" "$run" anon_mb "$(proc_mb "$JOB_PID" RssAnon)"
@@ -475,7 +484,7 @@ section_latency()
 	test/services/kafka.sh create-topic bench_latency 8 >>"$LOG" 2>&1
 	for run in $(seq 1 "$BENCH_RUNS"); do
 		for pct in 50 80; do
-			local events stats
+			local events stats sent
 			rate=$(calc "int($max * $pct / 100)")
 			events=$(calc "int($rate * $BENCH_LATENCY_SECONDS)")
 			drop_job "$name"
@@ -485,7 +494,9 @@ section_latency()
 			# Running and assigned: a first wait returns once it has polled.
 			q -c "SELECT mailer.wait_job('$name', '1 minute')" >/dev/null
 			sleep 2
-			"$BENCH_DIR/produce" "$KAFKA_BROKERS" bench_latency "$events" "$BENCH_KEYS" --rate "$rate" --first "$ids" >>"$LOG"
+			# produced N seconds S rate R errors E: R is the rate the producer kept.
+			sent=$("$BENCH_DIR/produce" "$KAFKA_BROKERS" bench_latency "$events" "$BENCH_KEYS" --rate "$rate" --first "$ids")
+			echo "$sent" >>"$LOG"
 			ids=$((ids + events))
 			q -c "SELECT mailer.wait_job('$name', '30 minutes')" >/dev/null
 			stats=$(q -F ' ' -c "
@@ -498,6 +509,7 @@ section_latency()
 			read -r n p50 p99 pmax <<<"$stats"
 			[ "$n" = "$events" ] || die "latency job wrote $n rows, expected $events"
 			record latency "rate_${pct}pct" - "$run" target_records_per_s "$rate"
+			record latency "rate_${pct}pct" - "$run" produced_records_per_s "$(awk '{ print $6 }' <<<"$sent")"
 			record latency "rate_${pct}pct" - "$run" p50_ms "$p50"
 			record latency "rate_${pct}pct" - "$run" p99_ms "$p99"
 			record latency "rate_${pct}pct" - "$run" max_ms "$pmax"
