@@ -17,7 +17,8 @@
 #               state on disk, lookup cost (records/s)
 #   latency     produce-to-visible p50/p99 at 50% and 80% of the maximum
 #               sustainable rate, 1 s checkpoints
-#   profile     perf profile of the job with the most CPU per record
+#   profile     perf profiles of BENCH_PROFILE_JOBS (by default the job with
+#               the most CPU per record, the tumbling job and passthrough)
 #
 # Settings (environment; test/services/env.sh has the services' own):
 #   BENCH_EVENTS=5000000     orders in the main topic
@@ -65,9 +66,9 @@ CLK_TCK=$(getconf CLK_TCK)
 
 mkdir -p "$BENCH_OUT"
 : >"$RESULTS"
-trap 'say "ERROR: $0 line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
 
 say() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$LOG"; }
+trap 'say "ERROR: $0 line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
 die() { say "ERROR: $*"; exit 1; }
 section_on() { [[ " $BENCH_SECTIONS " == *" $1 "* ]]; }
 now() { date +%s.%N; }
@@ -103,7 +104,7 @@ setup()
 	PM_PID=$(head -1 "$PGDATA/postmaster.pid")
 }
 
-# Sum of the end offsets of a topic's partitions (empty if it has none).
+# Sum of the end offsets of a topic's partitions (0 if it has none).
 topic_count()
 {
 	local topic=$1 args=()
@@ -293,10 +294,15 @@ run_job()
 	JOB_NAME=$name
 }
 
+# Stop and drop the job.  mailer.memory_state never shrinks by itself: the
+# memory backend's row versions of one job would leave the table (and its
+# index) bloated for the next, which then runs measurably slower; every job
+# starts from a compact one (no other job is running here).
 finish_job()
 {
 	q -c "SELECT mailer.stop_job('$JOB_NAME', '5 minutes')" >/dev/null
 	drop_job "$JOB_NAME"
+	q -c "VACUUM FULL mailer.memory_state"
 }
 
 raw_consume()
@@ -463,7 +469,7 @@ section_state()
 				measure_restore "$keys" "$backend" "$run"
 				record state "keys_$keys" "$backend" "$run" restored_rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
 				finish_job
-				q -c "VACUUM mailer.memory_state, bench.totals"
+				q -c "VACUUM bench.totals"
 			done
 		done
 	done
