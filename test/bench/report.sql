@@ -1,0 +1,80 @@
+-- The tables of `make bench`: medians over the rounds of what run.sh
+-- recorded in the temporary table r (section, job, backend, run, metric,
+-- value).  Ratios are taken within a round, then their median is shown.
+CREATE TEMP VIEW m AS
+SELECT section, job, backend, metric,
+	   percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS v, count(value) AS n
+  FROM r GROUP BY 1, 2, 3, 4;
+CREATE FUNCTION pg_temp.g(s text, j text, b text, k text) RETURNS numeric
+LANGUAGE sql AS $$ SELECT v::numeric FROM m WHERE section = s AND job = j AND backend = b AND metric = k $$;
+
+-- How many rounds of a job hit BENCH_JOB_TIMEOUT (measured on what they read).
+CREATE FUNCTION pg_temp.timed_out(s text, j text, b text) RETURNS bigint
+LANGUAGE sql AS $$ SELECT coalesce(sum(value), 0)::bigint FROM r
+					WHERE section = s AND job = j AND backend = b AND metric = 'timed_out' $$;
+
+\pset format aligned
+\pset tuples_only off
+\pset footer off
+\echo
+\echo 'Throughput: records/s and CPU per million records; ratio = records/s over the raw librdkafka records/s of the same round'
+SELECT job, backend,
+	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'cpu_s_per_m'), 2) AS "CPU-s/M worker",
+	   round(pg_temp.g(section, job, backend, 'server_cpu_s_per_m'), 2) AS "CPU-s/M rest of server",
+	   round(pg_temp.g(section, job, backend, 'ratio_to_raw'), 3) AS "ratio to raw",
+	   round(pg_temp.g(section, job, backend, 'ckpt_ms_median'), 1) AS "ckpt ms",
+	   round(pg_temp.g(section, job, backend, 'hwm_mb')) AS "peak RSS MB",
+	   max(n) AS runs,
+	   pg_temp.timed_out(section, job, backend) AS "timed out"
+  FROM m WHERE section = 'throughput'
+ GROUP BY section, job, backend
+ ORDER BY array_position(ARRAY['raw', 'passthrough', 'append', 'totals', 'tumbling', 'sliding', 'session'], job),
+		  backend DESC;
+
+\echo 'Against Apache Flink: tumbling window, RocksDB, 1 s checkpoints, parallelism 1, same CPU (mailer writes a table, Flink a discarding sink)'
+SELECT job AS engine,
+	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'events_per_cpu_s')) AS "events/CPU-s",
+	   round(pg_temp.g(section, job, backend, 'cpu_s_per_m'), 2) AS "CPU-s/M",
+	   round(pg_temp.g(section, job, backend, 'process_cpu_s_per_m'), 2) AS "CPU-s/M whole JVM",
+	   max(n) AS runs
+  FROM m WHERE section = 'flink' AND job IN ('mailer', 'flink')
+ GROUP BY section, job, backend
+ ORDER BY job DESC;
+SELECT round(v::numeric, 2) AS "mailer/Flink events per CPU-s (median of per-round ratios)", n AS runs
+  FROM m WHERE section = 'flink' AND metric = 'mailer_over_flink_per_cpu';
+
+\echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms sampled from mailer.metrics, commit included)'
+SELECT replace(job, 'keys_', '') AS keys, backend,
+	   round(pg_temp.g(section, job, backend, 'distinct_keys')) AS "distinct keys",
+	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'cpu_s_per_m'), 2) AS "CPU-s/M",
+	   round(pg_temp.g(section, job, backend, 'ckpt_ms_median'), 1) AS "ckpt ms med",
+	   round(pg_temp.g(section, job, backend, 'ckpt_ms_max'), 1) AS "ckpt ms max",
+	   round(pg_temp.g(section, job, backend, 'last_ckpt_ms_median')) AS "last_ckpt ms med",
+	   round(pg_temp.g(section, job, backend, 'last_ckpt_ms_max')) AS "last_ckpt ms max",
+	   round(pg_temp.g(section, job, backend, 'restore_s'), 2) AS "restore s",
+	   round(pg_temp.g(section, job, backend, 'restore_server_up_s'), 2) AS "server up s",
+	   round(pg_temp.g(section, job, backend, 'restore_job_running_s'), 2) AS "job running s",
+	   round(pg_temp.g(section, job, backend, 'rss_mb')) AS "RSS MB",
+	   round(pg_temp.g(section, job, backend, 'hwm_mb')) AS "peak RSS MB",
+	   round(pg_temp.g(section, job, backend, 'anon_mb')) AS "anon MB",
+	   round(pg_temp.g(section, job, backend, 'disk_mb'), 1) AS "state MB",
+	   max(n) AS runs,
+	   pg_temp.timed_out(section, job, backend) AS "timed out"
+  FROM m WHERE section = 'state'
+ GROUP BY section, job, backend
+ ORDER BY replace(job, 'keys_', '')::bigint, backend DESC;
+
+\echo 'Latency from produce to visible in the sink table (append job, 1 s checkpoints)'
+SELECT replace(replace(job, 'rate_', ''), 'pct', '%') AS "of max rate",
+	   round(pg_temp.g(section, job, backend, 'target_records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'produced_records_per_s')) AS "produced records/s",
+	   round(pg_temp.g(section, job, backend, 'p50_ms')) AS "p50 ms",
+	   round(pg_temp.g(section, job, backend, 'p99_ms')) AS "p99 ms",
+	   round(pg_temp.g(section, job, backend, 'max_ms')) AS "max ms",
+	   max(n) AS runs
+  FROM m WHERE section = 'latency' AND job LIKE 'rate_%'
+ GROUP BY section, job, backend
+ ORDER BY 1;

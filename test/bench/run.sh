@@ -1,0 +1,608 @@
+#!/usr/bin/env bash
+# `make bench`: mailer's benchmarks (issue 7), from a fresh machine to a
+# printed table.  Installs what is missing (test/services/deps.sh, the Kafka
+# jars), builds and installs the extension, (re)starts the local PostgreSQL
+# cluster and Kafka broker of test/services, produces the order topics, and
+# runs, in rounds (every figure is the median of BENCH_RUNS rounds; every
+# ratio is taken within one round, then the median of the ratios):
+#
+#   throughput  raw librdkafka consume (raw_consume.c) and mailer's jobs on
+#               the same topic, both state backends: records/s, CPU-s per
+#               million records, ratio to the raw rate
+#   flink       the keyed tumbling-window job on mailer and on Apache Flink
+#               (local MiniCluster), both pinned to the same CPU: events per
+#               CPU-second and their ratio
+#   state       keyed running totals over 1k, 100k and 5M keys, both
+#               backends: checkpoint duration, restore after kill -9, memory,
+#               state on disk, lookup cost (records/s)
+#   latency     produce-to-visible p50/p99 at 50% and 80% of the maximum
+#               sustainable rate, 1 s checkpoints
+#   profile     perf profiles of BENCH_PROFILE_JOBS (by default the job with
+#               the most CPU per record, the tumbling job and passthrough)
+#
+# Settings (environment; test/services/env.sh has the services' own):
+#   BENCH_EVENTS=5000000     orders in the main topic
+#   BENCH_RUNS=3             rounds per figure
+#   BENCH_KEYS=100000        customers in the main topic
+#   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
+#   BENCH_SECTIONS="throughput flink state latency profile"
+#   BENCH_LATENCY_SECONDS=30 how long each latency run produces
+#   BENCH_JOB_TIMEOUT=600    a mailer job still busy after this many seconds
+#                            is measured on what it read so far (marked
+#                            "timed out" in the tables)
+#   BENCH_PROFILE_SECONDS=60 how long perf records each profiled job
+#   BENCH_PROFILE_JOBS="hottest tumbling:rocksdb passthrough:-"   jobs to profile, as
+#                            KIND:BACKEND; "hottest" is the throughput job
+#                            with the most CPU per record
+#   BENCH_PIN_CPU=<last CPU> the CPU mailer's worker and Flink share in the
+#                            flink section; "none" pins nothing
+#   BENCH_OUT=$MAILER_RUN_DIR/bench/out-<time>   results.tsv, tables.txt,
+#                            profile.txt and logs
+# Topics are produced once per (events, keys) and reused by later runs.
+set -Eeuo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../services/env.sh
+. "$HERE/../services/env.sh"
+cd "$MAILER_ROOT"
+
+BENCH_EVENTS=${BENCH_EVENTS:-5000000}
+BENCH_RUNS=${BENCH_RUNS:-3}
+BENCH_KEYS=${BENCH_KEYS:-100000}
+BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
+BENCH_SECTIONS=${BENCH_SECTIONS:-throughput flink state latency profile}
+BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
+BENCH_JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-600}
+BENCH_PROFILE_SECONDS=${BENCH_PROFILE_SECONDS:-60}
+BENCH_PROFILE_JOBS=${BENCH_PROFILE_JOBS:-hottest tumbling:rocksdb passthrough:-}
+BENCH_PIN_CPU=${BENCH_PIN_CPU:-$(($(nproc) - 1))}
+BENCH_DIR=$MAILER_RUN_DIR/bench
+BENCH_OUT=${BENCH_OUT:-$BENCH_DIR/out-$(date +%Y%m%d-%H%M%S)}
+RESULTS=$BENCH_OUT/results.tsv
+LOG=$BENCH_OUT/bench.log
+# The same watermark settings for every windowed job, mailer's and Flink's.
+OUT_OF_ORDERNESS_S=5
+IDLE_TIMEOUT_S=30
+CLK_TCK=$(getconf CLK_TCK)
+
+mkdir -p "$BENCH_OUT"
+: >"$RESULTS"
+
+say() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$LOG"; }
+trap 'say "ERROR: $0 line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
+die() { say "ERROR: $*"; exit 1; }
+section_on() { [[ " $BENCH_SECTIONS " == *" $1 "* ]]; }
+now() { date +%s.%N; }
+calc() { awk "BEGIN { printf \"%.10g\", $* }"; }
+# psql: quiet, unaligned, tuples only, stop at the first error.  (psql
+# interpolates variables such as :'spec' only in input, never in -c.)
+q() { "$PG_BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+# One result: section, job, backend, run, metric, value.
+record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS"; }
+
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+
+# ---------------------------------------------------------------- setup
+
+setup()
+{
+	say "setup: dependencies, build, install, services (log: $LOG)"
+	{
+		test/services/deps.sh
+		test/services/kafka.sh fetch
+		make -s PG_CONFIG="$PG_CONFIG"
+		"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" install
+		# A restart loads the library just installed.
+		if test/services/pg.sh status; then test/services/pg.sh restart; else test/services/pg.sh start; fi
+		test/services/kafka.sh start
+	} >>"$LOG" 2>&1 || die "setup failed; see $LOG"
+	mkdir -p "$BENCH_DIR"
+	gcc -O2 -Wall -o "$BENCH_DIR/produce" test/bench/produce.c -lrdkafka
+	gcc -O2 -Wall -o "$BENCH_DIR/raw_consume" test/bench/raw_consume.c -lrdkafka
+	q -f test/bench/setup.sql >>"$LOG" 2>&1 || die "test/bench/setup.sql failed; see $LOG"
+	PGDATA_OWNER_DIR=$PGDATA/mailer/$(q -c "SELECT oid FROM pg_extension WHERE extname = 'mailer'")
+	PM_PID=$(head -1 "$PGDATA/postmaster.pid")
+}
+
+# Sum of the end offsets of a topic's partitions (0 if it has none).
+topic_count()
+{
+	local topic=$1 args=()
+	for p in $(seq 0 7); do args+=(-t "$topic:$p:-1"); done
+	timeout 30 kcat -b "$KAFKA_BROKERS" -Q "${args[@]}" 2>/dev/null |
+		awk '/offset/ { s += $NF } END { print s + 0 }'
+}
+
+# A topic of EVENTS orders over KEYS customers (MODE cycle: every key in
+# turn), produced once and reused while it holds exactly that many.
+ensure_topic()
+{
+	local topic=$1 events=$2 keys=$3 mode=${4:-} have
+	test/services/kafka.sh create-topic "$topic" 8 >>"$LOG" 2>&1 || die "cannot create topic $topic"
+	have=$(topic_count "$topic")
+	if [ "$have" = "$events" ]; then
+		say "topic $topic: $events orders already there"
+		return
+	fi
+	if [ "$have" != 0 ]; then
+		test/services/kafka.sh delete-topic "$topic" >>"$LOG" 2>&1
+		test/services/kafka.sh create-topic "$topic" 8 >>"$LOG" 2>&1
+	fi
+	say "topic $topic: producing $events orders over $keys customers${mode:+ ($mode)}"
+	"$BENCH_DIR/produce" "$KAFKA_BROKERS" "$topic" "$events" "$keys" ${mode:+--$mode} | tee -a "$LOG"
+	have=$(topic_count "$topic")
+	[ "$have" = "$events" ] || die "topic $topic holds $have orders, not $events"
+}
+
+# ---------------------------------------------------------------- measuring
+
+# utime + stime of a process (all its threads), in seconds.
+proc_cpu()
+{
+	awk -v hz="$CLK_TCK" '{ sub(/^.*\) /, ""); print ($12 + $13) / hz }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# CPU seconds of the server's processes (the postmaster and its children
+# but SKIP), one "pid seconds" line each: WAL writer, checkpointer,
+# background writer, autovacuum.
+server_cpu_snapshot()
+{
+	local skip=${1:-0}
+	for st in /proc/[0-9]*/stat; do
+		cat "$st" 2>/dev/null || true	# gone meanwhile
+	done | awk -v pm="$PM_PID" -v skip="$skip" -v hz="$CLK_TCK" '
+		{ pid = $1; sub(/^.*\) /, ""); if (($2 == pm || pid == pm) && pid != skip) print pid, ($12 + $13) / hz }'
+}
+
+# CPU the server's processes used since snapshot FILE: per process alive
+# now, its CPU less what it had then (a process that exited meanwhile is
+# not counted; one that started counts from zero).
+server_cpu_since()
+{
+	local file=$1 skip=${2:-0}
+	server_cpu_snapshot "$skip" | awk 'NR == FNR { before[$1] = $2; next } { s += $2 - before[$1] } END { print s + 0 }' "$file" -
+}
+
+# A /proc/PID/status field, in MB.
+proc_mb() { awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null; }
+
+job_pid() { q -c "SELECT coalesce(pid, 0) FROM mailer.jobs WHERE name = '$1' AND state = 'running'"; }
+
+wait_job_pid()
+{
+	local pid=0
+	for _ in $(seq 1 600); do
+		pid=$(job_pid "$1")
+		[ "${pid:-0}" != 0 ] && break
+		sleep 0.05
+	done
+	echo "$pid"
+}
+
+drop_job() { q -c "SELECT mailer.drop_job(name) FROM mailer.job WHERE name = '$1'" >/dev/null; }
+
+# The JSON spec of a benchmark job.  KIND: passthrough append totals
+# tumbling sliding session latency; BACKEND: rocksdb or memory.
+job_spec()
+{
+	local kind=$1 backend=$2 topics=$3 start=${4:-earliest} steps sink event_time=""
+	local window="" agg='{"aggregate": {"orders": "count(*)", "total": "sum((value->>'"'"'amount'"'"')::numeric)"}}'
+	local key='{"key_by": {"customer_id": "value->>'"'"'customer_id'"'"'"}}'
+	case $kind in
+	passthrough)
+		steps='[{"filter": "(value->>'"'"'amount'"'"')::numeric < 0"}]'
+		sink='{"type": "table", "table": "bench.passthrough", "mode": "append"}' ;;
+	append|latency)
+		steps='[{"map": {"order_id": "(value->>'"'"'order_id'"'"')::bigint", "sent": "(value->>'"'"'sent'"'"')::bigint"}}]'
+		sink='{"type": "table", "table": "bench.latency", "mode": "append"}' ;;
+	totals)
+		steps="[$key, $agg]"
+		sink='{"type": "table", "table": "bench.totals"}' ;;
+	tumbling|sliding|session)
+		case $kind in
+		tumbling) window='{"window": {"type": "tumbling", "size": "1 minute"}}' ;;
+		sliding) window='{"window": {"type": "sliding", "size": "1 minute", "slide": "15 seconds"}}' ;;
+		session) window='{"window": {"type": "session", "gap": "5 seconds"}}' ;;
+		esac
+		event_time='"event_time": "(value->>'"'"'ts'"'"')::timestamptz",
+		  "watermark": {"max_out_of_orderness": "'$OUT_OF_ORDERNESS_S' seconds", "idle_timeout": "'$IDLE_TIMEOUT_S' seconds"},'
+		steps="[$key, $window, $agg]"
+		sink='{"type": "table", "table": "bench.windows"}' ;;
+	*) die "unknown job kind $kind" ;;
+	esac
+	cat <<-EOF
+	{"source": {"type": "kafka", "brokers": "$KAFKA_BROKERS", "topics": $topics, "start": "$start"},
+	 $event_time
+	 "steps": $steps,
+	 "sink": $sink,
+	 "checkpoint": {"interval": "1 second"}$([ "$backend" = - ] || echo ", \"state\": {\"backend\": \"$backend\"}")}
+	EOF
+}
+
+sink_of()
+{
+	case $1 in
+	passthrough) echo bench.passthrough ;;
+	append|latency) echo bench.latency ;;
+	totals) echo bench.totals ;;
+	*) echo bench.windows ;;
+	esac
+}
+
+# Run one job over a topic's backlog and record what it took.
+#   run_job SECTION LABEL KIND BACKEND RUN TOPICS EXPECTED [PIN_CPU] [PERF_OUT] [TIMEOUT]
+# Sets JOB_RATE, JOB_PID, JOB_ID, JOB_CPU_PER_M for the caller; the job is
+# left running (stopped and dropped by finish_job).  A job that has not
+# read everything after TIMEOUT seconds (BENCH_JOB_TIMEOUT) is measured on
+# the records it read by then.
+run_job()
+{
+	local section=$1 label=$2 kind=$3 backend=$4 run=$5 topics=$6 expected=$7
+	local pin=${8:-none} perf_out=${9:-} timeout=${10:-$BENCH_JOB_TIMEOUT}
+	local name spec t0 t1 srv cpu secs state records perf_pid="" timed_out=0
+	name=bench_${label//[^a-z0-9]/_}
+	drop_job "$name"
+	q -c "TRUNCATE $(sink_of "$kind")"
+	spec=$(job_spec "$kind" "$backend" "$topics")
+	server_cpu_snapshot >"$BENCH_OUT/server_cpu.before"
+	t0=$(now)
+	JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
+	if [ "$pin" != none ] || [ -n "$perf_out" ]; then
+		JOB_PID=$(wait_job_pid "$name")
+		[ "$pin" != none ] && taskset -a -p -c "$pin" "$JOB_PID" >/dev/null
+		if [ -n "$perf_out" ]; then
+			perf record -e cpu-clock -g -o "$perf_out" -p "$JOB_PID" >>"$LOG" 2>&1 &
+			perf_pid=$!
+		fi
+	fi
+	if ! state=$(q -c "SELECT mailer.wait_job('$name', '$timeout seconds')" 2>>"$LOG"); then
+		state=$(q -c "SELECT state FROM mailer.jobs WHERE name = '$name'")
+		timed_out=1
+	fi
+	t1=$(now)
+	[ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+	JOB_PID=$(job_pid "$name")
+	[ "$state" = running ] && [ "${JOB_PID:-0}" != 0 ] || die "job $name ended as '$state': $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
+	cpu=$(proc_cpu "$JOB_PID")
+	srv=$(server_cpu_since "$BENCH_OUT/server_cpu.before" "$JOB_PID")
+	records=$(q -c "SELECT records_in FROM mailer.metrics WHERE name = '$name'")
+	if [ "$timed_out" = 1 ]; then
+		say "  $name: still busy after $timeout s, measured on the $records records read"
+		expected=$records
+	fi
+	[ "$records" -ge "$expected" ] || die "job $name read $records records, expected $expected"
+	secs=$(calc "$t1 - $t0")
+	JOB_RATE=$(calc "$expected / $secs")
+	JOB_CPU_PER_M=$(calc "$cpu * 1000000 / $expected")
+	record "$section" "$label" "$backend" "$run" timed_out "$timed_out"
+	record "$section" "$label" "$backend" "$run" records_per_s "$JOB_RATE"
+	record "$section" "$label" "$backend" "$run" seconds "$secs"
+	record "$section" "$label" "$backend" "$run" cpu_s_per_m "$JOB_CPU_PER_M"
+	record "$section" "$label" "$backend" "$run" server_cpu_s_per_m "$(calc "$srv * 1000000 / $expected")"
+	record "$section" "$label" "$backend" "$run" rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
+	record "$section" "$label" "$backend" "$run" hwm_mb "$(proc_mb "$JOB_PID" VmHWM)"
+	record "$section" "$label" "$backend" "$run" anon_mb "$(proc_mb "$JOB_PID" RssAnon)"
+	record "$section" "$label" "$backend" "$run" records_out "$(q -c "SELECT records_out FROM mailer.metrics WHERE name = '$name'")"
+	q -c "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms), max(duration_ms), count(*)
+	        FROM bench.checkpoint_log WHERE job_id = $JOB_ID" | {
+		IFS='|' read -r med max n
+		record "$section" "$label" "$backend" "$run" ckpt_ms_median "$med"
+		record "$section" "$label" "$backend" "$run" ckpt_ms_max "$max"
+		record "$section" "$label" "$backend" "$run" checkpoints "$n"
+	}
+	say "  $section $label $backend run $run: $(printf '%.0f' "$JOB_RATE") records/s, $(printf '%.2f' "$JOB_CPU_PER_M") CPU-s/M, ${secs%.*} s"
+	JOB_NAME=$name
+}
+
+# Stop and drop the job.  mailer.memory_state never shrinks by itself: the
+# memory backend's row versions of one job would leave the table (and its
+# index) bloated for the next, which then runs measurably slower; every job
+# starts from a compact one (no other job is running here).
+finish_job()
+{
+	q -c "SELECT mailer.stop_job('$JOB_NAME', '5 minutes')" >/dev/null
+	drop_job "$JOB_NAME"
+	q -c "VACUUM FULL mailer.memory_state"
+}
+
+raw_consume()
+{
+	local topic=$1 expected=$2 run=$3 out
+	out=$("$BENCH_DIR/raw_consume" "$KAFKA_BROKERS" "$topic" "$expected") || die "raw_consume failed: $out"
+	read -r _ _ _ _ _ secs _ rate _ cpu <<<"$out"
+	RAW_RATE=$rate
+	record throughput raw - "$run" records_per_s "$rate"
+	record throughput raw - "$run" seconds "$secs"
+	record throughput raw - "$run" cpu_s_per_m "$(calc "$cpu * 1000000 / $expected")"
+	say "  raw consume run $run: $rate records/s, cpu $cpu s"
+}
+
+# ---------------------------------------------------------------- sections
+
+MAIN_TOPIC=bench_orders_${BENCH_EVENTS}_${BENCH_KEYS}
+THROUGHPUT_JOBS="passthrough:- append:- totals:rocksdb totals:memory tumbling:rocksdb tumbling:memory sliding:rocksdb sliding:memory session:rocksdb session:memory"
+
+section_throughput()
+{
+	say "== throughput: $MAIN_TOPIC, $BENCH_RUNS rounds"
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		raw_consume "$MAIN_TOPIC" "$BENCH_EVENTS" "$run"
+		for jb in $THROUGHPUT_JOBS; do
+			local kind=${jb%%:*} backend=${jb##*:}
+			run_job throughput "$kind" "$kind" "$backend" "$run" "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS"
+			record throughput "$kind" "$backend" "$run" ratio_to_raw "$(calc "$JOB_RATE / $RAW_RATE")"
+			finish_job
+		done
+	done
+}
+
+flink_build()
+{
+	local build=$BENCH_DIR/flink-build
+	say "flink: building test/bench/flink (mvn -B -q package)"
+	mvn -B -q -f test/bench/flink/pom.xml -Dmaven.repo.local="$MAILER_CACHE_DIR/m2" \
+		-Dbench.build.dir="$build" package </dev/null >>"$LOG" 2>&1 ||
+		die "the Flink job did not build; see $LOG"
+	FLINK_CP="$build/classes:$build/lib/*"
+}
+
+section_flink()
+{
+	local pin=() mailer_pin=none
+	if [ "$BENCH_PIN_CPU" != none ]; then
+		pin=(taskset -c "$BENCH_PIN_CPU")
+		mailer_pin=$BENCH_PIN_CPU
+	fi
+	flink_build
+	say "== flink: tumbling window, RocksDB, 1 s checkpoints, parallelism 1, CPU ${BENCH_PIN_CPU}"
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		local mailer_eps flink_eps out
+		run_job flink mailer tumbling rocksdb "$run" "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS" "$mailer_pin"
+		finish_job
+		mailer_eps=$(calc "1000000 / $JOB_CPU_PER_M")
+		record flink mailer rocksdb "$run" events_per_cpu_s "$mailer_eps"
+
+		rm -rf "$BENCH_DIR/flink-ckpt"
+		out=$("${pin[@]}" java -Xms1g -Xmx1g -XX:+UseG1GC \
+			--add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED \
+			-cp "$FLINK_CP" mailer.bench.OrderTotals "$KAFKA_BROKERS" "$MAIN_TOPIC" \
+			"$OUT_OF_ORDERNESS_S" "$IDLE_TIMEOUT_S" "$BENCH_DIR/flink-ckpt" \
+			</dev/null 2>>"$BENCH_OUT/flink.log" | tail -1) || die "the Flink job failed; see $BENCH_OUT/flink.log"
+		# flink events N windows W seconds S cpu_seconds C process_cpu_seconds P
+		read -r _ _ events _ windows _ secs _ cpu _ pcpu <<<"$out"
+		flink_eps=$(calc "$BENCH_EVENTS / $cpu")
+		record flink flink rocksdb "$run" records_per_s "$(calc "$BENCH_EVENTS / $secs")"
+		record flink flink rocksdb "$run" seconds "$secs"
+		record flink flink rocksdb "$run" cpu_s_per_m "$(calc "$cpu * 1000000 / $BENCH_EVENTS")"
+		record flink flink rocksdb "$run" process_cpu_s_per_m "$(calc "$pcpu * 1000000 / $BENCH_EVENTS")"
+		record flink flink rocksdb "$run" events_per_cpu_s "$flink_eps"
+		record flink flink rocksdb "$run" windowed_events "$events"
+		record flink flink rocksdb "$run" windows "$windows"
+		record flink ratio - "$run" mailer_over_flink_per_cpu "$(calc "$mailer_eps / $flink_eps")"
+		say "  flink run $run: $(printf '%.0f' "$(calc "$BENCH_EVENTS / $secs")") records/s, $flink_eps events/CPU-s (mailer $mailer_eps), $events events in $windows windows"
+	done
+}
+
+# The topic for a key count: the main topic when it has that many keys,
+# else one where every key comes in turn (distinct keys = min(events, keys)).
+state_topic()
+{
+	if [ "$1" = "$BENCH_KEYS" ]; then echo "$MAIN_TOPIC"; else echo "bench_orders_${BENCH_EVENTS}_$1_cycle"; fi
+}
+
+# Restore after kill -9 of the worker: PostgreSQL restarts every backend
+# (crash recovery), the launcher restarts the job, and one new order on the
+# poke topic makes the restored job commit a checkpoint.
+measure_restore()
+{
+	local keys=$1 backend=$2 run=$3 epoch t0 t_up="" t_run="" t_ckpt="" pid pglog=$MAILER_RUN_DIR/postgresql.log off line
+	epoch=$(q -c "SELECT max(epoch) FROM mailer.checkpoints WHERE job_id = $JOB_ID")
+	off=$(stat -c %s "$pglog")
+	t0=$(now)
+	kill -9 "$JOB_PID"
+	"$BENCH_DIR/produce" "$KAFKA_BROKERS" bench_poke 1 1 --first "$((1000000000 + RANDOM))" >/dev/null
+	for _ in $(seq 1 6000); do
+		if [ -z "$t_run" ]; then
+			pid=$(job_pid "$JOB_NAME" 2>/dev/null || echo 0)
+			[ "${pid:-0}" != 0 ] && [ "$pid" != "$JOB_PID" ] && t_run=$(now)
+		else
+			[ "$(q -c "SELECT count(*) FROM mailer.checkpoints WHERE job_id = $JOB_ID AND epoch > $epoch" 2>/dev/null || echo 0)" -gt 0 ] &&
+				{ t_ckpt=$(now); break; }
+		fi
+		sleep 0.05
+	done
+	[ -n "$t_ckpt" ] || die "job $JOB_NAME did not commit a checkpoint within 5 minutes of kill -9"
+	# When the server accepted connections again after its crash restart:
+	# the postmaster logs it with a millisecond timestamp.
+	line=$(tail -c +"$((off + 1))" "$pglog" | grep -m1 'ready to accept connections' || true)
+	[ -n "$line" ] && t_up=$(date -d "$(cut -d' ' -f1-3 <<<"$line")" +%s.%N)
+	record state "keys_$keys" "$backend" "$run" restore_s "$(calc "$t_ckpt - $t0")"
+	[ -n "$t_up" ] && record state "keys_$keys" "$backend" "$run" restore_server_up_s "$(calc "$t_up - $t0")"
+	record state "keys_$keys" "$backend" "$run" restore_job_running_s "$(calc "$t_run - $t0")"
+	say "  restore after kill -9: server up ${t_up:+$(calc "$t_up - $t0")} s, job running $(calc "$t_run - $t0") s, new checkpoint $(calc "$t_ckpt - $t0") s"
+	JOB_PID=$(job_pid "$JOB_NAME")
+}
+
+# mailer.metrics.last_checkpoint_ms, sampled while a job runs (it is the
+# duration of the newest checkpoint, commit included).
+sample_last_checkpoint()
+{
+	local name=$1 file=$2
+	while :; do
+		q -c "SELECT last_checkpoint_epoch, last_checkpoint_ms FROM mailer.metrics WHERE name = '$name'" 2>/dev/null
+		sleep 0.5
+	done >"$file"
+}
+
+section_state()
+{
+	say "== state: keyed running totals over ${BENCH_STATE_KEYS// /, } keys"
+	test/services/kafka.sh create-topic bench_poke 1 >>"$LOG" 2>&1
+	local keys topic sampler
+	for keys in $BENCH_STATE_KEYS; do
+		topic=$(state_topic "$keys")
+		ensure_topic "$topic" "$BENCH_EVENTS" "$keys" $([ "$topic" = "$MAIN_TOPIC" ] || echo cycle)
+	done
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		for keys in $BENCH_STATE_KEYS; do
+			topic=$(state_topic "$keys")
+			for backend in rocksdb memory; do
+				local name=bench_keys_${keys}
+				sample_last_checkpoint "$name" "$BENCH_OUT/last_ckpt.txt" &
+				sampler=$!
+				run_job state "keys_$keys" totals "$backend" "$run" "[\"$topic\", \"bench_poke\"]" "$BENCH_EVENTS"
+				kill "$sampler"; wait "$sampler" 2>/dev/null || true
+				awk -F'|' 'NF == 2 && $2 != "" && !seen[$1]++ { print $2 }' "$BENCH_OUT/last_ckpt.txt" | sort -n |
+					awk '{ v[NR] = $1 } END { if (NR) printf "%s %s\n", v[int((NR + 1) / 2)], v[NR] }' | {
+					read -r med max || true
+					record state "keys_$keys" "$backend" "$run" last_ckpt_ms_median "${med:-}"
+					record state "keys_$keys" "$backend" "$run" last_ckpt_ms_max "${max:-}"
+				}
+				record state "keys_$keys" "$backend" "$run" distinct_keys "$(q -c 'SELECT count(*) FROM bench.totals')"
+				if [ "$backend" = rocksdb ]; then
+					record state "keys_$keys" "$backend" "$run" disk_mb \
+						"$(du -sm "$PGDATA_OWNER_DIR/job_$JOB_ID" | cut -f1)"
+				else
+					record state "keys_$keys" "$backend" "$run" disk_mb \
+						"$(q -c "SELECT round(coalesce(sum(pg_column_size(m.*)), 0) / 1048576.0, 1) FROM mailer.memory_state m WHERE job_id = $JOB_ID")"
+				fi
+				measure_restore "$keys" "$backend" "$run"
+				record state "keys_$keys" "$backend" "$run" restored_rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
+				finish_job
+				q -c "VACUUM bench.totals"
+			done
+		done
+	done
+}
+
+section_latency()
+{
+	local max rate name=bench_latency ids=2000000000
+	max=$(awk -F'\t' '$1 == "throughput" && $2 == "append" && $5 == "records_per_s" { print $6 }' "$RESULTS" |
+		sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+	if [ -z "$max" ]; then
+		say "latency: measuring the maximum rate of the append job first"
+		run_job latency append append - 0 "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS"
+		finish_job
+		max=$JOB_RATE
+	fi
+	say "== latency: append job (every order a row), 1 s checkpoints, max sustainable rate $max records/s"
+	test/services/kafka.sh create-topic bench_latency 8 >>"$LOG" 2>&1
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		for pct in 50 80; do
+			local events stats sent
+			rate=$(calc "int($max * $pct / 100)")
+			events=$(calc "int($rate * $BENCH_LATENCY_SECONDS)")
+			drop_job "$name"
+			q -c "TRUNCATE bench.latency"
+			q -v spec="$(job_spec latency - '["bench_latency"]' latest)" <<<"SELECT mailer.create_job('$name', :'spec')" >/dev/null
+			JOB_PID=$(wait_job_pid "$name")
+			# Running and assigned: a first wait returns once it has polled.
+			q -c "SELECT mailer.wait_job('$name', '1 minute')" >/dev/null
+			sleep 2
+			# produced N seconds S rate R errors E: R is the rate the producer kept.
+			sent=$("$BENCH_DIR/produce" "$KAFKA_BROKERS" bench_latency "$events" "$BENCH_KEYS" --rate "$rate" --first "$ids")
+			echo "$sent" >>"$LOG"
+			ids=$((ids + events))
+			q -c "SELECT mailer.wait_job('$name', '30 minutes')" >/dev/null
+			stats=$(q -F ' ' -c "
+				SELECT count(*),
+				       percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
+				       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms),
+				       max(ms)
+				  FROM (SELECT extract(epoch FROM seen) * 1000 - sent / 1000.0 AS ms
+				          FROM bench.latency) l")
+			read -r n p50 p99 pmax <<<"$stats"
+			[ "$n" = "$events" ] || die "latency job wrote $n rows, expected $events"
+			record latency "rate_${pct}pct" - "$run" target_records_per_s "$rate"
+			record latency "rate_${pct}pct" - "$run" produced_records_per_s "$(awk '{ print $6 }' <<<"$sent")"
+			record latency "rate_${pct}pct" - "$run" p50_ms "$p50"
+			record latency "rate_${pct}pct" - "$run" p99_ms "$p99"
+			record latency "rate_${pct}pct" - "$run" max_ms "$pmax"
+			say "  latency ${pct}% ($rate/s) run $run: p50 $(printf '%.0f' "$p50") ms, p99 $(printf '%.0f' "$p99") ms, max $(printf '%.0f' "$pmax") ms"
+			JOB_NAME=$name
+			finish_job
+		done
+	done
+}
+
+# perf of one job for BENCH_PROFILE_SECONDS: the report's top, by shared
+# object, by symbol (self) and by symbol with its callees.
+profile_job()
+{
+	local kind=$1 backend=$2 base=$BENCH_OUT/perf-$1-$2
+	say "== profile: $kind on $backend (perf record -e cpu-clock -g, ${BENCH_PROFILE_SECONDS} s at most)"
+	run_job profile "$kind" "$kind" "$backend" 1 "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS" none "$base.data" "$BENCH_PROFILE_SECONDS"
+	finish_job
+	# Whole reports into files first: head on a live pipe would SIGPIPE perf.
+	perf report -i "$base.data" --stdio --no-children -g none --sort dso >"$base.dso.txt" 2>/dev/null
+	perf report -i "$base.data" --stdio --no-children -g none --sort dso,symbol >"$base.self.txt" 2>/dev/null
+	perf report -i "$base.data" --stdio --children -g none --sort symbol >"$base.children.txt" 2>/dev/null
+	perf report -i "$base.data" --stdio --no-children --percent-limit 2 -g caller,0.5,callee,function,percent \
+		--sort symbol >"$base.callgraph.txt" 2>/dev/null
+	top() { grep -v -e '^#' -e '^$' "$1" | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' | head -"$2" || true; }
+	{
+		echo "# perf record -e cpu-clock -g -p <worker>: job $kind, backend $backend, $(printf '%.0f' "$JOB_RATE") records/s, $(printf '%.2f' "$JOB_CPU_PER_M") CPU-s/M"
+		echo "# by shared object"
+		top "$base.dso.txt" 12
+		echo
+		echo "# by symbol, self time"
+		top "$base.self.txt" 40
+		echo
+		echo "# by symbol, callees included"
+		top "$base.children.txt" 50
+		echo
+	} >>"$BENCH_OUT/profile.txt"
+}
+
+section_profile()
+{
+	local jb kind backend done_profiles=""
+	: >"$BENCH_OUT/profile.txt"
+	for jb in $BENCH_PROFILE_JOBS; do
+		if [ "$jb" = hottest ]; then
+			# The job with the most CPU per record in the throughput section.
+			jb=$(awk -F'\t' '$1 == "throughput" && $5 == "cpu_s_per_m" && $2 != "raw" { s[$2 ":" $3] += $6; n[$2 ":" $3]++ }
+				END { for (k in s) print s[k] / n[k], k }' "$RESULTS" | sort -gr | head -1 | cut -d' ' -f2 || true)
+			[ -n "$jb" ] || jb=sliding:rocksdb
+		fi
+		kind=${jb%%:*} backend=${jb##*:}
+		[[ "$jb" == *:* ]] || backend=rocksdb
+		[[ " $done_profiles " == *" $kind:$backend "* ]] && continue
+		done_profiles="$done_profiles $kind:$backend"
+		profile_job "$kind" "$backend"
+	done
+	say "profile: $BENCH_OUT/profile.txt"
+}
+
+# ---------------------------------------------------------------- report
+
+report()
+{
+	q -P footer=off \
+		-c "CREATE TEMP TABLE r (section text, job text, backend text, run int, metric text, value double precision)" \
+		-c "\\copy r FROM '$RESULTS' WITH (NULL '')" \
+		-f test/bench/report.sql >"$BENCH_OUT/tables.txt" 2>>"$LOG" || say "report failed; see $LOG"
+	cat "$BENCH_OUT/tables.txt"
+}
+
+machine()
+{
+	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS"
+}
+
+# ---------------------------------------------------------------- main
+
+start=$SECONDS
+machine | tee -a "$LOG"
+setup
+ensure_topic "$MAIN_TOPIC" "$BENCH_EVENTS" "$BENCH_KEYS"
+section_on throughput && section_throughput
+section_on flink && section_flink
+section_on state && section_state
+section_on latency && section_latency
+section_on profile && section_profile
+report
+say "done in $(( (SECONDS - start) / 60 )) min; results in $BENCH_OUT"
