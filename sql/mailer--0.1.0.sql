@@ -72,9 +72,11 @@ CREATE TABLE mailer.dead_letters (
 CREATE INDEX ON mailer.dead_letters (job_id, epoch);
 
 -- Keyed state of jobs on the memory backend: every version a retained
--- checkpoint may need (value NULL: deleted at that epoch).
+-- checkpoint may need (value NULL: deleted at that epoch).  No foreign key:
+-- a checkpoint writes many rows and its mailer.checkpoints row (which has
+-- one) already ties them to a live job; drop_job deletes them.
 CREATE TABLE mailer.memory_state (
-	job_id			bigint NOT NULL REFERENCES mailer.job ON DELETE CASCADE,
+	job_id			bigint NOT NULL,
 	key				bytea NOT NULL,
 	epoch			bigint NOT NULL,
 	value			bytea,
