@@ -185,7 +185,8 @@ CREATE FUNCTION mailer._live_jobs(
 	OUT error_at timestamptz, OUT counters jsonb, OUT input_rate double precision,
 	OUT last_checkpoint_epoch bigint, OUT last_checkpoint_at timestamptz,
 	OUT last_checkpoint_ms bigint, OUT watermark timestamptz,
-	OUT state_bytes bigint, OUT consumer_lag bigint)
+	OUT state_bytes bigint, OUT consumer_lag bigint,
+	OUT state_checkpoint_ms double precision, OUT state_restore_ms double precision)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'mailer_live_jobs'
 LANGUAGE C STRICT VOLATILE;
@@ -241,7 +242,9 @@ SELECT j.name, j.state,
 	   coalesce(l.last_checkpoint_epoch, c.epoch) AS last_checkpoint_epoch,
 	   coalesce(l.last_checkpoint_at, c.committed_at) AS last_checkpoint_at,
 	   coalesce(l.last_checkpoint_ms, c.duration_ms::bigint) AS last_checkpoint_ms,
-	   l.state_bytes
+	   l.state_bytes,
+	   l.state_checkpoint_ms,
+	   l.state_restore_ms
   FROM mailer.jobs j
   LEFT JOIN mailer._live_jobs() l USING (job_id)
   LEFT JOIN LATERAL (SELECT * FROM mailer.checkpoints c

@@ -30,6 +30,12 @@
 
 static void counters_from_jsonb(Job *job, Jsonb *counters);
 
+static double
+ms_since(TimestampTz start)
+{
+	return (double) (GetCurrentTimestamp() - start) / 1000.0;
+}
+
 void
 checkpoint_restore(Job *job)
 {
@@ -69,9 +75,14 @@ checkpoint_restore(Job *job)
 	SPI_finish();
 
 	if (job->plan->keyed && job->plan->aggregated)
+	{
+		TimestampTz open_start = GetCurrentTimestamp();
+
 		job->state = job->spec->state_backend == STATE_ROCKSDB ?
 			state_rocksdb_open(job->job_id, job->epoch, state_ref) :
 			state_memory_open(job->job_id, job->epoch);
+		job->slot->state_restore_ms = ms_since(open_start);
+	}
 
 	if (job->spec->source.type == SOURCE_GENERATOR)
 		job->source = generator_source_open(&job->spec->source.generator, positions, job->slot);
@@ -91,6 +102,7 @@ checkpoint_take(Job *job, bool final)
 {
 	int64		epoch = job->epoch + 1;
 	TimestampTz start = GetCurrentTimestamp();
+	double		state_ms = 0;
 	char	   *state_ref = NULL;
 	int64		written;
 	int64		rejected;
@@ -116,8 +128,12 @@ checkpoint_take(Job *job, bool final)
 				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),
 				 errdetail("The job's worker exits without a last checkpoint.")));
 
+	/* The state's share of the checkpoint, as mailer.metrics shows it */
 	if (job->keyed)
+	{
 		keyed_prepare_checkpoint(job->keyed);
+		state_ms = ms_since(start);
+	}
 	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error, &rejected);
 	job->counters[JC_RECORDS_OUT] += written;
 	if (!job->plan->aggregated)
@@ -129,7 +145,12 @@ checkpoint_take(Job *job, bool final)
 	}
 	dead_letter_flush(job->dead_letters, job->job_id, epoch);
 	if (job->state)
+	{
+		TimestampTz snapshot_start = GetCurrentTimestamp();
+
 		state_ref = job->state->ops->checkpoint(job->state, epoch);
+		state_ms += ms_since(snapshot_start);
+	}
 	job->counters[JC_CHECKPOINTS]++;
 
 	positions = job->source->ops->positions(job->source);
@@ -139,7 +160,7 @@ checkpoint_take(Job *job, bool final)
 	values[3] = state_ref ? CStringGetTextDatum(state_ref) : (Datum) 0;
 	nulls[3] = state_ref ? ' ' : 'n';
 	values[4] = job_counters_jsonb(job->counters);
-	values[5] = Float8GetDatum((double) (GetCurrentTimestamp() - start) / 1000.0);
+	values[5] = Float8GetDatum(ms_since(start));
 	values[6] = BoolGetDatum(final);
 	values[7] = TimestampTzGetDatum(watermark);
 	nulls[7] = TIMESTAMP_NOT_FINITE(watermark) ? 'n' : ' ';
@@ -171,9 +192,13 @@ checkpoint_take(Job *job, bool final)
 	/* Committed: epoch is now what a restart resumes from. */
 	job->epoch = epoch;
 	job->uncommitted = 0;
-	job->last_checkpoint = GetCurrentTimestamp();
 	if (job->state)
+	{
+		TimestampTz release_start = GetCurrentTimestamp();
+
 		job->state->ops->committed(job->state, epoch, epoch - retain + 1);
+		state_ms += ms_since(release_start);
+	}
 	job->source->ops->committed(job->source);
 
 	/*
@@ -182,10 +207,12 @@ checkpoint_take(Job *job, bool final)
 	 */
 	malloc_trim(0);
 
+	job->last_checkpoint = GetCurrentTimestamp();
 	job->slot->last_checkpoint_epoch = epoch;
 	job->slot->last_checkpoint_at = job->last_checkpoint;
 	job->slot->last_checkpoint_ms = (job->last_checkpoint - start) / 1000;
 	job->slot->state_bytes = job->state ? job->state->ops->size(job->state) : -1;
+	job->slot->state_checkpoint_ms = job->state ? state_ms : -1;
 	job_publish_counters(job);
 	job->stage = NULL;
 }

@@ -331,6 +331,7 @@ reconcile(long *timeout_ms)
 				slot->last_checkpoint_epoch = 0;
 				slot->watermark = DT_NOBEGIN;
 				slot->state_bytes = -1;
+				slot->state_checkpoint_ms = slot->state_restore_ms = -1;
 				slot->consumer_lag = -1;
 				slot->input_rate = 0;
 				for (int c = 0; c < JC_NUM_COUNTERS; c++)

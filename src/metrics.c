@@ -34,8 +34,8 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
 		JobSlot    *slot = &mailer_shared->slots[i];
-		Datum		values[13];
-		bool		nulls[13] = {0};
+		Datum		values[15];
+		bool		nulls[15] = {0};
 		uint64		counters[JC_NUM_COUNTERS];
 		JobSlot		copy;
 
@@ -75,6 +75,10 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 		nulls[11] = slot->state_bytes < 0;
 		values[12] = Int64GetDatum(slot->consumer_lag);
 		nulls[12] = slot->consumer_lag < 0;
+		values[13] = Float8GetDatum(slot->state_checkpoint_ms);
+		nulls[13] = slot->state_checkpoint_ms < 0;
+		values[14] = Float8GetDatum(slot->state_restore_ms);
+		nulls[14] = slot->state_restore_ms < 0;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(mailer_shared->lock);

@@ -100,6 +100,9 @@ typedef struct JobSlot
 	int64		last_checkpoint_ms;
 	TimestampTz watermark;
 	int64		state_bytes;
+	/* The state backend's share, in ms: -1 for a job without keyed state */
+	double		state_checkpoint_ms;	/* of the newest checkpoint */
+	double		state_restore_ms;	/* opening the state at the worker's start */
 	int64		consumer_lag;	/* -1 when unknown */
 	int			npartitions;
 	PartitionMetrics partitions[JOB_SLOT_MAX_PARTITIONS];

@@ -45,7 +45,7 @@ SELECT job AS engine,
 SELECT round(v::numeric, 2) AS "mailer/Flink events per CPU-s (median of per-round ratios)", n AS runs
   FROM m WHERE section = 'flink' AND metric = 'mailer_over_flink_per_cpu';
 
-\echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms sampled from mailer.metrics, commit included)'
+\echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms and its state share state_checkpoint_ms sampled from mailer.metrics; state restore ms = mailer.metrics.state_restore_ms after the kill)'
 SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'distinct_keys')) AS "distinct keys",
 	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
@@ -54,6 +54,9 @@ SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'ckpt_ms_max'), 1) AS "ckpt ms max",
 	   round(pg_temp.g(section, job, backend, 'last_ckpt_ms_median')) AS "last_ckpt ms med",
 	   round(pg_temp.g(section, job, backend, 'last_ckpt_ms_max')) AS "last_ckpt ms max",
+	   round(pg_temp.g(section, job, backend, 'state_ckpt_ms_median'), 1) AS "state ckpt ms med",
+	   round(pg_temp.g(section, job, backend, 'state_ckpt_ms_max'), 1) AS "state ckpt ms max",
+	   round(pg_temp.g(section, job, backend, 'state_restore_ms'), 1) AS "state restore ms",
 	   round(pg_temp.g(section, job, backend, 'restore_s'), 2) AS "restore s",
 	   round(pg_temp.g(section, job, backend, 'restore_server_up_s'), 2) AS "server up s",
 	   round(pg_temp.g(section, job, backend, 'restore_job_running_s'), 2) AS "job running s",

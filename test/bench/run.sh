@@ -419,6 +419,8 @@ measure_restore()
 	record state "keys_$keys" "$backend" "$run" restore_s "$(calc "$t_ckpt - $t0")"
 	[ -n "$t_up" ] && record state "keys_$keys" "$backend" "$run" restore_server_up_s "$(calc "$t_up - $t0")"
 	record state "keys_$keys" "$backend" "$run" restore_job_running_s "$(calc "$t_run - $t0")"
+	record state "keys_$keys" "$backend" "$run" state_restore_ms \
+		"$(q -c "SELECT state_restore_ms FROM mailer.metrics WHERE name = '$JOB_NAME'")"
 	say "  restore after kill -9: server up ${t_up:+$(calc "$t_up - $t0")} s, job running $(calc "$t_run - $t0") s, new checkpoint $(calc "$t_ckpt - $t0") s"
 	JOB_PID=$(job_pid "$JOB_NAME")
 }
@@ -429,7 +431,7 @@ sample_last_checkpoint()
 {
 	local name=$1 file=$2
 	while :; do
-		q -c "SELECT last_checkpoint_epoch, last_checkpoint_ms FROM mailer.metrics WHERE name = '$name'" 2>/dev/null
+		q -c "SELECT last_checkpoint_epoch, last_checkpoint_ms, state_checkpoint_ms FROM mailer.metrics WHERE name = '$name'" 2>/dev/null
 		sleep 0.5
 	done >"$file"
 }
@@ -452,12 +454,14 @@ section_state()
 				sampler=$!
 				run_job state "keys_$keys" totals "$backend" "$run" "[\"$topic\", \"bench_poke\"]" "$BENCH_EVENTS"
 				kill "$sampler"; wait "$sampler" 2>/dev/null || true
-				awk -F'|' 'NF == 2 && $2 != "" && !seen[$1]++ { print $2 }' "$BENCH_OUT/last_ckpt.txt" | sort -n |
-					awk '{ v[NR] = $1 } END { if (NR) printf "%s %s\n", v[int((NR + 1) / 2)], v[NR] }' | {
-					read -r med max || true
-					record state "keys_$keys" "$backend" "$run" last_ckpt_ms_median "${med:-}"
-					record state "keys_$keys" "$backend" "$run" last_ckpt_ms_max "${max:-}"
-				}
+				for col in 2:last_ckpt_ms 3:state_ckpt_ms; do
+					awk -F'|' -v c="${col%%:*}" 'NF == 3 && $c != "" && !seen[$1]++ { print $c }' "$BENCH_OUT/last_ckpt.txt" | sort -n |
+						awk '{ v[NR] = $1 } END { if (NR) printf "%s %s\n", v[int((NR + 1) / 2)], v[NR] }' | {
+						read -r med max || true
+						record state "keys_$keys" "$backend" "$run" "${col#*:}_median" "${med:-}"
+						record state "keys_$keys" "$backend" "$run" "${col#*:}_max" "${max:-}"
+					}
+				done
 				record state "keys_$keys" "$backend" "$run" distinct_keys "$(q -c 'SELECT count(*) FROM bench.totals')"
 				if [ "$backend" = rocksdb ]; then
 					record state "keys_$keys" "$backend" "$run" disk_mb \

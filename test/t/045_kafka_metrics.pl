@@ -56,10 +56,13 @@ is(psql("SELECT mailer.wait_job('$job', '5 minutes')"), 'running', 'wait_job ret
 totals_check('orders_045', $job, 'metrics job');
 
 my %m;
-@m{qw(state records_in records_accepted records_out consumer_lag epoch at ms watermark state_bytes)} =
+@m{qw(state records_in records_accepted records_out consumer_lag epoch at ms watermark state_bytes
+	  state_ms restore_ms)} =
   split /\|/, psql("SELECT state, records_in, records_accepted, records_out, consumer_lag, "
 	  . "last_checkpoint_epoch, last_checkpoint_at > now() - interval '1 minute', last_checkpoint_ms, "
-	  . "watermark IS NOT NULL, state_bytes FROM mailer.metrics WHERE name = '$job'");
+	  . "watermark IS NOT NULL, state_bytes, "
+	  . "state_checkpoint_ms BETWEEN 0 AND last_checkpoint_ms + 1, state_restore_ms >= 0 "
+	  . "FROM mailer.metrics WHERE name = '$job'");
 is($m{state}, 'running', 'metrics: running');
 is($m{records_in}, $N, "metrics: records_in $N");
 is($m{records_accepted}, $N, "metrics: records_accepted $N");
@@ -72,6 +75,8 @@ is($m{at}, 't', 'metrics: last_checkpoint_at is recent');
 cmp_ok($m{ms}, '>=', 0, 'metrics: last_checkpoint_ms');
 is($m{watermark}, 't', 'metrics: watermark');
 cmp_ok($m{state_bytes}, '>', 0, 'metrics: state_bytes');
+is($m{state_ms}, 't', 'metrics: state_checkpoint_ms is a part of last_checkpoint_ms');
+is($m{restore_ms}, 't', 'metrics: state_restore_ms');
 
 is(psql("SELECT string_agg(partition::text, ',' ORDER BY partition) FROM mailer.partition_metrics "
 		  . "WHERE name = '$job' AND topic = '$topic'"), '0,1,2,3,4,5,6,7',
