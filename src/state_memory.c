@@ -8,7 +8,9 @@
  * mailer.memory_state keeps (key, epoch, value) versions, a NULL value
  * for a deleted key, so any retained epoch can be restored: the state at
  * epoch E is the newest version of each key at or before E.  Versions no
- * retained epoch needs are compacted away every few checkpoints.
+ * retained epoch needs are compacted away every few checkpoints, looking
+ * only at the keys written since the last compaction: its cost follows
+ * the writes, not the size of the state.
  */
 #include "postgres.h"
 
@@ -19,6 +21,7 @@
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -41,12 +44,16 @@ typedef struct SkipNode
 	struct SkipNode *next[FLEXIBLE_ARRAY_MEMBER];
 } SkipNode;
 
-/* A key changed since the last checkpoint. */
+/*
+ * A key changed since the last checkpoint; or, in the unsettled set, a key
+ * written since the last compaction and the newest epoch that wrote it.
+ */
 typedef struct ChangedKey
 {
 	StateKey	key;
 	uint32		hash;
 	char		status;
+	int64		epoch;
 } ChangedKey;
 
 #define SH_PREFIX changed
@@ -71,6 +78,8 @@ typedef struct MemoryState
 	int			level;
 	int64		bytes;
 	struct changed_hash *changed;
+	MemoryContext unsettled_ctx;	/* the unsettled set, keys and table */
+	struct changed_hash *unsettled;
 } MemoryState;
 
 typedef struct MemoryIterator
@@ -122,20 +131,46 @@ seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
 	return x->next[0];
 }
 
+/* The set's entry for the key, added with a copy of the key in ctx if new. */
+static ChangedKey *
+key_set_add(struct changed_hash *set, MemoryContext ctx, StateKey key)
+{
+	bool		found;
+	ChangedKey *entry = changed_insert(set, key, &found);
+
+	if (!found)
+	{
+		char	   *copy = MemoryContextAlloc(ctx, key.len);
+
+		memcpy(copy, key.data, key.len);
+		entry->key.data = copy;
+	}
+	return entry;
+}
+
 static void
 note_changed(MemoryState *ms, const char *key, int klen)
 {
 	StateKey	probe = {key, klen};
-	bool		found;
-	ChangedKey *entry = changed_insert(ms->changed, probe, &found);
 
-	if (!found)
-	{
-		char	   *copy = MemoryContextAlloc(ms->changed_ctx, klen);
+	key_set_add(ms->changed, ms->changed_ctx, probe);
+}
 
-		memcpy(copy, key, klen);
-		entry->key.data = copy;
-	}
+static void
+new_unsettled_set(MemoryState *ms)
+{
+	ms->unsettled_ctx = AllocSetContextCreate(ms->ctx, "mailer unsettled keys", ALLOCSET_DEFAULT_SIZES);
+	ms->unsettled = changed_create(ms->unsettled_ctx, 1024, NULL);
+}
+
+/* A bytea[] of n values; nulls may be NULL when none is. */
+static Datum
+bytea_array(Datum *items, bool *nulls, int n)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	return PointerGetDatum(construct_md_array(items, nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
 }
 
 static SkipNode *
@@ -201,23 +236,37 @@ state_memory_open(int64 job_id, int64 epoch)
 	ms->head = new_node(ms, SKIP_MAX_LEVEL);
 	ms->head->level = SKIP_MAX_LEVEL;
 	ms->level = 1;
+	new_unsettled_set(ms);
 
-	/* The newest version of each key at or before the epoch (caller is in a transaction). */
+	/*
+	 * The newest version of each key at or before the epoch (caller is in a
+	 * transaction).  A key with older versions, or deleted, is unsettled
+	 * from the start: compaction has something to drop.
+	 */
 	values[0] = Int64GetDatum(job_id);
 	values[1] = Int64GetDatum(epoch);
 	SPI_connect();
 	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
 				 "AND epoch OPERATOR(pg_catalog.>) $2", 2, types, values, NULL, false);
-	catalog_exec("SELECT key, value FROM (SELECT DISTINCT ON (key) key, value FROM mailer.memory_state "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY key, epoch DESC) v WHERE value IS NOT NULL",
+	catalog_exec("SELECT DISTINCT ON (key) key, value, epoch, count(*) OVER (PARTITION BY key) "
+				 "FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY key, epoch DESC",
 				 1, types, values, NULL, true);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
+		HeapTuple	row = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		deleted;
 		bool		isnull;
-		bytea	   *k = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
-		bytea	   *v = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+		bytea	   *k = DatumGetByteaPP(SPI_getbinval(row, desc, 1, &isnull));
+		Datum		v = SPI_getbinval(row, desc, 2, &deleted);
+		StateKey	key = {VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)};
 
-		map_put(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k), VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
+		if (!deleted)
+			map_put(ms, key.data, key.len, VARDATA_ANY(DatumGetByteaPP(v)),
+					VARSIZE_ANY_EXHDR(DatumGetByteaPP(v)));
+		if (deleted || DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull)) > 1)
+			key_set_add(ms->unsettled, ms->unsettled_ctx, key)->epoch =
+				DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
 	}
 	SPI_finish();
 	return &ms->base;
@@ -333,6 +382,7 @@ mem_checkpoint(StateBackend *sb, int64 epoch)
 		ck = changed_iterate(ms->changed, &iter);
 		if (ck)
 		{
+			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = epoch;
 			x = seek(ms, ck->key.data, ck->key.len, NULL);
 			keys[n] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
 			if (x && compare_keys(x->key, x->klen, ck->key.data, ck->key.len) == 0)
@@ -346,15 +396,12 @@ mem_checkpoint(StateBackend *sb, int64 epoch)
 		}
 		if (n > 0 && (ck == NULL || n == cap))
 		{
-			int			dims[1] = {n};
-			int			lbs[1] = {1};
-			bool		key_nulls[WRITE_CHUNK] = {0};
 			Datum		values[4];
 
 			values[0] = Int64GetDatum(ms->base.job_id);
 			values[1] = Int64GetDatum(epoch);
-			values[2] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
-			values[3] = PointerGetDatum(construct_md_array(vals, nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
+			values[2] = bytea_array(keys, NULL, n);
+			values[3] = bytea_array(vals, nulls, n);
 			catalog_exec("INSERT INTO mailer.memory_state (job_id, epoch, key, value) "
 						 "SELECT $1, $2, k, v FROM unnest($3, $4) AS u(k, v)",
 						 4, types, values, NULL, false);
@@ -370,35 +417,84 @@ mem_checkpoint(StateBackend *sb, int64 epoch)
 }
 
 /*
- * Every few checkpoints, drop the versions no retained epoch needs: those
- * with a newer version at or before keep_from, and deletions at or before
- * it that have nothing older left to hide.
+ * Drop the versions of the n keys that no epoch from keep_from on needs:
+ * those older than the key's newest version at or before keep_from, and
+ * deletions at or before it that have nothing older left to hide.  Each
+ * key's versions are found by a subquery on the primary key, not a join:
+ * its plan does not depend on how many versions the statistics expect.
+ */
+static void
+compact(MemoryState *ms, int64 keep_from, Datum *keys, int n)
+{
+	Oid			types[3] = {INT8OID, INT8OID, BYTEAARRAYOID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[1] = Int64GetDatum(keep_from);
+	values[2] = bytea_array(keys, NULL, n);
+	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND m.key OPERATOR(pg_catalog.=) ANY ($3) AND m.epoch OPERATOR(pg_catalog.<) "
+				 "(SELECT pg_catalog.max(n.epoch) FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND n.key OPERATOR(pg_catalog.=) m.key AND n.epoch OPERATOR(pg_catalog.<=) $2)",
+				 3, types, values, NULL, false);
+	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND m.key OPERATOR(pg_catalog.=) ANY ($3) AND m.epoch OPERATOR(pg_catalog.<=) $2 "
+				 "AND m.value IS NULL AND m.epoch OPERATOR(pg_catalog.=) "
+				 "(SELECT pg_catalog.min(n.epoch) FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND n.key OPERATOR(pg_catalog.=) m.key)",
+				 3, types, values, NULL, false);
+}
+
+/*
+ * Every few checkpoints, compact the keys whose newest write is at or
+ * before keep_from.  A key written since waits for a later compaction:
+ * its versions up to keep_from are only dropped late, never wrongly.
  */
 static void
 mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
 {
 	MemoryState *ms = (MemoryState *) sb;
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2];
+	MemoryContext old_ctx = ms->unsettled_ctx;
+	struct changed_hash *old = ms->unsettled;
+	changed_iterator iter;
+	ChangedKey *ck;
+	Datum	   *keys;
+	int			n = 0;
 
 	if (epoch % COMPACT_EVERY != 0 || keep_from <= 1)
 		return;
-	values[0] = Int64GetDatum(ms->base.job_id);
-	values[1] = Int64GetDatum(keep_from);
 	job_transaction_begin();
+
+	/*
+	 * The given keys' few versions, through the primary key.  The table's
+	 * statistics are often stale (a new job's rows are in none), and a plan
+	 * made from them may scan all of the job's versions instead.
+	 */
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 	SPI_connect();
-	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND m.epoch OPERATOR(pg_catalog.<) $2 AND EXISTS (SELECT 1 FROM mailer.memory_state n "
-				 "WHERE n.job_id OPERATOR(pg_catalog.=) m.job_id AND n.key OPERATOR(pg_catalog.=) m.key "
-				 "AND n.epoch OPERATOR(pg_catalog.>) m.epoch AND n.epoch OPERATOR(pg_catalog.<=) $2)",
-				 2, types, values, NULL, false);
-	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND m.epoch OPERATOR(pg_catalog.<=) $2 AND m.value IS NULL AND NOT EXISTS "
-				 "(SELECT 1 FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) m.job_id "
-				 "AND n.key OPERATOR(pg_catalog.=) m.key AND n.epoch OPERATOR(pg_catalog.<) m.epoch)",
-				 2, types, values, NULL, false);
+	/* In SPI's context, freed at SPI_finish, like the keys' copies */
+	keys = palloc(sizeof(Datum) * WRITE_CHUNK);
+	new_unsettled_set(ms);
+	changed_start_iterate(old, &iter);
+	for (;;)
+	{
+		ck = changed_iterate(old, &iter);
+		if (ck && ck->epoch > keep_from)
+			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = ck->epoch;
+		else if (ck)
+			keys[n++] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+		if (n > 0 && (ck == NULL || n == WRITE_CHUNK))
+		{
+			compact(ms, keep_from, keys, n);
+			n = 0;
+		}
+		if (ck == NULL)
+			break;
+	}
 	SPI_finish();
 	job_transaction_end();
+	MemoryContextDelete(old_ctx);
 }
 
 static int64

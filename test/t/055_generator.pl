@@ -18,7 +18,7 @@ use Test::More;
 fresh_extension();
 
 psql(<<'SQL');
-DROP TABLE IF EXISTS gen_raw, gen_tumbling, gen_sliding, gen_sessions, gen_retry, gen_fail;
+DROP TABLE IF EXISTS gen_raw, gen_tumbling, gen_sliding, gen_sessions, gen_retry, gen_fail, gen_compact;
 DROP FUNCTION IF EXISTS gen_fail_check();
 CREATE TABLE gen_raw (key text, value jsonb, "timestamp" timestamptz);
 CREATE TABLE gen_tumbling (customer_id text, window_start timestamptz, window_end timestamptz,
@@ -73,13 +73,15 @@ is(psql(q{SELECT string_agg(DISTINCT s::text, ',') FROM (SELECT sum(n) AS s FROM
 is(psql(q{SELECT count(DISTINCT window_start) || ' ' || sum(n) FILTER (WHERE window_start = '2030-01-01 00:20:00+00')
 		  FROM gen_tumbling}), '21 200', 'tumbling: 21 minutes, 200 events in the last');
 
-same_rows('SELECT customer_id, window_start, window_end, n, total FROM gen_sliding', q{
+my $sliding = q{
 	SELECT value->>'customer_id' AS customer_id, s AS window_start, s + interval '1 minute' AS window_end,
 		   count(*) AS n, sum((value->>'amount')::numeric) AS total
 	  FROM gen_raw,
 		   generate_series(date_bin('20 seconds', (value->>'ts')::timestamptz, '1970-01-01 00:00:00+00') - interval '40 seconds',
 						   date_bin('20 seconds', (value->>'ts')::timestamptz, '1970-01-01 00:00:00+00'), interval '20 seconds') s
-	 GROUP BY 1, 2, 3}, 'sliding: every window emitted, as the raw events give');
+	 GROUP BY 1, 2, 3};
+same_rows('SELECT customer_id, window_start, window_end, n, total FROM gen_sliding', $sliding,
+	'sliding: every window emitted, as the raw events give');
 is(psql('SELECT sum(n) FROM gen_sliding'), 15000, 'sliding: each event in 3 windows');
 
 same_rows('SELECT customer_id, window_start, window_end, n, total FROM gen_sessions', q{
@@ -137,7 +139,39 @@ wait_for_sql('gen_retry finished', q{SELECT state FROM mailer.jobs WHERE name = 
 same_rows('SELECT customer_id, window_start, window_end, n, total FROM gen_retry', $tumbling,
 	'after the restart, every window emitted');
 
-for my $job (qw(gen_raw gen_tumbling gen_sliding gen_sessions gen_retry))
+# The memory backend's compaction: with checkpoint.retain 2 and a
+# checkpoint every 100 ms, the job passes several compactions (one every
+# 10 checkpoints), and its worker is killed after two of them.  The
+# restarted worker still emits every window, and compacts what the killed
+# one wrote: no key whose versions all lie before the last compaction's
+# keep-from epoch is left (every window was purged, so its newest version
+# is a deletion with nothing older to hide).
+psql('CREATE TABLE gen_compact (LIKE gen_tumbling INCLUDING ALL)');
+psql(qq{SELECT mailer.create_job('gen_compact', \$spec\${"source": {"type": "generator", "events": 5000, "keys": 7,
+		"seed": 55, "start_time": "2030-01-01 00:00:00+00", "step": "250 milliseconds", "rate": 1000},
+	"steps": [{"key_by": {"customer_id": "value->>'customer_id'"}},
+			  {"window": {"type": "sliding", "size": "1 minute", "slide": "20 seconds"}}, $agg],
+	"sink": {"type": "table", "table": "gen_compact"}, "state": {"backend": "memory"},
+	"checkpoint": {"interval": "100 milliseconds", "retain": 2}}\$spec\$)});
+my $compact_id = psql("SELECT job_id FROM mailer.job WHERE name = 'gen_compact'");
+my $max_epoch = "SELECT coalesce(max(epoch), 0) FROM mailer.checkpoints WHERE job_id = $compact_id";
+wait_for_sql('gen_compact past two compactions', "SELECT ($max_epoch) >= 21", 't', 60);
+my $launcher = launcher_pid();
+kill 'KILL', worker_pid('gen_compact');
+wait_server_ready(not_launcher => $launcher);
+is(wait_job('gen_compact'), 'finished', 'gen_compact, killed after two compactions, ends finished');
+same_rows('SELECT customer_id, window_start, window_end, n, total FROM gen_compact', $sliding,
+	'gen_compact: every window emitted after the kill');
+my $epoch = psql($max_epoch);
+my $compacted = int(($epoch - 1) / 10) * 10;	# the last compaction the job surely finished
+cmp_ok($compacted, '>=', 30, "gen_compact: a compaction after the restart (last epoch $epoch)");
+is(psql("SELECT count(*) FROM (SELECT key FROM mailer.memory_state WHERE job_id = $compact_id
+		 GROUP BY key HAVING max(epoch) <= $compacted - 1) k"),
+	'0', 'gen_compact: no key left with all its versions before the compacted epoch');
+cmp_ok(psql("SELECT count(*) FROM mailer.memory_state WHERE job_id = $compact_id"), '>', 0,
+	'gen_compact: the versions the retained checkpoints need are kept');
+
+for my $job (qw(gen_raw gen_tumbling gen_sliding gen_sessions gen_retry gen_compact))
 {
 	psql("SELECT mailer.drop_job('$job')");
 }
