@@ -80,6 +80,7 @@ typedef struct MemoryState
 	struct changed_hash *changed;
 	MemoryContext unsettled_ctx;	/* the unsettled set, keys and table */
 	struct changed_hash *unsettled;
+	SPIPlanPtr	compact_plan;	/* made at the first compaction */
 } MemoryState;
 
 typedef struct MemoryIterator
@@ -417,33 +418,20 @@ mem_checkpoint(StateBackend *sb, int64 epoch)
 }
 
 /*
- * Drop the versions of the n keys that no epoch from keep_from on needs:
- * those older than the key's newest version at or before keep_from, and
- * deletions at or before it that have nothing older left to hide.  Each
- * key's versions are found by a subquery on the primary key, not a join:
- * its plan does not depend on how many versions the statistics expect.
+ * Deletes the versions of one key that no epoch from keep_from ($3) on
+ * needs: those older than its newest version at or before keep_from, and
+ * that one too when it is a deletion (nothing older is left for it to
+ * hide).  One key at a time, through one generic plan: equality on the
+ * primary key's first two columns, whatever the table's statistics say.
+ * They are often stale (a new job's versions are in none), and a plan for
+ * many keys at once made from them can scan all of a job's versions.
  */
-static void
-compact(MemoryState *ms, int64 keep_from, Datum *keys, int n)
-{
-	Oid			types[3] = {INT8OID, INT8OID, BYTEAARRAYOID};
-	Datum		values[3];
-
-	values[0] = Int64GetDatum(ms->base.job_id);
-	values[1] = Int64GetDatum(keep_from);
-	values[2] = bytea_array(keys, NULL, n);
-	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND m.key OPERATOR(pg_catalog.=) ANY ($3) AND m.epoch OPERATOR(pg_catalog.<) "
-				 "(SELECT pg_catalog.max(n.epoch) FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND n.key OPERATOR(pg_catalog.=) m.key AND n.epoch OPERATOR(pg_catalog.<=) $2)",
-				 3, types, values, NULL, false);
-	catalog_exec("DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND m.key OPERATOR(pg_catalog.=) ANY ($3) AND m.epoch OPERATOR(pg_catalog.<=) $2 "
-				 "AND m.value IS NULL AND m.epoch OPERATOR(pg_catalog.=) "
-				 "(SELECT pg_catalog.min(n.epoch) FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND n.key OPERATOR(pg_catalog.=) m.key)",
-				 3, types, values, NULL, false);
-}
+static const char compact_sql[] =
+"DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+"AND m.key OPERATOR(pg_catalog.=) $2 AND m.epoch OPERATOR(pg_catalog.<=) $3 "
+"AND (m.value IS NULL OR m.epoch OPERATOR(pg_catalog.<) "
+"(SELECT pg_catalog.max(n.epoch) FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) $1 "
+"AND n.key OPERATOR(pg_catalog.=) $2 AND n.epoch OPERATOR(pg_catalog.<=) $3))";
 
 /*
  * Every few checkpoints, compact the keys whose newest write is at or
@@ -458,40 +446,46 @@ mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
 	struct changed_hash *old = ms->unsettled;
 	changed_iterator iter;
 	ChangedKey *ck;
-	Datum	   *keys;
-	int			n = 0;
+	CatalogAccess access;
+	Datum		values[3];
 
 	if (epoch % COMPACT_EVERY != 0 || keep_from <= 1)
 		return;
 	job_transaction_begin();
-
-	/*
-	 * The given keys' few versions, through the primary key.  The table's
-	 * statistics are often stale (a new job's rows are in none), and a plan
-	 * made from them may scan all of the job's versions instead.
-	 */
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
 	SPI_connect();
-	/* In SPI's context, freed at SPI_finish, like the keys' copies */
-	keys = palloc(sizeof(Datum) * WRITE_CHUNK);
+	catalog_enter(&access);
+	/* Were the plan made anew (the table changed), no sequential scan for it */
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (ms->compact_plan == NULL)
+	{
+		Oid			types[3] = {INT8OID, BYTEAOID, INT8OID};
+
+		ms->compact_plan = SPI_prepare_cursor(compact_sql, 3, types, CURSOR_OPT_GENERIC_PLAN);
+		if (ms->compact_plan == NULL || SPI_keepplan(ms->compact_plan) != 0)
+			elog(ERROR, "mailer could not prepare the memory state compaction: %s",
+				 SPI_result_code_string(SPI_result));
+	}
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[2] = Int64GetDatum(keep_from);
 	new_unsettled_set(ms);
 	changed_start_iterate(old, &iter);
-	for (;;)
+	while ((ck = changed_iterate(old, &iter)) != NULL)
 	{
-		ck = changed_iterate(old, &iter);
-		if (ck && ck->epoch > keep_from)
-			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = ck->epoch;
-		else if (ck)
-			keys[n++] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
-		if (n > 0 && (ck == NULL || n == WRITE_CHUNK))
+		int			rc;
+
+		if (ck->epoch > keep_from)
 		{
-			compact(ms, keep_from, keys, n);
-			n = 0;
+			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = ck->epoch;
+			continue;
 		}
-		if (ck == NULL)
-			break;
+		values[1] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+		rc = SPI_execute_plan(ms->compact_plan, values, NULL, false, 0);
+		if (rc != SPI_OK_DELETE)
+			elog(ERROR, "mailer memory state compaction failed: %s", SPI_result_code_string(rc));
+		pfree(DatumGetPointer(values[1]));
 	}
+	catalog_leave(&access);
 	SPI_finish();
 	job_transaction_end();
 	MemoryContextDelete(old_ctx);
@@ -508,6 +502,8 @@ mem_close(StateBackend *sb)
 {
 	MemoryState *ms = (MemoryState *) sb;
 
+	if (ms->compact_plan)
+		SPI_freeplan(ms->compact_plan);
 	MemoryContextDelete(ms->ctx);
 	MemoryContextDelete(ms->changed_ctx);
 }
