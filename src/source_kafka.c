@@ -182,8 +182,15 @@ build_conf(KafkaSourceSpec *spec, const char *group_id)
 		{"isolation.level", "read_committed"},
 		{"auto.offset.reset", "earliest"},
 		{"fetch.wait.max.ms", "100"},
-		{"queued.min.messages", "100000"},
-		/* librdkafka would prefetch up to 64 MB: bound what a worker holds (source.options may raise it). */
+		/*
+		 * The prefetch is bounded by size alone: librdkafka would prefetch
+		 * up to 64 MB, so bound what a worker holds (source.options may
+		 * raise it).  A count bound would starve the worker: librdkafka
+		 * 2.0 stops fetching a partition past it and looks again only
+		 * when its broker thread wakes, up to a second later, while
+		 * 100,000 records (its default) last a busy worker half that.
+		 */
+		{"queued.min.messages", "10000000"},
 		{"queued.max.messages.kbytes", "32768"},
 		{"enable.auto.commit", "false"},
 		{"enable.auto.offset.store", "false"},

@@ -74,7 +74,8 @@ main(int argc, char **argv)
 	set(conf, "isolation.level", "read_committed");
 	set(conf, "enable.auto.commit", "false");
 	set(conf, "fetch.wait.max.ms", "100");
-	set(conf, "queued.min.messages", "100000");
+	set(conf, "queued.min.messages", "10000000");
+	set(conf, "queued.max.messages.kbytes", "32768");
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
 	if (rk == NULL)
 	{
