@@ -51,7 +51,7 @@ static void begin_reading_spec(void);
 static void wake_launcher_after_commit(void);
 static void check_job_name(const char *name);
 static void request_stop_and_wait(JobRow *job, long timeout_ms);
-static void wait_for_launcher_to_settle(JobRow *job, long timeout_ms);
+static void wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
 
@@ -142,7 +142,7 @@ mailer_start_job(PG_FUNCTION_ARGS)
 
 	mailer_require_preload();
 	catalog_check_owner(job, "start");
-	wait_for_launcher_to_settle(job, 60 * 1000L);
+	wait_for_launcher_to_settle(job, true, 60 * 1000L);
 	exec_job_update("UPDATE mailer.job SET desired_state = 'running' "
 					"WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	/* A finished, failed or stopped job runs again from its last checkpoint. */
@@ -203,6 +203,7 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 
 	mailer_require_preload();
 	catalog_check_owner(job, "restore");
+	wait_for_launcher_to_settle(job, false, 60 * 1000L);
 	ext_oid = get_extension_oid("mailer", false);
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
 	{
@@ -439,10 +440,12 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
  * slot, with no worker, for good.  So wait for the launcher here, before
  * writing anything it would have to wait for.  A stop requested in this
  * very transaction cannot finish before it commits: starting the job again
- * withdraws it.
+ * withdraws it.  restore_job waits the same way for a worker's exit to be
+ * recorded (or the launcher would write 'finished' over the restored job's
+ * 'stopped'), but leaves stop requests alone.
  */
 static void
-wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
+wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	Oid			ext_oid = get_extension_oid("mailer", false);
@@ -450,7 +453,7 @@ wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
 	bool		ours = false;
 
 	foreach(lc, stops_to_undo)
-		if (intVal(lfirst(lc)) == (int) job->job_id)
+		if (starting && intVal(lfirst(lc)) == (int) job->job_id)
 			ours = true;
 
 	for (;;)
@@ -468,7 +471,7 @@ wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
 			/* A worker that has finished is about to exit: that exit, too. */
 			leftover = slot->live_state == JOB_LIVE_FINISHED ||
 				(slot->pid == 0 &&
-				 (slot->stop_requested || slot->live_state != JOB_LIVE_NONE ||
+				 ((starting && slot->stop_requested) || slot->live_state != JOB_LIVE_NONE ||
 				  slot->exit_kind != JOB_EXIT_NONE));
 			SpinLockRelease(&slot->mutex);
 		}
@@ -478,9 +481,9 @@ wait_for_launcher_to_settle(JobRow *job, long timeout_ms)
 		if (TimestampDifferenceExceeds(deadline, GetCurrentTimestamp(), 0))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("job \"%s\" cannot be started yet", job->name),
+					 errmsg("job \"%s\" cannot be %s yet", job->name, starting ? "started" : "restored"),
 					 errdetail("Its last worker has exited but the launcher has not recorded it, or a stop of the job has not committed."),
-					 errhint("Commit any transaction that stops the job, check that the mailer launcher runs, then start the job again.")));
+					 errhint("Commit any transaction that stops the job, check that the mailer launcher runs, then try again.")));
 		job_slots_wake_launcher();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
 						 PG_WAIT_EXTENSION);
