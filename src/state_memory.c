@@ -263,8 +263,11 @@ state_memory_open(int64 job_id, int64 epoch)
 		StateKey	key = {VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)};
 
 		if (!deleted)
-			map_put(ms, key.data, key.len, VARDATA_ANY(DatumGetByteaPP(v)),
-					VARSIZE_ANY_EXHDR(DatumGetByteaPP(v)));
+		{
+			bytea	   *value = DatumGetByteaPP(v);
+
+			map_put(ms, key.data, key.len, VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
+		}
 		if (deleted || DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull)) > 1)
 			key_set_add(ms->unsettled, ms->unsettled_ctx, key)->epoch =
 				DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
