@@ -1,0 +1,262 @@
+-- mailer 0.2.0: install script
+\echo Use "CREATE EXTENSION mailer" to load this file. \quit
+
+COMMENT ON SCHEMA mailer IS 'mailer: stream-processing jobs from Kafka into tables';
+
+--
+-- Catalog.  The tables are written by mailer's functions, the launcher and
+-- the job workers (all as the extension's owner); users read them through
+-- the views below.  Rows that users create are dumped by pg_dump.
+--
+
+-- The desired state of every job, as the SQL functions set it.
+CREATE TABLE mailer.job (
+	job_id			bigserial PRIMARY KEY,
+	name			text NOT NULL UNIQUE,
+	owner			regrole NOT NULL,
+	spec			jsonb NOT NULL,			-- as given, secrets replaced by ********
+	desired_state	text NOT NULL DEFAULT 'running'
+					CHECK (desired_state IN ('running', 'stopped')),
+	search_path		text NOT NULL,			-- the creator's, so names resolve alike in the worker
+	created_at		timestamptz NOT NULL DEFAULT now()
+);
+
+-- Secret option values (source.options), readable by superusers only; the
+-- job's worker merges them back into the spec it runs.
+CREATE TABLE mailer.job_secret (
+	job_id			bigint PRIMARY KEY REFERENCES mailer.job ON DELETE CASCADE,
+	secrets			jsonb NOT NULL			-- {"json path": "value", ...}
+);
+
+-- What the launcher last recorded of a job; only the launcher writes it.
+CREATE TABLE mailer.job_status (
+	job_id			bigint PRIMARY KEY REFERENCES mailer.job ON DELETE CASCADE,
+	state			text NOT NULL DEFAULT 'starting'
+					CHECK (state IN ('starting', 'running', 'finished', 'stopped', 'failed', 'restarting')),
+	pid				integer,
+	restarts		integer NOT NULL DEFAULT 0,
+	failures		integer NOT NULL DEFAULT 0,	-- consecutive, for the restart backoff
+	last_error		text,
+	last_error_at	timestamptz,
+	changed_at		timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per committed checkpoint, the newest `checkpoint.retain` kept.
+CREATE TABLE mailer.checkpoints (
+	job_id			bigint NOT NULL REFERENCES mailer.job ON DELETE CASCADE,
+	epoch			bigint NOT NULL,
+	positions		jsonb NOT NULL,			-- where each partition resumes
+	watermark		timestamptz,
+	partition_watermarks jsonb,				-- largest event time per partition (µs since 1970)
+	state_ref		text,					-- the state snapshot this epoch restores
+	counters		jsonb NOT NULL,
+	committed_at	timestamptz NOT NULL DEFAULT clock_timestamp(),
+	duration_ms		double precision NOT NULL,
+	final			boolean NOT NULL DEFAULT false,	-- taken as the worker stopped cleanly
+	PRIMARY KEY (job_id, epoch)
+);
+
+-- Records that failed a step, written with the checkpoint that covers them.
+CREATE TABLE mailer.dead_letters (
+	job_id			bigint NOT NULL REFERENCES mailer.job ON DELETE CASCADE,
+	at				timestamptz NOT NULL DEFAULT clock_timestamp(),
+	epoch			bigint NOT NULL,
+	topic			text,
+	partition		integer,
+	"offset"		bigint,
+	key				bytea,
+	value			bytea,
+	stage			text NOT NULL,
+	error			text NOT NULL
+);
+CREATE INDEX ON mailer.dead_letters (job_id, epoch);
+
+-- Keyed state of jobs on the memory backend: every version a retained
+-- checkpoint may need (value NULL: deleted at that epoch).  No foreign key:
+-- a checkpoint writes many rows and its mailer.checkpoints row (which has
+-- one) already ties them to a live job; drop_job deletes them.
+CREATE TABLE mailer.memory_state (
+	job_id			bigint NOT NULL,
+	key				bytea NOT NULL,
+	epoch			bigint NOT NULL,
+	value			bytea,
+	PRIMARY KEY (job_id, key, epoch)
+);
+
+SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.job_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.job_secret', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.job_status', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.checkpoints', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.dead_letters', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.memory_state', '');
+
+REVOKE ALL ON mailer.job, mailer.job_secret, mailer.job_status, mailer.checkpoints,
+	mailer.dead_letters, mailer.memory_state FROM PUBLIC;
+
+-- A job's owner (and members of the owning role) may read its rows of these;
+-- superusers read everything.  Jobs and checkpoints are no secret; a job's
+-- last error may quote its records (a failed cast, a refused row), so only
+-- mailer.jobs shows it, to the owner.
+GRANT SELECT ON mailer.job, mailer.checkpoints TO PUBLIC;
+GRANT SELECT (job_id, state, pid, restarts, failures, last_error_at, changed_at)
+	ON mailer.job_status TO PUBLIC;
+GRANT SELECT ON mailer.job_secret TO PUBLIC;
+GRANT SELECT, DELETE ON mailer.dead_letters TO PUBLIC;
+ALTER TABLE mailer.job_secret ENABLE ROW LEVEL SECURITY;
+ALTER TABLE mailer.dead_letters ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON mailer.job_secret FOR SELECT
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id = job_secret.job_id AND pg_has_role(j.owner, 'USAGE')));
+CREATE POLICY owner_reads ON mailer.dead_letters FOR SELECT
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id = dead_letters.job_id AND pg_has_role(j.owner, 'USAGE')));
+CREATE POLICY owner_deletes ON mailer.dead_letters FOR DELETE
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id = dead_letters.job_id AND pg_has_role(j.owner, 'USAGE')));
+
+--
+-- SQL API.  The functions check that the caller owns the job (or is a
+-- superuser) and write the catalog on the caller's behalf.
+--
+
+CREATE FUNCTION mailer.create_job(name text, spec jsonb)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'mailer_create_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.create_job(text, jsonb) IS
+	'Validate a job spec, create the job owned by the caller and start it; returns the job id';
+
+CREATE FUNCTION mailer.describe_job(spec jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'mailer_describe_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.describe_job(jsonb) IS
+	'Validate a job spec and return its plan, creating nothing';
+
+CREATE FUNCTION mailer.start_job(name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'mailer_start_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.start_job(text) IS
+	'Set a job running; it resumes from its last checkpoint; returns its state';
+
+CREATE FUNCTION mailer.stop_job(name text, timeout interval DEFAULT '60 seconds')
+RETURNS text
+AS 'MODULE_PATHNAME', 'mailer_stop_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.stop_job(text, interval) IS
+	'Stop a job after a final checkpoint, waiting for its worker to exit; returns its state';
+
+CREATE FUNCTION mailer.drop_job(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'mailer_drop_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.drop_job(text) IS
+	'Stop a job and remove it with its state, checkpoints and dead letters; returns its id';
+
+CREATE FUNCTION mailer.restore_job(name text, epoch bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'mailer_restore_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.restore_job(text, bigint) IS
+	'Rewind a stopped job to a retained checkpoint (state and source positions); returns the epoch';
+
+CREATE FUNCTION mailer.wait_job(name text, timeout interval DEFAULT '60 seconds')
+RETURNS text
+AS 'MODULE_PATHNAME', 'mailer_wait_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.wait_job(text, interval) IS
+	'Wait until the job has committed all input available now (or has ended); returns its state';
+
+-- Text to timestamptz as a cast would, quicker for ISO 8601 with an offset;
+-- job expressions use it in place of text::timestamptz.
+CREATE FUNCTION mailer._timestamptz_iso(text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'mailer_timestamptz_iso'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+
+--
+-- Views.
+--
+
+CREATE FUNCTION mailer._live_jobs(
+	OUT job_id bigint, OUT live_state text, OUT pid integer, OUT error text,
+	OUT error_at timestamptz, OUT counters jsonb, OUT input_rate double precision,
+	OUT last_checkpoint_epoch bigint, OUT last_checkpoint_at timestamptz,
+	OUT last_checkpoint_ms bigint, OUT watermark timestamptz,
+	OUT state_bytes bigint, OUT consumer_lag bigint,
+	OUT state_checkpoint_ms double precision, OUT state_restore_ms double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'mailer_live_jobs'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION mailer._live_partitions(
+	OUT job_id bigint, OUT topic text, OUT partition integer,
+	OUT "position" bigint, OUT end_offset bigint, OUT records_in bigint,
+	OUT watermark timestamptz, OUT idle boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'mailer_live_partitions'
+LANGUAGE C STRICT VOLATILE;
+
+-- A job's state: the launcher's record, refined by its running worker.  A
+-- job set to stopped whose worker has exited is stopped, whether or not the
+-- launcher has recorded it yet; pid is that of a live worker only, and of
+-- none once the job has finished or failed (its worker is exiting).
+CREATE VIEW mailer.jobs AS
+SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
+	   CASE
+		 WHEN l.live_state IS NOT NULL AND s.state NOT IN ('stopped', 'finished', 'failed')
+		   THEN l.live_state
+		 -- stop_job has returned, the launcher has not recorded it yet
+		 WHEN j.desired_state = 'stopped' AND l.pid IS NULL
+			  AND coalesce(s.state, 'starting') NOT IN ('finished', 'failed')
+		   THEN 'stopped'
+		 ELSE coalesce(s.state, 'starting')
+	   END AS state,
+	   CASE WHEN s.state IN ('finished', 'failed') THEN NULL ELSE l.pid END AS pid,	-- a live worker's
+	   coalesce(s.restarts, 0) AS restarts,
+	   CASE
+		 WHEN coalesce(l.error, s.last_error) IS NULL OR pg_catalog.pg_has_role(j.owner, 'USAGE')
+		   THEN coalesce(l.error, s.last_error)
+		 ELSE '<insufficient privilege>'
+	   END AS last_error,
+	   coalesce(l.error_at, s.last_error_at) AS last_error_at,
+	   j.created_at
+  FROM mailer.job j
+  LEFT JOIN mailer.job_status s USING (job_id)
+  LEFT JOIN mailer._live_jobs() l USING (job_id);
+
+CREATE VIEW mailer.metrics AS
+SELECT j.name, j.state,
+	   coalesce((l.counters->>'records_in')::bigint, (c.counters->>'records_in')::bigint, 0) AS records_in,
+	   coalesce((l.counters->>'records_accepted')::bigint, (c.counters->>'records_accepted')::bigint, 0) AS records_accepted,
+	   coalesce((l.counters->>'records_out')::bigint, (c.counters->>'records_out')::bigint, 0) AS records_out,
+	   coalesce((l.counters->>'records_filtered')::bigint, (c.counters->>'records_filtered')::bigint, 0) AS records_filtered,
+	   coalesce((l.counters->>'records_dead_lettered')::bigint, (c.counters->>'records_dead_lettered')::bigint, 0) AS records_dead_lettered,
+	   coalesce((l.counters->>'records_skipped')::bigint, (c.counters->>'records_skipped')::bigint, 0) AS records_skipped,
+	   coalesce((l.counters->>'records_late')::bigint, (c.counters->>'records_late')::bigint, 0) AS records_late,
+	   coalesce(l.input_rate, 0) AS input_rate,
+	   l.consumer_lag,
+	   coalesce(l.watermark, c.watermark) AS watermark,
+	   coalesce(l.last_checkpoint_epoch, c.epoch) AS last_checkpoint_epoch,
+	   coalesce(l.last_checkpoint_at, c.committed_at) AS last_checkpoint_at,
+	   coalesce(l.last_checkpoint_ms, c.duration_ms::bigint) AS last_checkpoint_ms,
+	   l.state_bytes,
+	   l.state_checkpoint_ms,
+	   l.state_restore_ms
+  FROM mailer.jobs j
+  LEFT JOIN mailer._live_jobs() l USING (job_id)
+  LEFT JOIN LATERAL (SELECT * FROM mailer.checkpoints c
+					  WHERE c.job_id = j.job_id ORDER BY epoch DESC LIMIT 1) c ON true;
+
+CREATE VIEW mailer.partition_metrics AS
+SELECT j.name, p.topic, p.partition, p.position, p.end_offset,
+	   CASE WHEN p.end_offset >= 0 AND p.position >= 0
+			THEN greatest(p.end_offset - p.position, 0) END AS lag,
+	   p.records_in, p.watermark, p.idle
+  FROM mailer._live_partitions() p
+  JOIN mailer.job j USING (job_id);
+
+GRANT USAGE ON SCHEMA mailer TO PUBLIC;
+GRANT SELECT ON mailer.jobs, mailer.metrics, mailer.partition_metrics TO PUBLIC;
