@@ -21,6 +21,7 @@
 #include "mailer.h"
 #include "job_slots.h"
 #include "launcher.h"
+#include "test_point.h"
 
 PG_MODULE_MAGIC;
 
@@ -160,6 +161,15 @@ define_settings(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("mailer.test_pause_at",
+							   "For tests only: named points where mailer's processes wait (test_point.h).",
+							   "A comma-separated list of point names; empty in production.",
+							   &mailer_test_pause_at,
+							   "",
+							   PGC_SUSET,
+							   GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
+							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("mailer");
 }

@@ -18,6 +18,8 @@ our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
 push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
   job_state_dir pg_log_size pg_log_since as_cluster_owner drop_tables);
+# Test points (src/include/test_point.h): hold a process at a named step.
+push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
@@ -492,6 +494,45 @@ sub pg_log_since
 	my $text = <$fh> // '';
 	close $fh;
 	return $text;
+}
+
+# Test points (test_point.h).  test_point_hold names points in
+# mailer.test_pause_at and returns the log position to wait from; a process
+# reaching one logs it and waits until test_point_release drops the name.
+sub test_point_hold
+{
+	my (@points) = @_;
+	my $from = pg_log_size();
+	psql("ALTER SYSTEM SET mailer.test_pause_at = '" . join(',', @points) . "'");
+	psql("SELECT pg_reload_conf()");
+	return $from;
+}
+
+# Wait until some process has reached the point; returns the pid that logged it.
+sub test_point_wait_reached
+{
+	my ($point, $from, $timeout) = @_;
+	my $pid;
+	wait_until("test point $point reached", sub {
+		($pid) = pg_log_since($from) =~ /\[(\d+)\] [^\n]*mailer test point \Q$point\E reached/;
+		return defined $pid;
+	}, $timeout);
+	return $pid;
+}
+
+# Release every held point (or keep the ones named).
+sub test_point_release
+{
+	my (@keep) = @_;
+	if (@keep)
+	{
+		psql("ALTER SYSTEM SET mailer.test_pause_at = '" . join(',', @keep) . "'");
+	}
+	else
+	{
+		psql("ALTER SYSTEM RESET mailer.test_pause_at");
+	}
+	psql("SELECT pg_reload_conf()");
 }
 
 1;
