@@ -7,6 +7,7 @@
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -134,4 +135,25 @@ bool
 catalog_extension_exists(void)
 {
 	return OidIsValid(get_extension_oid("mailer", true));
+}
+
+bool
+catalog_version_matches(void)
+{
+	static bool warned = false;
+	char	   *installed;
+	bool		matches;
+
+	catalog_exec("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'mailer'",
+				 0, NULL, NULL, NULL, true);
+	installed = SPI_processed == 1 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+	matches = installed != NULL && strcmp(installed, MAILER_VERSION) == 0;
+	if (!matches && !warned)
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("mailer jobs wait: the extension's catalog is version %s, the library is %s",
+						installed ? installed : "(none)", MAILER_VERSION),
+				 errhint("Run ALTER EXTENSION mailer UPDATE in database \"%s\".", get_database_name(MyDatabaseId))));
+	warned = !matches;
+	return matches;
 }

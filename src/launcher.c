@@ -183,6 +183,18 @@ reconcile(long *timeout_ms)
 		return;
 	}
 	SPI_connect();
+	if (!catalog_version_matches())
+	{
+		/*
+		 * New binaries over an older catalog: a worker would read tables
+		 * that lack what it expects.  Jobs wait for ALTER EXTENSION UPDATE.
+		 */
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		*timeout_ms = 1000;
+		return;
+	}
 	jobs = read_jobs();
 
 	/* After a server restart: a job that was running and did not stop cleanly crashed. */

@@ -53,4 +53,11 @@ extern void catalog_check_owner(JobRow *job, const char *action);
 /* Does the extension exist in this database?  (The launcher asks.) */
 extern bool catalog_extension_exists(void);
 
+/*
+ * Is the installed extension the version this library was built for?
+ * (SPI connected.)  Warns once while it is not: jobs wait for ALTER
+ * EXTENSION mailer UPDATE after new binaries are installed.
+ */
+extern bool catalog_version_matches(void);
+
 #endif							/* MAILER_CATALOG_H */
