@@ -14,8 +14,9 @@
 
 #include "guard.h"
 
+/* Errors about the server: no subtransaction may hide them. */
 static bool
-is_data_error(ErrorData *edata)
+is_server_error(ErrorData *edata)
 {
 	switch (ERRCODE_TO_CATEGORY(edata->sqlerrcode))
 	{
@@ -24,9 +25,32 @@ is_data_error(ErrorData *edata)
 		case ERRCODE_SYSTEM_ERROR:
 		case ERRCODE_INTERNAL_ERROR:
 		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
-			return false;
-		default:
 			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * Errors a record's own values cause: the same record fails again however
+ * often it is retried, and other records do not.  Everything else (a
+ * privilege, a missing object, a deadlock, a lost connection) is about the
+ * environment and must fail the batch, to be retried once it is fixed.
+ */
+bool
+guard_is_data_error(ErrorData *edata)
+{
+	switch (ERRCODE_TO_CATEGORY(edata->sqlerrcode))
+	{
+		case ERRCODE_DATA_EXCEPTION:
+		case ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION:
+		case ERRCODE_CARDINALITY_VIOLATION:
+		case ERRCODE_PROGRAM_LIMIT_EXCEEDED:
+			return true;
+		default:
+			/* A user's function refusing the record: RAISE EXCEPTION, ASSERT */
+			return edata->sqlerrcode == ERRCODE_RAISE_EXCEPTION ||
+				edata->sqlerrcode == ERRCODE_ASSERT_FAILURE;
 	}
 }
 
@@ -62,7 +86,7 @@ guard_try(void (*fn) (void *arg), void *arg, MemoryContext ctx)
 	PG_END_TRY();
 	MemoryContextSwitchTo(old);
 	CurrentResourceOwner = owner;
-	if (edata && !is_data_error(edata))
+	if (edata && is_server_error(edata))
 		ReThrowError(edata);
 	return edata;
 }
@@ -96,7 +120,11 @@ guard_each(int n, GuardedStep step, GuardedFailure failed, void *arg, MemoryCont
 
 		if (edata)
 		{
-			MemoryContext old = MemoryContextSwitchTo(ctx);
+			MemoryContext old;
+
+			if (!guard_is_data_error(edata))
+				ReThrowError(edata);
+			old = MemoryContextSwitchTo(ctx);
 
 			failed(arg, run.next, edata);
 			MemoryContextSwitchTo(old);

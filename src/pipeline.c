@@ -26,7 +26,7 @@
 #include "keyed.h"
 #include "watermark.h"
 
-static void process_message(Job *job, SourceMessage *msg);
+static TimestampTz process_message(Job *job, SourceMessage *msg);
 static void decode_message(Job *job, SourceMessage *msg, Record *rec);
 static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered);
 
@@ -40,8 +40,16 @@ static void
 run_message(void *arg, int i)
 {
 	BatchRun   *run = (BatchRun *) arg;
+	SourceMessage *msg = &run->msgs[i];
+	TimestampTz t = process_message(run->job, msg);
 
-	process_message(run->job, &run->msgs[i]);
+	/*
+	 * Only a record that came through its steps tells the time: one that
+	 * failed (a dead letter) might carry any event time at all.  Filtered
+	 * and late records count: they are valid input.
+	 */
+	if (!TIMESTAMP_NOT_FINITE(t))
+		watermark_observe(run->job->watermarks, msg->topic, msg->partition, t);
 }
 
 static void
@@ -67,7 +75,8 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 	ResetExprContext(job->out_rt->econtext);
 }
 
-static void
+/* One message through every stage; returns its event time (may be infinite). */
+static TimestampTz
 process_message(Job *job, SourceMessage *msg)
 {
 	JobPlan    *plan = job->plan;
@@ -105,14 +114,11 @@ process_message(Job *job, SourceMessage *msg)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("the message has no timestamp and the job has no event_time")));
 	}
-	if (!TIMESTAMP_NOT_FINITE(rec->event_time))
-		watermark_observe(job->watermarks, msg->topic, msg->partition, rec->event_time);
-
 	run_steps(job, rec, 0, &outputs, &filtered);
 	if (outputs == NIL && filtered)
 	{
 		job->counters[JC_RECORDS_FILTERED]++;
-		return;
+		return rec->event_time;
 	}
 
 	if (plan->aggregated)
@@ -141,7 +147,7 @@ process_message(Job *job, SourceMessage *msg)
 		if (!in_a_window)
 		{
 			job_record_late(job, msg, rec->event_time);
-			return;
+			return rec->event_time;
 		}
 	}
 	else
@@ -169,6 +175,7 @@ process_message(Job *job, SourceMessage *msg)
 		}
 	}
 	job->counters[JC_RECORDS_ACCEPTED]++;
+	return rec->event_time;
 }
 
 static void

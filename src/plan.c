@@ -31,6 +31,7 @@
 #include "source.h"
 
 static StatelessStep *compile_named_step(StepSpec *step, FieldScope *scope);
+static void check_field_type(const char *path, Oid type, const char *what);
 static void build_output(JobPlan *plan, List *agg_paths, const char *window_path,
 						 char ***out_paths);
 static SinkPlan *plan_sink(JobPlan *plan, char **out_paths);
@@ -102,6 +103,7 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 				st->path = step->path;
 				st->expr = expr_compile(step->expr, NULL, psprintf("%s.flat_map", step->path),
 										scope, EXPR_SET);
+				check_field_type(st->expr->path, st->expr->type, "the value it makes");
 				st->slots = palloc(sizeof(int));
 				st->slots[0] = record_schema_add(plan->schema, "value", st->expr->type,
 												 st->expr->typmod, st->expr->collation);
@@ -145,7 +147,10 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 					{
 						NamedExprSpec *ne = lfirst(fc);
 
-						plan->aggs[i++] = aggregate_compile(ne->name, ne->expr, ne->path, scope);
+						plan->aggs[i] = aggregate_compile(ne->name, ne->expr, ne->path, scope);
+						if (plan->aggs[i]->arg)
+							check_field_type(ne->path, plan->aggs[i]->arg->type, "the argument");
+						i++;
 						agg_paths = lappend(agg_paths, ne->path);
 					}
 				}
@@ -205,12 +210,38 @@ compile_named_step(StepSpec *step, FieldScope *scope)
 		NamedExprSpec *ne = lfirst(lc);
 		CompiledExpr *e = expr_compile(ne->expr, NULL, ne->path, before, EXPR_SCALAR);
 
+		check_field_type(ne->path, e->type, psprintf("field \"%s\"", ne->name));
 		st->exprs[i] = e;
 		st->slots[i] = record_schema_add(scope->schema, ne->name, e->type, e->typmod, e->collation);
 		field_scope_bind(scope, st->slots[i]);
 		i++;
 	}
 	return st;
+}
+
+/*
+ * A field, key or aggregate argument needs a type whose values are whole
+ * in their bytes: keyed state stores them as such (serial.c) and reads them
+ * back after a restart.  A pseudo-type's values are not (a cstring, a
+ * pointer, an anonymous record whose row type exists in one backend only).
+ */
+static void
+check_field_type(const char *path, Oid type, const char *what)
+{
+	Oid			base = getBaseType(type);
+
+	if (get_typtype(base) != TYPTYPE_PSEUDO && get_typlen(base) != -2)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_DATATYPE_MISMATCH),
+			 errmsg("invalid job spec at %s: %s has type %s, which a job cannot hold",
+					path, what, format_type_be(type)),
+			 get_typtype(base) == TYPTYPE_PSEUDO ?
+			 errdetail("%s is a pseudo-type: its values cannot be kept in a record or in the job's state, nor read back after a restart.",
+					   format_type_be(type)) :
+			 errdetail("Values of type %s are C strings, which the job's state does not store.",
+					   format_type_be(type)),
+			 errhint("Give the expression a type a table column can have: cast it, e.g. (...)::text, or make a row into jsonb with to_jsonb(...).")));
 }
 
 /* The output schema; out_paths[slot] says where each output field comes from. */

@@ -15,6 +15,11 @@ serial_put_datum(StringInfo buf, Datum d, int16 typlen, bool typbyval)
 		serial_put(buf, &d, sizeof(Datum));
 	else if (typlen > 0)
 		serial_put(buf, DatumGetPointer(d), typlen);
+	else if (typlen != -1)
+	{
+		/* plan.c refuses such types: a cstring read as a varlena crashes the server */
+		elog(ERROR, "mailer cannot store a value of type length %d", typlen);
+	}
 	else
 	{
 		struct varlena *v = pg_detoast_datum_packed((struct varlena *) DatumGetPointer(d));
@@ -39,6 +44,8 @@ serial_get_datum(const char *data, int *pos, int16 typlen, bool typbyval, Memory
 		serial_get(data, pos, p, typlen);
 		d = PointerGetDatum(p);
 	}
+	else if (typlen != -1)
+		elog(ERROR, "mailer cannot read back a value of type length %d", typlen);
 	else
 	{
 		int32		len;
