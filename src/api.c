@@ -279,6 +279,8 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	mailer_require_preload();
+	/* Waiting makes the job's worker query its source: the owner's business. */
+	catalog_check_owner(job, "wait for");
 	for (;;)
 	{
 		JobSlot    *slot;
