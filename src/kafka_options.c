@@ -61,6 +61,9 @@ static const KafkaOptionRule option_rules[] = {
 	{"session.timeout.ms"}, {"heartbeat.interval.ms"}, {"coordinator.query.interval.ms"},
 	{"max.poll.interval.ms"}, {"auto.commit.interval.ms"}, {"group.instance.id"},
 	{"partition.assignment.strategy"}, {"group.protocol.type"},
+	/* mailer sets these itself and refuses them to everyone, with a hint. */
+	{"group.id"}, {"enable.auto.commit"}, {"enable.auto.offset.store"},
+	{"enable.partition.eof"}, {"log.queue"},
 	/* TLS, with keys and certificates inline. */
 	{"security.protocol"}, {"ssl.ca.pem"}, {"ssl.certificate.pem"}, {"ssl.key.pem"},
 	{"ssl.key.password"}, {"ssl.keystore.password"}, {"ssl.cipher.suites"}, {"ssl.curves.list"},

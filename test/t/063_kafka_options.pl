@@ -202,6 +202,8 @@ $err = describe_as($plain, q("bootstrap.server": "x"));
 like($err, qr/42501: permission denied to set source\.options\.bootstrap\.server/,
 	'a property not on the list (here a misspelt one) is refused to a plain role');
 like($err, qr/HINT:.*README/, '... the hint points at the list');
+like(describe_as($plain, q("group.id": "g")), qr/22023: invalid job spec at source\.options\.group\.id: mailer sets this property itself.*\n.*source\.group_id/,
+	'a property mailer sets itself: a plain role gets mailer\'s own refusal and hint');
 
 # ---------------------------------------------------------------------------
 # The worker judges the job's owner: a spec edited by hand is refused
