@@ -94,6 +94,7 @@ mailer_create_job(PG_FUNCTION_ARGS)
 				 errhint("Choose another name, or drop the job first with mailer.drop_job('%s').", name)));
 
 	spec = spec_parse(spec_doc);
+	spec->source.kafka.owner = GetUserId();
 	(void) plan_compile(spec, true);
 
 	redacted = spec_redact(spec_doc, &secrets);
@@ -125,11 +126,15 @@ Datum
 mailer_describe_job(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *spec_doc = PG_GETARG_JSONB_P(0);
+	JobSpec    *spec;
 	JobPlan    *plan;
 	text	   *result;
 
 	begin_reading_spec();
-	plan = plan_compile(spec_parse(spec_doc), true);
+	spec = spec_parse(spec_doc);
+	/* Judged as if the caller created the job: nothing reaches librdkafka otherwise. */
+	spec->source.kafka.owner = GetUserId();
+	plan = plan_compile(spec, true);
 	result = cstring_to_text(plan_describe(plan));
 	reading_spec = false;
 	PG_RETURN_TEXT_P(result);
@@ -274,6 +279,8 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 	Oid			ext_oid = get_extension_oid("mailer", false);
 
 	mailer_require_preload();
+	/* Waiting makes the job's worker query its source: the owner's business. */
+	catalog_check_owner(job, "wait for");
 	for (;;)
 	{
 		JobSlot    *slot;

@@ -222,6 +222,8 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	SetConfigOption("search_path", row->search_path, PGC_USERSET, PGC_S_SESSION);
 
 	job->spec = spec_parse(row->spec);
+	/* The catalog may have been edited by hand: judge the owner's options again. */
+	job->spec->source.kafka.owner = job->owner;
 	job->plan = plan_compile(job->spec, false);
 	job->rt = expr_runtime_create(job->plan->schema);
 	job->out_rt = expr_runtime_create(job->plan->out_schema);

@@ -419,6 +419,22 @@ write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_
 	}
 }
 
+/*
+ * A row that a row-level security policy refuses (WITH CHECK, or USING for
+ * ON CONFLICT DO UPDATE) raises 42501, as a missing privilege does, and its
+ * message is translated per lc_messages.  The executor raises it in
+ * ExecWithCheckOptions, which raises 42501 for nothing else; privileges are
+ * refused elsewhere (aclcheck_error).  So the function that raised it tells
+ * the two apart, in any language.
+ */
+static bool
+is_policy_violation(ErrorData *edata)
+{
+	return edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE &&
+		edata->funcname != NULL &&
+		strcmp(edata->funcname, "ExecWithCheckOptions") == 0;
+}
+
 /* Errors about a row's data, as opposed to the table or the server. */
 static bool
 is_row_error(ErrorData *edata)
@@ -428,8 +444,7 @@ is_row_error(ErrorData *edata)
 	return category == ERRCODE_DATA_EXCEPTION ||
 		category == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
 		edata->sqlerrcode == ERRCODE_WITH_CHECK_OPTION_VIOLATION ||
-		(edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE &&
-		 strstr(edata->message, "row-level security") != NULL);
+		is_policy_violation(edata);
 }
 
 /* A row as a JSON object of its column values' text, for a dead letter. */

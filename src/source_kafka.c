@@ -30,6 +30,7 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "kafka_options.h"
 #include "mailer.h"
 #include "source.h"
 
@@ -170,7 +171,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 static rd_kafka_conf_t *
 build_conf(KafkaSourceSpec *spec, const char *group_id)
 {
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_t *conf;
 	char		errstr[512];
 	ListCell   *lc;
 	struct
@@ -199,6 +200,9 @@ build_conf(KafkaSourceSpec *spec, const char *group_id)
 		{"group.id", group_id},
 	};
 
+	/* Before librdkafka sees a property: some act as soon as they are set. */
+	kafka_options_check(spec->options, spec->owner);
+	conf = rd_kafka_conf_new();
 	for (int i = 0; i < lengthof(defaults); i++)
 		if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 			elog(ERROR, "librdkafka refused %s: %s", defaults[i].name, errstr);

@@ -33,6 +33,7 @@ typedef struct KafkaSourceSpec
 	bool		start_latest;
 	char	   *group_id;
 	List	   *options;		/* of DefElem: librdkafka property, string value */
+	Oid			owner;			/* whose privileges judge options: set by the caller */
 } KafkaSourceSpec;
 
 typedef struct GeneratorSpec

@@ -12,7 +12,17 @@ packages=(
 	libipc-run-perl							# PostgreSQL's TAP test modules need IPC::Run
 	build-essential maven					# usually there; Maven fetches the Kafka jars
 	procps psmisc							# pgrep, pkill, fuser in the service scripts
+	locales									# de_DE.UTF-8: a job with translated messages (test 065)
 )
+
+# Test 065 runs a job whose owner's lc_messages is German; a server started
+# before the locale existed does not see it until restarted.
+german_locale()
+{
+	locale -a 2>/dev/null | grep -qix 'de_DE\.utf-\?8' && return
+	echo "deps: generating the de_DE.UTF-8 locale"
+	"${sudo[@]}" localedef -i de_DE -f UTF-8 de_DE.UTF-8
+}
 
 missing=()
 # Java 17 runs the broker; install one only if the machine has none.
@@ -21,14 +31,17 @@ for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo -E)
+
 if [ ${#missing[@]} -eq 0 ]; then
 	echo "deps: all packages present"
+	german_locale
 	exit 0
 fi
 
-sudo=()
-[ "$(id -u)" -eq 0 ] || sudo=(sudo -E)
 echo "deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+german_locale
