@@ -2,7 +2,8 @@
 # forever (issue 11, item 9).  Each job below reads one bounded generator
 # stream (200 events, order_id 0..199) into a table that judges rows by
 # something other than their binary image:
-#   - a numeric conflict key written as 1.0 and 1.00: one key for the index;
+#   - a numeric conflict key written as 1.0 and 1.00, a float8 one as -0.0
+#     and 0.0: one key each for the index;
 #   - a BEFORE trigger that rewrites keys so that two buffered rows collide;
 #   - a deferred foreign key that some rows violate (at COMMIT, before).
 # Each ends finished, with the good rows written (last row wins per key),
@@ -20,6 +21,7 @@ drop_tables('t080');
 
 psql(<<'SQL');
 CREATE TABLE t080_num (k numeric PRIMARY KEY, v bigint);
+CREATE TABLE t080_float (k float8 PRIMARY KEY, v bigint);
 CREATE TABLE t080_trig (k int PRIMARY KEY, v bigint);
 CREATE OR REPLACE FUNCTION t080_fold() RETURNS trigger LANGUAGE plpgsql AS
   $$BEGIN NEW.k := NEW.k % 5; RETURN NEW; END$$;
@@ -57,6 +59,12 @@ ends_finished('j080_num');
 is(psql("SELECT string_agg(k::int || '=' || v, ',' ORDER BY k) FROM t080_num"),
 	psql("SELECT string_agg(k || '=' || max, ',' ORDER BY k) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
 	'numeric keys 1.0 and 1.00: one row per key, the last one written');
+
+# -0.0 and 0.0 are one float8 key.
+psql(job('j080_float', 't080_float',
+	qq{{"k": "CASE WHEN $id % 2 = 0 THEN -0.0::float8 ELSE 0.0::float8 END", "v": "$id"}}));
+ends_finished('j080_float');
+is(psql("SELECT count(*) || ' ' || max(v) FROM t080_float"), '1 199', 'float8 keys -0.0 and 0.0: one row, the last one written');
 
 # The trigger folds keys 0..9 to 0..4: rows the buffer keeps apart collide.
 psql(job('j080_trig', 't080_trig', qq{{"k": "$id % 10", "v": "$id"}}));

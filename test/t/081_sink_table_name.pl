@@ -8,7 +8,10 @@
 #   - a new table made under the name: it receives every row from the last
 #     checkpoint on, exactly once;
 #   - renamed away and back while the worker runs: the same worker resumes,
-#     exactly.
+#     exactly;
+#   - dropped and made again with columns that no longer fit the rows the
+#     worker holds: it restarts from its last checkpoint and fills the new
+#     table, exactly.
 use strict;
 use warnings;
 use FindBin;
@@ -113,5 +116,16 @@ is(held('t081_rows'), '1001..4000 3000 3000', 'renamed back: every row once');
 $info = job_info('j081');
 is($info->{pid}, $pid3, 'renamed back: the same worker resumed');
 is($info->{restarts}, $restarts2, 'renamed back: no restart');
+
+# Made again with seq numeric: the rows held were made for bigint.
+psql("DROP TABLE t081_rows");
+produce(1000);
+wait_waiting_for_table('dropped');
+psql("CREATE TABLE t081_rows (seq numeric)");
+wait_until('j081 restarted for the new columns', sub { job_info('j081')->{restarts} > $restarts2 }, 60);
+like(job_info('j081')->{last_error}, qr/sink table public\.t081_rows was replaced by a table of other columns/,
+	'a new table of other columns: last_error says so');
+is(wait_job('j081', 120), 'running', 'a new table of other columns: j081 goes on');
+is(held('t081_rows'), '4001..5000 1000 1000', 'a new table of other columns: every row from the last checkpoint on, once');
 
 done_testing();
