@@ -3,7 +3,8 @@
 # stream (200 events, order_id 0..199) into a table that judges rows by
 # something other than their binary image:
 #   - a numeric conflict key written as 1.0 and 1.00, a float8 one as -0.0
-#     and 0.0: one key each for the index;
+#     and 0.0, a text one as K3 and k3 under a case-insensitive collation:
+#     one key each for the index;
 #   - a BEFORE trigger that rewrites keys so that two buffered rows collide;
 #   - a deferred foreign key that some rows violate (at COMMIT, before).
 # Each ends finished, with the good rows written (last row wins per key),
@@ -22,6 +23,9 @@ drop_tables('t080');
 psql(<<'SQL');
 CREATE TABLE t080_num (k numeric PRIMARY KEY, v bigint);
 CREATE TABLE t080_float (k float8 PRIMARY KEY, v bigint);
+DROP COLLATION IF EXISTS t080_ci;
+CREATE COLLATION t080_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE t080_ci (k text COLLATE t080_ci PRIMARY KEY, v bigint);
 CREATE TABLE t080_trig (k int PRIMARY KEY, v bigint);
 CREATE OR REPLACE FUNCTION t080_fold() RETURNS trigger LANGUAGE plpgsql AS
   $$BEGIN NEW.k := NEW.k % 5; RETURN NEW; END$$;
@@ -65,6 +69,14 @@ psql(job('j080_float', 't080_float',
 	qq{{"k": "CASE WHEN $id % 2 = 0 THEN -0.0::float8 ELSE 0.0::float8 END", "v": "$id"}}));
 ends_finished('j080_float');
 is(psql("SELECT count(*) || ' ' || max(v) FROM t080_float"), '1 199', 'float8 keys -0.0 and 0.0: one row, the last one written');
+
+# 'K3' and 'k3' are one key under a case-insensitive collation.
+psql(job('j080_ci', 't080_ci',
+	qq{{"k": "CASE WHEN $id % 20 < 10 THEN 'K' ELSE 'k' END || ($id % 10)", "v": "$id"}}));
+ends_finished('j080_ci');
+is(psql("SELECT string_agg(lower(k) || '=' || v, ',' ORDER BY lower(k)) FROM t080_ci"),
+	psql("SELECT string_agg('k' || k || '=' || max, ',' ORDER BY 'k' || k) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
+	'keys of a nondeterministic collation: one row per key, the last one written');
 
 # The trigger folds keys 0..9 to 0..4: rows the buffer keeps apart collide.
 psql(job('j080_trig', 't080_trig', qq{{"k": "$id % 10", "v": "$id"}}));
