@@ -186,7 +186,8 @@ CREATE FUNCTION mailer._live_jobs(
 	OUT last_checkpoint_epoch bigint, OUT last_checkpoint_at timestamptz,
 	OUT last_checkpoint_ms bigint, OUT watermark timestamptz,
 	OUT state_bytes bigint, OUT consumer_lag bigint,
-	OUT state_checkpoint_ms double precision, OUT state_restore_ms double precision)
+	OUT state_checkpoint_ms double precision, OUT state_restore_ms double precision,
+	OUT waiting_for text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'mailer_live_jobs'
 LANGUAGE C STRICT VOLATILE;
@@ -203,6 +204,9 @@ LANGUAGE C STRICT VOLATILE;
 -- job set to stopped whose worker has exited is stopped, whether or not the
 -- launcher has recorded it yet; pid is that of a live worker only, and of
 -- none once the job has finished or failed (its worker is exiting).
+-- state and waiting_for (broker, table, lock: while the state is waiting)
+-- say what is true now; last_error and last_error_at are the last error
+-- and its time, kept once the job has gone on.
 CREATE VIEW mailer.jobs AS
 SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   CASE
@@ -214,6 +218,7 @@ SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 		   THEN 'stopped'
 		 ELSE coalesce(s.state, 'starting')
 	   END AS state,
+	   CASE WHEN s.state NOT IN ('stopped', 'finished', 'failed') THEN l.waiting_for END AS waiting_for,
 	   CASE WHEN s.state IN ('finished', 'failed') THEN NULL ELSE l.pid END AS pid,	-- a live worker's
 	   coalesce(s.restarts, 0) AS restarts,
 	   CASE

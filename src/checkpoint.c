@@ -97,7 +97,7 @@ checkpoint_restore(Job *job)
 	job_publish_counters(job);
 }
 
-void
+bool
 checkpoint_take(Job *job, bool final)
 {
 	int64		epoch = job->epoch + 1;
@@ -127,6 +127,22 @@ checkpoint_take(Job *job, bool final)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),
 				 errdetail("The job's worker exits without a last checkpoint.")));
+
+	/*
+	 * The spec names the sink table: its name is resolved at each
+	 * checkpoint.  While it names no table nothing commits, so the rows and
+	 * the positions wait for it, and a table made again under the name
+	 * receives them.
+	 */
+	if (!sink_buffer_bind(job->sink, job->plan))
+	{
+		job_transaction_end();
+		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
+							 psprintf("waiting for the sink table: table \"%s\" does not exist",
+									  job->spec->sink.table));
+		job->stage = NULL;
+		return false;
+	}
 
 	/* The state's share of the checkpoint, as mailer.metrics shows it */
 	if (job->keyed)
@@ -215,6 +231,7 @@ checkpoint_take(Job *job, bool final)
 	job->slot->state_checkpoint_ms = job->state ? state_ms : -1;
 	job_publish_counters(job);
 	job->stage = NULL;
+	return true;
 }
 
 static void

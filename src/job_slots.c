@@ -27,6 +27,8 @@ const char *const job_counter_names[JC_NUM_COUNTERS] = {
 	"checkpoints"
 };
 
+const char *const job_wait_for_names[] = {NULL, "broker", "table", "lock"};
+
 Datum
 job_counters_jsonb(const uint64 *counters)
 {
@@ -101,4 +103,38 @@ job_slot_set_error(JobSlot *slot, const char *msg)
 	strlcpy(slot->error, msg ? msg : "", JOB_SLOT_ERROR_LEN);
 	slot->error_at = msg ? GetCurrentTimestamp() : 0;
 	SpinLockRelease(&slot->mutex);
+}
+
+void
+job_slot_set_waiting(JobSlot *slot, JobWaitFor what, const char *why)
+{
+	bool		changed;
+
+	SpinLockAcquire(&slot->mutex);
+	if (what != JOB_WAIT_NONE)
+	{
+		changed = slot->live_state != JOB_LIVE_WAITING || slot->waiting_for != what;
+		slot->live_state = JOB_LIVE_WAITING;
+		slot->waiting_for = what;
+		/* The time the wait began, not the time it was last seen. */
+		if (why && strncmp(slot->error, why, JOB_SLOT_ERROR_LEN - 1) != 0)
+		{
+			strlcpy(slot->error, why, JOB_SLOT_ERROR_LEN);
+			slot->error_at = GetCurrentTimestamp();
+			changed = true;
+		}
+	}
+	else
+	{
+		changed = slot->live_state == JOB_LIVE_WAITING;
+		if (changed)
+			slot->live_state = JOB_LIVE_RUNNING;
+		slot->waiting_for = JOB_WAIT_NONE;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (changed)
+	{
+		ConditionVariableBroadcast(&slot->progress_cv);
+		job_slots_wake_launcher();
+	}
 }

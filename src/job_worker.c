@@ -53,6 +53,8 @@ static void take_wait_requests(Job *job);
 static void answer_waits(Job *job);
 static void set_live_state(JobSlot *slot, JobLiveState state);
 static void advance_watermark(Job *job, bool finished);
+static void wait_for_sink_table(Job *job);
+static void pause_briefly(void);
 static void record_connection_error(ErrorData *edata);
 
 void
@@ -167,6 +169,47 @@ advance_watermark(Job *job, bool finished)
 	watermark_publish(job->watermarks, job->slot);
 }
 
+/*
+ * A worker that starts while no table has the sink table's name waits for
+ * one, as a running worker does, instead of failing and restarting.
+ */
+static void
+wait_for_sink_table(Job *job)
+{
+	bool		waited = false;
+
+	while (!OidIsValid(plan_sink_relid(&job->spec->sink, AccessShareLock)))
+	{
+		job_transaction_end();
+		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
+							 psprintf("waiting for the sink table: table \"%s\" does not exist",
+									  job->spec->sink.table));
+		waited = true;
+		if (stop_requested(job))
+		{
+			/* Nothing read, nothing to commit: the job resumes where it was. */
+			SpinLockAcquire(&job->slot->mutex);
+			job->slot->exit_kind = JOB_EXIT_STOPPED;
+			SpinLockRelease(&job->slot->mutex);
+			proc_exit(0);
+		}
+		pause_briefly();
+		job_transaction_begin();
+	}
+	if (waited)
+		set_live_state(job->slot, JOB_LIVE_STARTING);
+}
+
+/* A second's wait (less when the latch is set) before looking again. */
+static void
+pause_briefly(void)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000,
+					 PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
 static void
 record_connection_error(ErrorData *edata)
 {
@@ -224,6 +267,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->spec = spec_parse(row->spec);
 	/* The catalog may have been edited by hand: judge the owner's options again. */
 	job->spec->source.kafka.owner = job->owner;
+	wait_for_sink_table(job);
 	job->plan = plan_compile(job->spec, false);
 	job->rt = expr_runtime_create(job->plan->schema);
 	job->out_rt = expr_runtime_create(job->plan->out_schema);
@@ -286,6 +330,7 @@ job_run(Job *job)
 	int64		interval_ms = job->spec->checkpoint_interval_us / 1000;
 	MemoryContext loop_context = AllocSetContextCreate(job->job_context, "mailer loop",
 													   ALLOCSET_DEFAULT_SIZES);
+	bool		sink_waiting = false;
 
 	for (;;)
 	{
@@ -314,6 +359,22 @@ job_run(Job *job)
 		}
 		take_wait_requests(job);
 
+		/*
+		 * The sink table's name names no table: read nothing more, and try
+		 * the checkpoint again until a table has the name.
+		 */
+		if (sink_waiting)
+		{
+			if (!checkpoint_take(job, false))
+			{
+				pause_briefly();
+				continue;
+			}
+			sink_waiting = false;
+			job_slot_set_waiting(job->slot, JOB_WAIT_NONE, NULL);
+			answer_waits(job);
+		}
+
 		if (capacity < mailer_batch_size)
 		{
 			msgs = repalloc(msgs, sizeof(SourceMessage) * mailer_batch_size);
@@ -322,12 +383,12 @@ job_run(Job *job)
 		finished = job->source->ops->finished(job->source);
 		if (!finished)
 			n = job->source->ops->poll(job->source, msgs, Min(capacity, mailer_batch_size));
-		/* Waiting on an outside fault shows in the state and the error, until it clears. */
-		if (job->source->error)
-			job_slot_set_error(job->slot, job->source->error);
-		else if (job->slot->live_state == JOB_LIVE_WAITING)
-			job_slot_set_error(job->slot, NULL);
-		set_live_state(job->slot, job->source->error ? JOB_LIVE_WAITING : JOB_LIVE_RUNNING);
+		/*
+		 * Waiting on the broker shows in the state until it clears; the
+		 * error stays as the job's last one.
+		 */
+		job_slot_set_waiting(job->slot, job->source->error ? JOB_WAIT_BROKER : JOB_WAIT_NONE,
+							 job->source->error);
 		if (n > 0)
 		{
 			job_transaction_begin();
@@ -341,7 +402,11 @@ job_run(Job *job)
 		if (finished)
 		{
 			/* Everything read: commit it all and end. */
-			checkpoint_take(job, true);
+			if (!checkpoint_take(job, true))
+			{
+				sink_waiting = true;
+				continue;
+			}
 			SpinLockAcquire(&job->slot->mutex);
 			job->slot->live_state = JOB_LIVE_FINISHED;
 			job->slot->exit_kind = JOB_EXIT_FINISHED;
@@ -357,8 +422,11 @@ job_run(Job *job)
 		if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
 			(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows)
 			due = true;
-		if (due)
-			checkpoint_take(job, false);
+		if (due && !checkpoint_take(job, false))
+		{
+			sink_waiting = true;
+			continue;
+		}
 		answer_waits(job);
 
 		if (n == 0)
@@ -439,6 +507,8 @@ set_live_state(JobSlot *slot, JobLiveState state)
 	SpinLockAcquire(&slot->mutex);
 	changed = slot->live_state != state;
 	slot->live_state = state;
+	if (state != JOB_LIVE_WAITING)
+		slot->waiting_for = JOB_WAIT_NONE;
 	SpinLockRelease(&slot->mutex);
 	if (changed)
 	{

@@ -253,7 +253,10 @@ reconcile(long *timeout_ms)
 			}
 			else if (job && waiting_error(slot, lslots[i].recorded_error))
 			{
-				/* Waiting on a fault: that is the job's last error, even once it clears. */
+				/*
+				 * What a running worker waited for is the job's last error,
+				 * even once the wait is over (its state says what is true now).
+				 */
 				set_status(job->job_id, job->state, slot->pid, 0, lslots[i].recorded_error, -1);
 			}
 			else if (job && lslots[i].recorded_running && job->failures > 0 &&
@@ -614,14 +617,18 @@ worker_alive(int i)
 	return lslots[i].adopted && mailer_shared->slots[i].pid != 0;
 }
 
-/* A waiting worker's error, if it is new: copied to recorded. */
+/*
+ * A running worker's error (why it waits or waited), if it is new: copied
+ * to recorded.  A wait shorter than a round is recorded too: the worker
+ * keeps the text.  An exiting worker's error is handle_exit's to record.
+ */
 static bool
 waiting_error(JobSlot *slot, char *recorded)
 {
 	bool		changed;
 
 	SpinLockAcquire(&slot->mutex);
-	changed = slot->live_state == JOB_LIVE_WAITING && slot->error[0] != '\0' &&
+	changed = slot->exit_kind == JOB_EXIT_NONE && slot->error[0] != '\0' &&
 		strcmp(slot->error, recorded) != 0;
 	if (changed)
 		strlcpy(recorded, slot->error, JOB_SLOT_ERROR_LEN);

@@ -34,8 +34,8 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
 		JobSlot    *slot = &mailer_shared->slots[i];
-		Datum		values[15];
-		bool		nulls[15] = {0};
+		Datum		values[16];
+		bool		nulls[16] = {0};
 		uint64		counters[JC_NUM_COUNTERS];
 		JobSlot		copy;
 
@@ -79,6 +79,11 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 		nulls[13] = slot->state_checkpoint_ms < 0;
 		values[14] = Float8GetDatum(slot->state_restore_ms);
 		nulls[14] = slot->state_restore_ms < 0;
+		/* What it waits for, only while it does */
+		nulls[15] = nulls[1] || copy.live_state != JOB_LIVE_WAITING ||
+			copy.waiting_for == JOB_WAIT_NONE;
+		if (!nulls[15])
+			values[15] = CStringGetTextDatum(job_wait_for_names[copy.waiting_for]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(mailer_shared->lock);

@@ -11,9 +11,11 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
@@ -25,6 +27,8 @@
 #include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
+#include "utils/syscache.h"
+#include "utils/typcache.h"
 
 #include "json_fields.h"
 #include "plan.h"
@@ -35,8 +39,10 @@ static void check_field_type(const char *path, Oid type, const char *what);
 static void build_output(JobPlan *plan, List *agg_paths, const char *window_path,
 						 char ***out_paths);
 static SinkPlan *plan_sink(JobPlan *plan, char **out_paths);
-static List *sink_key_columns(Relation rel, SinkSpec *sink, bool *upsert);
-static bool has_unique_index_on(Relation rel, List *columns);
+static List *sink_key_columns(Relation rel, SinkSpec *sink, bool *upsert, Oid *index);
+static Oid	unique_index_on(Relation rel, List *columns, bool *deferrable);
+static bool deferrable_primary_key(Relation rel);
+static void sink_key_equality(SinkPlan *sink, Relation rel, Oid index);
 static void check_column_privileges(Oid relid, SinkPlan *sink, const char *relname);
 static void build_insert_sql(SinkPlan *sink);
 static char *format_duration(int64 us);
@@ -166,6 +172,7 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 	plan->scope = scope;
 
 	build_output(plan, agg_paths, window_path, &out_paths);
+	plan->out_paths = out_paths;
 	plan->sink = plan_sink(plan, out_paths);
 	plan->json_fields = json_fields_plan(plan);
 
@@ -313,6 +320,7 @@ plan_sink(JobPlan *plan, char **out_paths)
 	Relation	rel;
 	TupleDesc	desc;
 	List	   *keys;
+	Oid			key_index;
 	StringInfoData colnames;
 	bool	   *fed;
 
@@ -346,7 +354,7 @@ plan_sink(JobPlan *plan, char **out_paths)
 	sink->relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 											   RelationGetRelationName(rel));
 	desc = RelationGetDescr(rel);
-	keys = sink_key_columns(rel, spec, &sink->upsert);
+	keys = sink_key_columns(rel, spec, &sink->upsert, &key_index);
 
 	sink->columns = palloc0(sizeof(SinkColumn) * desc->natts);
 	fed = palloc0(sizeof(bool) * plan->out_schema->nfields);
@@ -447,25 +455,35 @@ plan_sink(JobPlan *plan, char **out_paths)
 							 sink->relname)));
 	}
 
+	if (sink->upsert)
+		sink_key_equality(sink, rel, key_index);
 	check_column_privileges(sink->relid, sink, sink->relname);
 	table_close(rel, NoLock);
 	build_insert_sql(sink);
 	return sink;
 }
 
-/* Conflict columns (as String nodes) of an upsert sink, NIL for append. */
+/*
+ * Conflict columns (as String nodes) of an upsert sink, NIL for append;
+ * *index: the unique index that decides a conflict.  A deferrable one is
+ * refused: ON CONFLICT cannot use it, and a violation would show only at
+ * COMMIT, past the point where a row can be told from the others.
+ */
 static List *
-sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert)
+sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert, Oid *index)
 {
 	List	   *keys = NIL;
 	Oid			pk = RelationGetPrimaryKeyIndex(rel);
 	ListCell   *lc;
 
 	*upsert = false;
+	*index = InvalidOid;
 	if (spec->mode == SINK_MODE_APPEND)
 		return NIL;
 	if (spec->key != NIL)
 	{
+		bool		deferrable;
+
 		foreach(lc, spec->key)
 		{
 			char	   *name = lfirst(lc);
@@ -478,13 +496,26 @@ sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert)
 						 errhint("Name columns of the sink table.")));
 			keys = lappend(keys, makeString(name));
 		}
-		if (!has_unique_index_on(rel, keys))
+		*index = unique_index_on(rel, keys, &deferrable);
+		if (!OidIsValid(*index) && deferrable)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("invalid job spec at sink.key: the unique index on these columns of table %s is deferrable",
+							RelationGetRelationName(rel)),
+					 errhint("An upsert needs its conflict key checked at once: make the constraint NOT DEFERRABLE, or use \"mode\": \"append\".")));
+		if (!OidIsValid(*index))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_COLUMN_REFERENCE),
 					 errmsg("invalid job spec at sink.key: table %s has no unique index on exactly these columns",
 							RelationGetRelationName(rel)),
 					 errhint("An upsert needs a primary key or a unique, non-partial, non-deferrable index on the key columns.")));
 	}
+	else if (!OidIsValid(pk) && deferrable_primary_key(rel))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("invalid job spec at sink.table: the primary key of table %s is deferrable",
+						RelationGetRelationName(rel)),
+				 errhint("An upsert needs its conflict key checked at once: make the primary key NOT DEFERRABLE, name the columns of a non-deferrable unique index in \"key\", or use \"mode\": \"append\".")));
 	else if (OidIsValid(pk))
 	{
 		Relation	idx = index_open(pk, AccessShareLock);
@@ -493,6 +524,7 @@ sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert)
 			keys = lappend(keys, makeString(get_attname(RelationGetRelid(rel),
 														idx->rd_index->indkey.values[i], false)));
 		index_close(idx, AccessShareLock);
+		*index = pk;
 	}
 	else if (spec->mode == SINK_MODE_UPSERT)
 		ereport(ERROR,
@@ -504,18 +536,58 @@ sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert)
 	return keys;
 }
 
-static bool
-has_unique_index_on(Relation rel, List *columns)
+SinkPlan *
+plan_sink_again(JobPlan *plan)
 {
-	List	   *indexes = RelationGetIndexList(rel);
+	return plan_sink(plan, plan->out_paths);
+}
+
+Oid
+plan_sink_relid(SinkSpec *spec, LOCKMODE lockmode)
+{
+	RangeVar   *rv = makeRangeVarFromNameList(stringToQualifiedNameList(spec->table));
+
+	return RangeVarGetRelid(rv, lockmode, true);
+}
+
+/* The relcache knows only an immediate primary key as one. */
+static bool
+deferrable_primary_key(Relation rel)
+{
 	ListCell   *lc;
 	bool		found = false;
 
+	foreach(lc, RelationGetIndexList(rel))
+	{
+		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+
+		if (!HeapTupleIsValid(tup))
+			continue;
+		if (((Form_pg_index) GETSTRUCT(tup))->indisprimary &&
+			!((Form_pg_index) GETSTRUCT(tup))->indimmediate)
+			found = true;
+		ReleaseSysCache(tup);
+	}
+	return found;
+}
+
+/*
+ * A unique, immediate, non-partial index on exactly these columns, or
+ * InvalidOid; *deferrable: a deferrable one would have matched.
+ */
+static Oid
+unique_index_on(Relation rel, List *columns, bool *deferrable)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			found = InvalidOid;
+
+	*deferrable = false;
 	foreach(lc, indexes)
 	{
 		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index form = idx->rd_index;
-		bool		match = form->indisunique && form->indimmediate &&
+		bool		match = form->indisunique &&
 			heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL) &&
 			heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL) &&
 			form->indnkeyatts == list_length(columns);
@@ -527,11 +599,55 @@ has_unique_index_on(Relation rel, List *columns)
 			if (!list_member(columns, makeString(att)))
 				match = false;
 		}
+		if (match && !form->indimmediate)
+			*deferrable = true;
+		else if (match && !OidIsValid(found))
+			found = RelationGetRelid(idx);
 		index_close(idx, AccessShareLock);
-		if (match)
-			found = true;
 	}
 	return found;
+}
+
+/*
+ * The buffer merges rows of one key as the conflict index would: by its
+ * operator class's equality in its collation (numeric 1.0 and 1.00, citext,
+ * a nondeterministic collation, -0.0 and 0.0), with a hash function that
+ * agrees with that equality.  Two rows the index sees as one key must never
+ * reach one INSERT ... ON CONFLICT DO UPDATE.
+ */
+static void
+sink_key_equality(SinkPlan *sink, Relation rel, Oid index)
+{
+	Relation	idx = index_open(index, AccessShareLock);
+
+	sink->key_nulls_distinct = !idx->rd_index->indnullsnotdistinct;
+	for (int i = 0; i < idx->rd_index->indnkeyatts; i++)
+	{
+		char	   *att = get_attname(RelationGetRelid(rel), idx->rd_index->indkey.values[i], false);
+		Oid			opcintype = idx->rd_opcintype[i];
+		Oid			eqop = InvalidOid;
+		RegProcedure lhs_hash = InvalidOid;
+		RegProcedure rhs_hash = InvalidOid;
+
+		if (idx->rd_rel->relam == BTREE_AM_OID)
+			eqop = get_opfamily_member(idx->rd_opfamily[i], opcintype, opcintype,
+									   BTEqualStrategyNumber);
+		if (!OidIsValid(eqop))
+			eqop = lookup_type_cache(opcintype, TYPECACHE_EQ_OPR)->eq_opr;
+		if (OidIsValid(eqop))
+			(void) get_op_hash_functions(eqop, &lhs_hash, &rhs_hash);
+		for (int c = 0; c < sink->ncolumns; c++)
+		{
+			SinkColumn *col = &sink->columns[c];
+
+			if (!col->is_key || strcmp(col->name, att) != 0)
+				continue;
+			col->key_eq_proc = OidIsValid(eqop) ? get_opcode(eqop) : InvalidOid;
+			col->key_hash_proc = lhs_hash;
+			col->key_collation = idx->rd_indcollation[i];
+		}
+	}
+	index_close(idx, AccessShareLock);
 }
 
 /* The owner must be able to do what the sink statement does. */

@@ -7,12 +7,20 @@
  * plan prepared once.  When the table rejects a chunk for a row's data
  * (a constraint, a value out of range), the chunk is split in halves until
  * the bad rows are alone; they become dead letters and the rest is written.
+ * Deferred constraints are checked in each statement, so that the halving
+ * sees them too; two rows that a trigger makes one key are written in
+ * separate statements, in their order.
+ *
+ * The spec names the table: each checkpoint resolves the name again
+ * (sink_buffer_bind), and a table made anew under it is written from then on.
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "nodes/parsenodes.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -55,6 +63,8 @@ struct SinkBuffer
 	bool	   *failing;		/* set before raising a refused row's error (on_error "fail") */
 	SinkBuffer *deletes;		/* keys to delete, as rows of their own */
 	SPIPlanPtr	delete_plan;
+	FmgrInfo   *key_eq;			/* [column]: the conflict index's equality */
+	FmgrInfo   *key_hash;		/* [column]: a hash that agrees with it */
 };
 
 static uint32 row_hash(SinkBuffer *sb, uint32 row);
@@ -80,6 +90,9 @@ static void write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq,
 						int64 *written, int64 *rejected);
 static bool is_row_error(ErrorData *edata);
 static char *row_as_json(SinkBuffer *sb, int row);
+static bool key_has_null(SinkBuffer *sb, int row);
+static void prepare_insert(SinkBuffer *sb);
+static bool sink_plans_alike(SinkPlan *a, SinkPlan *b);
 
 SinkBuffer *
 sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing)
@@ -93,15 +106,89 @@ sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing)
 	sb->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
 	sb->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
 	if (sp->upsert)
+	{
 		sb->keys = rowset_create(parent, 1024, sb);
+		sb->key_eq = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
+		sb->key_hash = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
+		for (int c = 0; c < sp->ncolumns; c++)
+		{
+			SinkColumn *col = &sp->columns[c];
+
+			if (col->is_key && OidIsValid(col->key_eq_proc))
+				fmgr_info_cxt(col->key_eq_proc, &sb->key_eq[c], parent);
+			if (col->is_key && OidIsValid(col->key_hash_proc))
+				fmgr_info_cxt(col->key_hash_proc, &sb->key_hash[c], parent);
+		}
+	}
+	prepare_insert(sb);
+	return sb;
+}
+
+static void
+prepare_insert(SinkBuffer *sb)
+{
+	SinkPlan   *sp = sb->plan;
 
 	SPI_connect();
+	if (sb->insert_plan)
+		SPI_freeplan(sb->insert_plan);
 	sb->insert_plan = SPI_prepare(sp->insert_sql, sp->ncolumns, sp->param_types);
 	if (sb->insert_plan == NULL)
 		elog(ERROR, "could not prepare the sink statement: %s", SPI_result_code_string(SPI_result));
 	SPI_keepplan(sb->insert_plan);
 	SPI_finish();
-	return sb;
+}
+
+bool
+sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
+{
+	SinkPlan   *sp = sb->plan;
+	Oid			relid = plan_sink_relid(&plan->spec->sink, RowExclusiveLock);
+	MemoryContext old;
+	SinkPlan   *now;
+
+	if (!OidIsValid(relid))
+		return false;
+	if (relid == sp->relid)
+		return true;
+
+	/*
+	 * Another table has the name now: the rows buffered for the old one fit
+	 * it only if the sink compiles to the same columns against it.
+	 */
+	old = MemoryContextSwitchTo(GetMemoryChunkContext(sb));
+	now = plan_sink_again(plan);
+	MemoryContextSwitchTo(old);
+	if (!sink_plans_alike(sp, now))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sink table %s was replaced by a table of other columns", sp->relname),
+				 errdetail("The rows the job holds were made for the columns of the table it replaced."),
+				 errhint("The job's worker restarts from its last checkpoint and writes into the new table.")));
+	sp->relid = now->relid;
+	prepare_insert(sb);
+	return true;
+}
+
+/* The same columns, keys and statement: rows made for one fit the other. */
+static bool
+sink_plans_alike(SinkPlan *a, SinkPlan *b)
+{
+	if (a->ncolumns != b->ncolumns || a->upsert != b->upsert || a->nkeys != b->nkeys ||
+		a->key_nulls_distinct != b->key_nulls_distinct || strcmp(a->insert_sql, b->insert_sql) != 0)
+		return false;
+	for (int c = 0; c < a->ncolumns; c++)
+	{
+		SinkColumn *x = &a->columns[c];
+		SinkColumn *y = &b->columns[c];
+
+		if (strcmp(x->name, y->name) != 0 || x->type != y->type || x->typmod != y->typmod ||
+			x->slot != y->slot || x->is_key != y->is_key || (x->cast == NULL) != (y->cast == NULL) ||
+			x->key_eq_proc != y->key_eq_proc || x->key_hash_proc != y->key_hash_proc ||
+			x->key_collation != y->key_collation)
+			return false;
+	}
+	return true;
 }
 
 void
@@ -147,7 +234,8 @@ sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls, const char *topic, i
 	sb->origins[row].offset = offset;
 	sb->dropped[row] = false;
 
-	if (sb->keys)
+	/* A null key matches no row in the index (unless NULLS NOT DISTINCT). */
+	if (sb->keys && !(sp->key_nulls_distinct && key_has_null(sb, row)))
 	{
 		bool		found;
 		RowEntry   *entry = rowset_insert(sb->keys, (uint32) row, &found);
@@ -191,6 +279,8 @@ sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls)
 		sb->deletes->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
 		sb->deletes->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
 		sb->deletes->keys = rowset_create(parent, 256, sb->deletes);
+		sb->deletes->key_eq = sb->key_eq;
+		sb->deletes->key_hash = sb->key_hash;
 	}
 	sink_buffer_add(sb->deletes, values, nulls, NULL, -1, -1);
 
@@ -212,7 +302,8 @@ sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls)
 			sb->values[c][sb->nrows] = values[c];
 			sb->nulls[c][sb->nrows] = nulls[c];
 		}
-		entry = rowset_lookup(sb->keys, (uint32) sb->nrows);
+		entry = sp->key_nulls_distinct && key_has_null(sb, sb->nrows) ? NULL :
+			rowset_lookup(sb->keys, (uint32) sb->nrows);
 		if (entry && !sb->dropped[entry->row])
 		{
 			sb->dropped[entry->row] = true;
@@ -233,6 +324,18 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, int64
 	int64		written = 0;
 
 	*rejected = 0;
+	if ((sb->deletes && sb->deletes->nrows > 0) || sb->nrows > sb->ndropped)
+	{
+		/*
+		 * SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint fails in the
+		 * statement, where the halving finds its rows, not at COMMIT.
+		 */
+		ConstraintsSetStmt *immediate = makeNode(ConstraintsSetStmt);
+
+		immediate->constraints = NIL;
+		immediate->deferred = false;
+		AfterTriggerSetState(immediate);
+	}
 	if (sb->deletes && sb->deletes->nrows > 0)
 		delete_keys(sb);
 	if (sb->ndropped > 0)
@@ -383,7 +486,8 @@ write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_
 		*written += to - from;
 		return;
 	}
-	if (!is_row_error(edata))
+	/* 21000: rows a trigger made one key; apart, in order, the last one wins. */
+	if (!is_row_error(edata) && edata->sqlerrcode != ERRCODE_CARDINALITY_VIOLATION)
 		ReThrowError(edata);
 	if (to - from > 1)
 	{
@@ -479,6 +583,22 @@ row_as_json(SinkBuffer *sb, int row)
 	return buf.data;
 }
 
+static bool
+key_has_null(SinkBuffer *sb, int row)
+{
+	SinkPlan   *sp = sb->plan;
+
+	for (int c = 0; c < sp->ncolumns; c++)
+		if (sp->columns[c].is_key && sb->nulls[c][row])
+			return true;
+	return false;
+}
+
+/*
+ * Rows of one key are found by the conflict index's equality and a hash
+ * that agrees with it; a type without such a hash adds nothing to the hash
+ * (rows then meet in one bucket, still told apart by the equality).
+ */
 static uint32
 row_hash(SinkBuffer *sb, uint32 row)
 {
@@ -488,11 +608,20 @@ row_hash(SinkBuffer *sb, uint32 row)
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
 		SinkColumn *col = &sp->columns[c];
+		uint32		ch;
 
 		if (!col->is_key)
 			continue;
-		h = hash_combine(h, sb->nulls[c][row] ? 0x5bd1e995 :
-						 datum_image_hash(sb->values[c][row], col->typbyval, col->typlen));
+		if (sb->nulls[c][row])
+			ch = 0x5bd1e995;
+		else if (OidIsValid(col->key_hash_proc))
+			ch = DatumGetUInt32(FunctionCall1Coll(&sb->key_hash[c], col->key_collation,
+												  sb->values[c][row]));
+		else if (OidIsValid(col->key_eq_proc))
+			ch = 0;
+		else
+			ch = datum_image_hash(sb->values[c][row], col->typbyval, col->typlen);
+		h = hash_combine(h, ch);
 	}
 	return h;
 }
@@ -510,8 +639,15 @@ row_equal(SinkBuffer *sb, uint32 a, uint32 b)
 			continue;
 		if (sb->nulls[c][a] != sb->nulls[c][b])
 			return false;
-		if (!sb->nulls[c][a] &&
-			!datum_image_eq(sb->values[c][a], sb->values[c][b], col->typbyval, col->typlen))
+		if (sb->nulls[c][a])
+			continue;
+		if (OidIsValid(col->key_eq_proc))
+		{
+			if (!DatumGetBool(FunctionCall2Coll(&sb->key_eq[c], col->key_collation,
+												sb->values[c][a], sb->values[c][b])))
+				return false;
+		}
+		else if (!datum_image_eq(sb->values[c][a], sb->values[c][b], col->typbyval, col->typlen))
 			return false;
 	}
 	return true;

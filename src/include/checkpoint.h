@@ -14,7 +14,11 @@
  */
 extern void checkpoint_restore(Job *job);
 
-/* Take checkpoint epoch + 1.  final: the worker is about to stop cleanly. */
-extern void checkpoint_take(Job *job, bool final);
+/*
+ * Take checkpoint epoch + 1.  final: the worker is about to stop cleanly.
+ * false, and nothing taken: no table has the sink table's name now (the
+ * job's slot says it waits for it); the rows and positions are kept.
+ */
+extern bool checkpoint_take(Job *job, bool final);
 
 #endif							/* CHECKPOINT_H */

@@ -32,6 +32,17 @@ typedef enum JobLiveState
 	JOB_LIVE_FINISHED			/* bounded source done, last checkpoint committed */
 } JobLiveState;
 
+/* What a waiting worker waits for (mailer.jobs.waiting_for). */
+typedef enum JobWaitFor
+{
+	JOB_WAIT_NONE = 0,
+	JOB_WAIT_BROKER,			/* the Kafka cluster, or a topic's metadata */
+	JOB_WAIT_TABLE,				/* a table with the sink table's name */
+	JOB_WAIT_LOCK				/* a lock another process holds */
+} JobWaitFor;
+
+extern const char *const job_wait_for_names[];
+
 /* Why a worker exited; written just before it exits. */
 typedef enum JobExitKind
 {
@@ -82,10 +93,11 @@ typedef struct JobSlot
 	pid_t		pid;			/* worker's pid, 0 when none */
 	Latch	   *latch;			/* worker's latch, to wake it */
 	JobLiveState live_state;
+	JobWaitFor	waiting_for;	/* while live_state is JOB_LIVE_WAITING */
 	JobExitKind exit_kind;
 	bool		stop_requested;
 	TransactionId stop_xid;		/* the stop_job that requested it, if one did */
-	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits, errs or failed */
+	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits or waited, errs or failed */
 	TimestampTz error_at;
 
 	/* wait_job: requests counted up by callers, answered by the worker */
@@ -138,5 +150,12 @@ extern void job_slots_wake_launcher(void);
 
 /* Set a slot's error text and time (under its spinlock). */
 extern void job_slot_set_error(JobSlot *slot, const char *msg);
+
+/*
+ * A running worker waits for what (why says so; it becomes the job's last
+ * error, with the time it first said so), or with JOB_WAIT_NONE goes on:
+ * state running again, the error kept as the job's last one.
+ */
+extern void job_slot_set_waiting(JobSlot *slot, JobWaitFor what, const char *why);
 
 #endif							/* JOB_SLOTS_H */

@@ -12,6 +12,7 @@
 #include "aggregate.h"
 #include "expr.h"
 #include "spec.h"
+#include "storage/lockdefs.h"
 
 /* A filter, map, flat_map or key_by step. */
 typedef struct StatelessStep
@@ -33,6 +34,10 @@ typedef struct SinkColumn
 	int			slot;			/* output field slot */
 	CompiledExpr *cast;			/* NULL when the field has the column's type */
 	bool		is_key;			/* a conflict column of an upsert */
+	/* is_key: the conflict index's equality, a hash that agrees with it (or InvalidOid), its collation */
+	Oid			key_eq_proc;
+	Oid			key_hash_proc;
+	Oid			key_collation;
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
@@ -46,6 +51,7 @@ typedef struct SinkPlan
 	int			ncolumns;
 	SinkColumn *columns;
 	int			nkeys;			/* upsert: conflict columns among columns */
+	bool		key_nulls_distinct;	/* the conflict index never matches a null key */
 	char	   *insert_sql;		/* $n are arrays, one per column */
 	Oid		   *param_types;
 } SinkPlan;
@@ -76,6 +82,7 @@ typedef struct JobPlan
 	RecordSchema *out_schema;
 	FieldScope *out_scope;
 	SinkPlan   *sink;
+	char	  **out_paths;		/* each output field's JSON path, for errors */
 
 	/* JSON fields read straight from the message text (json_fields.h), or NULL */
 	struct JsonFields *json_fields;
@@ -86,6 +93,18 @@ typedef struct JobPlan
  * a worker needs and as create_job does to check EXECUTE privileges.
  */
 extern JobPlan *plan_compile(JobSpec *spec, bool prepare_executor);
+
+/*
+ * The sink's part of the plan compiled again against the table its name
+ * names now (the sink table may have been dropped and made again).
+ */
+extern SinkPlan *plan_sink_again(JobPlan *plan);
+
+/*
+ * The sink table the spec names, locked in lockmode, or InvalidOid when no
+ * table has that name now.
+ */
+extern Oid	plan_sink_relid(SinkSpec *spec, LOCKMODE lockmode);
 
 /* The plan as a person reads it (describe_job). */
 extern char *plan_describe(JobPlan *plan);

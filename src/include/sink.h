@@ -36,6 +36,14 @@ extern void sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls);
 extern int	sink_buffer_rows(SinkBuffer *sb);
 
 /*
+ * Resolve the sink table's name now, in the checkpoint transaction, and
+ * lock the table.  false: no table has that name (the caller waits and
+ * keeps its rows).  A table made anew under the name is written from now
+ * on; ERROR when its columns no longer fit the rows.
+ */
+extern bool sink_buffer_bind(SinkBuffer *sb, JobPlan *plan);
+
+/*
  * Write the buffered rows (inside the checkpoint transaction).  A row the
  * table rejects for its data goes to dlq, or raises per on_error; any other
  * failure (table missing, no privilege) raises.  Returns rows written;

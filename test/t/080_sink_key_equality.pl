@@ -1,0 +1,108 @@
+# A batch that the sink table refuses as a whole must not restart the job
+# forever (issue 11, item 9).  Each job below reads one bounded generator
+# stream (200 events, order_id 0..199) into a table that judges rows by
+# something other than their binary image:
+#   - a numeric conflict key written as 1.0 and 1.00, a float8 one as -0.0
+#     and 0.0, a text one as K3 and k3 under a case-insensitive collation:
+#     one key each for the index;
+#   - a BEFORE trigger that rewrites keys so that two buffered rows collide;
+#   - a deferred foreign key that some rows violate (at COMMIT, before).
+# Each ends finished, with the good rows written (last row wins per key),
+# the bad rows dead-lettered, and no restart.  An upsert sink on a
+# DEFERRABLE conflict key is refused at create_job.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use Test::More;
+
+fresh_extension();
+drop_tables('t080');
+
+psql(<<'SQL');
+CREATE TABLE t080_num (k numeric PRIMARY KEY, v bigint);
+CREATE TABLE t080_float (k float8 PRIMARY KEY, v bigint);
+DROP COLLATION IF EXISTS t080_ci;
+CREATE COLLATION t080_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE t080_ci (k text COLLATE t080_ci PRIMARY KEY, v bigint);
+CREATE TABLE t080_trig (k int PRIMARY KEY, v bigint);
+CREATE OR REPLACE FUNCTION t080_fold() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN NEW.k := NEW.k % 5; RETURN NEW; END$$;
+CREATE TRIGGER t080_fold BEFORE INSERT ON t080_trig FOR EACH ROW EXECUTE FUNCTION t080_fold();
+CREATE TABLE t080_parent (id int PRIMARY KEY);
+INSERT INTO t080_parent SELECT generate_series(0, 7);
+CREATE TABLE t080_child (order_id bigint, p int REFERENCES t080_parent DEFERRABLE INITIALLY DEFERRED);
+CREATE TABLE t080_deferrable (k int PRIMARY KEY DEFERRABLE, v bigint);
+SQL
+
+my $gen = q{"source": {"type": "generator", "events": 200, "keys": 3, "seed": 80}};
+my $id = q{(value->>'order_id')::int};
+
+sub job
+{
+	my ($name, $table, $map, $extra) = @_;
+	$extra //= '';
+	return qq{SELECT mailer.create_job('$name', \$spec\${$gen,
+		"steps": [{"map": $map}], "sink": {"type": "table", "table": "$table"}$extra}\$spec\$)};
+}
+
+sub ends_finished
+{
+	my ($name) = @_;
+	is(wait_job($name, 30), 'finished', "$name ends finished");
+	my $info = job_info($name);
+	is($info->{restarts}, 0, "$name: never restarted");
+	is($info->{last_error}, undef, "$name: no last_error");
+}
+
+# 1.0 and 1.00 are one key of the numeric index: merged in the buffer.
+psql(job('j080_num', 't080_num',
+	qq{{"k": "((($id % 10)::text || CASE WHEN $id % 20 < 10 THEN '.0' ELSE '.00' END)::numeric)", "v": "$id"}}));
+ends_finished('j080_num');
+is(psql("SELECT string_agg(k::int || '=' || v, ',' ORDER BY k) FROM t080_num"),
+	psql("SELECT string_agg(k || '=' || max, ',' ORDER BY k) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
+	'numeric keys 1.0 and 1.00: one row per key, the last one written');
+
+# -0.0 and 0.0 are one float8 key.
+psql(job('j080_float', 't080_float',
+	qq{{"k": "CASE WHEN $id % 2 = 0 THEN -0.0::float8 ELSE 0.0::float8 END", "v": "$id"}}));
+ends_finished('j080_float');
+is(psql("SELECT count(*) || ' ' || max(v) FROM t080_float"), '1 199', 'float8 keys -0.0 and 0.0: one row, the last one written');
+
+# 'K3' and 'k3' are one key under a case-insensitive collation.
+psql(job('j080_ci', 't080_ci',
+	qq{{"k": "CASE WHEN $id % 20 < 10 THEN 'K' ELSE 'k' END || ($id % 10)", "v": "$id"}}));
+ends_finished('j080_ci');
+is(psql("SELECT string_agg(lower(k) || '=' || v, ',' ORDER BY lower(k)) FROM t080_ci"),
+	psql("SELECT string_agg('k' || k || '=' || max, ',' ORDER BY 'k' || k) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
+	'keys of a nondeterministic collation: one row per key, the last one written');
+
+# The trigger folds keys 0..9 to 0..4: rows the buffer keeps apart collide.
+psql(job('j080_trig', 't080_trig', qq{{"k": "$id % 10", "v": "$id"}}));
+ends_finished('j080_trig');
+is(psql("SELECT string_agg(k || '=' || v, ',' ORDER BY k) FROM t080_trig"),
+	psql("SELECT string_agg(k || '=' || max, ',' ORDER BY k) FROM (SELECT i % 5 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
+	'keys a BEFORE trigger makes collide: one row per key, the last one written');
+
+# A deferred foreign key: parents 8 and 9 do not exist.
+psql(job('j080_fk', 't080_child', qq{{"order_id": "$id", "p": "$id % 10"}}, q{, "on_error": "dead_letter"}));
+ends_finished('j080_fk');
+is(psql("SELECT count(*) || ' ' || count(DISTINCT order_id) || ' ' || max(p) FROM t080_child"), '160 160 7',
+	'deferred foreign key: every row with a parent written once');
+my $dl = dead_letters('j080_fk');
+is(scalar(@$dl), 40, 'deferred foreign key: the 40 rows without a parent are dead letters');
+is(scalar(grep { $_->{stage} eq 'sink' && $_->{error} =~ /foreign key/ } @$dl), 40,
+	'deferred foreign key: each dead letter says the sink refused it for the foreign key');
+is(job_metric('j080_fk', 'records_dead_lettered'), 40, 'deferred foreign key: 40 records dead-lettered');
+
+# An upsert on a DEFERRABLE conflict key cannot work: refused at create_job.
+like(psql_fails(job('j080_deferrable', 't080_deferrable', qq{{"k": "$id", "v": "$id"}})),
+	qr/invalid job spec at sink\.table: .*deferrable/i, 'an upsert sink on a DEFERRABLE primary key is refused');
+like(psql_fails(qq{SELECT mailer.create_job('j080_deferrable', \$spec\${$gen,
+		"steps": [{"map": {"k": "$id", "v": "$id"}}],
+		"sink": {"type": "table", "table": "t080_deferrable", "key": ["k"]}}\$spec\$)}),
+	qr/invalid job spec at sink\.key: .*deferrable/i, 'and so is one naming a DEFERRABLE key in sink.key');
+is(psql("SELECT count(*) FROM mailer.jobs WHERE name = 'j080_deferrable'"), '0', 'no such job was made');
+
+done_testing();
