@@ -687,7 +687,9 @@ check_column_privileges(Oid relid, SinkPlan *sink, const char *relname)
 
 /*
  * One statement writes a whole batch: each column's values arrive as one
- * array parameter and unnest() turns them back into rows.
+ * array parameter and unnest() turns them back into rows.  The unnest()
+ * calls stand in the select list, where they run in step and a composite
+ * value stays one column (in FROM, it would expand into its fields).
  */
 static void
 build_insert_sql(SinkPlan *sink)
@@ -700,16 +702,15 @@ build_insert_sql(SinkPlan *sink)
 	appendStringInfo(&sql, "INSERT INTO %s (", sink->relname);
 	for (int i = 0; i < sink->ncolumns; i++)
 		appendStringInfo(&sql, "%s%s", i ? ", " : "", quote_identifier(sink->columns[i].name));
-	appendStringInfoString(&sql, ") SELECT * FROM unnest(");
+	appendStringInfoString(&sql, ") SELECT ");
 	for (int i = 0; i < sink->ncolumns; i++)
 	{
 		Oid			elem = getBaseType(sink->columns[i].type);
 
 		sink->param_types[i] = get_array_type(elem);
-		appendStringInfo(&sql, "%s$%d::%s", i ? ", " : "", i + 1,
+		appendStringInfo(&sql, "%sunnest($%d::%s)", i ? ", " : "", i + 1,
 						 format_type_be(sink->param_types[i]));
 	}
-	appendStringInfoChar(&sql, ')');
 	if (sink->upsert)
 	{
 		bool		first = true;

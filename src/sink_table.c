@@ -409,10 +409,11 @@ delete_keys(SinkBuffer *sb)
 													   col->typbyval, col->typalign));
 		k++;
 	}
-	appendStringInfoString(&sql, ") IN (SELECT * FROM unnest(");
+	/* unnest() in the select list: a composite key stays one column (plan.c). */
+	appendStringInfoString(&sql, ") IN (SELECT ");
 	for (int i = 0; i < k; i++)
-		appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
-	appendStringInfoString(&sql, "))");
+		appendStringInfo(&sql, "%sunnest($%d)", i ? ", " : "", i + 1);
+	appendStringInfoString(&sql, ")");
 
 	SPI_connect();
 	if (SPI_execute_with_args(sql.data, k, types, params, NULL, false, 0) != SPI_OK_DELETE)

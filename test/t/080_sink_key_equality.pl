@@ -34,6 +34,9 @@ CREATE TABLE t080_parent (id int PRIMARY KEY);
 INSERT INTO t080_parent SELECT generate_series(0, 7);
 CREATE TABLE t080_child (order_id bigint, p int REFERENCES t080_parent DEFERRABLE INITIALLY DEFERRED);
 CREATE TABLE t080_deferrable (k int PRIMARY KEY DEFERRABLE, v bigint);
+DROP TYPE IF EXISTS t080_pair CASCADE;
+CREATE TYPE t080_pair AS (a int, b text);
+CREATE TABLE t080_composite (k t080_pair PRIMARY KEY, v t080_pair);
 SQL
 
 my $gen = q{"source": {"type": "generator", "events": 200, "keys": 3, "seed": 80}};
@@ -95,6 +98,15 @@ is(scalar(@$dl), 40, 'deferred foreign key: the 40 rows without a parent are dea
 is(scalar(grep { $_->{stage} eq 'sink' && $_->{error} =~ /foreign key/ } @$dl), 40,
 	'deferred foreign key: each dead letter says the sink refused it for the foreign key');
 is(job_metric('j080_fk', 'records_dead_lettered'), 40, 'deferred foreign key: 40 records dead-lettered');
+
+# Columns of a composite type, key and value: each stays one column of the
+# statement (in FROM, unnest() would spread it over its fields).
+psql(job('j080_composite', 't080_composite',
+	qq{{"k": "row($id % 10, 'k')::t080_pair", "v": "row($id, 'v' || $id)::t080_pair"}}));
+ends_finished('j080_composite');
+is(psql("SELECT count(*) || ' ' || sum((v).a) FROM t080_composite"),
+	psql("SELECT count(*) || ' ' || sum(max) FROM (SELECT max(i) FROM generate_series(0, 199) i GROUP BY i % 10) s"),
+	'composite key and value: one row per key, the last one written');
 
 # An upsert on a DEFERRABLE conflict key cannot work: refused at create_job.
 like(psql_fails(job('j080_deferrable', 't080_deferrable', qq{{"k": "$id", "v": "$id"}})),
