@@ -70,6 +70,8 @@ keyed_create(Job *job)
 	initStringInfo(&ks->value);
 	ks->args = palloc0(sizeof(Datum) * Max(ks->naggs, 1));
 	ks->argnulls = palloc0(sizeof(bool) * Max(ks->naggs, 1));
+	ks->empty = palloc0(sizeof(AggValue) * Max(ks->naggs, 1));
+	keyed_scratch(ks, 1);
 	/* Restored from the checkpoint: late is judged against it from the first record. */
 	ks->watermark = watermark_current(job->watermarks);
 	return ks;
@@ -102,7 +104,8 @@ keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls)
 	keyed_key_begin(ks, 'A');
 	appendBinaryStringInfo(&ks->key, ks->group.data, ks->group.len);
 	e = keyed_lookup(ks, ks->key.data, ks->key.len, true);
-	keyed_advance(ks, e->values);
+	keyed_compute(ks, e->values, ks->next);
+	keyed_store(ks, e->values, ks->next);
 	e->unemitted = true;
 	keyed_mark_dirty(ks, e);
 	return true;
@@ -269,27 +272,41 @@ keyed_mark_dirty(KeyedStage *ks, KeyedEntry *e)
 	e->dirty = true;
 }
 
-/* ERROR if the current record's arguments cannot be folded into values. */
+/* Scratch arrays for a record that goes into nwindows windows. */
 void
-keyed_check(KeyedStage *ks, AggValue *values)
+keyed_scratch(KeyedStage *ks, int nwindows)
 {
-	for (int a = 0; a < ks->naggs; a++)
-		aggregate_check(ks->aggs[a], &values[a], ks->args[a], ks->argnulls[a]);
+	if (nwindows <= ks->scratch_windows)
+		return;
+	if (ks->next)
+	{
+		pfree(ks->next);
+		pfree(ks->windows);
+	}
+	ks->next = MemoryContextAlloc(ks->job->job_context,
+								  sizeof(AggValue) * Max(ks->naggs, 1) * nwindows);
+	ks->windows = MemoryContextAlloc(ks->job->job_context, sizeof(KeyedEntry *) * nwindows);
+	ks->scratch_windows = nwindows;
 }
 
+/*
+ * The values that folding the current record's arguments into values give,
+ * into next, values left as they are: an ERROR here (an overflow) leaves
+ * the state as it was.
+ */
 void
-keyed_apply(KeyedStage *ks, AggValue *values)
+keyed_compute(KeyedStage *ks, const AggValue *values, AggValue *next)
 {
 	for (int a = 0; a < ks->naggs; a++)
-		aggregate_advance(ks->aggs[a], &values[a], ks->args[a], ks->argnulls[a], ks->cache_context);
+		aggregate_next(ks->aggs[a], &values[a], &next[a], ks->args[a], ks->argnulls[a]);
 }
 
-/* Fold the current record's arguments into values: all or nothing. */
+/* Make values the next that keyed_compute (or merges) gave. */
 void
-keyed_advance(KeyedStage *ks, AggValue *values)
+keyed_store(KeyedStage *ks, AggValue *values, const AggValue *next)
 {
-	keyed_check(ks, values);
-	keyed_apply(ks, values);
+	for (int a = 0; a < ks->naggs; a++)
+		aggregate_store(ks->aggs[a], &values[a], &next[a], ks->cache_context);
 }
 
 /* An output row (or, with delete, a row to delete) for the next checkpoint. */
