@@ -49,6 +49,16 @@ static void encode_group(KeyedStage *ks, Record *rec, StringInfo buf);
 static void decode_group(KeyedStage *ks, const char *data, int len, Record *out);
 static void drop_cache(KeyedStage *ks);
 static void write_entry(KeyedStage *ks, KeyedEntry *e);
+static void undo_save(KeyedStage *ks, KeyedEntry *e);
+
+/* An entry as it was before the current record, or a timer it put or deleted. */
+typedef struct KeyedUndo
+{
+	KeyedEntry *entry;
+	KeyedEntry	saved;
+	StringInfoData data;		/* the entry's serialized state, or the timer's key */
+	bool		put;			/* a timer: put (else deleted) */
+} KeyedUndo;
 
 KeyedStage *
 keyed_create(Job *job)
@@ -216,7 +226,11 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 	char		kind = key[0];
 
 	if (slot)
+	{
+		if (ks->undo_active && !slot->entry->undo_saved)
+			undo_save(ks, slot->entry);
 		return slot->entry;
+	}
 	stored = ks->state->ops->get(ks->state, key, klen, &ks->value);
 	if (!stored && !create)
 		return NULL;
@@ -252,7 +266,115 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 
 	slot = kcache_insert(ks->cache, e->key, &found);
 	slot->entry = e;
+	if (ks->undo_active)
+		undo_save(ks, e);
 	return e;
+}
+
+void
+keyed_begin_record(KeyedStage *ks)
+{
+	ks->undo_active = true;
+	ks->undo_entries = NIL;
+	ks->undo_timers = NIL;
+	ks->undo_ndirty = ks->ndirty;
+	ks->undo_nout = list_length(ks->out_rows);
+}
+
+void
+keyed_end_record(KeyedStage *ks)
+{
+	ListCell   *lc;
+
+	foreach(lc, ks->undo_entries)
+		((KeyedUndo *) lfirst(lc))->entry->undo_saved = false;
+	ks->undo_active = false;
+	ks->undo_entries = ks->undo_timers = NIL;
+}
+
+/*
+ * Entries back as they were (from their serialized state: stores free the
+ * datums they replace), timers put removed and timers deleted put back,
+ * rows emitted and entries marked dirty since the record began dropped.
+ */
+void
+keyed_abort_record(KeyedStage *ks)
+{
+	ListCell   *lc;
+
+	if (!ks->undo_active)
+		return;
+	foreach(lc, ks->undo_entries)
+	{
+		KeyedUndo  *u = lfirst(lc);
+		KeyedEntry *e = u->entry;
+
+		*e = u->saved;
+		if (e->key.data[0] == 'A')
+		{
+			int			pos = 0;
+
+			for (int a = 0; a < ks->naggs; a++)
+				aggregate_deserialize(ks->aggs[a], &e->values[a], u->data.data, &pos,
+									  ks->cache_context);
+		}
+		else
+		{
+			e->sessions = NIL;
+			window_deserialize(ks, e, u->data.data, u->data.len);
+		}
+	}
+	for (int i = list_length(ks->undo_timers) - 1; i >= 0; i--)
+	{
+		KeyedUndo  *u = list_nth(ks->undo_timers, i);
+
+		if (u->put)
+			ks->state->ops->delete(ks->state, u->data.data, u->data.len);
+		else
+			ks->state->ops->put(ks->state, u->data.data, u->data.len, "", 0);
+	}
+	ks->ndirty = ks->undo_ndirty;
+	ks->out_rows = list_truncate(ks->out_rows, ks->undo_nout);
+	ks->out_deletes = list_truncate(ks->out_deletes, ks->undo_nout);
+	ks->undo_active = false;
+	ks->undo_entries = ks->undo_timers = NIL;
+}
+
+static void
+undo_save(KeyedStage *ks, KeyedEntry *e)
+{
+	MemoryContext old = MemoryContextSwitchTo(ks->job->batch_context);
+	KeyedUndo  *u = palloc0(sizeof(KeyedUndo));
+
+	u->entry = e;
+	u->saved = *e;
+	initStringInfo(&u->data);
+	if (e->key.data[0] == 'A')
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_serialize(ks->aggs[a], &e->values[a], &u->data);
+	else
+		window_serialize(ks, e, &u->data);
+	ks->undo_entries = lappend(ks->undo_entries, u);
+	e->undo_saved = true;
+	MemoryContextSwitchTo(old);
+}
+
+/* A timer is about to be put or deleted: remember it if that changes the backend. */
+void
+keyed_undo_timer(KeyedStage *ks, const char *key, int klen, bool put)
+{
+	MemoryContext old;
+	KeyedUndo  *u;
+
+	if (!ks->undo_active || ks->state->ops->get(ks->state, key, klen, &ks->value) == put)
+		return;
+	old = MemoryContextSwitchTo(ks->job->batch_context);
+	u = palloc0(sizeof(KeyedUndo));
+	initStringInfo(&u->data);
+	appendBinaryStringInfo(&u->data, key, klen);
+	u->put = put;
+	ks->undo_timers = lappend(ks->undo_timers, u);
+	MemoryContextSwitchTo(old);
 }
 
 void

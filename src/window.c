@@ -331,6 +331,7 @@ timer_window(KeyedStage *ks, const char *key, int klen, KeyedEntry **e, Session 
 	int			group_len = TIMER_GROUP_LEN(klen);
 	TimestampTz start = TIMER_START(key, klen);
 
+	keyed_undo_timer(ks, key, klen, false);
 	ks->state->ops->delete(ks->state, key, klen);
 	*session = NULL;
 	if (ks->plan->window->type == WINDOW_SESSION)
@@ -469,6 +470,7 @@ put_timer(KeyedStage *ks, char kind, TimestampTz when, const char *group, int gr
 	keyed_key_append_time(&key, when);
 	appendBinaryStringInfo(&key, group, group_len);
 	keyed_key_append_time(&key, start);
+	keyed_undo_timer(ks, key.data, key.len, true);
 	ks->state->ops->put(ks->state, key.data, key.len, "", 0);
 	pfree(key.data);
 }

@@ -43,6 +43,7 @@ typedef struct KeyedEntry
 	bool		stored;			/* the backend has a version of it */
 	bool		dirty;			/* to write at the next checkpoint */
 	bool		deleted;		/* to delete at the next checkpoint */
+	bool		undo_saved;		/* saved for keyed_abort_record */
 } KeyedEntry;
 
 struct KeyedStage
@@ -69,10 +70,17 @@ struct KeyedStage
 	KeyedEntry **windows;		/* scratch: the windows the record goes into */
 	int			scratch_windows;	/* windows the scratch arrays hold */
 	AggValue   *empty;			/* naggs values of no rows */
+	/* Between keyed_begin_record and keyed_end_record: how to undo the record. */
+	bool		undo_active;
+	List	   *undo_entries;	/* of KeyedUndo: entries as they were */
+	List	   *undo_timers;	/* of KeyedUndo: timers put or deleted, in order */
+	int			undo_ndirty;
+	int			undo_nout;
 	TimestampTz watermark;
 };
 
 /* keyed.c */
+extern void keyed_undo_timer(KeyedStage *ks, const char *key, int klen, bool put);
 extern void keyed_key_begin(KeyedStage *ks, char kind);
 extern void keyed_key_append_time(StringInfo buf, TimestampTz t);
 extern TimestampTz keyed_key_read_time(const char *p);

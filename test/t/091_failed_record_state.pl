@@ -6,7 +6,8 @@
 # must be the number of records that were not dead-lettered, and the dead
 # letters exactly the failing records.  Tumbling, sliding (two windows per
 # record), session windows, a session merge that overflows, and no window
-# with a numeric sum that overflows; on both state backends.
+# with a numeric sum that overflows; a record a flat_map made into two
+# outputs, the second of which overflows; on both state backends.
 use strict;
 use warnings;
 use FindBin;
@@ -92,6 +93,22 @@ for my $backend (qw(rocksdb memory))
 		"$backend session merge: the two sessions stay as they were, one record each");
 	is(dead_offsets("t091_merge_$b"), '2:aggregate', "$backend session merge: the merging record is the dead letter");
 
+	# A flat_map makes two outputs of each record, 5e307 each: record 0 fits
+	# (1e308), every later record's second output overflows, and its first
+	# output must not stay counted (nor extend the session).
+	for my $w (['tumbling', '{"type": "tumbling", "size": "1 hour"}', '00:00:00 01:00:00 2'],
+		['flat_session', '{"type": "session", "gap": "1 minute"}', '00:00:00 00:01:00 2'])
+	{
+		my ($kind, $window, $want) = @$w;
+		my $t = "t091_flat_${kind}_$b";
+		window_table($t);
+		job($t, qq{$gen, "steps": [{"flat_map": "jsonb_array_elements(jsonb_build_array(value, value))"}, $key,
+			{"window": $window}, {"aggregate": {"n": "count(*)", "t": "sum(5e307::float8)"}}],
+			"sink": {"type": "table", "table": "$t"}, $state});
+		is(rows($t), $want, "$backend flat_map, $kind: only record 0's two outputs count");
+		is(dead_offsets($t), $failing, "$backend flat_map, $kind: the dead letters are records 1 to 9");
+	}
+
 	# No window: count(*), then a numeric sum that overflows numeric, then a float sum.
 	psql("DROP TABLE IF EXISTS t091_plain_$b;
 	      CREATE TABLE t091_plain_$b (k text PRIMARY KEY, n bigint, s numeric, t float8)");
@@ -105,5 +122,5 @@ for my $backend (qw(rocksdb memory))
 }
 
 psql("SELECT mailer.drop_job(name) FROM mailer.jobs WHERE name LIKE 't091%'");
-psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain) } qw(r m)));
+psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain flat_tumbling flat_flat_session) } qw(r m)));
 done_testing();
