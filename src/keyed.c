@@ -74,6 +74,8 @@ keyed_create(Job *job)
 											  ALLOCSET_DEFAULT_SIZES);
 	ks->out_context = AllocSetContextCreate(job->job_context, "mailer keyed output",
 											ALLOCSET_DEFAULT_SIZES);
+	ks->undo_context = AllocSetContextCreate(job->job_context, "mailer keyed undo",
+											 ALLOCSET_SMALL_SIZES);
 	ks->cache = kcache_create(ks->cache_context, 1024, NULL);
 	initStringInfo(&ks->group);
 	initStringInfo(&ks->key);
@@ -274,6 +276,7 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 void
 keyed_begin_record(KeyedStage *ks)
 {
+	MemoryContextReset(ks->undo_context);
 	ks->undo_active = true;
 	ks->undo_entries = NIL;
 	ks->undo_timers = NIL;
@@ -343,7 +346,7 @@ keyed_abort_record(KeyedStage *ks)
 static void
 undo_save(KeyedStage *ks, KeyedEntry *e)
 {
-	MemoryContext old = MemoryContextSwitchTo(ks->job->batch_context);
+	MemoryContext old = MemoryContextSwitchTo(ks->undo_context);
 	KeyedUndo  *u = palloc0(sizeof(KeyedUndo));
 
 	u->entry = e;
@@ -368,7 +371,7 @@ keyed_undo_timer(KeyedStage *ks, const char *key, int klen, bool put)
 
 	if (!ks->undo_active || ks->state->ops->get(ks->state, key, klen, &ks->value) == put)
 		return;
-	old = MemoryContextSwitchTo(ks->job->batch_context);
+	old = MemoryContextSwitchTo(ks->undo_context);
 	u = palloc0(sizeof(KeyedUndo));
 	initStringInfo(&u->data);
 	appendBinaryStringInfo(&u->data, key, klen);

@@ -72,6 +72,7 @@ struct KeyedStage
 	AggValue   *empty;			/* naggs values of no rows */
 	/* Between keyed_begin_record and keyed_end_record: how to undo the record. */
 	bool		undo_active;
+	MemoryContext undo_context;	/* reset at each keyed_begin_record */
 	List	   *undo_entries;	/* of KeyedUndo: entries as they were */
 	List	   *undo_timers;	/* of KeyedUndo: timers put or deleted, in order */
 	int			undo_ndirty;

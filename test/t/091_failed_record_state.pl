@@ -109,6 +109,14 @@ for my $backend (qw(rocksdb memory))
 		is(dead_offsets($t), $failing, "$backend flat_map, $kind: the dead letters are records 1 to 9");
 	}
 
+	psql("DROP TABLE IF EXISTS t091_flat_plain_$b;
+	      CREATE TABLE t091_flat_plain_$b (k text PRIMARY KEY, n bigint, t float8)");
+	job("t091_flat_plain_$b", qq{$gen, "steps": [{"flat_map": "jsonb_array_elements(jsonb_build_array(value, value))"}, $key,
+			{"aggregate": {"n": "count(*)", "t": "sum(5e307::float8)"}}],
+		"sink": {"type": "table", "table": "t091_flat_plain_$b"}, $state});
+	is(psql("SELECT n || ' ' || t FROM t091_flat_plain_$b"), '2 1e+308', "$backend flat_map, no window: only record 0's two outputs count");
+	is(dead_offsets("t091_flat_plain_$b"), $failing, "$backend flat_map, no window: the dead letters are records 1 to 9");
+
 	# No window: count(*), then a numeric sum that overflows numeric, then a float sum.
 	psql("DROP TABLE IF EXISTS t091_plain_$b;
 	      CREATE TABLE t091_plain_$b (k text PRIMARY KEY, n bigint, s numeric, t float8)");
@@ -122,5 +130,5 @@ for my $backend (qw(rocksdb memory))
 }
 
 psql("SELECT mailer.drop_job(name) FROM mailer.jobs WHERE name LIKE 't091%'");
-psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain flat_tumbling flat_flat_session) } qw(r m)));
+psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain flat_tumbling flat_flat_session flat_plain) } qw(r m)));
 done_testing();
