@@ -136,18 +136,29 @@ aggregate_free(AggregateDef *agg, AggValue *value)
 	value->count = 0;
 }
 
+/*
+ * A record's changes are computed first, into values apart from the state
+ * (aggregate_next, aggregate_merge), and stored only once every one of them
+ * has been computed (aggregate_store): a record that raises an error, an
+ * overflow say, has changed nothing.  By-reference results stay in the
+ * current (per-batch) memory until stored.
+ */
 void
-aggregate_advance(AggregateDef *agg, AggValue *value, Datum arg, bool isnull, MemoryContext ctx)
+aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum arg, bool isnull)
 {
-	MemoryContext old;
+	AggValue	r = *value;
 
 	if (agg->impl == AGG_COUNT_STAR)
 	{
-		value->count++;
+		r.count++;
+		*next = r;
 		return;
 	}
 	if (isnull)
+	{
+		*next = r;
 		return;
+	}
 
 	switch (agg->impl)
 	{
@@ -155,158 +166,126 @@ aggregate_advance(AggregateDef *agg, AggValue *value, Datum arg, bool isnull, Me
 		case AGG_COUNT:
 			break;
 		case AGG_SUM_INT:
-			{
-				int64		add = agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
-				int64		sum;
-
-				if (pg_add_s64_overflow(value->v.i64, add, &sum))
-					ereport(ERROR,
-							(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-							 errmsg("bigint out of range")));
-				value->v.i64 = sum;
-			}
-			break;
-		case AGG_SUM_INT8:
-		case AGG_AVG_INT:
-			value->v.i128 += agg->arg_type == INT8OID ? DatumGetInt64(arg) :
-				agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
-			break;
-		case AGG_SUM_NUMERIC:
-		case AGG_AVG_NUMERIC:
-			{
-				Datum		sum;
-
-				if (value->count == 0)
-				{
-					old = MemoryContextSwitchTo(ctx);
-					value->v.datum = datumCopy(arg, false, -1);
-					MemoryContextSwitchTo(old);
-					break;
-				}
-				sum = DirectFunctionCall2(numeric_add, value->v.datum, arg);
-				old = MemoryContextSwitchTo(ctx);
-				sum = datumCopy(sum, false, -1);
-				MemoryContextSwitchTo(old);
-				pfree(DatumGetPointer(value->v.datum));
-				value->v.datum = sum;
-			}
-			break;
-		case AGG_SUM_FLOAT4:
-			value->v.f4 = float4_pl(value->v.f4, DatumGetFloat4(arg));
-			break;
-		case AGG_SUM_FLOAT8:
-		case AGG_AVG_FLOAT:
-			value->v.f8 = float8_pl(value->v.f8,
-									agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg));
-			break;
-		case AGG_MIN:
-		case AGG_MAX:
-			{
-				int32		cmp;
-
-				if (value->count > 0)
-				{
-					cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
-														  arg, value->v.datum));
-					if ((agg->impl == AGG_MIN && cmp >= 0) || (agg->impl == AGG_MAX && cmp <= 0))
-						break;
-					if (!agg->arg_typbyval)
-						pfree(DatumGetPointer(value->v.datum));
-				}
-				old = MemoryContextSwitchTo(ctx);
-				value->v.datum = datumCopy(arg, agg->arg_typbyval, agg->arg_typlen);
-				MemoryContextSwitchTo(old);
-			}
-			break;
-	}
-	value->count++;
-}
-
-void
-aggregate_check(AggregateDef *agg, AggValue *value, Datum arg, bool isnull)
-{
-	int64		sum;
-
-	if (agg->impl != AGG_SUM_INT || isnull)
-		return;
-	if (pg_add_s64_overflow(value->v.i64,
-							agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg), &sum))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("bigint out of range in %s", agg->text)));
-}
-
-void
-aggregate_combine(AggregateDef *agg, AggValue *into, AggValue *from, MemoryContext ctx)
-{
-	MemoryContext old;
-
-	if (from->count == 0)
-		return;
-	if (into->count == 0 && agg->impl != AGG_COUNT_STAR && agg->impl != AGG_COUNT)
-	{
-		/* Take from's value as is (copied, for by-reference datums). */
-		*into = *from;
-		if (state_is_datum(agg))
-		{
-			old = MemoryContextSwitchTo(ctx);
-			into->v.datum = datumCopy(from->v.datum, agg->arg_typbyval, agg->arg_typlen);
-			MemoryContextSwitchTo(old);
-		}
-		return;
-	}
-	switch (agg->impl)
-	{
-		case AGG_COUNT_STAR:
-		case AGG_COUNT:
-			break;
-		case AGG_SUM_INT:
-			if (pg_add_s64_overflow(into->v.i64, from->v.i64, &into->v.i64))
+			if (pg_add_s64_overflow(r.v.i64,
+									agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg),
+									&r.v.i64))
 				ereport(ERROR,
 						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 						 errmsg("bigint out of range in %s", agg->text)));
 			break;
 		case AGG_SUM_INT8:
 		case AGG_AVG_INT:
-			into->v.i128 += from->v.i128;
-			break;
-		case AGG_SUM_FLOAT4:
-			into->v.f4 = float4_pl(into->v.f4, from->v.f4);
-			break;
-		case AGG_SUM_FLOAT8:
-		case AGG_AVG_FLOAT:
-			into->v.f8 = float8_pl(into->v.f8, from->v.f8);
+			r.v.i128 += agg->arg_type == INT8OID ? DatumGetInt64(arg) :
+				agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
 			break;
 		case AGG_SUM_NUMERIC:
 		case AGG_AVG_NUMERIC:
+			r.v.datum = r.count == 0 ? arg :
+				DirectFunctionCall2(numeric_add, r.v.datum, arg);
+			break;
+		case AGG_SUM_FLOAT4:
+			r.v.f4 = float4_pl(r.v.f4, DatumGetFloat4(arg));
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			r.v.f8 = float8_pl(r.v.f8,
+							   agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg));
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			if (r.count > 0)
 			{
-				Datum		sum = DirectFunctionCall2(numeric_add, into->v.datum, from->v.datum);
+				int32		cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
+																  arg, r.v.datum));
 
-				old = MemoryContextSwitchTo(ctx);
-				sum = datumCopy(sum, false, -1);
-				MemoryContextSwitchTo(old);
-				pfree(DatumGetPointer(into->v.datum));
-				into->v.datum = sum;
+				if ((agg->impl == AGG_MIN && cmp >= 0) || (agg->impl == AGG_MAX && cmp <= 0))
+					break;
 			}
+			r.v.datum = arg;
+			break;
+	}
+	r.count++;
+	*next = r;
+}
+
+void
+aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from, AggValue *next)
+{
+	AggValue	r = *into;
+
+	if (from->count == 0)
+	{
+		*next = r;
+		return;
+	}
+	if (into->count == 0 && agg->impl != AGG_COUNT_STAR && agg->impl != AGG_COUNT)
+	{
+		*next = *from;
+		return;
+	}
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			break;
+		case AGG_SUM_INT:
+			if (pg_add_s64_overflow(r.v.i64, from->v.i64, &r.v.i64))
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("bigint out of range in %s", agg->text)));
+			break;
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			r.v.i128 += from->v.i128;
+			break;
+		case AGG_SUM_FLOAT4:
+			r.v.f4 = float4_pl(r.v.f4, from->v.f4);
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			r.v.f8 = float8_pl(r.v.f8, from->v.f8);
+			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			r.v.datum = DirectFunctionCall2(numeric_add, r.v.datum, from->v.datum);
 			break;
 		case AGG_MIN:
 		case AGG_MAX:
 			{
 				int32		cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
-																  from->v.datum, into->v.datum));
+																  from->v.datum, r.v.datum));
 
 				if ((agg->impl == AGG_MIN && cmp < 0) || (agg->impl == AGG_MAX && cmp > 0))
-				{
-					if (!agg->arg_typbyval)
-						pfree(DatumGetPointer(into->v.datum));
-					old = MemoryContextSwitchTo(ctx);
-					into->v.datum = datumCopy(from->v.datum, agg->arg_typbyval, agg->arg_typlen);
-					MemoryContextSwitchTo(old);
-				}
+					r.v.datum = from->v.datum;
 			}
 			break;
 	}
-	into->count += from->count;
+	r.count += from->count;
+	*next = r;
+}
+
+void
+aggregate_store(AggregateDef *agg, AggValue *value, const AggValue *next, MemoryContext ctx)
+{
+	Datum		old_datum = value->v.datum;
+	bool		had_datum = value->count > 0;
+
+	if (!state_is_datum(agg) || agg->arg_typbyval)
+	{
+		*value = *next;
+		return;
+	}
+	*value = *next;
+	/* A datum the value does not own yet (the argument, a sum, a merged session's) is copied. */
+	if (next->count > 0 && !(had_datum && next->v.datum == old_datum))
+	{
+		MemoryContext old = MemoryContextSwitchTo(ctx);
+
+		value->v.datum = datumCopy(next->v.datum, false, agg->arg_typlen);
+		MemoryContextSwitchTo(old);
+		if (had_datum)
+			pfree(DatumGetPointer(old_datum));
+	}
 }
 
 Datum

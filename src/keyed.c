@@ -49,6 +49,16 @@ static void encode_group(KeyedStage *ks, Record *rec, StringInfo buf);
 static void decode_group(KeyedStage *ks, const char *data, int len, Record *out);
 static void drop_cache(KeyedStage *ks);
 static void write_entry(KeyedStage *ks, KeyedEntry *e);
+static void undo_save(KeyedStage *ks, KeyedEntry *e);
+
+/* An entry as it was before the current record, or a timer it put or deleted. */
+typedef struct KeyedUndo
+{
+	KeyedEntry *entry;
+	KeyedEntry	saved;
+	StringInfoData data;		/* the entry's serialized state, or the timer's key */
+	bool		put;			/* a timer: put (else deleted) */
+} KeyedUndo;
 
 KeyedStage *
 keyed_create(Job *job)
@@ -64,12 +74,16 @@ keyed_create(Job *job)
 											  ALLOCSET_DEFAULT_SIZES);
 	ks->out_context = AllocSetContextCreate(job->job_context, "mailer keyed output",
 											ALLOCSET_DEFAULT_SIZES);
+	ks->undo_context = AllocSetContextCreate(job->job_context, "mailer keyed undo",
+											 ALLOCSET_SMALL_SIZES);
 	ks->cache = kcache_create(ks->cache_context, 1024, NULL);
 	initStringInfo(&ks->group);
 	initStringInfo(&ks->key);
 	initStringInfo(&ks->value);
 	ks->args = palloc0(sizeof(Datum) * Max(ks->naggs, 1));
 	ks->argnulls = palloc0(sizeof(bool) * Max(ks->naggs, 1));
+	ks->empty = palloc0(sizeof(AggValue) * Max(ks->naggs, 1));
+	keyed_scratch(ks, 1);
 	/* Restored from the checkpoint: late is judged against it from the first record. */
 	ks->watermark = watermark_current(job->watermarks);
 	return ks;
@@ -102,7 +116,8 @@ keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls)
 	keyed_key_begin(ks, 'A');
 	appendBinaryStringInfo(&ks->key, ks->group.data, ks->group.len);
 	e = keyed_lookup(ks, ks->key.data, ks->key.len, true);
-	keyed_advance(ks, e->values);
+	keyed_compute(ks, e->values, ks->next);
+	keyed_store(ks, e->values, ks->next);
 	e->unemitted = true;
 	keyed_mark_dirty(ks, e);
 	return true;
@@ -213,7 +228,11 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 	char		kind = key[0];
 
 	if (slot)
+	{
+		if (ks->undo_active && !slot->entry->undo_saved)
+			undo_save(ks, slot->entry);
 		return slot->entry;
+	}
 	stored = ks->state->ops->get(ks->state, key, klen, &ks->value);
 	if (!stored && !create)
 		return NULL;
@@ -249,7 +268,116 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 
 	slot = kcache_insert(ks->cache, e->key, &found);
 	slot->entry = e;
+	if (ks->undo_active)
+		undo_save(ks, e);
 	return e;
+}
+
+void
+keyed_begin_record(KeyedStage *ks)
+{
+	MemoryContextReset(ks->undo_context);
+	ks->undo_active = true;
+	ks->undo_entries = NIL;
+	ks->undo_timers = NIL;
+	ks->undo_ndirty = ks->ndirty;
+	ks->undo_nout = list_length(ks->out_rows);
+}
+
+void
+keyed_end_record(KeyedStage *ks)
+{
+	ListCell   *lc;
+
+	foreach(lc, ks->undo_entries)
+		((KeyedUndo *) lfirst(lc))->entry->undo_saved = false;
+	ks->undo_active = false;
+	ks->undo_entries = ks->undo_timers = NIL;
+}
+
+/*
+ * Entries back as they were (from their serialized state: stores free the
+ * datums they replace), timers put removed and timers deleted put back,
+ * rows emitted and entries marked dirty since the record began dropped.
+ */
+void
+keyed_abort_record(KeyedStage *ks)
+{
+	ListCell   *lc;
+
+	if (!ks->undo_active)
+		return;
+	foreach(lc, ks->undo_entries)
+	{
+		KeyedUndo  *u = lfirst(lc);
+		KeyedEntry *e = u->entry;
+
+		*e = u->saved;
+		if (e->key.data[0] == 'A')
+		{
+			int			pos = 0;
+
+			for (int a = 0; a < ks->naggs; a++)
+				aggregate_deserialize(ks->aggs[a], &e->values[a], u->data.data, &pos,
+									  ks->cache_context);
+		}
+		else
+		{
+			e->sessions = NIL;
+			window_deserialize(ks, e, u->data.data, u->data.len);
+		}
+	}
+	for (int i = list_length(ks->undo_timers) - 1; i >= 0; i--)
+	{
+		KeyedUndo  *u = list_nth(ks->undo_timers, i);
+
+		if (u->put)
+			ks->state->ops->delete(ks->state, u->data.data, u->data.len);
+		else
+			ks->state->ops->put(ks->state, u->data.data, u->data.len, "", 0);
+	}
+	ks->ndirty = ks->undo_ndirty;
+	ks->out_rows = list_truncate(ks->out_rows, ks->undo_nout);
+	ks->out_deletes = list_truncate(ks->out_deletes, ks->undo_nout);
+	ks->undo_active = false;
+	ks->undo_entries = ks->undo_timers = NIL;
+}
+
+static void
+undo_save(KeyedStage *ks, KeyedEntry *e)
+{
+	MemoryContext old = MemoryContextSwitchTo(ks->undo_context);
+	KeyedUndo  *u = palloc0(sizeof(KeyedUndo));
+
+	u->entry = e;
+	u->saved = *e;
+	initStringInfo(&u->data);
+	if (e->key.data[0] == 'A')
+		for (int a = 0; a < ks->naggs; a++)
+			aggregate_serialize(ks->aggs[a], &e->values[a], &u->data);
+	else
+		window_serialize(ks, e, &u->data);
+	ks->undo_entries = lappend(ks->undo_entries, u);
+	e->undo_saved = true;
+	MemoryContextSwitchTo(old);
+}
+
+/* A timer is about to be put or deleted: remember it if that changes the backend. */
+void
+keyed_undo_timer(KeyedStage *ks, const char *key, int klen, bool put)
+{
+	MemoryContext old;
+	KeyedUndo  *u;
+
+	if (!ks->undo_active || ks->state->ops->get(ks->state, key, klen, &ks->value) == put)
+		return;
+	old = MemoryContextSwitchTo(ks->undo_context);
+	u = palloc0(sizeof(KeyedUndo));
+	initStringInfo(&u->data);
+	appendBinaryStringInfo(&u->data, key, klen);
+	u->put = put;
+	ks->undo_timers = lappend(ks->undo_timers, u);
+	MemoryContextSwitchTo(old);
 }
 
 void
@@ -269,27 +397,41 @@ keyed_mark_dirty(KeyedStage *ks, KeyedEntry *e)
 	e->dirty = true;
 }
 
-/* ERROR if the current record's arguments cannot be folded into values. */
+/* Scratch arrays for a record that goes into nwindows windows. */
 void
-keyed_check(KeyedStage *ks, AggValue *values)
+keyed_scratch(KeyedStage *ks, int nwindows)
 {
-	for (int a = 0; a < ks->naggs; a++)
-		aggregate_check(ks->aggs[a], &values[a], ks->args[a], ks->argnulls[a]);
+	if (nwindows <= ks->scratch_windows)
+		return;
+	if (ks->next)
+	{
+		pfree(ks->next);
+		pfree(ks->windows);
+	}
+	ks->next = MemoryContextAlloc(ks->job->job_context,
+								  sizeof(AggValue) * Max(ks->naggs, 1) * nwindows);
+	ks->windows = MemoryContextAlloc(ks->job->job_context, sizeof(KeyedEntry *) * nwindows);
+	ks->scratch_windows = nwindows;
 }
 
+/*
+ * The values that folding the current record's arguments into values give,
+ * into next, values left as they are: an ERROR here (an overflow) leaves
+ * the state as it was.
+ */
 void
-keyed_apply(KeyedStage *ks, AggValue *values)
+keyed_compute(KeyedStage *ks, const AggValue *values, AggValue *next)
 {
 	for (int a = 0; a < ks->naggs; a++)
-		aggregate_advance(ks->aggs[a], &values[a], ks->args[a], ks->argnulls[a], ks->cache_context);
+		aggregate_next(ks->aggs[a], &values[a], &next[a], ks->args[a], ks->argnulls[a]);
 }
 
-/* Fold the current record's arguments into values: all or nothing. */
+/* Make values the next that keyed_compute (or merges) gave. */
 void
-keyed_advance(KeyedStage *ks, AggValue *values)
+keyed_store(KeyedStage *ks, AggValue *values, const AggValue *next)
 {
-	keyed_check(ks, values);
-	keyed_apply(ks, values);
+	for (int a = 0; a < ks->naggs; a++)
+		aggregate_store(ks->aggs[a], &values[a], &next[a], ks->cache_context);
 }
 
 /* An output row (or, with delete, a row to delete) for the next checkpoint. */

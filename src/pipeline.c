@@ -59,6 +59,8 @@ message_failed(void *arg, int i, ErrorData *edata)
 
 	/* A set-returning function may have been left mid-set. */
 	ReScanExprContext(run->job->rt->econtext);
+	if (run->job->keyed)
+		keyed_abort_record(run->job->keyed);
 	job_record_failed(run->job, &run->msgs[i], run->job->stage, error_text(edata));
 }
 
@@ -138,12 +140,17 @@ process_message(Job *job, SourceMessage *msg)
 			nulls[i] = palloc(sizeof(bool) * nargs);
 			keyed_eval_args(job->keyed, lfirst(lc), args[i], nulls[i]);
 		}
+		/* Several outputs: one that fails (an overflow) undoes the others. */
+		if (list_length(outputs) > 1)
+			keyed_begin_record(job->keyed);
 		foreach(lc, outputs)
 		{
 			int			i = foreach_current_index(lc);
 
 			in_a_window |= keyed_add(job->keyed, lfirst(lc), args[i], nulls[i]);
 		}
+		if (list_length(outputs) > 1)
+			keyed_end_record(job->keyed);
 		if (!in_a_window)
 		{
 			job_record_late(job, msg, rec->event_time);

@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "nodes/makefuncs.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -51,6 +52,16 @@ static const char *const table_sink_fields[] = {
 	"type", "table", "mode", "key", NULL
 };
 static const char *const checkpoint_fields[] = {"interval", "retain", NULL};
+
+/*
+ * Bounds that keep event-time arithmetic far from the ends of timestamptz
+ * (294276 AD) and a record's work small: a duration is at most 100 years,
+ * a sliding window puts a record in at most 1000 windows, and a generator
+ * makes at most a billion events per second.
+ */
+#define SPEC_MAX_DURATION_DAYS 36525
+#define SPEC_MAX_WINDOWS_PER_RECORD 1000
+#define SPEC_MAX_RATE 1e9
 static const char *const state_fields[] = {"backend", NULL};
 
 static void spec_error(const char *path, const char *hint, const char *fmt,...)
@@ -265,6 +276,9 @@ parse_generator(JsonObject *obj, GeneratorSpec *gen)
 	else if (gen->rate <= 0)
 		spec_error(child_path(obj->path, "rate"), "A positive number of events per second, or null for as fast as possible.",
 				   "rate must be positive");
+	else if (gen->rate > SPEC_MAX_RATE)
+		spec_error(child_path(obj->path, "rate"), "At most 1000000000 events per second, or null for as fast as possible.",
+				   "rate is more than 1000000000 events per second");
 	gen->keys = get_integer(obj, "keys", 100, 1, PG_INT32_MAX, NULL);
 	gen->seed = get_integer(obj, "seed", 1, PG_INT64_MIN, PG_INT64_MAX, NULL);
 	gen->step_us = get_interval(obj, "step", 10 * 1000, true);
@@ -442,6 +456,12 @@ parse_window(JsonObject *obj, WindowSpec *w)
 			if (w->size_us % w->slide_us != 0)
 				spec_error(child_path(obj->path, "slide"), "A slide that divides the size, such as size '1 minute' with slide '10 seconds'.",
 						   "size is not a multiple of slide");
+			if (w->size_us / w->slide_us > SPEC_MAX_WINDOWS_PER_RECORD)
+				spec_error(child_path(obj->path, "slide"),
+						   psprintf("A slide of at least 1/%d of the size: each record goes into size/slide windows.",
+									SPEC_MAX_WINDOWS_PER_RECORD),
+						   "size/slide is " INT64_FORMAT ", more than %d windows per record",
+						   w->size_us / w->slide_us, SPEC_MAX_WINDOWS_PER_RECORD);
 			break;
 		case WINDOW_SESSION:
 			w->gap_us = get_interval(obj, "gap", -1, false);
@@ -824,6 +844,7 @@ static double
 get_number(JsonObject *obj, const char *key, double dflt, bool *is_null)
 {
 	JsonbValue	v;
+	double		result;
 
 	*is_null = false;
 	if (!get_value(obj, key, &v))
@@ -839,7 +860,19 @@ get_number(JsonObject *obj, const char *key, double dflt, bool *is_null)
 	if (v.type != jbvNumeric)
 		spec_error(child_path(obj->path, key), "A number, or null.", "expected a number, found %s",
 				   json_type_name(&v));
-	return DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v.val.numeric)));
+	PG_TRY();
+	{
+		result = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v.val.numeric)));
+	}
+	PG_CATCH();
+	{
+		FlushErrorState();
+		result = 0;
+		spec_error(child_path(obj->path, key), "A number within the range of double precision, or null.",
+				   "number out of range");
+	}
+	PG_END_TRY();
+	return result;
 }
 
 /*
@@ -882,7 +915,11 @@ get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero)
 	if (iv->month != 0)
 		spec_error(path, "Use days, hours, minutes or seconds: months and years have no fixed length.",
 				   "\"%s\" has months or years", s);
-	us = iv->time + (int64) iv->day * USECS_PER_DAY;
+	if (pg_mul_s64_overflow((int64) iv->day, USECS_PER_DAY, &us) ||
+		pg_add_s64_overflow(us, iv->time, &us))
+		us = iv->day < 0 ? -1 : PG_INT64_MAX;
+	if (us > SPEC_MAX_DURATION_DAYS * USECS_PER_DAY)
+		spec_error(path, "Use at most 36525 days (100 years).", "\"%s\" is longer than 100 years", s);
 	if (us < 0 || (us == 0 && !allow_zero))
 		spec_error(path, hint, "\"%s\" must be %s", s, allow_zero ? "zero or positive" : "positive");
 	return us;

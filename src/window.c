@@ -15,6 +15,8 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
+#include "miscadmin.h"
 #include "utils/memutils.h"
 
 #include "keyed_internal.h"
@@ -36,96 +38,162 @@ static KeyedEntry *lookup_window(KeyedStage *ks, char kind, const char *group, i
 								 TimestampTz start, bool create);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
 
-static int64
-floor_div(int64 a, int64 b)
+static int128
+floor_div(int128 a, int64 b)
 {
-	int64		q = a / b;
+	int128		q = a / b;
 
 	if (a % b != 0 && (a < 0) != (b < 0))
 		q--;
 	return q;
 }
 
+/*
+ * When a window ending at end is purged.  The sum can pass the end of
+ * int64 for a window near the end of timestamptz: such a window lives until
+ * the watermark is infinite (the end of a bounded stream).
+ */
+static TimestampTz
+purge_time(KeyedStage *ks, TimestampTz end)
+{
+	TimestampTz when;
+
+	if (pg_add_s64_overflow(end, ks->plan->window->allowed_lateness_us, &when))
+		return DT_NOEND;
+	return when;
+}
+
+/* A record's window must begin and end within timestamptz's range. */
+static void
+check_window_range(TimestampTz t, int128 start, int128 end)
+{
+	if (start < MIN_TIMESTAMP || end >= END_TIMESTAMP)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("a window of event time %s is out of the timestamp range",
+						timestamptz_to_str(t)),
+				 errhint("Windows must begin and end between 4714-11-24 BC and 294276-12-31 AD.")));
+}
+
+/*
+ * In two passes: every window's new values are computed first, so that a
+ * record that raises an error (an overflow, a window out of range) has
+ * changed nothing; then windows and timers are made and the values stored.
+ */
 bool
 window_add(KeyedStage *ks, Record *rec, const char *group, int group_len)
 {
 	WindowSpec *w = ks->plan->window;
 	TimestampTz t = rec->event_time;
-	TimestampTz first;
-	KeyedEntry **windows;
+	int128		first;
+	int			nwindows;
+	int			naggs = Max(ks->naggs, 1);
 	int			n = 0;
 
 	if (w->type == WINDOW_SESSION)
 		return session_add(ks, t, group, group_len);
 
-	/* Every window [start, start + size) holding t, start aligned to slide. */
-	first = floor_div(t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
-	windows = palloc(sizeof(KeyedEntry *) * (w->size_us / w->slide_us + 1));
-	for (TimestampTz start = first; start > t - w->size_us; start -= w->slide_us)
+	/*
+	 * Every window [start, start + size) holding t, start aligned to slide:
+	 * size/slide of them, from first down.  In 128 bits, so that no sum
+	 * wraps near the ends of the range.
+	 */
+	nwindows = (int) (w->size_us / w->slide_us);
+	first = floor_div((int128) t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
+	check_window_range(t, first - (int128) (nwindows - 1) * w->slide_us, first + w->size_us);
+	keyed_scratch(ks, nwindows);
+	for (int i = 0; i < nwindows; i++)
 	{
+		TimestampTz start = (TimestampTz) (first - (int128) i * w->slide_us);
 		TimestampTz end = start + w->size_us;
 		KeyedEntry *e;
 
-		if (end + w->allowed_lateness_us <= ks->watermark)
-			continue;			/* purged, or would be: too late for this one */
+		CHECK_FOR_INTERRUPTS();
+		if (purge_time(ks, end) <= ks->watermark)
+			break;				/* purged, or would be, as every older one */
 		e = lookup_window(ks, 'W', group, group_len, start, true);
-		if (e->start == DT_NOBEGIN)
-		{
-			e->start = start;
-			e->end = end;
-			if (end <= ks->watermark)
-			{
-				e->fired = true;
-				schedule_purge(ks, group, group_len, start, end);
-			}
-			else
-				put_timer(ks, 'F', end, group, group_len, start);
-		}
-		windows[n++] = e;
+		/* A window not made yet (start DT_NOBEGIN) has the values of no rows. */
+		keyed_compute(ks, e->values, &ks->next[n * naggs]);
+		ks->windows[n++] = e;
 	}
-	if (n == 0)
-		return false;
-	for (int i = 0; i < n; i++)
-		keyed_check(ks, windows[i]->values);
 	for (int i = 0; i < n; i++)
 	{
-		keyed_apply(ks, windows[i]->values);
-		windows[i]->unemitted = true;
-		keyed_mark_dirty(ks, windows[i]);
+		KeyedEntry *e = ks->windows[i];
+
+		if (e->start == DT_NOBEGIN)
+		{
+			e->start = (TimestampTz) (first - (int128) i * w->slide_us);
+			e->end = e->start + w->size_us;
+			if (e->end <= ks->watermark)
+			{
+				e->fired = true;
+				schedule_purge(ks, group, group_len, e->start, e->end);
+			}
+			else
+				put_timer(ks, 'F', e->end, group, group_len, e->start);
+		}
+		keyed_store(ks, e->values, &ks->next[i * naggs]);
+		e->unemitted = true;
+		keyed_mark_dirty(ks, e);
 	}
-	return true;
+	return n > 0;
 }
 
 /*
  * Sessions: an event at t spans [t, t + gap); the sessions of its key that
  * overlap that span merge with it into one.  A merged session's row
- * replaces the rows its parts were emitted under.
+ * replaces the rows its parts were emitted under.  As for other windows,
+ * the merged values are computed before anything changes.
  */
 static bool
 session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 {
 	WindowSpec *w = ks->plan->window;
-	KeyedEntry *e = lookup_window(ks, 'S', group, group_len, 0, true);
+	KeyedEntry *e;
 	List	   *overlap = NIL;
 	ListCell   *lc;
 	Session    *target;
 	TimestampTz start = t;
-	TimestampTz end = t + w->gap_us;
+	TimestampTz end;
 	bool		kept_row = false;
 	MemoryContext old;
 
+	check_window_range(t, t, (int128) t + w->gap_us);
+	end = t + w->gap_us;
+	e = lookup_window(ks, 'S', group, group_len, 0, true);
 	foreach(lc, e->sessions)
 	{
 		Session    *s = lfirst(lc);
 
-		if (s->start < t + w->gap_us && t < s->end)
+		if (s->start < end && t < s->end)
 			overlap = lappend(overlap, s);
 	}
-	if (overlap == NIL && end + w->allowed_lateness_us <= ks->watermark)
+	if (overlap == NIL && purge_time(ks, end) <= ks->watermark)
 		return false;
+
+	if (overlap == NIL)
+		keyed_compute(ks, ks->empty, ks->next);
+	else
+	{
+		target = linitial(overlap);
+		keyed_compute(ks, target->values, ks->next);
+		foreach(lc, overlap)
+		{
+			Session    *s = lfirst(lc);
+
+			start = Min(start, s->start);
+			end = Max(end, s->end);
+			if (s == target)
+				continue;
+			CHECK_FOR_INTERRUPTS();
+			for (int a = 0; a < ks->naggs; a++)
+				aggregate_merge(ks->aggs[a], &ks->next[a], &s->values[a], &ks->next[a]);
+		}
+	}
+
+	/* Nothing fails from here on. */
 	/* The key's last session was purged since the checkpoint: the key lives on. */
 	e->deleted = false;
-
 	old = MemoryContextSwitchTo(ks->cache_context);
 	if (overlap == NIL)
 	{
@@ -134,23 +202,12 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 		target->emitted_start = DT_NOBEGIN;
 		target->start = t;
 		target->end = end;
-		keyed_check(ks, target->values);
 		e->sessions = lappend(e->sessions, target);
 	}
 	else
-	{
 		target = linitial(overlap);
-		keyed_check(ks, target->values);
-	}
-	keyed_apply(ks, target->values);
+	keyed_store(ks, target->values, ks->next);
 
-	foreach(lc, overlap)
-	{
-		Session    *s = lfirst(lc);
-
-		start = Min(start, s->start);
-		end = Max(end, s->end);
-	}
 	foreach(lc, overlap)
 	{
 		Session    *s = lfirst(lc);
@@ -164,11 +221,7 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 				kept_row = true;
 		}
 		if (s != target)
-		{
-			for (int a = 0; a < ks->naggs; a++)
-				aggregate_combine(ks->aggs[a], &target->values[a], &s->values[a], ks->cache_context);
 			e->sessions = list_delete_ptr(e->sessions, s);
-		}
 	}
 	MemoryContextSwitchTo(old);
 
@@ -201,6 +254,7 @@ window_fire(KeyedStage *ks, TimestampTz previous, TimestampTz watermark)
 	{
 		StateKey   *k = lfirst(lc);
 
+		CHECK_FOR_INTERRUPTS();
 		fire_timer(ks, k->data, k->len);
 	}
 	timers = due_timers(ks, 'P', previous, watermark);
@@ -208,6 +262,7 @@ window_fire(KeyedStage *ks, TimestampTz previous, TimestampTz watermark)
 	{
 		StateKey   *k = lfirst(lc);
 
+		CHECK_FOR_INTERRUPTS();
 		purge_timer(ks, k->data, k->len);
 	}
 	MemoryContextSwitchTo(old);
@@ -276,6 +331,7 @@ timer_window(KeyedStage *ks, const char *key, int klen, KeyedEntry **e, Session 
 	int			group_len = TIMER_GROUP_LEN(klen);
 	TimestampTz start = TIMER_START(key, klen);
 
+	keyed_undo_timer(ks, key, klen, false);
 	ks->state->ops->delete(ks->state, key, klen);
 	*session = NULL;
 	if (ks->plan->window->type == WINDOW_SESSION)
@@ -285,7 +341,8 @@ timer_window(KeyedStage *ks, const char *key, int klen, KeyedEntry **e, Session 
 		return *session != NULL;
 	}
 	*e = lookup_window(ks, 'W', group, group_len, start, false);
-	return *e != NULL && !(*e)->deleted;
+	/* A window a failed record looked up but never made has no timers; be sure. */
+	return *e != NULL && !(*e)->deleted && (*e)->start != DT_NOBEGIN;
 }
 
 static void
@@ -324,7 +381,7 @@ fire_timer(KeyedStage *ks, const char *key, int klen)
 static void
 schedule_purge(KeyedStage *ks, const char *group, int group_len, TimestampTz start, TimestampTz end)
 {
-	TimestampTz when = end + ks->plan->window->allowed_lateness_us;
+	TimestampTz when = purge_time(ks, end);
 	StringInfoData key;
 
 	if (when > ks->watermark)
@@ -352,7 +409,7 @@ purge_timer(KeyedStage *ks, const char *key, int klen)
 		return;
 	if (s)
 	{
-		if (s->end + ks->plan->window->allowed_lateness_us > ks->watermark)
+		if (purge_time(ks, s->end) > ks->watermark)
 			return;				/* extended since: purged later */
 		/* Updated within lateness since its row was written: write it before it goes. */
 		if (s->unemitted)
@@ -413,6 +470,7 @@ put_timer(KeyedStage *ks, char kind, TimestampTz when, const char *group, int gr
 	keyed_key_append_time(&key, when);
 	appendBinaryStringInfo(&key, group, group_len);
 	keyed_key_append_time(&key, start);
+	keyed_undo_timer(ks, key.data, key.len, true);
 	ks->state->ops->put(ks->state, key.data, key.len, "", 0);
 	pfree(key.data);
 }

@@ -64,18 +64,24 @@ extern AggregateDef *aggregate_compile(const char *name, const char *text, const
 extern void aggregate_init(AggregateDef *agg, AggValue *value);
 
 /*
- * Fold one argument value into value.  Allocations for the new value go to
- * ctx; the old one is freed.  May raise an ERROR (e.g. bigint overflow), in
- * which case value is left as it was.
+ * The value that folding one argument into value gives, into *next, value
+ * left as is.  May raise an ERROR (an overflow).  A by-reference result may
+ * point at arg, at value's own datum or at memory of the current context:
+ * aggregate_store makes it the value's own.
  */
-extern void aggregate_advance(AggregateDef *agg, AggValue *value, Datum arg, bool isnull,
-							  MemoryContext ctx);
+extern void aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum arg,
+						   bool isnull);
 
-/* Fold value 'from' into 'into' (merging session windows); 'from' is left as is. */
-extern void aggregate_combine(AggregateDef *agg, AggValue *into, AggValue *from, MemoryContext ctx);
+/* The value merging 'from' into 'into' gives (merging session windows), into *next, as above. */
+extern void aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from,
+							AggValue *next);
 
-/* ERROR now if advancing would fail, so a record never half-updates a key. */
-extern void aggregate_check(AggregateDef *agg, AggValue *value, Datum arg, bool isnull);
+/*
+ * Make *value the *next computed from it: by-reference datums are copied
+ * into ctx and the old one freed.  Raises no error but out of memory.
+ */
+extern void aggregate_store(AggregateDef *agg, AggValue *value, const AggValue *next,
+							MemoryContext ctx);
 
 /* The result as PostgreSQL would give it, allocated in the current context. */
 extern Datum aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull);

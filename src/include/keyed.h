@@ -24,6 +24,17 @@ extern void keyed_eval_args(KeyedStage *ks, Record *rec, Datum *args, bool *null
  */
 extern bool keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls);
 
+/*
+ * A record a flat_map made into several outputs is folded in whole or not
+ * at all: keyed_add's between keyed_begin_record and keyed_end_record are
+ * undone by keyed_abort_record (after an error; a no-op outside a record).
+ * A record of one output needs none of it: keyed_add itself changes
+ * nothing when it fails.
+ */
+extern void keyed_begin_record(KeyedStage *ks);
+extern void keyed_end_record(KeyedStage *ks);
+extern void keyed_abort_record(KeyedStage *ks);
+
 /* The watermark moved: fire the windows it passed, purge the expired. */
 extern void keyed_advance_watermark(KeyedStage *ks, TimestampTz watermark);
 

@@ -43,6 +43,7 @@ typedef struct KeyedEntry
 	bool		stored;			/* the backend has a version of it */
 	bool		dirty;			/* to write at the next checkpoint */
 	bool		deleted;		/* to delete at the next checkpoint */
+	bool		undo_saved;		/* saved for keyed_abort_record */
 } KeyedEntry;
 
 struct KeyedStage
@@ -65,18 +66,30 @@ struct KeyedStage
 	StringInfoData value;		/* scratch */
 	Datum	   *args;			/* the current record's aggregate arguments */
 	bool	   *argnulls;
+	AggValue   *next;			/* scratch: the record's new values, naggs per window */
+	KeyedEntry **windows;		/* scratch: the windows the record goes into */
+	int			scratch_windows;	/* windows the scratch arrays hold */
+	AggValue   *empty;			/* naggs values of no rows */
+	/* Between keyed_begin_record and keyed_end_record: how to undo the record. */
+	bool		undo_active;
+	MemoryContext undo_context;	/* reset at each keyed_begin_record */
+	List	   *undo_entries;	/* of KeyedUndo: entries as they were */
+	List	   *undo_timers;	/* of KeyedUndo: timers put or deleted, in order */
+	int			undo_ndirty;
+	int			undo_nout;
 	TimestampTz watermark;
 };
 
 /* keyed.c */
+extern void keyed_undo_timer(KeyedStage *ks, const char *key, int klen, bool put);
 extern void keyed_key_begin(KeyedStage *ks, char kind);
 extern void keyed_key_append_time(StringInfo buf, TimestampTz t);
 extern TimestampTz keyed_key_read_time(const char *p);
 extern KeyedEntry *keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create);
 extern void keyed_mark_dirty(KeyedStage *ks, KeyedEntry *e);
-extern void keyed_check(KeyedStage *ks, AggValue *values);
-extern void keyed_apply(KeyedStage *ks, AggValue *values);
-extern void keyed_advance(KeyedStage *ks, AggValue *values);
+extern void keyed_scratch(KeyedStage *ks, int nwindows);
+extern void keyed_compute(KeyedStage *ks, const AggValue *values, AggValue *next);
+extern void keyed_store(KeyedStage *ks, AggValue *values, const AggValue *next);
 extern AggValue *keyed_new_values(KeyedStage *ks);
 extern void keyed_emit(KeyedStage *ks, const char *group, int group_len,
 					   TimestampTz start, TimestampTz end, AggValue *values, bool delete);
