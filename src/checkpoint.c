@@ -26,6 +26,7 @@
 #include "catalog.h"
 #include "checkpoint.h"
 #include "keyed.h"
+#include "test_point.h"
 #include "watermark.h"
 
 static void counters_from_jsonb(Job *job, Jsonb *counters);
@@ -73,6 +74,8 @@ checkpoint_restore(Job *job)
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
+	/* Read the checkpoint, not opened its state yet. */
+	TEST_POINT("worker_before_open_state");
 
 	if (job->plan->keyed && job->plan->aggregated)
 	{

@@ -9,6 +9,11 @@
  * writes to mailer's own tables switch to the catalog's writer.  On SIGTERM
  * or a stop request it takes a final checkpoint and exits 0.  On ERROR it
  * leaves the error in its slot and exits non-zero; the launcher restarts it.
+ *
+ * At most one worker runs a job: a worker claims its slot only for the
+ * start the launcher made (the slot's generation), and takes the job's lock
+ * (job_lock_try) before it reads the job's checkpoint, state or source; a
+ * worker that cannot exits at once.
  */
 #include "postgres.h"
 
@@ -36,6 +41,7 @@
 #include "job.h"
 #include "job_worker.h"
 #include "keyed.h"
+#include "test_point.h"
 #include "watermark.h"
 
 static volatile sig_atomic_t got_sigterm = false;
@@ -61,6 +67,7 @@ job_worker_main(Datum main_arg)
 	JobWorkerArgs args;
 	JobSlot    *slot;
 	Job		   *volatile job = NULL;
+	bool		stopping;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	slot = &mailer_shared->slots[args.slot];
@@ -78,11 +85,16 @@ job_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, handle_sigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
+	TEST_POINT("worker_before_claim");
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->job_id != args.job_id)
+	if (slot->job_id != args.job_id || slot->generation != args.generation || slot->pid != 0)
 	{
-		/* The launcher gave the slot to another job before we started. */
+		/*
+		 * The slot is no longer this start's: the launcher that started us
+		 * has gone and a new one forgot the slot, or gave it to another
+		 * start.  Leave it alone.
+		 */
 		SpinLockRelease(&slot->mutex);
 		proc_exit(0);
 	}
@@ -91,8 +103,14 @@ job_worker_main(Datum main_arg)
 	slot->live_state = JOB_LIVE_STARTING;
 	slot->exit_kind = JOB_EXIT_NONE;
 	slot->error[0] = '\0';
+	stopping = slot->stop_requested;
+	if (stopping)
+		slot->exit_kind = JOB_EXIT_STOPPED;
 	SpinLockRelease(&slot->mutex);
 	before_shmem_exit(worker_exit, PointerGetDatum(slot));
+	/* Stopped before it started: the last checkpoint stands as it is. */
+	if (stopping)
+		proc_exit(0);
 
 	/*
 	 * A failure to connect (the owner lost LOGIN or was dropped) is a FATAL
@@ -105,6 +123,23 @@ job_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
 	emit_log_hook = prev_emit_log_hook;
 	connecting_slot = NULL;
+	TEST_POINT("worker_before_lock");
+
+	/*
+	 * The job's lock, held until the worker exits: no other worker runs the
+	 * job, and no restore_job or drop_job rewrites its checkpoints, while it
+	 * runs.  Without it, exit at once: the launcher tries again shortly.
+	 */
+	job_transaction_begin();
+	if (!job_lock_try(slot->ext_oid, args.job_id, true))
+	{
+		job_transaction_end();
+		SpinLockAcquire(&slot->mutex);
+		slot->exit_kind = JOB_EXIT_BUSY;
+		SpinLockRelease(&slot->mutex);
+		proc_exit(0);
+	}
+	job_transaction_end();
 
 	PG_TRY();
 	{
