@@ -19,6 +19,7 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -121,6 +122,14 @@ checkpoint_take(Job *job, bool final)
 	job_transaction_begin();
 
 	/*
+	 * The commit must be durable before the older snapshots are deleted
+	 * below, whatever synchronous_commit the owner's role sets: a commit
+	 * lost in a crash would leave the job at a deleted snapshot.
+	 */
+	(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+
+	/*
 	 * Job ids start again at 1 when the extension is dropped and created
 	 * again: a worker of the old installation must not write into the new
 	 * one's tables, where its id may be another job's.
@@ -203,6 +212,8 @@ checkpoint_take(Job *job, bool final)
 		state_ms += ms_since(release_start);
 	}
 	job->source->ops->committed(job->source);
+	/* Committed, and the snapshots it replaced removed. */
+	TEST_POINT("checkpoint_after_commit");
 
 	/*
 	 * Give the memory the checkpoint took (sink statement, RocksDB flush,

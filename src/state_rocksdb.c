@@ -219,6 +219,7 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"%s\": %m", rs->dir)));
+	state_sync_job_dirs(job_id);
 
 	/*
 	 * Besides the job's lock, which every worker takes first: one process
@@ -411,6 +412,8 @@ rocks_checkpoint(StateBackend *sb, int64 epoch)
 	}
 	mailer_restore_signals(&saved);
 	check(err, "create checkpoint", path);
+	/* Durable before the transaction that references it commits. */
+	state_sync_dir(path);
 	return name;
 }
 
