@@ -6,9 +6,14 @@
  *
  * It connects as the job's owner, so every expression and every write to
  * the sink obeys that role's privileges and row-level security; only its
- * writes to mailer's own tables switch to the catalog's writer.  On SIGTERM
- * or a stop request it takes a final checkpoint and exits 0.  On ERROR it
- * leaves the error in its slot and exits non-zero; the launcher restarts it.
+ * writes to mailer's own tables switch to the catalog's writer.  On a stop
+ * request, or a SIGTERM while it waits for input, it takes a final
+ * checkpoint and exits 0.  A SIGTERM while it works (a batch, a checkpoint)
+ * gives that work TERM_GRACE_MS to end; past that, or at a second SIGTERM,
+ * it is cancelled as a backend's statement is (die), the transaction rolls
+ * back and the worker exits: the job resumes from its last checkpoint.  On
+ * ERROR it leaves the error in its slot and exits non-zero; the launcher
+ * restarts it.
  *
  * At most one worker runs a job: a worker claims its slot only for the
  * start the launcher made (the slot's generation), and takes the job's lock
@@ -33,6 +38,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "mailer.h"
@@ -44,13 +50,21 @@
 #include "test_point.h"
 #include "watermark.h"
 
+/* How long work in progress may go on after a SIGTERM, counted in ticks of the timer. */
+#define TERM_TICK_MS		500
+#define TERM_GRACE_MS		5000
+
 static volatile sig_atomic_t got_sigterm = false;
+static volatile sig_atomic_t term_ticks = 0;
+static TimeoutId term_timeout;
 
 /* While the worker connects: where a FATAL (say, owner cannot log in) is told. */
 static JobSlot *connecting_slot = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
 
 static void handle_sigterm(SIGNAL_ARGS);
+static void term_tick(void);
+static void end_work_now(void);
 static void worker_exit(int code, Datum arg);
 static Job *job_start(JobWorkerArgs *args, JobSlot *slot);
 static void job_run(Job *job);
@@ -123,6 +137,7 @@ job_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
 	emit_log_hook = prev_emit_log_hook;
 	connecting_slot = NULL;
+	term_timeout = RegisterTimeout(USER_TIMEOUT, term_tick);
 	TEST_POINT("worker_before_lock");
 
 	/*
@@ -172,9 +187,35 @@ handle_sigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
+	/* A second SIGTERM does not wait for the work to end. */
+	if (got_sigterm)
+		end_work_now();
 	got_sigterm = true;
 	SetLatch(MyLatch);
 	errno = save_errno;
+}
+
+/*
+ * Ticks while the worker is in a transaction: once a SIGTERM has waited
+ * TERM_GRACE_MS for the work to end, end it.  (Signal context.)
+ */
+static void
+term_tick(void)
+{
+	if (got_sigterm && ++term_ticks >= TERM_GRACE_MS / TERM_TICK_MS)
+		end_work_now();
+}
+
+/*
+ * As die() does: the next CHECK_FOR_INTERRUPTS, in a lock wait, a sleep or
+ * the executor, ends the worker with FATAL; the transaction rolls back.
+ */
+static void
+end_work_now(void)
+{
+	ProcDiePending = true;
+	InterruptPending = true;
+	SetLatch(MyLatch);
 }
 
 /*
@@ -225,6 +266,9 @@ worker_exit(int code, Datum arg)
 	JobSlot    *slot = (JobSlot *) DatumGetPointer(arg);
 
 	SpinLockAcquire(&slot->mutex);
+	/* Ended by a SIGTERM before a final checkpoint: terminated, not failed. */
+	if (got_sigterm && slot->exit_kind == JOB_EXIT_NONE)
+		slot->exit_kind = JOB_EXIT_STOPPED;
 	slot->pid = 0;
 	slot->latch = NULL;
 	SpinLockRelease(&slot->mutex);
@@ -489,6 +533,9 @@ job_transaction_begin(void)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(ctx);
+	/* Work in progress: a SIGTERM now gives it TERM_GRACE_MS to end. */
+	enable_timeout_every(term_timeout, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TERM_TICK_MS),
+						 TERM_TICK_MS);
 }
 
 void
@@ -499,6 +546,7 @@ job_transaction_end(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(ctx);
+	disable_timeout(term_timeout, false);
 }
 
 void
