@@ -271,6 +271,12 @@ worker_exit(int code, Datum arg)
 		slot->exit_kind = JOB_EXIT_STOPPED;
 	slot->pid = 0;
 	slot->latch = NULL;
+	/*
+	 * No longer a worker that could run: stop_job and drop_job stop waiting
+	 * now, not once the launcher has recorded the exit (the launcher may
+	 * itself wait for their transaction, on a row of job_status).
+	 */
+	slot->registered = false;
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->progress_cv);
 	job_slots_wake_launcher();

@@ -443,7 +443,7 @@ handle_exit(int i, JobEntry *job)
 	strlcpy(error, slot->error, sizeof(error));
 	slot->exit_kind = JOB_EXIT_NONE;
 	slot->live_state = JOB_LIVE_NONE;
-	/* Its exit is recorded: stop_job and restore_job wait no more for it. */
+	/* Also for a worker that never started, which could not say so itself. */
 	slot->registered = false;
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->progress_cv);

@@ -87,7 +87,7 @@ typedef struct JobSlot
 	bool		stop_requested;
 	TransactionId stop_xid;		/* the stop_job that requested it, if one did */
 	uint32		generation;		/* counts the launcher's starts of a worker in the slot */
-	bool		registered;		/* a worker was started; the launcher has not seen it exit */
+	bool		registered;		/* a worker was started and has not exited yet */
 	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits, errs or failed */
 	TimestampTz error_at;
 
