@@ -34,6 +34,8 @@ sub set_setting
 
 # WAL leaves the server's buffers only when the WAL writer wakes (every 10 s
 # now) or a commit waits for it; no buffer is written ahead of time.
+# Put the cluster back even when the test dies half way.
+END { eval { set_setting('wal_writer_delay', undef); set_setting('bgwriter_lru_maxpages', undef); test_point_release(); } }
 set_setting('wal_writer_delay', '10s');
 set_setting('bgwriter_lru_maxpages', '0');
 
