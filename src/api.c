@@ -54,6 +54,7 @@ static void request_stop_and_wait(JobRow *job, long timeout_ms);
 static void wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
+static bool lock_job(JobRow *job, Oid ext_oid, long timeout_ms);
 
 Datum
 mailer_create_job(PG_FUNCTION_ARGS)
@@ -187,6 +188,12 @@ mailer_drop_job(PG_FUNCTION_ARGS)
 	mailer_require_preload();
 	catalog_check_owner(job, "drop");
 	request_stop_and_wait(job, 60 * 1000L);
+	/* No worker of the job runs from here on: none could write after the rows are gone. */
+	if (!lock_job(job, get_extension_oid("mailer", false), 60 * 1000L))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("job \"%s\" cannot be dropped while a worker of it runs", job->name),
+				 errhint("Try again in a moment.")));
 	/* Checkpoints, dead letters and state rows go with it; the launcher removes its files. */
 	exec_job_update("DELETE FROM mailer.job WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	exec_job_update("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
@@ -208,6 +215,11 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 
 	mailer_require_preload();
 	catalog_check_owner(job, "restore");
+	if (strcmp(job->desired_state, "stopped") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("job \"%s\" must be stopped to be restored", job->name),
+				 errhint("SELECT mailer.stop_job('%s') first.", job->name)));
 	wait_for_launcher_to_settle(job, false, 60 * 1000L);
 	ext_oid = get_extension_oid("mailer", false);
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
@@ -217,12 +229,18 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
-			worker_alive = slot->pid != 0;
+			worker_alive = slot->pid != 0 || slot->registered;
 			SpinLockRelease(&slot->mutex);
 		}
 	}
 	LWLockRelease(mailer_shared->lock);
-	if (strcmp(job->desired_state, "stopped") != 0 || worker_alive)
+
+	/*
+	 * Hold the job's lock until we commit: a worker that starts meanwhile
+	 * (a start_job racing with us) exits at once, instead of taking a final
+	 * checkpoint of what it read before the rewind.
+	 */
+	if (worker_alive || !lock_job(job, ext_oid, 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job \"%s\" must be stopped to be restored", job->name),
@@ -363,6 +381,27 @@ exec_job_update(const char *sql, int64 job_id)
 	SPI_finish();
 }
 
+/*
+ * Take the job's lock (job_lock_try) until the transaction ends, waiting
+ * up to timeout_ms for a worker of the job to release it.
+ */
+static bool
+lock_job(JobRow *job, Oid ext_oid, long timeout_ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	while (!job_lock_try(ext_oid, job->job_id, false))
+	{
+		if (TimestampDifferenceExceeds(deadline, GetCurrentTimestamp(), 0))
+			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return true;
+}
+
 static void
 check_job_name(const char *name)
 {
@@ -419,8 +458,10 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 		bool		alive;
 		long		remaining;
 
+		/* A worker registered but not started yet could still run: wait for it too. */
 		SpinLockAcquire(&slot->mutex);
-		alive = slot->job_id == job->job_id && slot->ext_oid == ext_oid && slot->pid != 0;
+		alive = slot->job_id == job->job_id && slot->ext_oid == ext_oid &&
+			(slot->pid != 0 || slot->registered);
 		SpinLockRelease(&slot->mutex);
 		if (!alive)
 			break;
@@ -475,8 +516,12 @@ wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms)
 			SpinLockAcquire(&slot->mutex);
 			if (ours)
 				slot->stop_requested = false;
-			/* A worker that has finished is about to exit: that exit, too. */
+			/*
+			 * A worker that has finished is about to exit: that exit, too.
+			 * Before a restore, so is one registered and not started yet.
+			 */
 			leftover = slot->live_state == JOB_LIVE_FINISHED ||
+				(!starting && slot->registered) ||
 				(slot->pid == 0 &&
 				 ((starting && slot->stop_requested) || slot->live_state != JOB_LIVE_NONE ||
 				  slot->exit_kind != JOB_EXIT_NONE));

@@ -19,6 +19,7 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -26,6 +27,7 @@
 #include "catalog.h"
 #include "checkpoint.h"
 #include "keyed.h"
+#include "test_point.h"
 #include "watermark.h"
 
 static void counters_from_jsonb(Job *job, Jsonb *counters);
@@ -73,6 +75,8 @@ checkpoint_restore(Job *job)
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
+	/* Read the checkpoint, not opened its state yet. */
+	TEST_POINT("worker_before_open_state");
 
 	if (job->plan->keyed && job->plan->aggregated)
 	{
@@ -116,6 +120,14 @@ checkpoint_take(Job *job, bool final)
 
 	job->stage = "checkpoint";
 	job_transaction_begin();
+
+	/*
+	 * The commit must be durable before the older snapshots are deleted
+	 * below, whatever synchronous_commit the owner's role sets: a commit
+	 * lost in a crash would leave the job at a deleted snapshot.
+	 */
+	(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 
 	/*
 	 * Job ids start again at 1 when the extension is dropped and created
@@ -216,6 +228,8 @@ checkpoint_take(Job *job, bool final)
 		state_ms += ms_since(release_start);
 	}
 	job->source->ops->committed(job->source);
+	/* Committed, and the snapshots it replaced removed. */
+	TEST_POINT("checkpoint_after_commit");
 
 	/*
 	 * Give the memory the checkpoint took (sink statement, RocksDB flush,

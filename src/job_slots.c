@@ -8,6 +8,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/lock.h"
 #include "storage/shmem.h"
 #include "utils/fmgrprotos.h"
 
@@ -137,4 +138,14 @@ job_slot_set_waiting(JobSlot *slot, JobWaitFor what, const char *why)
 		ConditionVariableBroadcast(&slot->progress_cv);
 		job_slots_wake_launcher();
 	}
+}
+
+bool
+job_lock_try(Oid ext_oid, int64 job_id, bool session)
+{
+	LOCKTAG		tag;
+
+	/* Job ids above 2^32 share a lock with a smaller one: a needless wait, never a second worker. */
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, ext_oid, (uint32) job_id, JOB_LOCK_CLASS);
+	return LockAcquire(&tag, ExclusiveLock, session, true) != LOCKACQUIRE_NOT_AVAIL;
 }

@@ -6,9 +6,19 @@
  *
  * It connects as the job's owner, so every expression and every write to
  * the sink obeys that role's privileges and row-level security; only its
- * writes to mailer's own tables switch to the catalog's writer.  On SIGTERM
- * or a stop request it takes a final checkpoint and exits 0.  On ERROR it
- * leaves the error in its slot and exits non-zero; the launcher restarts it.
+ * writes to mailer's own tables switch to the catalog's writer.  On a stop
+ * request, or a SIGTERM while it waits for input, it takes a final
+ * checkpoint and exits 0.  A SIGTERM while it works (a batch, a checkpoint)
+ * gives that work TERM_GRACE_MS to end; past that, or at a second SIGTERM,
+ * it is cancelled as a backend's statement is (die), the transaction rolls
+ * back and the worker exits: the job resumes from its last checkpoint.  On
+ * ERROR it leaves the error in its slot and exits non-zero; the launcher
+ * restarts it.
+ *
+ * At most one worker runs a job: a worker claims its slot only for the
+ * start the launcher made (the slot's generation), and takes the job's lock
+ * (job_lock_try) before it reads the job's checkpoint, state or source; a
+ * worker that cannot exits at once.
  */
 #include "postgres.h"
 
@@ -28,6 +38,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "mailer.h"
@@ -36,15 +47,24 @@
 #include "job.h"
 #include "job_worker.h"
 #include "keyed.h"
+#include "test_point.h"
 #include "watermark.h"
 
+/* How long work in progress may go on after a SIGTERM, counted in ticks of the timer. */
+#define TERM_TICK_MS		500
+#define TERM_GRACE_MS		5000
+
 static volatile sig_atomic_t got_sigterm = false;
+static volatile sig_atomic_t term_ticks = 0;
+static TimeoutId term_timeout;
 
 /* While the worker connects: where a FATAL (say, owner cannot log in) is told. */
 static JobSlot *connecting_slot = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
 
 static void handle_sigterm(SIGNAL_ARGS);
+static void term_tick(void);
+static void end_work_now(void);
 static void worker_exit(int code, Datum arg);
 static Job *job_start(JobWorkerArgs *args, JobSlot *slot);
 static void job_run(Job *job);
@@ -63,6 +83,7 @@ job_worker_main(Datum main_arg)
 	JobWorkerArgs args;
 	JobSlot    *slot;
 	Job		   *volatile job = NULL;
+	bool		stopping;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	slot = &mailer_shared->slots[args.slot];
@@ -80,11 +101,16 @@ job_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, handle_sigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
+	TEST_POINT("worker_before_claim");
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->job_id != args.job_id)
+	if (slot->job_id != args.job_id || slot->generation != args.generation || slot->pid != 0)
 	{
-		/* The launcher gave the slot to another job before we started. */
+		/*
+		 * The slot is no longer this start's: the launcher that started us
+		 * has gone and a new one forgot the slot, or gave it to another
+		 * start.  Leave it alone.
+		 */
 		SpinLockRelease(&slot->mutex);
 		proc_exit(0);
 	}
@@ -93,8 +119,14 @@ job_worker_main(Datum main_arg)
 	slot->live_state = JOB_LIVE_STARTING;
 	slot->exit_kind = JOB_EXIT_NONE;
 	slot->error[0] = '\0';
+	stopping = slot->stop_requested;
+	if (stopping)
+		slot->exit_kind = JOB_EXIT_STOPPED;
 	SpinLockRelease(&slot->mutex);
 	before_shmem_exit(worker_exit, PointerGetDatum(slot));
+	/* Stopped before it started: the last checkpoint stands as it is. */
+	if (stopping)
+		proc_exit(0);
 
 	/*
 	 * A failure to connect (the owner lost LOGIN or was dropped) is a FATAL
@@ -107,6 +139,24 @@ job_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
 	emit_log_hook = prev_emit_log_hook;
 	connecting_slot = NULL;
+	term_timeout = RegisterTimeout(USER_TIMEOUT, term_tick);
+	TEST_POINT("worker_before_lock");
+
+	/*
+	 * The job's lock, held until the worker exits: no other worker runs the
+	 * job, and no restore_job or drop_job rewrites its checkpoints, while it
+	 * runs.  Without it, exit at once: the launcher tries again shortly.
+	 */
+	job_transaction_begin();
+	if (!job_lock_try(slot->ext_oid, args.job_id, true))
+	{
+		job_transaction_end();
+		SpinLockAcquire(&slot->mutex);
+		slot->exit_kind = JOB_EXIT_BUSY;
+		SpinLockRelease(&slot->mutex);
+		proc_exit(0);
+	}
+	job_transaction_end();
 
 	PG_TRY();
 	{
@@ -139,9 +189,35 @@ handle_sigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
+	/* A second SIGTERM does not wait for the work to end. */
+	if (got_sigterm)
+		end_work_now();
 	got_sigterm = true;
 	SetLatch(MyLatch);
 	errno = save_errno;
+}
+
+/*
+ * Ticks while the worker is in a transaction: once a SIGTERM has waited
+ * TERM_GRACE_MS for the work to end, end it.  (Signal context.)
+ */
+static void
+term_tick(void)
+{
+	if (got_sigterm && ++term_ticks >= TERM_GRACE_MS / TERM_TICK_MS)
+		end_work_now();
+}
+
+/*
+ * As die() does: the next CHECK_FOR_INTERRUPTS, in a lock wait, a sleep or
+ * the executor, ends the worker with FATAL; the transaction rolls back.
+ */
+static void
+end_work_now(void)
+{
+	ProcDiePending = true;
+	InterruptPending = true;
+	SetLatch(MyLatch);
 }
 
 /*
@@ -233,8 +309,17 @@ worker_exit(int code, Datum arg)
 	JobSlot    *slot = (JobSlot *) DatumGetPointer(arg);
 
 	SpinLockAcquire(&slot->mutex);
+	/* Ended by a SIGTERM before a final checkpoint: terminated, not failed. */
+	if (got_sigterm && slot->exit_kind == JOB_EXIT_NONE)
+		slot->exit_kind = JOB_EXIT_STOPPED;
 	slot->pid = 0;
 	slot->latch = NULL;
+	/*
+	 * No longer a worker that could run: stop_job and drop_job stop waiting
+	 * now, not once the launcher has recorded the exit (the launcher may
+	 * itself wait for their transaction, on a row of job_status).
+	 */
+	slot->registered = false;
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->progress_cv);
 	job_slots_wake_launcher();
@@ -526,6 +611,9 @@ job_transaction_begin(void)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(ctx);
+	/* Work in progress: a SIGTERM now gives it TERM_GRACE_MS to end. */
+	enable_timeout_every(term_timeout, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TERM_TICK_MS),
+						 TERM_TICK_MS);
 }
 
 void
@@ -536,6 +624,7 @@ job_transaction_end(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(ctx);
+	disable_timeout(term_timeout, false);
 }
 
 void

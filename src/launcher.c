@@ -37,6 +37,7 @@
 #include "job_worker.h"
 #include "launcher.h"
 #include "state.h"
+#include "test_point.h"
 
 /* A job as the launcher reads it each round. */
 typedef struct JobEntry
@@ -59,6 +60,7 @@ typedef struct LauncherSlot
 	bool		adopted;		/* a worker started by an earlier launcher */
 	int64		epoch_when_running;	/* a checkpoint after it means the worker was healthy */
 	bool		recorded_running;
+	TimestampTz retry_at;		/* after its worker found the job locked: not before */
 	char		recorded_error[JOB_SLOT_ERROR_LEN];	/* a running worker's last, as recorded */
 } LauncherSlot;
 
@@ -115,14 +117,24 @@ launcher_main(Datum main_arg)
 	mailer_shared->launcher_latch = &MyProc->procLatch;
 	/*
 	 * If only the launcher restarted, its workers still run: adopt them and
-	 * watch their pid.  Slots without a worker are forgotten.
+	 * watch their pid.  Slots without a worker are forgotten, and a worker
+	 * registered for one but not started yet must not claim it when it
+	 * starts: a new generation tells it the slot is no longer its own.
 	 */
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
-		if (mailer_shared->slots[i].job_id != 0 && mailer_shared->slots[i].pid != 0)
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->job_id != 0 && slot->pid != 0)
 			lslots[i].adopted = true;
 		else
-			mailer_shared->slots[i].job_id = 0;
+		{
+			slot->job_id = 0;
+			slot->registered = false;
+			slot->generation++;
+		}
+		SpinLockRelease(&slot->mutex);
 	}
 	LWLockRelease(mailer_shared->lock);
 
@@ -311,7 +323,9 @@ reconcile(long *timeout_ms)
 			LWLockRelease(mailer_shared->lock);
 			continue;
 		}
-		if (may_start(job, now, timeout_ms))
+		if (lslots[i].retry_at > now)
+			*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, lslots[i].retry_at));
+		else if (may_start(job, now, timeout_ms))
 			start_worker(i, job);
 	}
 
@@ -340,6 +354,7 @@ reconcile(long *timeout_ms)
 				slot->live_state = JOB_LIVE_NONE;
 				slot->exit_kind = JOB_EXIT_NONE;
 				slot->stop_requested = false;
+				slot->registered = false;
 				slot->error[0] = '\0';
 				slot->wait_requested = slot->wait_answered = 0;
 				slot->npartitions = 0;
@@ -443,6 +458,8 @@ handle_exit(int i, JobEntry *job)
 	strlcpy(error, slot->error, sizeof(error));
 	slot->exit_kind = JOB_EXIT_NONE;
 	slot->live_state = JOB_LIVE_NONE;
+	/* Also for a worker that never started, which could not say so itself. */
+	slot->registered = false;
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->progress_cv);
 	/* A worker that committed a checkpoint was healthy: the backoff starts over. */
@@ -474,6 +491,14 @@ handle_exit(int i, JobEntry *job)
 			}
 			else
 				set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL, 0);
+			break;
+		case JOB_EXIT_BUSY:
+			/*
+			 * restore_job or drop_job held the job's lock for a moment: no
+			 * failure, nothing to record; try again a little later.
+			 */
+			lslots[i].retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															  mailer_restart_backoff_min_ms);
 			break;
 		case JOB_EXIT_ERROR:
 		case JOB_EXIT_NONE:
@@ -509,6 +534,7 @@ start_worker(int i, JobEntry *job)
 	JobWorkerArgs args;
 	BackgroundWorkerHandle *handle;
 	MemoryContext old;
+	JobSlot    *slot = &mailer_shared->slots[i];
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -524,17 +550,34 @@ start_worker(int i, JobEntry *job)
 	args.owner = job->owner;
 	args.database = MyDatabaseId;
 	args.slot = i;
-	memcpy(worker.bgw_extra, &args, sizeof(args));
 
-	SpinLockAcquire(&mailer_shared->slots[i].mutex);
-	mailer_shared->slots[i].stop_requested = false;
-	mailer_shared->slots[i].exit_kind = JOB_EXIT_NONE;
-	SpinLockRelease(&mailer_shared->slots[i].mutex);
+	TEST_POINT("launcher_before_start");
+
+	/*
+	 * A stop_job may have asked the job to stop since this round read it:
+	 * then start nothing, and leave the request for the next round.  Else
+	 * the slot has a registered worker from now on, so a stop_job that
+	 * comes later waits for that worker.
+	 */
+	SpinLockAcquire(&slot->mutex);
+	if (slot->stop_requested)
+	{
+		SpinLockRelease(&slot->mutex);
+		return;
+	}
+	slot->exit_kind = JOB_EXIT_NONE;
+	slot->registered = true;
+	args.generation = ++slot->generation;
+	SpinLockRelease(&slot->mutex);
+	memcpy(worker.bgw_extra, &args, sizeof(args));
 
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
 		MemoryContextSwitchTo(old);
+		SpinLockAcquire(&slot->mutex);
+		slot->registered = false;
+		SpinLockRelease(&slot->mutex);
 		job->failures++;
 		job->changed_at = GetCurrentTimestamp();
 		set_status(job->job_id, "restarting", 0, 0,
@@ -598,6 +641,9 @@ stop_all_workers(void)
 		lslots[i].handle = NULL;
 		lslots[i].adopted = false;
 		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+		SpinLockAcquire(&slot->mutex);
+		slot->registered = false;
+		SpinLockRelease(&slot->mutex);
 		slot->job_id = 0;
 		LWLockRelease(mailer_shared->lock);
 	}

@@ -29,6 +29,47 @@ state_job_dir(int64 job_id)
 	return psprintf("%s/job_" INT64_FORMAT, state_root_dir(), job_id);
 }
 
+void
+state_sync_dir(const char *path)
+{
+	DIR		   *d = AllocateDir(path);
+	struct dirent *de;
+	char	   *parent = pstrdup(path);
+	char	   *slash = strrchr(parent, '/');
+
+	while ((de = ReadDir(d, path)) != NULL)
+	{
+		char	   *entry;
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		entry = psprintf("%s/%s", path, de->d_name);
+		if (stat(entry, &st) == 0 && S_ISREG(st.st_mode))
+			fsync_fname(entry, false);
+		pfree(entry);
+	}
+	FreeDir(d);
+	fsync_fname(path, true);
+	if (slash)
+		*slash = '\0';
+	else
+		strcpy(parent, ".");
+	fsync_fname(parent, true);
+	pfree(parent);
+}
+
+void
+state_sync_job_dirs(int64 job_id)
+{
+	char	   *root = state_root_dir();
+
+	fsync_fname(state_job_dir(job_id), true);
+	fsync_fname(root, true);
+	fsync_fname(STATE_TOP_DIR, true);
+	fsync_fname(".", true);
+}
+
 static bool
 is_live(const char *name, int64 *live, int n)
 {

@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ typedef struct RocksState
 	StateBackend base;
 	char	   *dir;			/* the job's directory */
 	char	   *live;			/* dir/live */
+	int			lock_fd;		/* dir/lock, flocked while the state is open */
 	rocksdb_t  *db;
 	rocksdb_options_t *options;
 	rocksdb_readoptions_t *read;
@@ -217,6 +219,28 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"%s\": %m", rs->dir)));
+	state_sync_job_dirs(job_id);
+
+	/*
+	 * Besides the job's lock, which every worker takes first: one process
+	 * at a time has the directory, whatever the shared memory says.
+	 */
+	rs->lock_fd = BasicOpenFile(psprintf("%s/lock", rs->dir), O_RDWR | O_CREAT | PG_BINARY);
+	if (rs->lock_fd < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not open \"%s/lock\": %m", rs->dir)));
+	if (flock(rs->lock_fd, LOCK_EX | LOCK_NB) != 0)
+	{
+		int			save_errno = errno;
+
+		close(rs->lock_fd);
+		errno = save_errno;
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("the RocksDB state of job " INT64_FORMAT " is in use by another process", job_id),
+				 errdetail("Locking \"%s/lock\" failed: %m.", rs->dir)));
+	}
 
 	/* Back to the committed epoch: what came after it never committed. */
 	remove_if_exists(rs->live);
@@ -388,6 +412,8 @@ rocks_checkpoint(StateBackend *sb, int64 epoch)
 	}
 	mailer_restore_signals(&saved);
 	check(err, "create checkpoint", path);
+	/* Durable before the transaction that references it commits. */
+	state_sync_dir(path);
 	return name;
 }
 
@@ -428,4 +454,6 @@ rocks_close(StateBackend *sb)
 	apply_writes(rs);
 	rocksdb_close(rs->db);
 	rs->db = NULL;
+	close(rs->lock_fd);
+	rs->lock_fd = -1;
 }

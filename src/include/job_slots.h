@@ -50,7 +50,8 @@ typedef enum JobExitKind
 	JOB_EXIT_STOPPED,			/* SIGTERM or stop request: final checkpoint taken */
 	JOB_EXIT_FINISHED,			/* bounded source fully consumed and committed */
 	JOB_EXIT_ERROR,				/* an error; the launcher retries with backoff */
-	JOB_EXIT_FAILED				/* a failure the launcher must not retry */
+	JOB_EXIT_FAILED,			/* a failure the launcher must not retry */
+	JOB_EXIT_BUSY				/* another process held the job's lock: did nothing */
 } JobExitKind;
 
 /* The counters a job keeps; they survive restarts through checkpoints. */
@@ -97,6 +98,8 @@ typedef struct JobSlot
 	JobExitKind exit_kind;
 	bool		stop_requested;
 	TransactionId stop_xid;		/* the stop_job that requested it, if one did */
+	uint32		generation;		/* counts the launcher's starts of a worker in the slot */
+	bool		registered;		/* a worker was started and has not exited yet */
 	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits or waited, errs or failed */
 	TimestampTz error_at;
 
@@ -157,5 +160,16 @@ extern void job_slot_set_error(JobSlot *slot, const char *msg);
  * state running again, the error kept as the job's last one.
  */
 extern void job_slot_set_waiting(JobSlot *slot, JobWaitFor what, const char *why);
+
+/*
+ * The job lock: at most one process at a time runs a job or rewrites its
+ * checkpoints.  A worker holds it for its session from before it opens the
+ * job's state or source; restore_job and drop_job hold it for their
+ * transaction.  An advisory lock on (extension oid, job id) in a class of
+ * its own, shown in pg_locks as objsubid JOB_LOCK_CLASS.
+ */
+#define JOB_LOCK_CLASS			77
+
+extern bool job_lock_try(Oid ext_oid, int64 job_id, bool session);
 
 #endif							/* JOB_SLOTS_H */

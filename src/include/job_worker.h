@@ -12,6 +12,7 @@ typedef struct JobWorkerArgs
 	Oid			owner;
 	Oid			database;
 	int			slot;
+	uint32		generation;		/* the slot's generation when the launcher started it */
 } JobWorkerArgs;
 
 extern PGDLLEXPORT void job_worker_main(Datum main_arg);

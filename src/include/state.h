@@ -82,6 +82,14 @@ extern StateBackend *state_memory_open(int64 job_id, int64 epoch);
 extern char *state_root_dir(void);
 extern char *state_job_dir(int64 job_id);
 
+/*
+ * Durability of the directories a crash must not lose: state_sync_dir
+ * fsyncs a directory's files, the directory and its entry in its parent;
+ * state_sync_job_dirs a job's directory and its parents, once made.
+ */
+extern void state_sync_dir(const char *path);
+extern void state_sync_job_dirs(int64 job_id);
+
 /* Remove the files of jobs not in live_job_ids (the launcher calls this). */
 extern void state_remove_orphans(int64 *live_job_ids, int njobs);
 
