@@ -4,11 +4,8 @@
  */
 #include "postgres.h"
 
-#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
-#include "nodes/nodeFuncs.h"
-#include "postmaster/bgworker.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
@@ -18,6 +15,7 @@
 #include "parser/parse_func.h"
 #include "parser/parse_node.h"
 #include "parser/parser.h"
+#include "postmaster/bgworker.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"

@@ -5,7 +5,6 @@
  */
 #include "postgres.h"
 
-#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
