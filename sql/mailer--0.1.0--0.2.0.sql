@@ -3,6 +3,107 @@
 -- so that ALTER EXTENSION mailer UPDATE gives what a fresh install has.
 \echo Use "ALTER EXTENSION mailer UPDATE TO '0.2.0'" to load this file. \quit
 
+-- CREATE EXTENSION reuses a schema named mailer that exists already, and
+-- names in this script resolve through it: one made by another role could
+-- hold a function or operator that a view or policy below would pick over
+-- pg_catalog's.  The schema must belong to a superuser, be writable by
+-- superusers only and hold nothing but this extension's objects.
+DO $$
+DECLARE
+	nsp pg_catalog.oid := pg_catalog.to_regnamespace('mailer');
+	ext pg_catalog.oid := (SELECT e.oid FROM pg_catalog.pg_extension e
+							WHERE e.extname OPERATOR(pg_catalog.=) 'mailer');
+	strays pg_catalog.text;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_namespace n
+					 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+					WHERE n.oid OPERATOR(pg_catalog.=) nsp AND r.rolsuper)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_roles r
+				   WHERE NOT r.rolsuper AND pg_catalog.has_schema_privilege(r.oid, nsp, 'CREATE'))
+	THEN
+		RAISE EXCEPTION 'schema mailer exists and is not safe for the mailer extension'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'Schema mailer is owned by a role that is not a superuser, or a role that is not a superuser may create objects in it.',
+				  HINT = 'Find out who made schema mailer and why, drop or rename it, then create the extension again.';
+	END IF;
+	SELECT pg_catalog.string_agg(x, ', ') INTO strays FROM (
+		SELECT 'function ' OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text
+		  FROM pg_catalog.pg_proc p
+		 WHERE p.pronamespace OPERATOR(pg_catalog.=) nsp
+		   AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+							WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+							  AND d.objid OPERATOR(pg_catalog.=) p.oid
+							  AND d.refobjid OPERATOR(pg_catalog.=) ext
+							  AND d.deptype OPERATOR(pg_catalog.=) 'e')
+		UNION ALL
+		SELECT 'operator ' OPERATOR(pg_catalog.||) o.oid::pg_catalog.regoperator::pg_catalog.text
+		  FROM pg_catalog.pg_operator o
+		 WHERE o.oprnamespace OPERATOR(pg_catalog.=) nsp
+		UNION ALL
+		SELECT 'type ' OPERATOR(pg_catalog.||) t.oid::pg_catalog.regtype::pg_catalog.text
+		  FROM pg_catalog.pg_type t
+		 WHERE t.typnamespace OPERATOR(pg_catalog.=) nsp AND t.typrelid OPERATOR(pg_catalog.=) 0
+		   AND t.typcategory OPERATOR(pg_catalog.<>) 'A'
+		   AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+							WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+							  AND d.objid OPERATOR(pg_catalog.=) t.oid
+							  AND d.refobjid OPERATOR(pg_catalog.=) ext
+							  AND d.deptype OPERATOR(pg_catalog.=) 'e')
+		UNION ALL
+		SELECT 'relation ' OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text
+		  FROM pg_catalog.pg_class c
+		 WHERE c.relnamespace OPERATOR(pg_catalog.=) nsp
+		   AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,m,f,p,c}'::pg_catalog."char"[])
+		   AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+							WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+							  AND d.objid OPERATOR(pg_catalog.=) c.oid
+							  AND d.refobjid OPERATOR(pg_catalog.=) ext
+							  AND d.deptype OPERATOR(pg_catalog.=) 'e')
+		UNION ALL
+		SELECT 'collation ' OPERATOR(pg_catalog.||) co.collname::pg_catalog.text
+		  FROM pg_catalog.pg_collation co WHERE co.collnamespace OPERATOR(pg_catalog.=) nsp
+		UNION ALL
+		SELECT 'conversion ' OPERATOR(pg_catalog.||) cv.conname::pg_catalog.text
+		  FROM pg_catalog.pg_conversion cv WHERE cv.connamespace OPERATOR(pg_catalog.=) nsp
+		UNION ALL
+		SELECT 'operator family ' OPERATOR(pg_catalog.||) f.opfname::pg_catalog.text
+		  FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace OPERATOR(pg_catalog.=) nsp
+		UNION ALL
+		SELECT 'extension ' OPERATOR(pg_catalog.||) e.extname::pg_catalog.text
+		  FROM pg_catalog.pg_extension e
+		 WHERE e.extnamespace OPERATOR(pg_catalog.=) nsp AND e.oid OPERATOR(pg_catalog.<>) ext
+	) s(x);
+	IF strays IS NOT NULL THEN
+		RAISE EXCEPTION 'schema mailer holds objects that are not part of the mailer extension'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'Schema mailer holds ' OPERATOR(pg_catalog.||) strays OPERATOR(pg_catalog.||) '.',
+				  HINT = 'Find out who made them and why, move or drop them, then create or update the extension again.';
+	END IF;
+END
+$$;
+
+-- The key and aggregate types a checkpoint's state was written with: a
+-- worker refuses state written with other types.
+ALTER TABLE mailer.checkpoints ADD COLUMN state_layout text;
+
+DROP POLICY owner_reads ON mailer.job_secret;
+DROP POLICY owner_reads ON mailer.dead_letters;
+DROP POLICY owner_deletes ON mailer.dead_letters;
+-- Every function and operator of a policy or view is qualified: names
+-- resolve through schema mailer too (see the check at the top).
+CREATE POLICY owner_reads ON mailer.job_secret FOR SELECT
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id OPERATOR(pg_catalog.=) job_secret.job_id
+					  AND pg_catalog.pg_has_role(j.owner, 'USAGE')));
+CREATE POLICY owner_reads ON mailer.dead_letters FOR SELECT
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id OPERATOR(pg_catalog.=) dead_letters.job_id
+					  AND pg_catalog.pg_has_role(j.owner, 'USAGE')));
+CREATE POLICY owner_deletes ON mailer.dead_letters FOR DELETE
+	USING (EXISTS (SELECT 1 FROM mailer.job j
+					WHERE j.job_id OPERATOR(pg_catalog.=) dead_letters.job_id
+					  AND pg_catalog.pg_has_role(j.owner, 'USAGE')));
+
 -- mailer.jobs.waiting_for: what a waiting job waits for.  The live function
 -- returns one more column, so it and the views over it are made again.
 DROP VIEW mailer.metrics;
@@ -31,16 +132,17 @@ LANGUAGE C STRICT VOLATILE;
 CREATE VIEW mailer.jobs AS
 SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   CASE
-		 WHEN l.live_state IS NOT NULL AND s.state NOT IN ('stopped', 'finished', 'failed')
+		 WHEN l.live_state IS NOT NULL
+			  AND s.state OPERATOR(pg_catalog.<>) ALL (ARRAY['stopped', 'finished', 'failed'])
 		   THEN l.live_state
 		 -- stop_job has returned, the launcher has not recorded it yet
-		 WHEN j.desired_state = 'stopped' AND l.pid IS NULL
-			  AND coalesce(s.state, 'starting') NOT IN ('finished', 'failed')
+		 WHEN j.desired_state OPERATOR(pg_catalog.=) 'stopped' AND l.pid IS NULL
+			  AND coalesce(s.state, 'starting') OPERATOR(pg_catalog.<>) ALL (ARRAY['finished', 'failed'])
 		   THEN 'stopped'
 		 ELSE coalesce(s.state, 'starting')
 	   END AS state,
-	   CASE WHEN s.state NOT IN ('stopped', 'finished', 'failed') THEN l.waiting_for END AS waiting_for,
-	   CASE WHEN s.state IN ('finished', 'failed') THEN NULL ELSE l.pid END AS pid,	-- a live worker's
+	   CASE WHEN s.state OPERATOR(pg_catalog.<>) ALL (ARRAY['stopped', 'finished', 'failed']) THEN l.waiting_for END AS waiting_for,
+	   CASE WHEN s.state OPERATOR(pg_catalog.=) ANY (ARRAY['finished', 'failed']) THEN NULL ELSE l.pid END AS pid,	-- a live worker's
 	   coalesce(s.restarts, 0) AS restarts,
 	   CASE
 		 WHEN coalesce(l.error, s.last_error) IS NULL OR pg_catalog.pg_has_role(j.owner, 'USAGE')
@@ -50,18 +152,18 @@ SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   coalesce(l.error_at, s.last_error_at) AS last_error_at,
 	   j.created_at
   FROM mailer.job j
-  LEFT JOIN mailer.job_status s USING (job_id)
-  LEFT JOIN mailer._live_jobs() l USING (job_id);
+  LEFT JOIN mailer.job_status s ON s.job_id OPERATOR(pg_catalog.=) j.job_id
+  LEFT JOIN mailer._live_jobs() l ON l.job_id OPERATOR(pg_catalog.=) j.job_id;
 
 CREATE VIEW mailer.metrics AS
 SELECT j.name, j.state,
-	   coalesce((l.counters->>'records_in')::bigint, (c.counters->>'records_in')::bigint, 0) AS records_in,
-	   coalesce((l.counters->>'records_accepted')::bigint, (c.counters->>'records_accepted')::bigint, 0) AS records_accepted,
-	   coalesce((l.counters->>'records_out')::bigint, (c.counters->>'records_out')::bigint, 0) AS records_out,
-	   coalesce((l.counters->>'records_filtered')::bigint, (c.counters->>'records_filtered')::bigint, 0) AS records_filtered,
-	   coalesce((l.counters->>'records_dead_lettered')::bigint, (c.counters->>'records_dead_lettered')::bigint, 0) AS records_dead_lettered,
-	   coalesce((l.counters->>'records_skipped')::bigint, (c.counters->>'records_skipped')::bigint, 0) AS records_skipped,
-	   coalesce((l.counters->>'records_late')::bigint, (c.counters->>'records_late')::bigint, 0) AS records_late,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_in')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_in')::bigint, 0) AS records_in,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_accepted')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_accepted')::bigint, 0) AS records_accepted,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_out')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_out')::bigint, 0) AS records_out,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint, 0) AS records_filtered,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint, 0) AS records_dead_lettered,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint, 0) AS records_skipped,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint, 0) AS records_late,
 	   coalesce(l.input_rate, 0) AS input_rate,
 	   l.consumer_lag,
 	   coalesce(l.watermark, c.watermark) AS watermark,
@@ -72,8 +174,16 @@ SELECT j.name, j.state,
 	   l.state_checkpoint_ms,
 	   l.state_restore_ms
   FROM mailer.jobs j
-  LEFT JOIN mailer._live_jobs() l USING (job_id)
+  LEFT JOIN mailer._live_jobs() l ON l.job_id OPERATOR(pg_catalog.=) j.job_id
   LEFT JOIN LATERAL (SELECT * FROM mailer.checkpoints c
-					  WHERE c.job_id = j.job_id ORDER BY epoch DESC LIMIT 1) c ON true;
+					  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY epoch DESC LIMIT 1) c ON true;
 
 GRANT SELECT ON mailer.jobs, mailer.metrics TO PUBLIC;
+
+CREATE OR REPLACE VIEW mailer.partition_metrics AS
+SELECT j.name, p.topic, p.partition, p.position, p.end_offset,
+	   CASE WHEN p.end_offset OPERATOR(pg_catalog.>=) 0 AND p.position OPERATOR(pg_catalog.>=) 0
+			THEN greatest(p.end_offset OPERATOR(pg_catalog.-) p.position, 0) END AS lag,
+	   p.records_in, p.watermark, p.idle
+  FROM mailer._live_partitions() p
+  JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id;

@@ -386,20 +386,20 @@ aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf)
 }
 
 void
-aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int *pos,
-					  MemoryContext ctx)
+aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int len,
+					  int *pos, MemoryContext ctx)
 {
 	void	   *p;
 	int			n;
 
 	memset(value, 0, sizeof(AggValue));
-	serial_get(data, pos, &value->count, sizeof(int64));
+	serial_get(data, len, pos, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
 	if (state_is_datum(agg))
-		value->v.datum = serial_get_datum(data, pos, agg->arg_typlen, agg->arg_typbyval, ctx);
+		value->v.datum = serial_get_datum(data, len, pos, agg->arg_typlen, agg->arg_typbyval, ctx);
 	else if ((n = state_bytes(agg, value, &p)) > 0)
-		serial_get(data, pos, p, n);
+		serial_get(data, len, pos, p, n);
 }
 
 static Datum

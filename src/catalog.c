@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 #include "catalog.h"
 #include "spec.h"
@@ -124,6 +125,18 @@ catalog_check_owner(JobRow *job, const char *action)
 {
 	if (has_privs_of_role(GetUserId(), job->owner))
 		return;
+
+	/*
+	 * mailer.job.owner records no dependency: DROP ROLE succeeds while the
+	 * role owns jobs.  Only a superuser can act on them then.
+	 */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->owner)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("the owner of job \"%s\" no longer exists", job->name),
+				 errdetail("The role with OID %u that created the job was dropped.", job->owner),
+				 errhint("A superuser may drop the job with mailer.drop_job('%s'); create it again as another role.",
+						 job->name)));
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied to %s job \"%s\"", action, job->name),

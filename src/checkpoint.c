@@ -27,6 +27,7 @@
 #include "catalog.h"
 #include "checkpoint.h"
 #include "keyed.h"
+#include "serial.h"
 #include "test_point.h"
 #include "watermark.h"
 
@@ -47,11 +48,13 @@ checkpoint_restore(Job *job)
 	char	   *state_ref = NULL;
 	TimestampTz watermark = DT_NOBEGIN;
 	Jsonb	   *partition_watermarks = NULL;
+	char	   *state_layout = NULL;
 	Datum		d;
 	MemoryContext ctx = CurrentMemoryContext;
 
 	SPI_connect();
-	catalog_exec("SELECT epoch, positions, counters, state_ref, watermark, partition_watermarks "
+	catalog_exec("SELECT epoch, positions, counters, state_ref, watermark, partition_watermarks, "
+				 "state_layout "
 				 "FROM mailer.checkpoints "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY epoch DESC LIMIT 1",
 				 1, &type, &value, NULL, true);
@@ -72,6 +75,7 @@ checkpoint_restore(Job *job)
 			watermark = DT_NOBEGIN;
 		d = SPI_getbinval(tup, desc, 6, &isnull);
 		partition_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
+		state_layout = SPI_getvalue(tup, desc, 7);
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
@@ -81,6 +85,14 @@ checkpoint_restore(Job *job)
 	if (job->plan->keyed && job->plan->aggregated)
 	{
 		TimestampTz open_start = GetCurrentTimestamp();
+
+		/*
+		 * The expressions were resolved again by name: state written with
+		 * other types must not be read as today's.  A checkpoint of 0.1.0
+		 * recorded no layout.
+		 */
+		if (state_layout != NULL)
+			serial_check_state_layout(job->name, state_layout, serial_state_layout(job->plan));
 
 		job->state = job->spec->state_backend == STATE_ROCKSDB ?
 			state_rocksdb_open(job->job_id, job->epoch, state_ref) :
@@ -111,10 +123,11 @@ checkpoint_take(Job *job, bool final)
 	int64		written;
 	int64		rejected;
 	TimestampTz watermark = watermark_current(job->watermarks);
-	Oid			types[9] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
-	TIMESTAMPTZOID, JSONBOID};
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[10] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID, TEXTOID};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	char	   *state_layout;
 	Jsonb	   *positions;
 	int			retain = job->spec->checkpoint_retain;
 
@@ -193,12 +206,15 @@ checkpoint_take(Job *job, bool final)
 	values[7] = TimestampTzGetDatum(watermark);
 	nulls[7] = TIMESTAMP_NOT_FINITE(watermark) ? 'n' : ' ';
 	values[8] = JsonbPGetDatum(watermark_save(job->watermarks, job->source));
+	state_layout = serial_state_layout(job->plan);
+	values[9] = state_layout ? CStringGetTextDatum(state_layout) : (Datum) 0;
+	nulls[9] = state_layout ? ' ' : 'n';
 
 	SPI_connect();
 	catalog_exec("INSERT INTO mailer.checkpoints (job_id, epoch, positions, state_ref, counters, "
-				 "duration_ms, final, watermark, partition_watermarks) "
-				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-				 9, types, values, nulls, false);
+				 "duration_ms, final, watermark, partition_watermarks, state_layout) "
+				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+				 10, types, values, nulls, false);
 	/* Only the newest checkpoint.retain checkpoints stay restorable. */
 	values[1] = Int64GetDatum(epoch - retain);
 	catalog_exec("DELETE FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "

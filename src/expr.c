@@ -5,6 +5,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
@@ -14,9 +15,11 @@
 #include "parser/parse_func.h"
 #include "parser/parse_node.h"
 #include "parser/parser.h"
+#include "postmaster/bgworker.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 #include "mailer.h"
 #include "expr.h"
@@ -30,6 +33,9 @@ static void rethrow_with_path(MemoryContext ctx, const char *path, const char *t
 static char *describe_fields(FieldScope *scope);
 static void expr_error(const char *path, int code, const char *hint, const char *msg) pg_attribute_noreturn();
 static Node *faster_casts(Node *node, void *context);
+static Expr *plan_expr(Node *node);
+static bool in_job_worker(void);
+static Node *plan_without_running(Node *node, void *context);
 
 Node *
 expr_parse(const char *text, const char *path)
@@ -143,10 +149,10 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 				   "Use a \"flat_map\" step to turn one record into several.",
 				   "set-returning functions are allowed only in flat_map");
 
-	/* Constant folding evaluates immutable calls now: 1/0 fails here. */
+	/* In the worker, constant folding evaluates immutable calls now: 1/0 fails here. */
 	PG_TRY();
 	{
-		cexpr->expr = expression_planner((Expr *) node);
+		cexpr->expr = plan_expr(node);
 	}
 	PG_CATCH();
 	{
@@ -158,6 +164,57 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 	cexpr->typmod = exprTypmod((Node *) cexpr->expr);
 	cexpr->collation = exprCollation((Node *) cexpr->expr);
 	return cexpr;
+}
+
+/*
+ * Constant folding evaluates immutable calls, with the privileges of
+ * whoever compiles: only the job's worker, as the job's owner, plans for
+ * real.  describe_job and create_job check types and run nothing of the
+ * spec (a superuser describing a user's spec must not run its functions).
+ */
+static Expr *
+plan_expr(Node *node)
+{
+	Node	   *planned;
+
+	if (in_job_worker())
+		return expression_planner((Expr *) node);
+	planned = plan_without_running(node, NULL);
+	fix_opfuncids(planned);
+	return (Expr *) planned;
+}
+
+/* True in a job's worker, the one process that plans a spec to run it. */
+static bool
+in_job_worker(void)
+{
+	return IsBackgroundWorker && MyBgworkerEntry != NULL &&
+		strcmp(MyBgworkerEntry->bgw_library_name, "mailer") == 0 &&
+		strcmp(MyBgworkerEntry->bgw_function_name, "job_worker_main") == 0;
+}
+
+/*
+ * What expression_planner does that executor setup needs, without
+ * evaluating anything: function calls get their named and default
+ * arguments in place (fix_opfuncids does the rest).
+ */
+static Node *
+plan_without_running(Node *node, void *context)
+{
+	if (node == NULL)
+		return NULL;
+	node = expression_tree_mutator(node, plan_without_running, context);
+	if (IsA(node, FuncExpr))
+	{
+		FuncExpr   *f = (FuncExpr *) node;
+		HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(f->funcid));
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for function %u", f->funcid);
+		f->args = expand_function_arguments(f->args, false, f->funcresulttype, tup);
+		ReleaseSysCache(tup);
+	}
+	return node;
 }
 
 CompiledExpr *
@@ -188,7 +245,7 @@ expr_compile_cast(int slot, FieldScope *scope, Oid type, int32 typmod, const cha
 	cexpr->text = psprintf("CAST(%s AS %s)", quote_identifier(f->name),
 						   format_type_with_typemod(type, typmod));
 	cexpr->path = path;
-	cexpr->expr = expression_planner((Expr *) node);
+	cexpr->expr = plan_expr(node);
 	cexpr->type = type;
 	cexpr->typmod = typmod;
 	cexpr->collation = exprCollation((Node *) cexpr->expr);

@@ -505,7 +505,8 @@ job_run(Job *job)
 		due = (job->uncommitted > 0 || (job->keyed && keyed_pending(job->keyed) > 0)) &&
 			since >= interval_ms;
 		if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
-			(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows)
+			(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows ||
+			dead_letter_full(job->dead_letters))
 			due = true;
 		if (due && !checkpoint_take(job, false))
 		{

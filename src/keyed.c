@@ -163,10 +163,10 @@ decode_group(KeyedStage *ks, const char *data, int len, Record *out)
 	{
 		RecordField *f = &schema->fields[ks->plan->key_slots[i]];
 
-		out->values[i] = serial_get_datum(data, &pos, f->typlen, f->typbyval, CurrentMemoryContext);
+		out->values[i] = serial_get_datum(data, len, &pos, f->typlen, f->typbyval, CurrentMemoryContext);
 		out->isnull[i] = false;
 	}
-	Assert(pos == len);
+	serial_check_end(len, pos);
 }
 
 void
@@ -257,8 +257,8 @@ keyed_lookup(KeyedStage *ks, const char *key, int klen, bool create)
 			int			pos = 0;
 
 			for (int a = 0; a < ks->naggs; a++)
-				aggregate_deserialize(ks->aggs[a], &e->values[a], ks->value.data, &pos,
-									  ks->cache_context);
+				aggregate_deserialize(ks->aggs[a], &e->values[a], ks->value.data, ks->value.len,
+									  &pos, ks->cache_context);
 		}
 	}
 	else if (stored)
@@ -318,8 +318,8 @@ keyed_abort_record(KeyedStage *ks)
 			int			pos = 0;
 
 			for (int a = 0; a < ks->naggs; a++)
-				aggregate_deserialize(ks->aggs[a], &e->values[a], u->data.data, &pos,
-									  ks->cache_context);
+				aggregate_deserialize(ks->aggs[a], &e->values[a], u->data.data, u->data.len,
+									  &pos, ks->cache_context);
 		}
 		else
 		{

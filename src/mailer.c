@@ -31,6 +31,7 @@ char	   *mailer_database = NULL;
 int			mailer_max_jobs = 16;
 int			mailer_batch_size = 10000;
 int			mailer_max_buffered_rows = 100000;
+int			mailer_test_dead_letter_bytes = 0;
 int			mailer_restart_backoff_min_ms = 1000;
 int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
@@ -170,6 +171,15 @@ define_settings(void)
 							   PGC_SUSET,
 							   GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.test_dead_letter_bytes",
+							"For tests only: bytes of dead letters per INSERT (16 MB when 0).",
+							"A dead letter's key or value is cut to a sixteenth of it; a worker checkpoints early once that much is buffered.",
+							&mailer_test_dead_letter_bytes,
+							0, 0, 1024 * 1024 * 1024,
+							PGC_SUSET,
+							GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL | GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("mailer");
 }

@@ -6,13 +6,17 @@
 #include "postgres.h"
 
 #include "commands/extension.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/tuplestore.h"
 
 #include "mailer.h"
+#include "catalog.h"
 #include "job_slots.h"
 
 PG_FUNCTION_INFO_V1(mailer_live_jobs);
@@ -20,16 +24,65 @@ PG_FUNCTION_INFO_V1(mailer_live_partitions);
 
 static const char *const live_state_names[] = {NULL, "starting", "running", "waiting", "finished"};
 
+static int64 *jobs_of_caller(int *n);
+static bool job_in(int64 job_id, int64 *jobs, int n);
+
+/*
+ * The jobs whose owner the caller has the privileges of (n -1: all): the
+ * live error of others (it may quote a record) is masked, as mailer.jobs
+ * masks last_error.  Read before taking the slots' lock: no SPI under an
+ * LWLock.  A job created since is masked.
+ */
+static int64 *
+jobs_of_caller(int *n)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+	int64	   *jobs = NULL;
+
+	*n = -1;
+	if (superuser())
+		return NULL;
+	*n = 0;
+	SPI_connect();
+	catalog_exec("SELECT job_id, owner::pg_catalog.oid FROM mailer.job", 0, NULL, NULL, NULL, true);
+	jobs = MemoryContextAlloc(ctx, sizeof(int64) * (SPI_processed + 1));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		Oid			owner = DatumGetObjectId(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull));
+
+		if (has_privs_of_role(GetUserId(), owner))
+			jobs[(*n)++] = DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_finish();
+	return jobs;
+}
+
+static bool
+job_in(int64 job_id, int64 *jobs, int n)
+{
+	if (n < 0)
+		return true;
+	for (int i = 0; i < n; i++)
+		if (jobs[i] == job_id)
+			return true;
+	return false;
+}
+
 Datum
 mailer_live_jobs(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			ext_oid = get_extension_oid("mailer", false);
+	int			nvisible;
+	int64	   *visible;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (mailer_shared == NULL)
 		return (Datum) 0;
 
+	visible = jobs_of_caller(&nvisible);
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
@@ -56,7 +109,8 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 			nulls[1] = true;
 		values[2] = Int32GetDatum(copy.pid);
 		nulls[2] = copy.pid == 0;
-		values[3] = CStringGetTextDatum(copy.error);
+		values[3] = CStringGetTextDatum(job_in(copy.job_id, visible, nvisible) ?
+										copy.error : "<insufficient privilege>");
 		/* A worker's last error (it may quote a record) is the launcher's to record. */
 		nulls[3] = copy.error[0] == '\0' || copy.pid == 0 || copy.exit_kind != JOB_EXIT_NONE;
 		values[4] = TimestampTzGetDatum(copy.error_at);

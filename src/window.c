@@ -549,34 +549,35 @@ window_deserialize(KeyedStage *ks, KeyedEntry *e, const char *data, int len)
 
 	if (e->key.data[0] == 'W')
 	{
-		serial_get(data, &pos, &e->start, sizeof(TimestampTz));
-		serial_get(data, &pos, &e->end, sizeof(TimestampTz));
-		serial_get(data, &pos, &e->fired, sizeof(bool));
-		serial_get(data, &pos, &e->unemitted, sizeof(bool));
+		serial_get(data, len, &pos, &e->start, sizeof(TimestampTz));
+		serial_get(data, len, &pos, &e->end, sizeof(TimestampTz));
+		serial_get(data, len, &pos, &e->fired, sizeof(bool));
+		serial_get(data, len, &pos, &e->unemitted, sizeof(bool));
 		/* e->values is the entry's own (keyed_lookup) */
 		for (int a = 0; a < ks->naggs; a++)
-			aggregate_deserialize(ks->aggs[a], &e->values[a], data, &pos, ks->cache_context);
+			aggregate_deserialize(ks->aggs[a], &e->values[a], data, len, &pos, ks->cache_context);
 	}
 	else
 	{
 		int32		n;
 
-		serial_get(data, &pos, &n, sizeof(int32));
+		serial_get(data, len, &pos, &n, sizeof(int32));
 		for (int i = 0; i < n; i++)
 		{
 			Session    *s = palloc0(sizeof(Session));
 
-			serial_get(data, &pos, &s->start, sizeof(TimestampTz));
-			serial_get(data, &pos, &s->end, sizeof(TimestampTz));
-			serial_get(data, &pos, &s->fired, sizeof(bool));
-			serial_get(data, &pos, &s->unemitted, sizeof(bool));
-			serial_get(data, &pos, &s->emitted_start, sizeof(TimestampTz));
+			serial_get(data, len, &pos, &s->start, sizeof(TimestampTz));
+			serial_get(data, len, &pos, &s->end, sizeof(TimestampTz));
+			serial_get(data, len, &pos, &s->fired, sizeof(bool));
+			serial_get(data, len, &pos, &s->unemitted, sizeof(bool));
+			serial_get(data, len, &pos, &s->emitted_start, sizeof(TimestampTz));
 			s->values = keyed_new_values(ks);
 			for (int a = 0; a < ks->naggs; a++)
-				aggregate_deserialize(ks->aggs[a], &s->values[a], data, &pos, ks->cache_context);
+				aggregate_deserialize(ks->aggs[a], &s->values[a], data, len, &pos,
+									  ks->cache_context);
 			e->sessions = lappend(e->sessions, s);
 		}
 	}
-	Assert(pos == len);
+	serial_check_end(len, pos);
 	MemoryContextSwitchTo(old);
 }

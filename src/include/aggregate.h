@@ -89,9 +89,12 @@ extern Datum aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull);
 /* Release what the value owns. */
 extern void aggregate_free(AggregateDef *agg, AggValue *value);
 
-/* Append a value's bytes; read them back (advancing *pos) into ctx. */
+/*
+ * Append a value's bytes; read them back (advancing *pos, within the len
+ * bytes of data) into ctx.
+ */
 extern void aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf);
 extern void aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data,
-								  int *pos, MemoryContext ctx);
+								  int len, int *pos, MemoryContext ctx);
 
 #endif							/* AGGREGATE_H */

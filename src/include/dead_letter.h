@@ -21,7 +21,13 @@ extern void dead_letter_add(DeadLetterBuffer *dlq, const char *topic, int32 part
 
 extern int	dead_letter_count(DeadLetterBuffer *dlq);
 
-/* Insert them (inside the checkpoint transaction) and empty the buffer. */
+/* A chunk's worth of bytes is buffered: the worker checkpoints early. */
+extern bool dead_letter_full(DeadLetterBuffer *dlq);
+
+/*
+ * Insert them (inside the checkpoint transaction), in INSERTs of at most a
+ * chunk of bytes each, and empty the buffer.
+ */
 extern void dead_letter_flush(DeadLetterBuffer *dlq, int64 job_id, int64 epoch);
 
 /* Empty the buffer without writing (after a rolled-back checkpoint). */
