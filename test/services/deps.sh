@@ -12,6 +12,7 @@ packages=(
 	libipc-run-perl							# PostgreSQL's TAP test modules need IPC::Run
 	build-essential maven					# usually there; Maven fetches the Kafka jars
 	procps psmisc							# pgrep, pkill, fuser in the service scripts
+	libasan8 libgcc-12-dev					# AddressSanitizer for the fuzz harness (test/fuzz)
 )
 
 missing=()
