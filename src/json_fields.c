@@ -443,7 +443,9 @@ lex_next_token(Scanner *s)
 /*
  * A number, which jsonb_in converts to numeric: one with an exponent or
  * many digits may be out of numeric's range, and is converted here too, so
- * that it fails as it would there (and after the same next token).
+ * that it fails as it would there (and after the same next token).  As in
+ * PostgreSQL's lexer, letters or digits right after it make it an invalid
+ * token, before any conversion.
  */
 static void
 scan_numeric(Scanner *s)
@@ -452,6 +454,8 @@ scan_numeric(Scanner *s)
 	int			n;
 
 	scan_number(s);
+	if (s->p < s->end && is_word_char(*s->p))
+		syntax_error(s, "Token is invalid");
 	n = s->p - start;
 	if (n > JSON_FIELDS_SAFE_NUMBER_LEN || memchr(start, 'e', n) || memchr(start, 'E', n))
 	{

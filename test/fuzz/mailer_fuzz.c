@@ -25,7 +25,6 @@
 #include "funcapi.h"
 #include <sanitizer/asan_interface.h>
 #include "portability/instr_time.h"
-#include "utils/array.h"
 #include "utils/memutils.h"
 
 PG_MODULE_MAGIC;
