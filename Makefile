@@ -32,7 +32,7 @@ EXTRA_CLEAN = $(OBJS:.o=.d)
 
 SERVICES = test/services
 
-.PHONY: deps services services-down test integration demo bench
+.PHONY: deps services services-down test integration demo bench fuzz
 
 # Debian packages and the Kafka jars; a no-op once installed.
 deps:
@@ -58,6 +58,13 @@ test:
 
 demo:
 	test/demo.sh
+
+# Differential fuzzing of the JSON field scanner and the ISO 8601 fast path
+# against PostgreSQL's parsers, under AddressSanitizer, in a cluster of its
+# own (test/fuzz/run.sh); FUZZ_SEED repeats a run.
+FUZZ_SECONDS ?= 300
+fuzz:
+	test/fuzz/run.sh $(FUZZ_SECONDS)
 
 bench:
 	test/bench/run.sh

@@ -9,6 +9,12 @@
  * wanted key, as jsonb does.  A field's value then becomes what ->> or ->
  * would give: strings unescaped, numbers as numeric prints them, nested
  * values through jsonb itself.
+ *
+ * Where the scanner could decide differently from jsonb_in, it declines and
+ * the message goes through jsonb_in and the operators themselves: nesting
+ * deeper than JSON_FIELDS_MAX_DEPTH (jsonb_in's stack depth limit is not
+ * ours) and messages over JSON_FIELDS_MAX_LEN (jsonb's size limits).  The
+ * differential fuzzer in test/fuzz holds the two to the same answers.
  */
 #include "postgres.h"
 
@@ -23,6 +29,15 @@
 
 #include "json_fields.h"
 
+/* Deeper nesting is left to jsonb_in, whose stack depth limit then decides. */
+#define JSON_FIELDS_MAX_DEPTH 128
+
+/* Larger messages are left to jsonb_in: below this, no jsonb limit is reached. */
+#define JSON_FIELDS_MAX_LEN (16 * 1024 * 1024)
+
+/* Numbers longer than this may exceed numeric's weight or scale. */
+#define JSON_FIELDS_SAFE_NUMBER_LEN 1000
+
 /* A wanted field's value as found: [start, end) of its JSON text. */
 typedef struct FieldSpan
 {
@@ -36,6 +51,7 @@ typedef struct Scanner
 	const char *end;
 	const char *text;
 	int			len;
+	bool		declined;		/* too deep: leave the message to jsonb_in */
 } Scanner;
 
 typedef struct Analysis
@@ -358,6 +374,7 @@ scan_digits(Scanner *s)
 		s->p++;
 }
 
+/* The number at s->p: skipped if it is one by the JSON grammar. */
 static void
 scan_number(Scanner *s)
 {
@@ -379,6 +396,85 @@ scan_number(Scanner *s)
 			s->p++;
 		scan_digits(s);
 	}
+}
+
+/* PostgreSQL's JSON_ALPHANUMERIC_CHAR: what its lexer reads as one word. */
+static inline bool
+is_word_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		c == '_' || IS_HIGHBIT_SET(c);
+}
+
+/*
+ * Fail as PostgreSQL's lexer would on the token at s->p, without moving.
+ * jsonb_in lexes the token after a number before it converts the number.
+ */
+static void
+lex_next_token(Scanner *s)
+{
+	Scanner		t = *s;
+	const char *word;
+
+	skip_space(&t);
+	if (t.p >= t.end || (*t.p != '\0' && strchr("{}[],:", *t.p) != NULL))
+		return;
+	if (*t.p == '"')
+	{
+		scan_string(&t, NULL);
+		return;
+	}
+	if (*t.p == '-' || (*t.p >= '0' && *t.p <= '9'))
+	{
+		scan_number(&t);
+		if (t.p < t.end && is_word_char(*t.p))
+			syntax_error(&t, "Token is invalid");
+		return;
+	}
+	word = t.p;
+	while (t.p < t.end && is_word_char(*t.p))
+		t.p++;
+	if ((t.p - word == 4 && (memcmp(word, "true", 4) == 0 || memcmp(word, "null", 4) == 0)) ||
+		(t.p - word == 5 && memcmp(word, "false", 5) == 0))
+		return;
+	syntax_error(&t, "Token is invalid");
+}
+
+/*
+ * A number, which jsonb_in converts to numeric: one with an exponent or
+ * many digits may be out of numeric's range, and is converted here too, so
+ * that it fails as it would there (and after the same next token).  As in
+ * PostgreSQL's lexer, letters or digits right after it make it an invalid
+ * token, before any conversion.
+ */
+static void
+scan_numeric(Scanner *s)
+{
+	const char *start = s->p;
+	int			n;
+
+	scan_number(s);
+	if (s->p < s->end && is_word_char(*s->p))
+		syntax_error(s, "Token is invalid");
+	n = s->p - start;
+	if (n > JSON_FIELDS_SAFE_NUMBER_LEN || memchr(start, 'e', n) || memchr(start, 'E', n))
+	{
+		lex_next_token(s);
+		(void) DirectFunctionCall3(numeric_in, CStringGetDatum(pnstrdup(start, n)),
+								   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+	}
+}
+
+/*
+ * A token in the wrong place.  PostgreSQL's parser has lexed it before it
+ * sees that, so an invalid token (\u0000 in a string is another SQLSTATE)
+ * is the error reported.
+ */
+static void pg_attribute_noreturn()
+grammar_error(Scanner *s, const char *what)
+{
+	lex_next_token(s);
+	syntax_error(s, what);
 }
 
 static void scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
@@ -405,6 +501,11 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 	skip_space(s);
 	if (s->p >= s->end)
 		syntax_error(s, "The input string ended unexpectedly");
+	if (depth > JSON_FIELDS_MAX_DEPTH)
+	{
+		s->declined = true;
+		return;
+	}
 	check_stack_depth();
 	switch (*s->p)
 	{
@@ -425,7 +526,7 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 
 				skip_space(s);
 				if (s->p >= s->end || *s->p != '"')
-					syntax_error(s, "Expected string");
+					grammar_error(s, "Expected string");
 				if (depth == 0)
 				{
 					resetStringInfo(&key);
@@ -439,11 +540,13 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 					scan_string(s, NULL);
 				skip_space(s);
 				if (s->p >= s->end || *s->p != ':')
-					syntax_error(s, "Expected \":\"");
+					grammar_error(s, "Expected \":\"");
 				s->p++;
 				skip_space(s);
 				start = s->p;
 				scan_value(s, depth + 1, jf, spans);
+				if (s->declined)
+					return;
 				if (wanted >= 0)
 				{
 					spans[wanted].start = start;
@@ -460,7 +563,7 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 					s->p++;
 					return;
 				}
-				syntax_error(s, "Expected \",\" or \"}\"");
+				grammar_error(s, "Expected \",\" or \"}\"");
 			}
 		case '[':
 			s->p++;
@@ -473,6 +576,8 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 			for (;;)
 			{
 				scan_value(s, depth + 1, jf, spans);
+				if (s->declined)
+					return;
 				skip_space(s);
 				if (s->p < s->end && *s->p == ',')
 				{
@@ -484,7 +589,7 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 					s->p++;
 					return;
 				}
-				syntax_error(s, "Expected \",\" or \"]\"");
+				grammar_error(s, "Expected \",\" or \"]\"");
 			}
 		case '"':
 			scan_string(s, NULL);
@@ -501,7 +606,7 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 		default:
 			if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))
 			{
-				scan_number(s);
+				scan_numeric(s);
 				return;
 			}
 			syntax_error(s, "Token is invalid");
@@ -559,19 +664,66 @@ span_text(FieldSpan *span, bool *isnull)
 	}
 }
 
+/* fn(jb, key) as its SQL operator calls it: the result may be NULL. */
+static Datum
+call_field(PGFunction fn, Datum jb, JsonField *f, bool *isnull)
+{
+	LOCAL_FCINFO(fcinfo, 2);
+	Datum		result;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 2, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = jb;
+	fcinfo->args[0].isnull = false;
+	fcinfo->args[1].value = PointerGetDatum(cstring_to_text_with_len(f->key, f->key_len));
+	fcinfo->args[1].isnull = false;
+	result = fn(fcinfo);
+	*isnull = fcinfo->isnull;
+	return result;
+}
+
+/* The fields through jsonb_in and the operators, for what the scanner declines. */
+static void
+extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
+{
+	Datum		jb = DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(text, len)));
+
+	for (int i = 0; i < jf->nfields; i++)
+	{
+		JsonField  *f = &jf->fields[i];
+
+		if (f->text_slot >= 0)
+			rec->values[f->text_slot] = call_field(jsonb_object_field_text, jb, f,
+												   &rec->isnull[f->text_slot]);
+		if (f->jsonb_slot >= 0)
+			rec->values[f->jsonb_slot] = call_field(jsonb_object_field, jb, f,
+													&rec->isnull[f->jsonb_slot]);
+	}
+}
+
 void
 json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 {
-	Scanner		s = {text, text + len, text, len};
-	FieldSpan  *spans = palloc0(sizeof(FieldSpan) * Max(jf->nfields, 1));
+	Scanner		s = {text, text + len, text, len, false};
+	FieldSpan  *spans;
 	bool		is_object;
 
+	if (len > JSON_FIELDS_MAX_LEN)
+	{
+		extract_with_jsonb(jf, text, len, rec);
+		return;
+	}
+	spans = palloc0(sizeof(FieldSpan) * Max(jf->nfields, 1));
 	skip_space(&s);
 	is_object = s.p < s.end && *s.p == '{';
 	scan_value(&s, 0, jf, spans);
+	if (s.declined)
+	{
+		extract_with_jsonb(jf, text, len, rec);
+		return;
+	}
 	skip_space(&s);
 	if (s.p != s.end)
-		syntax_error(&s, "Expected end of input");
+		grammar_error(&s, "Expected end of input");
 
 	for (int i = 0; i < jf->nfields; i++)
 	{

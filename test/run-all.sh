@@ -49,6 +49,7 @@ run()
 
 run "pg_regress" make -s PG_CONFIG="$PG_CONFIG" installcheck
 [ -f regression.diffs ] && cat regression.diffs
+run "fuzz (short)" test/fuzz/run.sh 20 1
 run "integration tests" test/run-integration.sh
 
 step "summary"

@@ -13,6 +13,7 @@ packages=(
 	build-essential maven					# usually there; Maven fetches the Kafka jars
 	procps psmisc							# pgrep, pkill, fuser in the service scripts
 	locales									# de_DE.UTF-8: a job with translated messages (test 065)
+	libasan8 libgcc-12-dev					# AddressSanitizer for the fuzz harness (test/fuzz)
 )
 
 # Test 065 runs a job whose owner's lc_messages is German; a server started
