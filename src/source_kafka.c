@@ -9,7 +9,10 @@
  * checkpointed offset starts at the earliest or latest offset, resolved to
  * a concrete number at once, so a checkpoint taken before it sees a message
  * still pins where it resumes.  New partitions are found by a metadata
- * refresh every few seconds and start at their beginning.
+ * refresh every few seconds and start at their beginning.  A checkpoint
+ * keeps the positions of partitions not assigned (yet) as restored.
+ * Positions follow librdkafka's, which pass transaction markers; one that
+ * falls outside its partition's log is judged here, never reset silently.
  *
  * librdkafka runs threads of its own: the handle is created with every
  * signal blocked, its logs arrive on a queue drained here on the worker's
