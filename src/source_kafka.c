@@ -118,6 +118,7 @@ static void handle_out_of_range(KafkaSource *ks);
 static void reassign(KafkaSource *ks, KafkaPartition *kp);
 static void release_batch(KafkaSource *ks);
 static void update_metrics(KafkaSource *ks);
+static int64 known_end(KafkaSource *ks, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
 
 void
@@ -692,13 +693,8 @@ update_metrics(KafkaSource *ks)
 	for (int i = 0; i < ks->nparts; i++)
 	{
 		KafkaPartition *kp = &ks->parts[i];
-		int64		low,
-					high = -1;
+		int64		high = known_end(ks, kp);
 
-		if (rd_kafka_get_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
-										   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-			high < 0)
-			high = -1;
 		if (high >= 0)
 			lag += Max(high - kp->next, 0);
 		if (kp->metrics < 0)
@@ -930,21 +926,30 @@ kafka_close(Source *src)
 /*
  * Whether a partition has records left to read: its position is below
  * its end offset, the broker's last word (read_committed: the last stable
- * offset), or, before the first fetch, the end offset at its assignment.
- * Such a partition is not idle, however long the broker keeps it silent.
+ * offset, from the last fetch, or before the first one, from the
+ * assignment).  Such a partition is not idle, however long the broker
+ * keeps it silent.
  */
 static bool
 kafka_backlog(Source *src, int i)
 {
 	KafkaSource *ks = (KafkaSource *) src;
-	KafkaPartition *kp = &ks->parts[i];
+	int64		high = known_end(ks, &ks->parts[i]);
+
+	return high >= 0 && ks->parts[i].next < high;
+}
+
+/* The broker's last word on a partition's end offset, or -1. */
+static int64
+known_end(KafkaSource *ks, KafkaPartition *kp)
+{
 	int64		low,
 				high = -1;
 
 	if (rd_kafka_get_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
 									   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR || high < 0)
 		high = kp->assigned_end;
-	return high >= 0 && kp->next < high;
+	return high;
 }
 
 static TimestampTz
