@@ -391,12 +391,10 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	 * "start": "latest" holds for a job's first start only: pin the offsets
 	 * it resolved at once, or a restart before its first checkpoint would
 	 * begin at the latest offsets of that moment, skipping what came in
-	 * between.  Only once every topic is positioned: a partition missing
-	 * from a checkpoint is read from its beginning.
+	 * between.  A topic not positioned yet stays out of the checkpoint, so
+	 * it still starts per the spec when it is.
 	 */
-	if (job->epoch == 0 && job->spec->source.type == SOURCE_KAFKA &&
-		job->spec->source.kafka.start_latest && job->source->error == NULL &&
-		job->source->ops->partition_count(job->source) > 0)
+	if (job->source->unpinned)
 		checkpoint_take(job, false);
 
 	job->rate_at = GetCurrentTimestamp();
@@ -507,6 +505,9 @@ job_run(Job *job)
 		if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
 			(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows ||
 			dead_letter_full(job->dead_letters))
+			due = true;
+		/* A "latest" start resolved while the job runs (the broker was away) is pinned at once too. */
+		if (job->source->unpinned)
 			due = true;
 		if (due && !checkpoint_take(job, false))
 		{

@@ -164,8 +164,8 @@ mailer_live_partitions(PG_FUNCTION_ARGS)
 		for (int p = 0; p < slot->npartitions && p < JOB_SLOT_MAX_PARTITIONS; p++)
 		{
 			PartitionMetrics *pm = &slot->partitions[p];
-			Datum		values[8];
-			bool		nulls[8] = {0};
+			Datum		values[9];
+			bool		nulls[9] = {0};
 
 			values[0] = Int64GetDatum(slot->job_id);
 			values[1] = CStringGetTextDatum(pm->topic);
@@ -178,6 +178,8 @@ mailer_live_partitions(PG_FUNCTION_ARGS)
 			values[6] = TimestampTzGetDatum(pm->watermark);
 			nulls[6] = TIMESTAMP_NOT_FINITE(pm->watermark);
 			values[7] = BoolGetDatum(pm->idle);
+			/* Read only where the SQL function declares it (0.2.0 on). */
+			values[8] = Int64GetDatum(pm->offsets_skipped);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}

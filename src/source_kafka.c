@@ -9,7 +9,10 @@
  * checkpointed offset starts at the earliest or latest offset, resolved to
  * a concrete number at once, so a checkpoint taken before it sees a message
  * still pins where it resumes.  New partitions are found by a metadata
- * refresh every few seconds and start at their beginning.
+ * refresh every few seconds and start at their beginning.  A checkpoint
+ * keeps the positions of partitions not assigned (yet) as restored.
+ * Positions follow librdkafka's, which pass transaction markers; one that
+ * falls outside its partition's log is judged here, never reset silently.
  *
  * librdkafka runs threads of its own: the handle is created with every
  * signal blocked, its logs arrive on a queue drained here on the worker's
@@ -33,6 +36,7 @@
 #include "kafka_options.h"
 #include "mailer.h"
 #include "source.h"
+#include "test_point.h"
 
 #define METADATA_INTERVAL_MS	5000
 #define METADATA_RETRY_MS		1000
@@ -44,7 +48,9 @@ typedef struct KafkaPartition
 	int32		partition;
 	int64		next;			/* next offset to read */
 	int64		mark;			/* wait_job target, -1 none */
+	int64		assigned_end;	/* end offset when assigned, -1 unknown */
 	int			metrics;		/* index in the slot's partition metrics, -1 none */
+	bool		out_of_range;	/* librdkafka found next outside the log */
 } KafkaPartition;
 
 typedef struct KafkaSource
@@ -70,6 +76,8 @@ typedef struct KafkaSource
 	char		status[600];	/* what base.error points to */
 	bool		mark_pending;	/* wait_job asked; marks not taken yet */
 	bool	   *topic_known;	/* a topic's first partitions start per the spec */
+	bool		any_out_of_range;	/* some partition's out_of_range is set */
+	rd_kafka_topic_partition_list_t *assigned;	/* every assigned partition, for positions */
 } KafkaSource;
 
 static int	kafka_poll(Source *src, SourceMessage *out, int max);
@@ -84,16 +92,18 @@ static void kafka_partition_at(Source *src, int i, int *topic, int32 *partition)
 static void kafka_mark_end(Source *src);
 static bool kafka_reached_end(Source *src);
 static void kafka_close(Source *src);
+static bool kafka_backlog(Source *src, int i);
 
 static const SourceOps kafka_ops = {
 	kafka_poll, kafka_headers, kafka_wait_ms, kafka_event_fd, kafka_positions,
-	kafka_committed, kafka_finished, kafka_partition_count, kafka_partition_at, kafka_mark_end, kafka_reached_end, kafka_close
+	kafka_committed, kafka_finished, kafka_partition_count, kafka_partition_at, kafka_mark_end, kafka_reached_end, kafka_close,
+	kafka_backlog
 };
 
 /* Properties mailer sets itself: a spec may not override them. */
 static const char *const forced_properties[] = {
 	"enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
-	"log.queue", "group.id", NULL
+	"log.queue", "group.id", "auto.offset.reset", NULL
 };
 
 static rd_kafka_conf_t *build_conf(KafkaSourceSpec *spec, const char *group_id);
@@ -103,8 +113,13 @@ static void refresh_assignment(KafkaSource *ks);
 static void take_marks(KafkaSource *ks);
 static int	find_partition(KafkaSource *ks, int topic, int32 partition);
 static int64 restored_offset(KafkaSource *ks, int topic, int32 partition);
+static JsonbValue *restored_topic(KafkaSource *ks, int topic);
+static bool take_positions(KafkaSource *ks);
+static void handle_out_of_range(KafkaSource *ks);
+static void reassign(KafkaSource *ks, KafkaPartition *kp);
 static void release_batch(KafkaSource *ks);
 static void update_metrics(KafkaSource *ks);
+static int64 known_end(KafkaSource *ks, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
 
 void
@@ -135,6 +150,13 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	foreach(lc, spec->topics)
 		ks->base.topic_names[t++] = lfirst(lc);
 
+	/*
+	 * A position outside the partition's log is mailer's to judge (a gap
+	 * left by retention, or a topic created anew): librdkafka reports it
+	 * instead of silently moving to the earliest offset.
+	 */
+	if (rd_kafka_conf_set(conf, "auto.offset.reset", "error", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		elog(ERROR, "librdkafka refused auto.offset.reset: %s", errstr);
 	rd_kafka_conf_set_error_cb(conf, error_callback);
 	rd_kafka_conf_set_opaque(conf, ks);
 
@@ -164,6 +186,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 
 	ks->batch_capacity = 0;
 	ks->next_refresh = 0;
+	ks->assigned = rd_kafka_topic_partition_list_new(16);
 	refresh_assignment(ks);
 	return &ks->base;
 }
@@ -273,12 +296,14 @@ refresh_assignment(KafkaSource *ks)
 {
 	rd_kafka_topic_partition_list_t *add = rd_kafka_topic_partition_list_new(8);
 	bool		failed = false;
+	bool		ends_unknown = false;	/* a query of an end offset failed: skip the rest */
 
 	ks->error[0] = '\0';
 	for (int t = 0; t < ks->base.ntopics && !failed; t++)
 	{
 		const struct rd_kafka_metadata *md = NULL;
 		rd_kafka_resp_err_t err;
+		int			first_new;
 
 		err = rd_kafka_metadata(ks->rk, 0, ks->topics[t], &md, BROKER_TIMEOUT_MS);
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR || md->topic_cnt != 1 || md->topics[0].err)
@@ -292,22 +317,28 @@ refresh_assignment(KafkaSource *ks)
 			failed = true;
 			break;
 		}
-		for (int p = 0; p < md->topics[0].partition_cnt && !failed; p++)
+		/*
+		 * A topic's new partitions are positioned all together or not at
+		 * all, so a topic is either unknown (it starts per the spec) or
+		 * every partition of it has a position that checkpoints keep.
+		 */
+		first_new = ks->nparts;
+		for (int p = 0; p < md->topics[0].partition_cnt; p++)
 		{
 			int32		partition = md->topics[0].partitions[p].id;
 			int64		offset;
+			int64		low,
+						high = -1;
+			KafkaPartition *kp;
 
 			if (find_partition(ks, t, partition) >= 0)
 				continue;
 			offset = restored_offset(ks, t, partition);
-			if (offset < 0)
+			if (offset < 0 || !ends_unknown)
 			{
-				int64		low,
-							high;
-
 				err = rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[t], partition,
 													   &low, &high, BROKER_TIMEOUT_MS);
-				if (err)
+				if (err && offset < 0)
 				{
 					snprintf(ks->error, sizeof(ks->error),
 							 "waiting for Kafka: cannot read the offsets of %s partition %d: %s",
@@ -315,12 +346,27 @@ refresh_assignment(KafkaSource *ks)
 					failed = true;
 					break;
 				}
+				/* A restored position needs no answer: the end offset only tells a backlog. */
+				if (err)
+				{
+					ends_unknown = true;
+					high = -1;
+				}
+			}
+			if (offset < 0)
+			{
 				/*
-				 * Without a checkpoint: start per the spec.  A partition that
-				 * appears while the job runs is new: all of it is to be read.
+				 * Without a position: start per the spec.  A partition of a
+				 * topic positioned before (while the job ran, or in a
+				 * checkpoint) is new: all of it is to be read.
 				 */
-				offset = (ks->spec->start_latest && ks->restored == NULL && !ks->topic_known[t]) ?
-					high : low;
+				bool		latest = ks->spec->start_latest && !ks->topic_known[t] &&
+					restored_topic(ks, t) == NULL;
+
+				offset = latest ? high : low;
+				/* Until a checkpoint holds it, a restart would take a later "latest". */
+				if (latest)
+					ks->base.unpinned = true;
 			}
 			if (ks->nparts == ks->parts_capacity)
 			{
@@ -328,16 +374,31 @@ refresh_assignment(KafkaSource *ks)
 				ks->parts = ks->parts ? repalloc(ks->parts, sizeof(KafkaPartition) * ks->parts_capacity) :
 					MemoryContextAlloc(ks->ctx, sizeof(KafkaPartition) * ks->parts_capacity);
 			}
-			ks->parts[ks->nparts].topic = t;
-			ks->parts[ks->nparts].partition = partition;
-			ks->parts[ks->nparts].next = offset;
-			ks->parts[ks->nparts].mark = -1;
-			ks->parts[ks->nparts].metrics = ks->nparts < JOB_SLOT_MAX_PARTITIONS ? ks->nparts : -1;
-			ks->nparts++;
-			rd_kafka_topic_partition_list_add(add, ks->base.topic_names[t], partition)->offset = offset;
+			kp = &ks->parts[ks->nparts++];
+			kp->topic = t;
+			kp->partition = partition;
+			kp->next = offset;
+			kp->mark = -1;
+			kp->assigned_end = high;
+			kp->out_of_range = false;
+			kp->metrics = -1;
 		}
-		if (!failed)
-			ks->topic_known[t] = true;
+		if (failed)
+		{
+			/* Nothing of this topic: the next refresh tries all of it again. */
+			ks->nparts = first_new;
+			rd_kafka_metadata_destroy(md);
+			break;
+		}
+		for (int i = first_new; i < ks->nparts; i++)
+		{
+			KafkaPartition *kp = &ks->parts[i];
+
+			kp->metrics = i < JOB_SLOT_MAX_PARTITIONS ? i : -1;
+			rd_kafka_topic_partition_list_add(add, ks->base.topic_names[t], kp->partition)->offset = kp->next;
+			rd_kafka_topic_partition_list_add(ks->assigned, ks->base.topic_names[t], kp->partition);
+		}
+		ks->topic_known[t] = true;
 		rd_kafka_metadata_destroy(md);
 	}
 
@@ -377,19 +438,28 @@ find_partition(KafkaSource *ks, int topic, int32 partition)
 	return -1;
 }
 
+/* A topic's object of checkpointed positions, or NULL: never positioned. */
+static JsonbValue *
+restored_topic(KafkaSource *ks, int topic)
+{
+	JsonbValue *t;
+
+	if (ks->restored == NULL)
+		return NULL;
+	t = getKeyJsonValueFromContainer(&ks->restored->root, ks->base.topic_names[topic],
+									 strlen(ks->base.topic_names[topic]), NULL);
+	return t != NULL && t->type == jbvBinary ? t : NULL;
+}
+
 /* The checkpointed next offset of a partition, or -1. */
 static int64
 restored_offset(KafkaSource *ks, int topic, int32 partition)
 {
-	JsonbValue *t;
+	JsonbValue *t = restored_topic(ks, topic);
 	JsonbValue *p;
 	char		key[16];
 
-	if (ks->restored == NULL)
-		return -1;
-	t = getKeyJsonValueFromContainer(&ks->restored->root, ks->base.topic_names[topic],
-									 strlen(ks->base.topic_names[topic]), NULL);
-	if (t == NULL || t->type != jbvBinary)
+	if (t == NULL)
 		return -1;
 	snprintf(key, sizeof(key), "%d", partition);
 	p = getKeyJsonValueFromContainer(t->val.binary.data, key, strlen(key), NULL);
@@ -405,6 +475,7 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 	ssize_t		got;
 	int			n = 0;
 	char		drain[64];
+	bool		moved;
 
 	drain_logs(ks);
 	rd_kafka_poll(ks->rk, 0);
@@ -434,19 +505,25 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 		rd_kafka_timestamp_type_t tstype;
 		int64		ms;
 
+		t = 0;
+		while (m->rkt && t < ks->base.ntopics && ks->topics[t] != m->rkt &&
+			   strcmp(ks->base.topic_names[t], rd_kafka_topic_name(m->rkt)) != 0)
+			t++;
+		p = m->rkt ? find_partition(ks, t, m->partition) : -1;
 		if (m->err)
 		{
-			if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			/* The partition has stopped: it goes on once mailer has judged its position. */
+			if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && p >= 0)
+			{
+				ks->parts[p].out_of_range = true;
+				ks->any_out_of_range = true;
+			}
+			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 				snprintf(ks->broker_error, sizeof(ks->broker_error), "%s",
 						 rd_kafka_message_errstr(m));
 			rd_kafka_message_destroy(m);
 			continue;
 		}
-		t = 0;
-		while (t < ks->base.ntopics && ks->topics[t] != m->rkt &&
-			   strcmp(ks->base.topic_names[t], rd_kafka_topic_name(m->rkt)) != 0)
-			t++;
-		p = find_partition(ks, t, m->partition);
 		if (p < 0 || m->offset < ks->parts[p].next)
 		{
 			/* Not ours, or already handed out: never twice. */
@@ -470,10 +547,16 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 		n++;
 	}
 	ks->nbatch = n;
+	moved = take_positions(ks);
+	if (ks->any_out_of_range)
+		handle_out_of_range(ks);
 	if (n > 0)
 		ks->broker_error[0] = '\0';
-	if (n > 0 || got > 0)
+	if (n > 0 || got > 0 || moved)
 		update_metrics(ks);
+	/* A batch is in hand, its partitions' metrics published (tests stop the broker here). */
+	if (n > 0)
+		TEST_POINT("kafka_polled");
 	if (ks->error[0] == '\0' && ks->broker_error[0] != '\0')
 	{
 		snprintf(ks->status, sizeof(ks->status), "waiting for Kafka: %s", ks->broker_error);
@@ -482,6 +565,119 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 	else
 		src->error = ks->error[0] ? ks->error : NULL;
 	return n;
+}
+
+/*
+ * librdkafka's position is past the last message it handed out and past
+ * the control records (a transaction's commit or abort marker) and
+ * aborted messages after it, which are never handed out: without it, a
+ * topic written by transactions would never be read to its end.
+ */
+static bool
+take_positions(KafkaSource *ks)
+{
+	bool		moved = false;
+
+	if (ks->assigned->cnt == 0)
+		return false;
+	if (rd_kafka_position(ks->rk, ks->assigned) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return false;
+	/* ks->assigned lists the partitions in the order of ks->parts. */
+	for (int i = 0; i < ks->assigned->cnt && i < ks->nparts; i++)
+	{
+		int64		pos = ks->assigned->elems[i].offset;
+
+		if (pos >= 0 && pos > ks->parts[i].next && !ks->parts[i].out_of_range)
+		{
+			ks->parts[i].next = pos;
+			moved = true;
+		}
+	}
+	return moved;
+}
+
+/*
+ * Judge the positions that librdkafka found outside their partition's log.
+ * Below its start, retention deleted records the job had not read: count
+ * and report the gap, and go on from the earliest offset there is.  Past
+ * its end, the partition is not the one the checkpoint read (a topic
+ * deleted and created again, a truncated log): going on would skip or
+ * repeat records, so the job fails.
+ */
+static void
+handle_out_of_range(KafkaSource *ks)
+{
+	ks->any_out_of_range = false;
+	for (int i = 0; i < ks->nparts; i++)
+	{
+		KafkaPartition *kp = &ks->parts[i];
+		const char *topic = ks->base.topic_names[kp->topic];
+		int64		low,
+					high;
+		rd_kafka_resp_err_t err;
+
+		if (!kp->out_of_range)
+			continue;
+		err = rd_kafka_query_watermark_offsets(ks->rk, topic, kp->partition, &low, &high,
+											   BROKER_TIMEOUT_MS);
+		if (err)
+		{
+			/* Asked again at the next poll. */
+			snprintf(ks->broker_error, sizeof(ks->broker_error),
+					 "cannot read the offsets of %s partition %d: %s",
+					 topic, kp->partition, rd_kafka_err2str(err));
+			ks->any_out_of_range = true;
+			continue;
+		}
+		if (kp->next > high)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("partition %d of Kafka topic \"%s\" ends at offset " INT64_FORMAT
+							", before the job's position " INT64_FORMAT,
+							kp->partition, topic, high, kp->next),
+					 errdetail("The topic was deleted and created again, or its log was truncated, "
+							   "so the job's positions no longer fit it. To go on, restore a checkpoint "
+							   "whose positions the topic holds with mailer.restore_job, or drop the job "
+							   "and create it again to read the topic anew."),
+					 errhint("Retrying cannot help: the job stays failed until one of these.")));
+		if (kp->next < low)
+		{
+			char	   *msg = psprintf("partition %d of Kafka topic \"%s\": offsets " INT64_FORMAT " to " INT64_FORMAT
+									   " were deleted before the job read them (retention); it goes on from offset " INT64_FORMAT,
+									   kp->partition, topic, kp->next, low - 1, low);
+
+			ereport(WARNING, (errmsg("%s", msg)));
+			job_slot_set_error(ks->base.slot, msg);
+			if (kp->metrics >= 0)
+				ks->base.slot->partitions[kp->metrics].offsets_skipped += low - kp->next;
+			kp->next = low;
+		}
+		reassign(ks, kp);
+		kp->out_of_range = false;
+	}
+}
+
+/* Fetch a partition stopped by librdkafka again, from kp->next. */
+static void
+reassign(KafkaSource *ks, KafkaPartition *kp)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_error_t *error;
+
+	rd_kafka_topic_partition_list_add(list, ks->base.topic_names[kp->topic], kp->partition)->offset = kp->next;
+	error = rd_kafka_incremental_unassign(ks->rk, list);
+	if (error == NULL)
+		error = rd_kafka_incremental_assign(ks->rk, list);
+	rd_kafka_topic_partition_list_destroy(list);
+	if (error)
+	{
+		char	   *msg = pstrdup(rd_kafka_error_string(error));
+
+		rd_kafka_error_destroy(error);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not assign Kafka partitions: %s", msg)));
+	}
 }
 
 static void
@@ -501,13 +697,8 @@ update_metrics(KafkaSource *ks)
 	for (int i = 0; i < ks->nparts; i++)
 	{
 		KafkaPartition *kp = &ks->parts[i];
-		int64		low,
-					high = -1;
+		int64		high = known_end(ks, kp);
 
-		if (rd_kafka_get_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
-										   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-			high < 0)
-			high = -1;
 		if (high >= 0)
 			lag += Max(high - kp->next, 0);
 		if (kp->metrics < 0)
@@ -580,14 +771,23 @@ kafka_positions(Source *src)
 {
 	KafkaSource *ks = (KafkaSource *) src;
 	StringInfoData buf;
+	bool		any_topic = false;
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '{');
 	for (int t = 0; t < ks->base.ntopics; t++)
 	{
 		bool		first = true;
+		JsonbValue *restored = restored_topic(ks, t);
 
-		appendStringInfo(&buf, "%s", t ? ", " : "");
+		/*
+		 * A topic never positioned is left out, so that the next start
+		 * still starts it per the spec ("latest" included).
+		 */
+		if (!ks->topic_known[t] && restored == NULL)
+			continue;
+		appendStringInfo(&buf, "%s", any_topic ? ", " : "");
+		any_topic = true;
 		escape_json(&buf, ks->base.topic_names[t]);
 		appendStringInfoString(&buf, ": {");
 		for (int i = 0; i < ks->nparts; i++)
@@ -597,6 +797,32 @@ kafka_positions(Source *src)
 			appendStringInfo(&buf, "%s\"%d\": " INT64_FORMAT, first ? "" : ", ",
 							 ks->parts[i].partition, ks->parts[i].next);
 			first = false;
+		}
+		/* A restored position stays until its partition is assigned again. */
+		if (restored != NULL)
+		{
+			JsonbIterator *it = JsonbIteratorInit(restored->val.binary.data);
+			JsonbValue	k,
+						v;
+			JsonbIteratorToken tok;
+
+			while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+			{
+				char	   *key;
+
+				if (tok != WJB_KEY)
+					continue;
+				key = pnstrdup(k.val.string.val, k.val.string.len);
+				(void) JsonbIteratorNext(&it, &v, true);
+				if (v.type != jbvNumeric || find_partition(ks, t, atoi(key)) >= 0)
+					continue;
+				appendStringInfoString(&buf, first ? "" : ", ");
+				escape_json(&buf, key);
+				appendStringInfo(&buf, ": %s",
+								 DatumGetCString(DirectFunctionCall1(numeric_out,
+																	 NumericGetDatum(v.val.numeric))));
+				first = false;
+			}
 		}
 		appendStringInfoChar(&buf, '}');
 	}
@@ -611,6 +837,8 @@ kafka_committed(Source *src)
 	KafkaSource *ks = (KafkaSource *) src;
 	rd_kafka_topic_partition_list_t *list;
 
+	/* The positions a "latest" start took are in the checkpoint now. */
+	src->unpinned = false;
 	if (ks->nparts == 0)
 		return;
 	list = rd_kafka_topic_partition_list_new(ks->nparts);
@@ -696,6 +924,36 @@ kafka_close(Source *src)
 
 	release_batch(ks);
 	rd_kafka_destroy(ks->rk);
+	rd_kafka_topic_partition_list_destroy(ks->assigned);
+}
+
+/*
+ * Whether a partition has records left to read: its position is below
+ * its end offset, the broker's last word (read_committed: the last stable
+ * offset, from the last fetch, or before the first one, from the
+ * assignment).  Such a partition is not idle, however long the broker
+ * keeps it silent.
+ */
+static bool
+kafka_backlog(Source *src, int i)
+{
+	KafkaSource *ks = (KafkaSource *) src;
+	int64		high = known_end(ks, &ks->parts[i]);
+
+	return high >= 0 && ks->parts[i].next < high;
+}
+
+/* The broker's last word on a partition's end offset, or -1. */
+static int64
+known_end(KafkaSource *ks, KafkaPartition *kp)
+{
+	int64		low,
+				high = -1;
+
+	if (rd_kafka_get_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
+									   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR || high < 0)
+		high = kp->assigned_end;
+	return high;
 }
 
 static TimestampTz

@@ -5,9 +5,11 @@
  * A partition that has not spoken yet holds the job's watermark back, as
  * one that might still deliver old events must.  With idle_timeout, a
  * partition silent that long (by the wall clock) stops holding it back and
- * rejoins when it speaks again.  When every partition is idle, the job's
- * watermark is the largest of theirs: nothing is arriving, so what was
- * seen is all there is for now.
+ * rejoins when it speaks again; one with records left to read (a backlog
+ * the source knows of), or one restored from the checkpoint that the
+ * source has not assigned yet, is never idle, however long it is silent.
+ * When every partition is idle, the job's watermark is the largest of
+ * theirs: nothing is arriving, so what was seen is all there is for now.
  */
 #include "postgres.h"
 
@@ -24,6 +26,7 @@ typedef struct PartitionWatermark
 	int			source_index;	/* the source's (and the slot's) index, -1 unknown */
 	TimestampTz max_event;		/* DT_NOBEGIN: nothing seen */
 	TimestampTz last_active;	/* wall clock */
+	bool		backlog;		/* the source has records of it left to read */
 	bool		idle;
 } PartitionWatermark;
 
@@ -79,6 +82,7 @@ find_or_add(WatermarkTracker *wt, int topic, int32 partition)
 	p->source_index = -1;
 	p->max_event = DT_NOBEGIN;
 	p->last_active = wt->now;
+	p->backlog = false;
 	p->idle = false;
 	return wt->last_hit = wt->n++;
 }
@@ -99,6 +103,7 @@ watermark_sync_partitions(WatermarkTracker *wt, Source *src)
 		src->ops->partition_at(src, i, &topic, &partition);
 		idx = find_or_add(wt, topic, partition);	/* may move wt->parts */
 		wt->parts[idx].source_index = i;
+		wt->parts[idx].backlog = src->ops->backlog != NULL && src->ops->backlog(src, i);
 	}
 }
 
@@ -134,7 +139,14 @@ watermark_advance(WatermarkTracker *wt, TimestampTz now)
 		PartitionWatermark *p = &wt->parts[i];
 		TimestampTz pw = partition_watermark(wt, p);
 
-		p->idle = wt->idle_us >= 0 && now - p->last_active >= wt->idle_us;
+		/*
+		 * Silence with records left to read is the broker's or the worker's
+		 * delay, not idleness; so is that of a partition of the checkpoint
+		 * the source has not assigned again (the broker is away): it may
+		 * hold anything.
+		 */
+		p->idle = !p->backlog && p->source_index >= 0 && wt->idle_us >= 0 &&
+			now - p->last_active >= wt->idle_us;
 		highest = Max(highest, pw);
 		if (!p->idle)
 		{

@@ -82,6 +82,7 @@ typedef struct PartitionMetrics
 	int64		end_offset;		/* broker's high watermark, last seen */
 	int64		records_in;
 	TimestampTz watermark;		/* DT_NOBEGIN until an event is seen */
+	int64		offsets_skipped;	/* deleted (retention) before this worker read them */
 } PartitionMetrics;
 
 typedef struct JobSlot

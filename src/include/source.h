@@ -64,6 +64,9 @@ typedef struct SourceOps
 	bool		(*reached_end) (Source *src);
 
 	void		(*close) (Source *src);
+
+	/* Whether partition i has records left to read (NULL: never). */
+	bool		(*backlog) (Source *src, int i);
 } SourceOps;
 
 struct Source
@@ -73,6 +76,7 @@ struct Source
 	char	  **topic_names;
 	JobSlot    *slot;			/* where partition metrics go */
 	const char *error;			/* set while the source waits on a fault */
+	bool		unpinned;		/* positions taken per the spec, in no checkpoint yet */
 };
 
 /* positions: from the last checkpoint, or NULL to start per the spec. */

@@ -9,6 +9,8 @@
 #   kafka.sh create-topic NAME PARTITIONS [TopicCommand options, e.g. --config k=v]
 #   kafka.sh add-partitions NAME N
 #   kafka.sh delete-topic NAME
+#   kafka.sh delete-records NAME PARTITION OFFSET   delete what is before OFFSET (as retention does)
+#   kafka.sh tx-produce NAME (commit|abort):PARTITION:FROM:TO ...   transactions (kafka/TxProducer.java)
 #   kafka.sh describe-group GROUP          committed offsets and lag
 #
 # Topics are never auto-created (auto.create.topics.enable=false), so a
@@ -300,6 +302,24 @@ delete_topic()
 	echo "topic $1 deleted"
 }
 
+delete_records()
+{
+	[ $# -eq 3 ] || die "usage: $0 delete-records NAME PARTITION OFFSET"
+	need_broker
+	local json=$KAFKA_DIR/delete-records.$$.json
+	printf '{"version": 1, "partitions": [{"topic": "%s", "partition": %d, "offset": %d}]}\n' "$1" "$2" "$3" >"$json"
+	run_class org.apache.kafka.tools.DeleteRecordsCommand --bootstrap-server "$KAFKA_BROKERS" \
+		--offset-json-file "$json" || { rm -f "$json"; die "could not delete the records of $1 partition $2 before offset $3"; }
+	rm -f "$json"
+}
+
+tx_produce()
+{
+	[ $# -ge 2 ] || die "usage: $0 tx-produce NAME (commit|abort):PARTITION:FROM:TO ..."
+	need_broker
+	run_class "$HERE/kafka/TxProducer.java" "$KAFKA_BROKERS" "$@"
+}
+
 describe_group()
 {
 	[ $# -eq 1 ] || die "usage: $0 describe-group GROUP"
@@ -327,6 +347,8 @@ status) status ;;
 create-topic) create_topic "$@" ;;
 add-partitions) add_partitions "$@" ;;
 delete-topic) delete_topic "$@" ;;
+delete-records) delete_records "$@" ;;
+tx-produce) tx_produce "$@" ;;
 describe-group) describe_group "$@" ;;
 clean) clean ;;
 *) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2 ;;
