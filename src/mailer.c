@@ -35,6 +35,7 @@ int			mailer_test_dead_letter_bytes = 0;
 int			mailer_restart_backoff_min_ms = 1000;
 int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
+int			mailer_max_outputs_per_record = 100000;
 bool		mailer_preloaded = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -179,6 +180,15 @@ define_settings(void)
 							0, 0, 1024 * 1024 * 1024,
 							PGC_SUSET,
 							GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL | GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.max_outputs_per_record",
+							"Records the flat_map steps of a job may make from one input record.",
+							"An input record that would make more fails with SQLSTATE 54000 (per on_error: a dead letter).",
+							&mailer_max_outputs_per_record,
+							100000, 1, 100000000,
+							PGC_SIGHUP,
+							0,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("mailer");

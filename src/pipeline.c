@@ -14,6 +14,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -28,12 +29,14 @@
 
 static TimestampTz process_message(Job *job, SourceMessage *msg);
 static void decode_message(Job *job, SourceMessage *msg, Record *rec);
-static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered);
+static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered,
+					  int *made);
 
 typedef struct BatchRun
 {
 	Job		   *job;
 	SourceMessage *msgs;
+	int			current;		/* the message being processed, -1 when none */
 } BatchRun;
 
 static void
@@ -41,7 +44,10 @@ run_message(void *arg, int i)
 {
 	BatchRun   *run = (BatchRun *) arg;
 	SourceMessage *msg = &run->msgs[i];
-	TimestampTz t = process_message(run->job, msg);
+	TimestampTz t;
+
+	run->current = i;
+	t = process_message(run->job, msg);
 
 	/*
 	 * Only a record that came through its steps tells the time: one that
@@ -67,11 +73,40 @@ message_failed(void *arg, int i, ErrorData *edata)
 void
 pipeline_process(Job *job, SourceMessage *msgs, int n)
 {
-	BatchRun	run = {job, msgs};
+	BatchRun	run = {job, msgs, -1};
 
 	job->counters[JC_RECORDS_IN] += n;
 	watermark_sync_partitions(job->watermarks, job->source);
-	guard_each(n, run_message, message_failed, &run, job->batch_context);
+	PG_TRY();
+	{
+		guard_each(n, run_message, message_failed, &run, job->batch_context);
+	}
+	PG_CATCH();
+	{
+		/*
+		 * An error that is not the record's (see guard_is_data_error) fails
+		 * the batch and is retried.  When the same record meets it at every
+		 * retry, the operator needs that record's position: last_error
+		 * shows it.  Failing per on_error names the record already.
+		 */
+		int			current = ((volatile BatchRun *) &run)->current;
+
+		if (current >= 0 && !job->failing)
+		{
+			SourceMessage *msg = &msgs[current];
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(job->batch_context);
+			edata = CopyErrorData();
+			FlushErrorState();
+			edata->message = psprintf("record at %s partition %d offset " INT64_FORMAT " failed at %s: %s",
+									  job->source->topic_names[msg->topic], msg->partition,
+									  msg->offset, job->stage, edata->message);
+			ReThrowError(edata);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	MemoryContextReset(job->batch_context);
 	ResetExprContext(job->rt->econtext);
 	ResetExprContext(job->out_rt->econtext);
@@ -85,6 +120,7 @@ process_message(Job *job, SourceMessage *msg)
 	Record	   *rec = record_alloc(plan->schema);
 	List	   *outputs = NIL;
 	bool		filtered = false;
+	int			made = 0;
 	ListCell   *lc;
 
 	rec->origin = -1;
@@ -116,7 +152,7 @@ process_message(Job *job, SourceMessage *msg)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("the message has no timestamp and the job has no event_time")));
 	}
-	run_steps(job, rec, 0, &outputs, &filtered);
+	run_steps(job, rec, 0, &outputs, &filtered, &made);
 	if (outputs == NIL && filtered)
 	{
 		job->counters[JC_RECORDS_FILTERED]++;
@@ -248,9 +284,12 @@ decode_message(Job *job, SourceMessage *msg, Record *rec)
 	}
 }
 
-/* The stateless steps from 'from' on; finished records go to outputs. */
+/*
+ * The stateless steps from 'from' on; finished records go to outputs.
+ * 'made' counts the records flat_map steps made from the input record.
+ */
 static void
-run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered)
+run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered, int *made)
 {
 	JobPlan    *plan = job->plan;
 
@@ -300,13 +339,29 @@ run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered)
 					bool		done;
 					Record	   *out;
 
+					/* One record may make a set of any size: stay stoppable. */
+					CHECK_FOR_INTERRUPTS();
 					d = expr_eval_set(st->expr, job->rt, rec, &isnull, &done);
 					if (done)
 						break;
+
+					/*
+					 * Unbounded output (generate_series over a huge count)
+					 * would exhaust memory, an error that is not the
+					 * record's, and so come back at every restart: make it
+					 * the record's own error, a dead letter.
+					 */
+					if (++(*made) > mailer_max_outputs_per_record)
+						ereport(ERROR,
+								(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+								 errmsg("%s (flat_map) made more than %d records from one input record",
+										st->path, mailer_max_outputs_per_record),
+								 errdetail("The limit is mailer.max_outputs_per_record."),
+								 errhint("Filter such records out before the flat_map, or raise mailer.max_outputs_per_record.")));
 					out = record_copy(plan->schema, rec);
 					out->values[st->slots[0]] = d;
 					out->isnull[st->slots[0]] = isnull;
-					run_steps(job, out, i + 1, outputs, filtered);
+					run_steps(job, out, i + 1, outputs, filtered, made);
 					job->stage = step_kind_names[st->kind];
 				}
 				return;
