@@ -9,7 +9,8 @@
  * writes to mailer's own tables switch to the catalog's writer.  On a stop
  * request, or a SIGTERM while it waits for input, it takes a final
  * checkpoint and exits 0.  A SIGTERM while it works (a batch, a checkpoint)
- * gives that work TERM_GRACE_MS to end; past that, or at a second SIGTERM,
+ * gives that work mailer.termination_grace to end, and the final checkpoint
+ * after it as long again; past that, or at a second SIGTERM,
  * it is cancelled as a backend's statement is (die), the transaction rolls
  * back and the worker exits: the job resumes from its last checkpoint.  On
  * ERROR it leaves the error in its slot and exits non-zero; the launcher
@@ -52,7 +53,6 @@
 
 /* How long work in progress may go on after a SIGTERM, counted in ticks of the timer. */
 #define TERM_TICK_MS		500
-#define TERM_GRACE_MS		5000
 
 static volatile sig_atomic_t got_sigterm = false;
 static volatile sig_atomic_t term_ticks = 0;
@@ -199,12 +199,12 @@ handle_sigterm(SIGNAL_ARGS)
 
 /*
  * Ticks while the worker is in a transaction: once a SIGTERM has waited
- * TERM_GRACE_MS for the work to end, end it.  (Signal context.)
+ * mailer.termination_grace for the work to end, end it.  (Signal context.)
  */
 static void
 term_tick(void)
 {
-	if (got_sigterm && ++term_ticks >= TERM_GRACE_MS / TERM_TICK_MS)
+	if (got_sigterm && ++term_ticks >= Max(mailer_termination_grace_ms / TERM_TICK_MS, 1))
 		end_work_now();
 }
 
@@ -433,6 +433,8 @@ job_run(Job *job)
 		}
 		if (stop_requested(job))
 		{
+			/* The final checkpoint has a grace of its own, after the batch's. */
+			term_ticks = 0;
 			checkpoint_take(job, true);
 			answer_waits(job);
 			SpinLockAcquire(&job->slot->mutex);
@@ -613,7 +615,7 @@ job_transaction_begin(void)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(ctx);
-	/* Work in progress: a SIGTERM now gives it TERM_GRACE_MS to end. */
+	/* Work in progress: a SIGTERM now gives it mailer.termination_grace to end. */
 	enable_timeout_every(term_timeout, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TERM_TICK_MS),
 						 TERM_TICK_MS);
 }

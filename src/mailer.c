@@ -35,6 +35,7 @@ int			mailer_test_dead_letter_bytes = 0;
 int			mailer_restart_backoff_min_ms = 1000;
 int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
+int			mailer_termination_grace_ms = 10000;
 int			mailer_max_outputs_per_record = 100000;
 bool		mailer_preloaded = false;
 
@@ -162,6 +163,15 @@ define_settings(void)
 							100000, 0, INT_MAX,
 							PGC_SIGHUP,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.termination_grace",
+							"How long a job worker's work in progress may go on after a SIGTERM.",
+							"The batch or checkpoint under way gets this long, then the final checkpoint as long again; past that the work is cancelled and the job resumes from its last checkpoint.",
+							&mailer_termination_grace_ms,
+							10000, 0, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("mailer.test_pause_at",

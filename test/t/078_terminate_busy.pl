@@ -17,6 +17,10 @@ my $N = 10_000;
 
 fresh_extension();
 test_point_release();
+# A short grace keeps the test quick; the waits below allow far more.
+psql("ALTER SYSTEM SET mailer.termination_grace = '2s'");
+psql('SELECT pg_reload_conf()');
+END { eval { psql('ALTER SYSTEM RESET mailer.termination_grace'); psql('SELECT pg_reload_conf()') } }
 psql("DROP TABLE IF EXISTS t078_lock, t078_slow, t078_flag;
 	CREATE TABLE t078_lock (order_id bigint, customer_id text);
 	CREATE TABLE t078_slow (order_id bigint, customer_id text);
