@@ -572,12 +572,25 @@ write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to, Sin
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
 		SinkColumn *col = &sp->columns[c];
+		Datum	   *elems;
 
 		run.nulls[c] = delete && !col->is_key ? 'n' : ' ';
-		run.params[c] = run.nulls[c] == 'n' ? (Datum) 0 :
-			PointerGetDatum(construct_md_array(rows->values[c] + from, rows->nulls[c] + from,
-											   1, dims, lbs, getBaseType(col->type),
-											   col->typlen, col->typbyval, col->typalign));
+		if (run.nulls[c] == 'n')
+		{
+			run.params[c] = (Datum) 0;
+			continue;
+		}
+
+		/*
+		 * construct_md_array() puts the values it detoasts (a short header
+		 * included) back into the array it is given: give it a copy, so
+		 * that the buffer never points into this attempt's memory.
+		 */
+		elems = palloc(sizeof(Datum) * (to - from));
+		memcpy(elems, rows->values[c] + from, sizeof(Datum) * (to - from));
+		run.params[c] = PointerGetDatum(construct_md_array(elems, rows->nulls[c] + from,
+														   1, dims, lbs, getBaseType(col->type),
+														   col->typlen, col->typbyval, col->typalign));
 	}
 
 	edata = guard_try(run_statement, &run, fl->attempt);
