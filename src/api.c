@@ -96,7 +96,7 @@ mailer_create_job(PG_FUNCTION_ARGS)
 
 	spec = spec_parse(spec_doc);
 	spec->source.kafka.owner = GetUserId();
-	(void) plan_compile(spec, true);
+	spec_doc = plan_pin_sink(spec_doc, plan_compile(spec, true));
 
 	redacted = spec_redact(spec_doc, &secrets);
 	values[0] = CStringGetTextDatum(name);

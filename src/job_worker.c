@@ -506,7 +506,7 @@ job_run(Job *job)
 			since >= interval_ms;
 		if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
 			(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows ||
-			dead_letter_full(job->dead_letters))
+			dead_letter_full(job->dead_letters) || sink_buffer_full(job->sink))
 			due = true;
 		/* A "latest" start resolved while the job runs (the broker was away) is pinned at once too. */
 		if (job->source->unpinned)

@@ -16,13 +16,17 @@
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_type.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
@@ -45,6 +49,11 @@ static bool deferrable_primary_key(Relation rel);
 static void sink_key_equality(SinkPlan *sink, Relation rel, Oid index);
 static void check_column_privileges(Oid relid, SinkPlan *sink, const char *relname);
 static void build_insert_sql(SinkPlan *sink);
+static void build_delete_sql(SinkPlan *sink);
+static char *qualified_operator(Oid op);
+
+/* create_job and describe_job refuse what a worker of an older job accepts. */
+static bool refuse_unhashable_keys;
 static char *format_duration(int64 us);
 static const char *field_desc(RecordSchema *schema, int slot);
 
@@ -70,6 +79,7 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 	static const Oid value_types[] = {JSONBOID, TEXTOID, BYTEAOID};
 
 	plan->spec = spec;
+	refuse_unhashable_keys = prepare_executor;
 	if (spec->source.type == SOURCE_KAFKA)
 		kafka_check_options(&spec->source.kafka);
 	plan->schema = record_schema_create(value_types[spec->source.format]);
@@ -455,11 +465,23 @@ plan_sink(JobPlan *plan, char **out_paths)
 							 sink->relname)));
 	}
 
+	sink->key_index = key_index;
 	if (sink->upsert)
 		sink_key_equality(sink, rel, key_index);
 	check_column_privileges(sink->relid, sink, sink->relname);
 	table_close(rel, NoLock);
 	build_insert_sql(sink);
+	if (sink->upsert)
+		build_delete_sql(sink);
+
+	/*
+	 * From now on the name means this schema's table, and the mode is the
+	 * one it resolved to: a table of the same name placed earlier in the
+	 * search_path, or a primary key dropped, changes neither.
+	 */
+	spec->table = sink->relname;
+	if (spec->mode == SINK_MODE_DEFAULT && spec->key == NIL)
+		spec->mode = sink->upsert ? SINK_MODE_UPSERT : SINK_MODE_APPEND;
 	return sink;
 }
 
@@ -539,7 +561,58 @@ sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert, Oid *index)
 SinkPlan *
 plan_sink_again(JobPlan *plan)
 {
+	refuse_unhashable_keys = false;
 	return plan_sink(plan, plan->out_paths);
+}
+
+Oid
+plan_sink_key_index(SinkSpec *spec, Oid relid)
+{
+	Relation	rel = table_open(relid, NoLock);
+	Oid			index;
+
+	if (spec->key != NIL)
+	{
+		List	   *keys = NIL;
+		ListCell   *lc;
+		bool		deferrable;
+
+		foreach(lc, spec->key)
+			keys = lappend(keys, makeString(lfirst(lc)));
+		index = unique_index_on(rel, keys, &deferrable);
+	}
+	else
+		index = RelationGetPrimaryKeyIndex(rel);
+	table_close(rel, NoLock);
+	return index;
+}
+
+Jsonb *
+plan_pin_sink(Jsonb *doc, JobPlan *plan)
+{
+	SinkSpec   *spec = &plan->spec->sink;
+	Datum		path[2] = {CStringGetTextDatum("sink"), (Datum) 0};
+	StringInfoData value;
+	Datum		result = JsonbPGetDatum(doc);
+
+	initStringInfo(&value);
+	escape_json(&value, spec->table);
+	path[1] = CStringGetTextDatum("table");
+	result = DirectFunctionCall4(jsonb_set, result,
+								 PointerGetDatum(construct_array(path, 2, TEXTOID, -1, false, TYPALIGN_INT)),
+								 DirectFunctionCall1(jsonb_in, CStringGetDatum(value.data)),
+								 BoolGetDatum(true));
+	if (spec->mode != SINK_MODE_DEFAULT)
+	{
+		path[1] = CStringGetTextDatum("mode");
+		result = DirectFunctionCall4(jsonb_set, result,
+									 PointerGetDatum(construct_array(path, 2, TEXTOID, -1, false, TYPALIGN_INT)),
+									 DirectFunctionCall1(jsonb_in,
+														 CStringGetDatum(spec->mode == SINK_MODE_UPSERT ?
+																		 "\"upsert\"" : "\"append\"")),
+									 BoolGetDatum(true));
+	}
+	return DatumGetJsonbP(result);
 }
 
 Oid
@@ -639,9 +712,29 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index)
 		for (int c = 0; c < sink->ncolumns; c++)
 		{
 			SinkColumn *col = &sink->columns[c];
+			Oid			base;
 
 			if (!col->is_key || strcmp(col->name, att) != 0)
 				continue;
+
+			/*
+			 * Without a hash every row of the buffer meets in one bucket
+			 * (quadratic); an array's or a row's hash fails at run time
+			 * when an element type has none.
+			 */
+			base = getBaseType(col->type);
+			if (OidIsValid(lhs_hash) && (type_is_array(base) || type_is_rowtype(base) ||
+										 type_is_range(base) || type_is_multirange(base)) &&
+				!OidIsValid(lookup_type_cache(base, TYPECACHE_HASH_PROC)->hash_proc))
+				lhs_hash = InvalidOid;
+			if (!OidIsValid(lhs_hash) && refuse_unhashable_keys)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("invalid job spec at sink.table: conflict column \"%s\" of table %s has type %s, whose equality has no hash function",
+								col->name, sink->relname, format_type_be(col->type)),
+						 errdetail("An upsert merges the rows of each key in a hash table before it writes them."),
+						 errhint("Key the table on a type with a hash operator class (cast money to numeric, bit or tsvector to text), or use \"mode\": \"append\".")));
+			col->key_eq_op = eqop;
 			col->key_eq_proc = OidIsValid(eqop) ? get_opcode(eqop) : InvalidOid;
 			col->key_hash_proc = lhs_hash;
 			col->key_collation = idx->rd_indcollation[i];
@@ -690,6 +783,9 @@ check_column_privileges(Oid relid, SinkPlan *sink, const char *relname)
  * array parameter and unnest() turns them back into rows.  The unnest()
  * calls stand in the select list, where they run in step and a composite
  * value stays one column (in FROM, it would expand into its fields).
+ * Every function and operator is schema-qualified and the parameters are
+ * typed by SPI: nothing resolves through the job's search_path, where a
+ * role with CREATE in an earlier schema could put its own unnest().
  */
 static void
 build_insert_sql(SinkPlan *sink)
@@ -708,8 +804,7 @@ build_insert_sql(SinkPlan *sink)
 		Oid			elem = getBaseType(sink->columns[i].type);
 
 		sink->param_types[i] = get_array_type(elem);
-		appendStringInfo(&sql, "%sunnest($%d::%s)", i ? ", " : "", i + 1,
-						 format_type_be(sink->param_types[i]));
+		appendStringInfo(&sql, "%spg_catalog.unnest($%d)", i ? ", " : "", i + 1);
 	}
 	if (sink->upsert)
 	{
@@ -744,6 +839,70 @@ build_insert_sql(SinkPlan *sink)
 		}
 	}
 	sink->insert_sql = sql.data;
+}
+
+/*
+ * DELETE of the rows of some keys (a merged session's replaced parts):
+ * the key arrays are the insert's parameters of the key columns, compared
+ * with the conflict index's equality in its collation.
+ */
+static void
+build_delete_sql(SinkPlan *sink)
+{
+	StringInfoData sql;
+	bool		first = true;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s AS mailer_t USING (SELECT ", sink->relname);
+	for (int i = 0; i < sink->ncolumns; i++)
+	{
+		if (!sink->columns[i].is_key)
+			continue;
+		appendStringInfo(&sql, "%spg_catalog.unnest($%d) AS k%d", first ? "" : ", ", i + 1, i + 1);
+		first = false;
+	}
+	appendStringInfoString(&sql, ") AS mailer_d WHERE ");
+	first = true;
+	for (int i = 0; i < sink->ncolumns; i++)
+	{
+		SinkColumn *col = &sink->columns[i];
+
+		if (!col->is_key)
+			continue;
+		appendStringInfo(&sql, "%smailer_t.%s %s mailer_d.k%d", first ? "" : " AND ",
+						 quote_identifier(col->name), qualified_operator(col->key_eq_op), i + 1);
+		if (OidIsValid(col->key_collation))
+		{
+			HeapTuple	tup = SearchSysCache1(COLLOID, ObjectIdGetDatum(col->key_collation));
+			Form_pg_collation coll;
+
+			if (!HeapTupleIsValid(tup))
+				elog(ERROR, "cache lookup failed for collation %u", col->key_collation);
+			coll = (Form_pg_collation) GETSTRUCT(tup);
+			appendStringInfo(&sql, " COLLATE %s",
+							 quote_qualified_identifier(get_namespace_name(coll->collnamespace),
+														NameStr(coll->collname)));
+			ReleaseSysCache(tup);
+		}
+		first = false;
+	}
+	sink->delete_sql = sql.data;
+}
+
+/* OPERATOR(schema.name), so that no search_path decides which one runs. */
+static char *
+qualified_operator(Oid op)
+{
+	HeapTuple	tup = SearchSysCache1(OPEROID, ObjectIdGetDatum(op));
+	char	   *result;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for operator %u", op);
+	result = psprintf("OPERATOR(%s.%s)",
+					  quote_identifier(get_namespace_name(((Form_pg_operator) GETSTRUCT(tup))->oprnamespace)),
+					  NameStr(((Form_pg_operator) GETSTRUCT(tup))->oprname));
+	ReleaseSysCache(tup);
+	return result;
 }
 
 /*
@@ -895,6 +1054,9 @@ plan_describe(JobPlan *plan)
 						 col->is_key ? " (conflict key)" : "");
 	}
 	appendStringInfo(&buf, "\n  statement: %s", plan->sink->insert_sql);
+	/* Only a merged session deletes rows. */
+	if (plan->window && plan->window->type == WINDOW_SESSION)
+		appendStringInfo(&buf, "\n  replaced rows: %s", plan->sink->delete_sql);
 	appendStringInfo(&buf, "\nCheckpoint: every %s, %d retained",
 					 format_duration(spec->checkpoint_interval_us), spec->checkpoint_retain);
 	appendStringInfo(&buf, "\nOn error: %s", on_error_names[spec->on_error]);

@@ -9,7 +9,13 @@
  * the bad rows are alone; they become dead letters and the rest is written.
  * Deferred constraints are checked in each statement, so that the halving
  * sees them too; two rows that a trigger makes one key are written in
- * separate statements, in their order.
+ * separate statements, in their order.  The deletes of a merged session's
+ * replaced rows are halved the same way.
+ *
+ * When every row of a checkpoint (two or more) fails alone with the same
+ * SQLSTATE, the table is taken to refuse everything (row-level security
+ * without a policy, a new constraint, parent rows not loaded yet): the
+ * checkpoint fails and is retried, nothing is dead-lettered.
  *
  * The spec names the table: each checkpoint resolves the name again
  * (sink_buffer_bind), and a table made anew under it is written from then on.
@@ -33,6 +39,9 @@
 
 #define SINK_CHUNK_ROWS 10000
 
+/* Bytes of buffered rows past which the worker checkpoints early. */
+#define SINK_MAX_BYTES (64 * 1024 * 1024)
+
 typedef struct RowEntry
 {
 	uint32		row;
@@ -46,6 +55,24 @@ typedef struct SinkOrigin
 	int32		partition;
 	int64		offset;
 } SinkOrigin;
+
+/* A row the table refused, alone in its statement. */
+typedef struct SinkRefusal
+{
+	int			row;
+	int			sqlerrcode;
+	char	   *message;
+	char	   *text;			/* message: detail */
+} SinkRefusal;
+
+/* One flush: the refused rows, and a context for each statement's attempt. */
+typedef struct SinkFlush
+{
+	MemoryContext attempt;		/* reset after each statement */
+	OnError		on_error;
+	int64		written;
+	List	   *refused;		/* SinkRefusal, in order */
+} SinkFlush;
 
 struct SinkBuffer
 {
@@ -85,9 +112,11 @@ static bool row_equal(SinkBuffer *sb, uint32 a, uint32 b);
 
 static void grow(SinkBuffer *sb);
 static void compact(SinkBuffer *sb);
-static void delete_keys(SinkBuffer *sb);
-static void write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_error,
-						int64 *written, int64 *rejected);
+static void delete_keys(SinkBuffer *sb, SinkFlush *fl, DeadLetterBuffer *dlq);
+static void write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to,
+						SinkFlush *fl);
+static void refuse(SinkBuffer *sb, SinkBuffer *rows, bool delete, SinkRefusal *r,
+				   DeadLetterBuffer *dlq, OnError on_error);
 static bool is_row_error(ErrorData *edata);
 static char *row_as_json(SinkBuffer *sb, int row);
 static bool key_has_null(SinkBuffer *sb, int row);
@@ -136,6 +165,16 @@ prepare_insert(SinkBuffer *sb)
 	if (sb->insert_plan == NULL)
 		elog(ERROR, "could not prepare the sink statement: %s", SPI_result_code_string(SPI_result));
 	SPI_keepplan(sb->insert_plan);
+	if (sb->delete_plan)
+		SPI_freeplan(sb->delete_plan);
+	sb->delete_plan = NULL;
+	if (sp->delete_sql)
+	{
+		sb->delete_plan = SPI_prepare(sp->delete_sql, sp->ncolumns, sp->param_types);
+		if (sb->delete_plan == NULL)
+			elog(ERROR, "could not prepare the sink delete: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(sb->delete_plan);
+	}
 	SPI_finish();
 }
 
@@ -144,21 +183,40 @@ sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
 {
 	SinkPlan   *sp = sb->plan;
 	Oid			relid = plan_sink_relid(&plan->spec->sink, RowExclusiveLock);
+	Oid			index = InvalidOid;
 	MemoryContext old;
 	SinkPlan   *now;
 
 	if (!OidIsValid(relid))
 		return false;
-	if (relid == sp->relid)
+	if (sp->upsert)
+	{
+		/* An upsert job never appends: rows of one key would pile up. */
+		index = plan_sink_key_index(&plan->spec->sink, relid);
+		if (!OidIsValid(index))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("sink table %s has no conflict key for the job's upsert", sp->relname),
+					 errdetail("The job upserts on the primary key or the unique index of its sink.key; it no longer exists."),
+					 errhint("Create the primary key or unique index again: the job retries and goes on from its last checkpoint. To append, create a job with \"mode\": \"append\".")));
+	}
+	if (relid == sp->relid && index == sp->key_index)
 		return true;
 
 	/*
-	 * Another table has the name now: the rows buffered for the old one fit
-	 * it only if the sink compiles to the same columns against it.
+	 * Another table has the name now, or another index decides conflicts:
+	 * the rows buffered fit only if the sink compiles to the same columns
+	 * and the same key equality (rows were merged by it) against it.
 	 */
 	old = MemoryContextSwitchTo(GetMemoryChunkContext(sb));
 	now = plan_sink_again(plan);
 	MemoryContextSwitchTo(old);
+	if (!sink_plans_alike(sp, now) && relid == sp->relid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the conflict key of sink table %s changed", sp->relname),
+				 errdetail("The rows the job holds were merged per key as the index it replaced compares keys."),
+				 errhint("The job's worker restarts from its last checkpoint and merges rows as the new index does.")));
 	if (!sink_plans_alike(sp, now))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -166,6 +224,8 @@ sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
 				 errdetail("The rows the job holds were made for the columns of the table it replaced."),
 				 errhint("The job's worker restarts from its last checkpoint and writes into the new table.")));
 	sp->relid = now->relid;
+	sp->key_index = now->key_index;
+	sp->delete_sql = now->delete_sql;
 	prepare_insert(sb);
 	return true;
 }
@@ -245,6 +305,8 @@ sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls, const char *topic, i
 			/* The newest row of a key replaces the one buffered before. */
 			for (int c = 0; c < sp->ncolumns; c++)
 			{
+				if (!sb->nulls[c][entry->row] && !sp->columns[c].typbyval)
+					pfree(DatumGetPointer(sb->values[c][entry->row]));
 				sb->values[c][entry->row] = sb->values[c][row];
 				sb->nulls[c][entry->row] = sb->nulls[c][row];
 			}
@@ -318,12 +380,25 @@ sink_buffer_rows(SinkBuffer *sb)
 	return sb->nrows;
 }
 
+bool
+sink_buffer_full(SinkBuffer *sb)
+{
+	Size		bytes = MemoryContextMemAllocated(sb->ctx, true);
+
+	if (sb->deletes)
+		bytes += MemoryContextMemAllocated(sb->deletes->ctx, true);
+	return bytes >= SINK_MAX_BYTES;
+}
+
 int64
 sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, int64 *rejected)
 {
-	int64		written = 0;
+	SinkFlush	fl = {NULL, on_error, 0, NIL};
+	MemoryContext old;
+	ListCell   *lc;
 
 	*rejected = 0;
+	fl.attempt = AllocSetContextCreate(sb->ctx, "mailer sink statement", ALLOCSET_DEFAULT_SIZES);
 	if ((sb->deletes && sb->deletes->nrows > 0) || sb->nrows > sb->ndropped)
 	{
 		/*
@@ -337,24 +412,51 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, int64
 		AfterTriggerSetState(immediate);
 	}
 	if (sb->deletes && sb->deletes->nrows > 0)
-		delete_keys(sb);
+		delete_keys(sb, &fl, dlq);
 	if (sb->ndropped > 0)
 		compact(sb);
 	if (sb->nrows > 0)
 	{
 		SPI_connect();
+		old = MemoryContextSwitchTo(fl.attempt);
 		for (int from = 0; from < sb->nrows; from += SINK_CHUNK_ROWS)
-			write_range(sb, from, Min(from + SINK_CHUNK_ROWS, sb->nrows), dlq, on_error, &written,
-						rejected);
+			write_range(sb, sb, false, from, Min(from + SINK_CHUNK_ROWS, sb->nrows), &fl);
+		MemoryContextSwitchTo(old);
 		SPI_finish();
 	}
-	MemoryContextReset(sb->ctx);
+
+	/*
+	 * Every row refused alone, for the same reason: the table's doing (see
+	 * the file's header), not the rows'.  One row tells nothing.
+	 */
+	if (sb->nrows >= 2 && list_length(fl.refused) == sb->nrows)
+	{
+		SinkRefusal *first = linitial(fl.refused);
+		bool		same = true;
+
+		foreach(lc, fl.refused)
+			if (((SinkRefusal *) lfirst(lc))->sqlerrcode != first->sqlerrcode)
+				same = false;
+		if (same)
+			ereport(ERROR,
+					(errcode(first->sqlerrcode),
+					 errmsg("table %s refused every row of the checkpoint: %s", sb->plan->relname,
+							first->message),
+					 errdetail("Each of the %d rows failed alone with SQLSTATE %s; that is taken for a change of the table (a policy, a constraint, missing parent rows), not bad rows, so none is dead-lettered.",
+							   sb->nrows, unpack_sql_state(first->sqlerrcode)),
+					 errhint("Fix the table: the job retries from its last checkpoint. Rows that are bad themselves are dead-lettered once a checkpoint also holds a row the table accepts.")));
+	}
+	foreach(lc, fl.refused)
+	{
+		(*rejected)++;
+		refuse(sb, sb, false, lfirst(lc), dlq, on_error);
+	}
 	sb->nrows = 0;
 	sb->capacity = 0;
 	sb->ndropped = 0;
 	if (sb->keys)
 		rowset_reset(sb->keys);
-	return written;
+	return fl.written;
 }
 
 /* Leave out the rows deleted after they were buffered. */
@@ -381,44 +483,29 @@ compact(SinkBuffer *sb)
 	sb->ndropped = 0;
 }
 
-/* DELETE ... WHERE (keys) IN (SELECT * FROM unnest(...)) for the deleted keys. */
+/*
+ * Delete the rows of the keys to delete (plan.c's delete statement), halved
+ * like inserts: a row that may not go (a restricting foreign key, a trigger
+ * that raises) is refused as a row, and stays.
+ */
 static void
-delete_keys(SinkBuffer *sb)
+delete_keys(SinkBuffer *sb, SinkFlush *fl, DeadLetterBuffer *dlq)
 {
-	SinkPlan   *sp = sb->plan;
 	SinkBuffer *del = sb->deletes;
-	Datum	   *params = palloc(sizeof(Datum) * sp->nkeys);
-	Oid		   *types = palloc(sizeof(Oid) * sp->nkeys);
-	int			dims[1] = {del->nrows};
-	int			lbs[1] = {1};
-	int			k = 0;
-	StringInfoData sql;
-
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "DELETE FROM %s WHERE (", sp->relname);
-	for (int c = 0; c < sp->ncolumns; c++)
-	{
-		SinkColumn *col = &sp->columns[c];
-
-		if (!col->is_key)
-			continue;
-		appendStringInfo(&sql, "%s%s", k ? ", " : "", quote_identifier(col->name));
-		types[k] = sp->param_types[c];
-		params[k] = PointerGetDatum(construct_md_array(del->values[c], del->nulls[c], 1, dims, lbs,
-													   getBaseType(col->type), col->typlen,
-													   col->typbyval, col->typalign));
-		k++;
-	}
-	/* unnest() in the select list: a composite key stays one column (plan.c). */
-	appendStringInfoString(&sql, ") IN (SELECT ");
-	for (int i = 0; i < k; i++)
-		appendStringInfo(&sql, "%sunnest($%d)", i ? ", " : "", i + 1);
-	appendStringInfoString(&sql, ")");
+	MemoryContext old;
+	ListCell   *lc;
 
 	SPI_connect();
-	if (SPI_execute_with_args(sql.data, k, types, params, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not delete replaced rows from %s", sp->relname);
+	old = MemoryContextSwitchTo(fl->attempt);
+	for (int from = 0; from < del->nrows; from += SINK_CHUNK_ROWS)
+		write_range(sb, del, true, from, Min(from + SINK_CHUNK_ROWS, del->nrows), fl);
+	MemoryContextSwitchTo(old);
 	SPI_finish();
+	foreach(lc, fl->refused)
+		refuse(sb, del, true, lfirst(lc), dlq, fl->on_error);
+	list_free(fl->refused);
+	fl->refused = NIL;
+	fl->written = 0;
 	MemoryContextReset(del->ctx);
 	del->nrows = 0;
 	del->capacity = 0;
@@ -445,82 +532,130 @@ grow(SinkBuffer *sb)
 	sb->capacity = cap;
 }
 
-typedef struct InsertRun
+typedef struct StatementRun
 {
-	SinkBuffer *sb;
+	SPIPlanPtr	plan;
+	int			expected;
 	Datum	   *params;
-} InsertRun;
+	char	   *nulls;
+} StatementRun;
 
 static void
-run_insert(void *arg)
+run_statement(void *arg)
 {
-	InsertRun  *run = (InsertRun *) arg;
-	int			rc = SPI_execute_plan(run->sb->insert_plan, run->params, NULL, false, 0);
+	StatementRun *run = (StatementRun *) arg;
+	int			rc = SPI_execute_plan(run->plan, run->params, run->nulls, false, 0);
 
-	if (rc != SPI_OK_INSERT)
+	if (rc != run->expected)
 		elog(ERROR, "sink statement returned %s", SPI_result_code_string(rc));
 }
 
-/* Write rows [from, to) in one statement, in a subtransaction. */
+/*
+ * Write (or delete) rows [from, to) of rows in one statement, in a
+ * subtransaction; halve on a row's error.  Runs in fl->attempt, reset
+ * after each statement.
+ */
 static void
-write_range(SinkBuffer *sb, int from, int to, DeadLetterBuffer *dlq, OnError on_error,
-			int64 *written, int64 *rejected)
+write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to, SinkFlush *fl)
 {
 	SinkPlan   *sp = sb->plan;
-	InsertRun	run = {sb, palloc(sizeof(Datum) * sp->ncolumns)};
+	StatementRun run;
 	int			dims[1] = {to - from};
 	int			lbs[1] = {1};
 	ErrorData  *edata;
+	bool		split;
 
+	run.plan = delete ? sb->delete_plan : sb->insert_plan;
+	run.expected = delete ? SPI_OK_DELETE : SPI_OK_INSERT;
+	run.params = palloc(sizeof(Datum) * sp->ncolumns);
+	run.nulls = palloc(sp->ncolumns);
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
 		SinkColumn *col = &sp->columns[c];
+		Datum	   *elems;
 
-		run.params[c] = PointerGetDatum(construct_md_array(sb->values[c] + from, sb->nulls[c] + from,
+		run.nulls[c] = delete && !col->is_key ? 'n' : ' ';
+		if (run.nulls[c] == 'n')
+		{
+			run.params[c] = (Datum) 0;
+			continue;
+		}
+
+		/*
+		 * construct_md_array() puts the values it detoasts (a short header
+		 * included) back into the array it is given: give it a copy, so
+		 * that the buffer never points into this attempt's memory.
+		 */
+		elems = palloc(sizeof(Datum) * (to - from));
+		memcpy(elems, rows->values[c] + from, sizeof(Datum) * (to - from));
+		run.params[c] = PointerGetDatum(construct_md_array(elems, rows->nulls[c] + from,
 														   1, dims, lbs, getBaseType(col->type),
 														   col->typlen, col->typbyval, col->typalign));
 	}
 
-	edata = guard_try(run_insert, &run, CurrentMemoryContext);
+	edata = guard_try(run_statement, &run, fl->attempt);
 	if (edata == NULL)
 	{
-		*written += to - from;
+		if (!delete)
+			fl->written += to - from;
+		MemoryContextReset(fl->attempt);
 		return;
 	}
-	/* 21000: rows a trigger made one key; apart, in order, the last one wins. */
-	if (!is_row_error(edata) && edata->sqlerrcode != ERRCODE_CARDINALITY_VIOLATION)
+	/* 21000 (a row class): rows a trigger made one key; apart, in order, the last one wins. */
+	if (!is_row_error(edata))
 		ReThrowError(edata);
-	if (to - from > 1)
+	split = to - from > 1;
+	if (!split)
+	{
+		MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+		SinkRefusal *r = palloc(sizeof(SinkRefusal));
+
+		r->row = from;
+		r->sqlerrcode = edata->sqlerrcode;
+		r->message = pstrdup(edata->message);
+		r->text = pstrdup(error_text(edata));
+		fl->refused = lappend(fl->refused, r);
+		MemoryContextSwitchTo(old);
+	}
+	MemoryContextReset(fl->attempt);
+	if (split)
 	{
 		int			mid = from + (to - from) / 2;
 
-		write_range(sb, from, mid, dlq, on_error, written, rejected);
-		write_range(sb, mid, to, dlq, on_error, written, rejected);
-		return;
+		write_range(sb, rows, delete, from, mid, fl);
+		write_range(sb, rows, delete, mid, to, fl);
 	}
+}
 
-	/* One row the table refuses. */
-	(*rejected)++;
+/* A refused row (of rows), per on_error. */
+static void
+refuse(SinkBuffer *sb, SinkBuffer *rows, bool delete, SinkRefusal *r, DeadLetterBuffer *dlq,
+	   OnError on_error)
+{
+	SinkPlan   *sp = sb->plan;
+	SinkOrigin *origin = &rows->origins[r->row];
+
 	if (on_error == ON_ERROR_FAIL)
 	{
 		*sb->failing = true;
 		ereport(ERROR,
-				(errcode(edata->sqlerrcode),
-				 errmsg("table %s rejected a row: %s", sp->relname, edata->message),
-				 errdetail("The row: %s%s", row_as_json(sb, from),
-						   sb->origins[from].topic ?
+				(errcode(r->sqlerrcode),
+				 errmsg(delete ? "table %s refused to delete a row a merged session replaced: %s" :
+						"table %s rejected a row: %s", sp->relname, r->message),
+				 errdetail("The row: %s%s", row_as_json(rows, r->row),
+						   origin->topic ?
 						   psprintf(" (from %s partition %d offset " INT64_FORMAT ")",
-									sb->origins[from].topic, sb->origins[from].partition,
-									sb->origins[from].offset) : ""),
+									origin->topic, origin->partition, origin->offset) : ""),
 				 errhint("The job's on_error is \"fail\"; with \"dead_letter\" such rows go to mailer.dead_letters.")));
 	}
 	if (on_error == ON_ERROR_DEAD_LETTER)
 	{
-		char	   *json = row_as_json(sb, from);
+		char	   *json = row_as_json(rows, r->row);
+		char	   *error = delete ? psprintf("could not delete the row a merged session replaced: %s",
+											  r->text) : r->text;
 
-		dead_letter_add(dlq, sb->origins[from].topic, sb->origins[from].partition,
-						sb->origins[from].offset, NULL, -1, json, strlen(json), "sink",
-						error_text(edata));
+		dead_letter_add(dlq, origin->topic, origin->partition, origin->offset, NULL, -1, json,
+						strlen(json), "sink", error);
 	}
 }
 
@@ -540,14 +675,15 @@ is_policy_violation(ErrorData *edata)
 		strcmp(edata->funcname, "ExecWithCheckOptions") == 0;
 }
 
-/* Errors about a row's data, as opposed to the table or the server. */
+/*
+ * Errors about a row's data, as opposed to the table or the server: those
+ * of a record (guard.c: 22, 23, 21, 54, a trigger's RAISE or ASSERT), a
+ * view's WITH CHECK OPTION, a policy's WITH CHECK.
+ */
 static bool
 is_row_error(ErrorData *edata)
 {
-	int			category = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
-
-	return category == ERRCODE_DATA_EXCEPTION ||
-		category == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
+	return guard_is_data_error(edata) ||
 		edata->sqlerrcode == ERRCODE_WITH_CHECK_OPTION_VIOLATION ||
 		is_policy_violation(edata);
 }

@@ -35,6 +35,7 @@ typedef struct SinkColumn
 	CompiledExpr *cast;			/* NULL when the field has the column's type */
 	bool		is_key;			/* a conflict column of an upsert */
 	/* is_key: the conflict index's equality, a hash that agrees with it (or InvalidOid), its collation */
+	Oid			key_eq_op;
 	Oid			key_eq_proc;
 	Oid			key_hash_proc;
 	Oid			key_collation;
@@ -52,7 +53,9 @@ typedef struct SinkPlan
 	SinkColumn *columns;
 	int			nkeys;			/* upsert: conflict columns among columns */
 	bool		key_nulls_distinct;	/* the conflict index never matches a null key */
+	Oid			key_index;		/* upsert: the conflict index the keys are compared by */
 	char	   *insert_sql;		/* $n are arrays, one per column */
+	char	   *delete_sql;		/* upsert: delete the rows of keys given as the insert's $n */
 	Oid		   *param_types;
 } SinkPlan;
 
@@ -105,6 +108,18 @@ extern SinkPlan *plan_sink_again(JobPlan *plan);
  * table has that name now.
  */
 extern Oid	plan_sink_relid(SinkSpec *spec, LOCKMODE lockmode);
+
+/*
+ * The unique index an upsert into table relid (locked) arbitrates on now,
+ * or InvalidOid when it has none.
+ */
+extern Oid	plan_sink_key_index(SinkSpec *spec, Oid relid);
+
+/*
+ * The spec as create_job stores it: sink.table schema-qualified as it
+ * resolved, and sink.mode as it resolved when the spec left it out.
+ */
+extern Jsonb *plan_pin_sink(Jsonb *doc, JobPlan *plan);
 
 /* The plan as a person reads it (describe_job). */
 extern char *plan_describe(JobPlan *plan);

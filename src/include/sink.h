@@ -35,6 +35,9 @@ extern void sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls);
 
 extern int	sink_buffer_rows(SinkBuffer *sb);
 
+/* The buffered rows hold so much memory that the worker should checkpoint now. */
+extern bool sink_buffer_full(SinkBuffer *sb);
+
 /*
  * Resolve the sink table's name now, in the checkpoint transaction, and
  * lock the table.  false: no table has that name (the caller waits and
@@ -46,8 +49,9 @@ extern bool sink_buffer_bind(SinkBuffer *sb, JobPlan *plan);
 /*
  * Write the buffered rows (inside the checkpoint transaction).  A row the
  * table rejects for its data goes to dlq, or raises per on_error; any other
- * failure (table missing, no privilege) raises.  Returns rows written;
- * *rejected counts the rows dead-lettered or skipped.
+ * failure (table missing, no privilege), and every row of two or more
+ * refused for the same SQLSTATE, raises.  Returns rows written; *rejected
+ * counts the rows dead-lettered or skipped.
  */
 extern int64 sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error,
 							   int64 *rejected);

@@ -55,7 +55,7 @@ sub wait_waiting_for_table
 	}, 60);
 	my ($state, $waiting_for, $error, $pid, $restarts) = split /\|/, $r;
 	is($waiting_for, 'table', "$what: waiting_for table");
-	like($error, qr/waiting for the sink table: table "t081_rows" does not exist/, "$what: last_error says why");
+	like($error, qr/waiting for the sink table: table "public\.t081_rows" does not exist/, "$what: last_error says why");
 	ok($pid > 0, "$what: its worker stays up");
 	return ($pid, $restarts);
 }
