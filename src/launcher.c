@@ -367,6 +367,7 @@ reconcile(long *timeout_ms)
 			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ||
 			!may_start(job, now, timeout_ms))
 			continue;
+		TEST_POINT("launcher_before_slot");
 		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
 		for (int i = 0; i < mailer_shared->nslots && free_slot < 0; i++)
 		{
