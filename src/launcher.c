@@ -30,6 +30,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "mailer.h"
@@ -637,6 +638,19 @@ start_worker(int i, JobEntry *job)
 	args.slot = i;
 
 	TEST_POINT("launcher_before_start");
+
+	/*
+	 * A job whose owner role was dropped can never connect: failed, not
+	 * retried for good.  (A role that lost LOGIN may get it back: retried.)
+	 */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->owner)))
+	{
+		if (set_status(job->job_id, "failed", 0, 0,
+					   psprintf("the job's owner role (oid %u) was dropped: no worker can run the job; "
+								"a superuser drops it with mailer.drop_job('%s')", job->owner, job->name), 0))
+			job->state = "failed";
+		return;
+	}
 
 	/*
 	 * A stop_job may have run to its end since this round read the jobs,
