@@ -15,9 +15,11 @@
 #include <malloc.h>
 
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -157,13 +159,17 @@ checkpoint_take(Job *job, bool final)
 	/*
 	 * Job ids start again at 1 when the extension is dropped and created
 	 * again: a worker of the old installation must not write into the new
-	 * one's tables, where its id may be another job's.
+	 * one's tables, where its id may be another job's.  The extension's
+	 * lock, held until the commit, keeps a DROP EXTENSION waiting until
+	 * then, or shows it done before the check.
 	 */
+	LockDatabaseObject(ExtensionRelationId, job->ext_oid, 0, AccessShareLock);
 	if (get_extension_oid("mailer", true) != job->ext_oid)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),
 				 errdetail("The job's worker exits without a last checkpoint.")));
+	TEST_POINT("checkpoint_after_ext_check");
 
 	/*
 	 * The spec names the sink table: its name is resolved at each

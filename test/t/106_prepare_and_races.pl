@@ -66,4 +66,39 @@ like($err2, qr/42710: job "race106" already exists/, 'the second create_job: dup
 like($err2, qr/HINT:  Choose another name, or drop the job first/, '... with its hint');
 
 psql("SELECT mailer.drop_job('race106'); SELECT mailer.drop_job('j106')");
+
+# DROP EXTENSION and CREATE EXTENSION while a worker is between its
+# checkpoint's check of the installation and its writes: the worker's lock
+# on the extension keeps the DROP waiting until its checkpoint commits, so
+# it never writes its job id's checkpoint into the new installation (where
+# job 1 is another job).
+fresh_extension();
+psql("DROP TABLE IF EXISTS t106_new; CREATE TABLE t106_new (k text)");
+my $old_id = psql(q{SELECT mailer.create_job('old106', $${"source": {"type": "generator", "events": 1000000, "rate": 50},
+	"steps": [{"map": {"k": "key"}}], "sink": {"type": "table", "table": "t106"},
+	"checkpoint": {"interval": "200 milliseconds"}}$$)});
+wait_until('old106 has checkpointed a few times', sub { psql("SELECT coalesce(max(epoch), 0) FROM mailer.checkpoints WHERE job_id = $old_id") >= 5 });
+my $epoch = psql("SELECT max(epoch) FROM mailer.checkpoints WHERE job_id = $old_id");
+my $from = test_point_hold('checkpoint_after_ext_check');
+test_point_wait_reached('checkpoint_after_ext_check', $from);
+my ($in3, $out3, $err3) = ('', '', '');
+my $reinstall = IPC::Run::start(['psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1'], '<', \$in3, '>', \$out3, '2>', \$err3);
+$in3 = q{SET client_min_messages = warning; DROP EXTENSION mailer CASCADE; CREATE EXTENSION mailer;
+	SELECT mailer.create_job('new106', $${"source": {"type": "generator", "events": 1000000, "rate": 50},
+	"steps": [{"map": {"k": "key"}}], "sink": {"type": "table", "table": "t106_new"}}$$);
+	SELECT mailer.stop_job('new106'); SELECT 'reinstalled';
+\q
+};
+my $how = wait_until('the reinstall is done, or waits for the worker', sub {
+	$reinstall->pump_nb;
+	return 'done' if $out3 =~ /reinstalled/;
+	return psql("SELECT count(*) FROM pg_locks WHERE locktype = 'object' AND classid = 'pg_extension'::regclass AND NOT granted") ne '0' ? 'waits' : undef;
+});
+is($how, 'waits', 'DROP EXTENSION waits for the checkpoint in progress');
+test_point_release();
+$reinstall->finish;
+like($out3, qr/reinstalled/, 'the extension is installed again') or diag($err3);
+is(psql("SELECT count(*) FROM mailer.checkpoints WHERE epoch > $epoch"), '0',
+	"the old installation's worker wrote no checkpoint into the new one");
+psql("SELECT mailer.drop_job('new106')");
 done_testing();
