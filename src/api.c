@@ -29,6 +29,7 @@
 #include "job_slots.h"
 #include "plan.h"
 #include "spec.h"
+#include "test_point.h"
 
 PG_FUNCTION_INFO_V1(mailer_create_job);
 PG_FUNCTION_INFO_V1(mailer_describe_job);
@@ -348,7 +349,12 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
-			if (ticket == 0 || ticket_slot != slot)
+			/*
+			 * A new ticket for a slot new to us, or given anew to the job
+			 * (its counters start again at 0): the old one would never be
+			 * answered.
+			 */
+			if (ticket == 0 || ticket_slot != slot || slot->wait_requested < ticket)
 			{
 				ticket = ++slot->wait_requested;
 				ticket_slot = slot;
@@ -365,6 +371,7 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 			state = finished ? "finished" : "running";
 			break;
 		}
+		TEST_POINT("wait_job_waiting");
 
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (remaining <= 0)

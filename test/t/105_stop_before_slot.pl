@@ -11,6 +11,7 @@ use FindBin;
 use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use Test::More;
+use IPC::Run;
 
 fresh_extension();
 test_point_release();
@@ -42,5 +43,35 @@ is(psql("SELECT count(*) FROM mailer.checkpoints WHERE job_id = $job_id"), '0', 
 psql("SELECT mailer.start_job('j105')");
 wait_until('the job runs', sub { psql("SELECT count(*) > 0 FROM t105") eq 't' });
 psql("SELECT mailer.drop_job('j105')");
+
+# A wait_job whose job is stopped and started again while it waits, and
+# gets the same slot anew (its wait tickets count from 0 again): it takes a
+# new ticket, and returns once the job has committed its input, instead of
+# timing out on a ticket the new worker never saw.  (The job does not end:
+# a finished one would answer by its state.)  A test point holds
+# wait_job after it took its ticket.
+psql("TRUNCATE t105");
+psql(qq{SELECT mailer.create_job('w105', \$\${
+	"source": {"type": "generator", "rate": 100},
+	"steps": [{"map": {"k": "value->>'order_id'"}}],
+	"sink": {"type": "table", "table": "t105"},
+	"checkpoint": {"interval": "200 milliseconds"}}\$\$)});
+wait_until('w105 runs', sub { psql("SELECT count(*) > 0 FROM t105") eq 't' });
+$from = test_point_hold('wait_job_waiting');
+my ($in, $out, $err) = ('', '', '');
+my $waiter = IPC::Run::start(['psql', '-X', '-q', '-A', '-t'], '<', \$in, '>', \$out, '2>', \$err);
+$in = "SELECT mailer.wait_job('w105', '40 seconds');\n\\q\n";
+wait_until('wait_job has taken its ticket', sub {
+	$waiter->pump_nb;
+	pg_log_since($from) =~ /mailer test point wait_job_waiting reached/;
+});
+psql("SELECT mailer.stop_job('w105')");
+psql("SELECT mailer.start_job('w105')");
+wait_until('w105 runs again', sub { psql("SELECT state FROM mailer.jobs WHERE name = 'w105'") eq 'running' });
+test_point_release();
+$waiter->finish;
+is($out, "running\n", 'wait_job returns once the restarted job has committed its input') or diag($err);
+is(psql("SELECT count(*) = count(DISTINCT k) FROM t105"), 't', 'every row once');
+psql("SELECT mailer.drop_job('w105')");
 psql("DROP TABLE t105");
 done_testing();
