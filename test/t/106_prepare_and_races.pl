@@ -101,4 +101,25 @@ like($out3, qr/reinstalled/, 'the extension is installed again') or diag($err3);
 is(psql("SELECT count(*) FROM mailer.checkpoints WHERE epoch > $epoch"), '0',
 	"the old installation's worker wrote no checkpoint into the new one");
 psql("SELECT mailer.drop_job('new106')");
+
+# A stop_job that times out withdraws its stop request, also for a job id
+# above 2^31 (it used to be kept as an int: the abort looked for another
+# job's slot and the stop stayed, so the worker stopped).  A test point
+# holds the worker in a checkpoint while stop_job waits for it.
+psql("SELECT setval('mailer.job_job_id_seq', 3000000000)");
+my $big = psql(q{SELECT mailer.create_job('big106', $${"source": {"type": "generator", "rate": 50},
+	"steps": [{"map": {"k": "key"}}], "sink": {"type": "table", "table": "t106"},
+	"checkpoint": {"interval": "200 milliseconds"}}$$)});
+cmp_ok($big, '>', 2**31, 'the job id is above 2^31');
+wait_until('big106 runs', sub { psql("SELECT state FROM mailer.jobs WHERE name = 'big106'") eq 'running' });
+my $pid = job_info('big106')->{pid};
+$from = test_point_hold('checkpoint_after_ext_check');
+test_point_wait_reached('checkpoint_after_ext_check', $from);
+like(psql_fails("SELECT mailer.stop_job('big106', '1 second')"), qr/did not stop within/, 'stop_job times out');
+test_point_release();
+my $epoch_now = psql("SELECT max(epoch) FROM mailer.checkpoints WHERE job_id = $big");
+wait_until('big106 goes on', sub { psql("SELECT max(epoch) FROM mailer.checkpoints WHERE job_id = $big") >= $epoch_now + 5 });
+is(job_info('big106')->{pid}, $pid, 'its worker was not stopped: the stop was withdrawn');
+is(psql("SELECT restarts FROM mailer.jobs WHERE name = 'big106'"), '0', '... and not restarted');
+psql("SELECT mailer.drop_job('big106')");
 done_testing();
