@@ -72,6 +72,20 @@ test_point_release();
 $waiter->finish;
 is($out, "running\n", 'wait_job returns once the restarted job has committed its input') or diag($err);
 is(psql("SELECT count(*) = count(DISTINCT k) FROM t105"), 't', 'every row once');
+
+# The job dropped while wait_job waits: an error with a hint.
+$from = test_point_hold('wait_job_waiting');
+($in, $out, $err) = ('', '', '');
+$waiter = IPC::Run::start(['psql', '-X', '-q', '-A', '-t', '-v', 'VERBOSITY=verbose'], '<', \$in, '>', \$out, '2>', \$err);
+$in = "SELECT mailer.wait_job('w105', '40 seconds');\n\\q\n";
+wait_until('wait_job waits', sub {
+	$waiter->pump_nb;
+	pg_log_since($from) =~ /mailer test point wait_job_waiting reached/;
+});
 psql("SELECT mailer.drop_job('w105')");
+test_point_release();
+$waiter->finish;
+like($err, qr/42704: job "w105" was dropped while waiting/, 'wait_job: the job was dropped');
+like($err, qr/HINT:  Create the job again with mailer.create_job to run it/, '... with a hint');
 psql("DROP TABLE t105");
 done_testing();
