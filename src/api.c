@@ -29,6 +29,7 @@
 #include "job_slots.h"
 #include "plan.h"
 #include "spec.h"
+#include "test_point.h"
 
 PG_FUNCTION_INFO_V1(mailer_create_job);
 PG_FUNCTION_INFO_V1(mailer_describe_job);
@@ -42,13 +43,15 @@ static bool wake_launcher_at_commit = false;
 static bool reading_spec = false;	/* a spec (maybe with secrets) is the statement's text */
 static emit_log_hook_type prev_emit_log_hook = NULL;
 static bool xact_callback_registered = false;
-static List *stops_to_undo = NIL;	/* job ids whose stop request an abort withdraws */
+static List *stops_to_undo = NIL;	/* (int64 *) job ids whose stop request an abort withdraws */
+static bool controlled_jobs = false;	/* this transaction created, started, stopped, ... a job */
 static Oid	stops_ext_oid = InvalidOid;	/* the installation those jobs are of */
 
 static void api_xact_callback(XactEvent event, void *arg);
 static void hide_spec_statement(ErrorData *edata);
 static void begin_reading_spec(void);
 static void wake_launcher_after_commit(void);
+static void note_job_control(void);
 static void check_job_name(const char *name);
 static void request_stop_and_wait(JobRow *job, long timeout_ms);
 static void wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms);
@@ -108,13 +111,30 @@ mailer_create_job(PG_FUNCTION_ARGS)
 		nulls[4] = 'n';
 
 	SPI_connect();
-	catalog_exec("WITH j AS (INSERT INTO mailer.job (name, owner, spec, search_path) "
-				 "VALUES ($1, $2::pg_catalog.regrole, $3, $4) RETURNING job_id), "
-				 "s AS (INSERT INTO mailer.job_secret (job_id, secrets) "
-				 "SELECT job_id, $5 FROM j WHERE $5 IS NOT NULL), "
-				 "st AS (INSERT INTO mailer.job_status (job_id) SELECT job_id FROM j) "
-				 "SELECT job_id FROM j",
-				 5, types, values, nulls, false);
+	PG_TRY();
+	{
+		catalog_exec("WITH j AS (INSERT INTO mailer.job (name, owner, spec, search_path) "
+					 "VALUES ($1, $2::pg_catalog.regrole, $3, $4) RETURNING job_id), "
+					 "s AS (INSERT INTO mailer.job_secret (job_id, secrets) "
+					 "SELECT job_id, $5 FROM j WHERE $5 IS NOT NULL), "
+					 "st AS (INSERT INTO mailer.job_status (job_id) SELECT job_id FROM j) "
+					 "SELECT job_id FROM j",
+					 5, types, values, nulls, false);
+	}
+	PG_CATCH();
+	{
+		/* Another create_job of the name committed after our check above. */
+		if (geterrcode() == ERRCODE_UNIQUE_VIOLATION)
+		{
+			FlushErrorState();
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("job \"%s\" already exists", name),
+					 errhint("Choose another name, or drop the job first with mailer.drop_job('%s').", name)));
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 
@@ -240,6 +260,7 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 	 * (a start_job racing with us) exits at once, instead of taking a final
 	 * checkpoint of what it read before the rewind.
 	 */
+	note_job_control();
 	if (worker_alive || !lock_job(job, ext_oid, 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -311,7 +332,9 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		if (job == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("job \"%s\" was dropped while waiting", name)));
+					 errmsg("job \"%s\" was dropped while waiting", name),
+					 errdetail("A mailer.drop_job of the job committed while mailer.wait_job waited for it."),
+					 errhint("Create the job again with mailer.create_job to run it.")));
 		if (strcmp(job->desired_state, "stopped") == 0 ||
 			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
 		{
@@ -326,7 +349,12 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
-			if (ticket == 0 || ticket_slot != slot)
+			/*
+			 * A new ticket for a slot new to us, or given anew to the job
+			 * (its counters start again at 0): the old one would never be
+			 * answered.
+			 */
+			if (ticket == 0 || ticket_slot != slot || slot->wait_requested < ticket)
 			{
 				ticket = ++slot->wait_requested;
 				ticket_slot = slot;
@@ -343,6 +371,7 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 			state = finished ? "finished" : "running";
 			break;
 		}
+		TEST_POINT("wait_job_waiting");
 
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (remaining <= 0)
@@ -448,7 +477,12 @@ request_stop_and_wait(JobRow *job, long timeout_ms)
 		return;
 
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	stops_to_undo = lappend(stops_to_undo, makeInteger((int) job->job_id));
+	{
+		int64	   *id = palloc(sizeof(int64));
+
+		*id = job->job_id;
+		stops_to_undo = lappend(stops_to_undo, id);
+	}
 	stops_ext_oid = ext_oid;
 	MemoryContextSwitchTo(old);
 	wake_launcher_after_commit();
@@ -501,7 +535,7 @@ wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms)
 	bool		ours = false;
 
 	foreach(lc, stops_to_undo)
-		if (starting && intVal(lfirst(lc)) == (int) job->job_id)
+		if (starting && *(int64 *) lfirst(lc) == job->job_id)
 			ours = true;
 
 	for (;;)
@@ -579,12 +613,23 @@ begin_reading_spec(void)
 static void
 wake_launcher_after_commit(void)
 {
+	note_job_control();
+	wake_launcher_at_commit = true;
+}
+
+/*
+ * This transaction controls a job: what it asked of the launcher and the
+ * workers lives in this backend until it ends, so it may not be prepared.
+ */
+static void
+note_job_control(void)
+{
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(api_xact_callback, NULL);
 		xact_callback_registered = true;
 	}
-	wake_launcher_at_commit = true;
+	controlled_jobs = true;
 }
 
 static void
@@ -594,6 +639,17 @@ api_xact_callback(XactEvent event, void *arg)
 
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (controlled_jobs)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has created, started, stopped, restored or dropped a mailer job"),
+						 errdetail("The launcher and the job's worker act on what mailer's functions did only once this session's transaction ends."),
+						 errhint("Call mailer's job functions in a transaction of their own.")));
+			return;
+		case XACT_EVENT_PREPARE:
+			/* Nothing to undo or wake from this session any more. */
+			break;
 		case XACT_EVENT_COMMIT:
 			if (wake_launcher_at_commit && mailer_shared)
 				job_slots_wake_launcher();
@@ -604,7 +660,7 @@ api_xact_callback(XactEvent event, void *arg)
 				LWLockAcquire(mailer_shared->lock, LW_SHARED);
 				foreach(lc, stops_to_undo)
 				{
-					JobSlot    *slot = job_slots_find(intVal(lfirst(lc)), stops_ext_oid);
+					JobSlot    *slot = job_slots_find(*(int64 *) lfirst(lc), stops_ext_oid);
 
 					if (slot)
 					{
@@ -621,7 +677,9 @@ api_xact_callback(XactEvent event, void *arg)
 			return;
 	}
 	wake_launcher_at_commit = false;
+	controlled_jobs = false;
 	stops_to_undo = NIL;
+	stops_ext_oid = InvalidOid;
 	reading_spec = false;
 }
 

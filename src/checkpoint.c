@@ -15,9 +15,11 @@
 #include <malloc.h>
 
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -31,7 +33,16 @@
 #include "test_point.h"
 #include "watermark.h"
 
+/*
+ * How long a checkpoint's statements wait for a lock another transaction
+ * holds (a user's LOCK TABLE or open UPDATE of the sink table) before the
+ * job says it waits, or, past its first step, restarts from its last
+ * checkpoint: never blocked for good while it looks healthy.
+ */
+#define CHECKPOINT_LOCK_TIMEOUT		"3s"
+
 static void counters_from_jsonb(Job *job, Jsonb *counters);
+static bool bind_sink(Job *job, bool *lock_busy);
 
 static double
 ms_since(TimestampTz start)
@@ -130,6 +141,7 @@ checkpoint_take(Job *job, bool final)
 	char	   *state_layout;
 	Jsonb	   *positions;
 	int			retain = job->spec->checkpoint_retain;
+	bool		lock_busy;
 
 	job->stage = "checkpoint";
 	job_transaction_begin();
@@ -141,17 +153,23 @@ checkpoint_take(Job *job, bool final)
 	 */
 	(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("lock_timeout", CHECKPOINT_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 
 	/*
 	 * Job ids start again at 1 when the extension is dropped and created
 	 * again: a worker of the old installation must not write into the new
-	 * one's tables, where its id may be another job's.
+	 * one's tables, where its id may be another job's.  The extension's
+	 * lock, held until the commit, keeps a DROP EXTENSION waiting until
+	 * then, or shows it done before the check.
 	 */
+	LockDatabaseObject(ExtensionRelationId, job->ext_oid, 0, AccessShareLock);
 	if (get_extension_oid("mailer", true) != job->ext_oid)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),
 				 errdetail("The job's worker exits without a last checkpoint.")));
+	TEST_POINT("checkpoint_after_ext_check");
 
 	/*
 	 * The spec names the sink table: its name is resolved at each
@@ -159,8 +177,13 @@ checkpoint_take(Job *job, bool final)
 	 * the positions wait for it, and a table made again under the name
 	 * receives them.
 	 */
-	if (!sink_buffer_bind(job->sink, job->plan))
+	if (!bind_sink(job, &lock_busy))
 	{
+		if (lock_busy)
+		{
+			job->stage = NULL;
+			return false;
+		}
 		job_transaction_end();
 		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
 							 psprintf("waiting for the sink table: table \"%s\" does not exist",
@@ -262,6 +285,47 @@ checkpoint_take(Job *job, bool final)
 	job_publish_counters(job);
 	job->stage = NULL;
 	return true;
+}
+
+/*
+ * Resolve the sink table's name and lock the table for the checkpoint's
+ * writes (sink_buffer_bind).  The first thing the checkpoint does, before
+ * it takes rows from the buffers: when another transaction holds the table
+ * past lock_timeout, the transaction is rolled back, the job waits for
+ * 'lock' keeping everything it holds, and *lock_busy says so.
+ */
+static bool
+bind_sink(Job *job, bool *lock_busy)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool bound = false;
+	ErrorData  *volatile busy = NULL;
+
+	*lock_busy = false;
+	PG_TRY();
+	{
+		bound = sink_buffer_bind(job->sink, job->plan);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		if (geterrcode() != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		busy = CopyErrorData();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	if (busy)
+	{
+		job_transaction_abort();
+		job_slot_set_waiting(job->slot, JOB_WAIT_LOCK,
+							 psprintf("waiting for a lock on the sink table \"%s\": another transaction holds it (%s)",
+									  job->spec->sink.table, busy->message));
+		FreeErrorData(busy);
+		*lock_busy = true;
+		return false;
+	}
+	return bound;
 }
 
 static void

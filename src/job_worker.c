@@ -72,6 +72,7 @@ static bool stop_requested(Job *job);
 static void take_wait_requests(Job *job);
 static void answer_waits(Job *job);
 static void set_live_state(JobSlot *slot, JobLiveState state);
+static bool waiting_for_lock(JobSlot *slot);
 static void advance_watermark(Job *job, bool finished);
 static void wait_for_sink_table(Job *job);
 static void pause_briefly(void);
@@ -174,8 +175,12 @@ job_worker_main(Datum main_arg)
 		/* Failing per on_error, or state gone: retrying cannot help. */
 		slot->exit_kind = (job && job->failing) || edata->sqlerrcode == ERRCODE_DATA_CORRUPTED ?
 			JOB_EXIT_FAILED : JOB_EXIT_ERROR;
-		snprintf(slot->error, JOB_SLOT_ERROR_LEN, "%s%s%s", edata->message,
-				 edata->detail ? ": " : "", edata->detail ? edata->detail : "");
+		/* A row of the sink another transaction held past the checkpoint's lock_timeout. */
+		snprintf(slot->error, JOB_SLOT_ERROR_LEN, "%s%s%s%s",
+				 edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE && job && job->stage &&
+				 strcmp(job->stage, "checkpoint") == 0 ?
+				 "the checkpoint waited too long for a lock another transaction holds, and restarts from the last one: " : "",
+				 edata->message, edata->detail ? ": " : "", edata->detail ? edata->detail : "");
 		slot->error_at = GetCurrentTimestamp();
 		SpinLockRelease(&slot->mutex);
 		PG_RE_THROW();
@@ -433,9 +438,15 @@ job_run(Job *job)
 		}
 		if (stop_requested(job))
 		{
-			/* The final checkpoint has a grace of its own, after the batch's. */
+			/*
+			 * Waiting for a lock on the sink table: a final checkpoint would
+			 * wait again.  The last checkpoint stands; the job resumes there.
+			 * Otherwise the final checkpoint has a grace of its own, after
+			 * the batch's.
+			 */
 			term_ticks = 0;
-			checkpoint_take(job, true);
+			if (!sink_waiting || !waiting_for_lock(job->slot))
+				checkpoint_take(job, true);
 			answer_waits(job);
 			SpinLockAcquire(&job->slot->mutex);
 			job->slot->exit_kind = JOB_EXIT_STOPPED;
@@ -588,6 +599,17 @@ answer_waits(Job *job)
 		ConditionVariableBroadcast(&job->slot->progress_cv);
 }
 
+static bool
+waiting_for_lock(JobSlot *slot)
+{
+	bool		waiting;
+
+	SpinLockAcquire(&slot->mutex);
+	waiting = slot->live_state == JOB_LIVE_WAITING && slot->waiting_for == JOB_WAIT_LOCK;
+	SpinLockRelease(&slot->mutex);
+	return waiting;
+}
+
 static void
 set_live_state(JobSlot *slot, JobLiveState state)
 {
@@ -618,6 +640,16 @@ job_transaction_begin(void)
 	/* Work in progress: a SIGTERM now gives it mailer.termination_grace to end. */
 	enable_timeout_every(term_timeout, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TERM_TICK_MS),
 						 TERM_TICK_MS);
+}
+
+void
+job_transaction_abort(void)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	AbortCurrentTransaction();
+	MemoryContextSwitchTo(ctx);
+	disable_timeout(term_timeout, false);
 }
 
 void

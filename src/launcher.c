@@ -28,7 +28,9 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "mailer.h"
@@ -62,6 +64,9 @@ typedef struct LauncherSlot
 	bool		recorded_running;
 	TimestampTz retry_at;		/* after its worker found the job locked: not before */
 	char		recorded_error[JOB_SLOT_ERROR_LEN];	/* a running worker's last, as recorded */
+	/* Done in shared memory only once the round's transaction commits: */
+	bool		exit_recorded;	/* its worker's exit is recorded: forget it */
+	bool		free_slot;		/* the slot is no job's any more */
 } LauncherSlot;
 
 static LauncherSlot *lslots;
@@ -70,10 +75,14 @@ static bool first_round = true;
 static void reconcile(long *timeout_ms);
 static List *read_jobs(void);
 static JobEntry *find_job(List *jobs, int64 job_id);
-static void handle_exit(int i, JobEntry *job);
+static bool handle_exit(int i, JobEntry *job);
 static void start_worker(int i, JobEntry *job);
-static void set_status(int64 job_id, const char *state, int pid, int add_restarts,
+static bool set_status(int64 job_id, const char *state, int pid, int add_restarts,
 					   const char *error, int failures);
+static bool exec_own_subxact(int64 job_id, const char *what, const char *sql, int nargs,
+							 Oid *types, Datum *values, const char *nulls, bool *result);
+static void round_committed(void);
+static void round_aborted(void);
 static bool may_start(JobEntry *job, TimestampTz now, long *timeout_ms);
 static void stop_all_workers(void);
 static bool worker_alive(int i);
@@ -128,6 +137,13 @@ launcher_main(Datum main_arg)
 		SpinLockAcquire(&slot->mutex);
 		if (slot->job_id != 0 && slot->pid != 0)
 			lslots[i].adopted = true;
+		else if (slot->job_id != 0 && slot->exit_kind != JOB_EXIT_NONE)
+		{
+			/* A worker's exit the last launcher did not record: record it. */
+			lslots[i].adopted = true;
+			slot->registered = false;
+			slot->generation++;
+		}
 		else
 		{
 			slot->job_id = 0;
@@ -159,6 +175,7 @@ launcher_main(Datum main_arg)
 			EmitErrorReport();
 			FlushErrorState();
 			AbortCurrentTransaction();
+			round_aborted();
 			timeout_ms = 1000;
 		}
 		PG_END_TRY();
@@ -259,9 +276,11 @@ reconcile(long *timeout_ms)
 				ask_to_stop(slot);
 			else if (job && !lslots[i].recorded_running && slot->live_state == JOB_LIVE_RUNNING)
 			{
-				set_status(job->job_id, "running", slot->pid, 0, NULL, -1);
-				lslots[i].recorded_running = true;
-				lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
+				if (set_status(job->job_id, "running", slot->pid, 0, NULL, -1))
+				{
+					lslots[i].recorded_running = true;
+					lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
+				}
 			}
 			else if (job && waiting_error(slot, lslots[i].recorded_error))
 			{
@@ -269,25 +288,38 @@ reconcile(long *timeout_ms)
 				 * What a running worker waited for is the job's last error,
 				 * even once the wait is over (its state says what is true now).
 				 */
-				set_status(job->job_id, job->state, slot->pid, 0, lslots[i].recorded_error, -1);
+				if (!set_status(job->job_id, job->state, slot->pid, 0, lslots[i].recorded_error, -1))
+					lslots[i].recorded_error[0] = '\0';
 			}
 			else if (job && lslots[i].recorded_running && job->failures > 0 &&
 					 slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
 			{
 				/* It has committed a checkpoint since it started: healthy again. */
-				set_status(job->job_id, "running", slot->pid, 0, NULL, 0);
-				job->failures = 0;
+				if (set_status(job->job_id, "running", slot->pid, 0, NULL, 0))
+					job->failures = 0;
 			}
 			continue;
 		}
 
-		if (lslots[i].handle || lslots[i].adopted)
+		if ((lslots[i].handle || lslots[i].adopted) && !lslots[i].exit_recorded)
 		{
-			handle_exit(i, job);
-			if (lslots[i].handle)
-				pfree(lslots[i].handle);
-			lslots[i].handle = NULL;
-			lslots[i].adopted = false;
+			/*
+			 * The exit of a worker that a stop_job or drop_job not yet
+			 * committed stopped is recorded once that has ended: until then
+			 * the job's rows may be locked by it.  The worker is gone.
+			 */
+			if (stop_requested && stop_in_progress(slot))
+			{
+				SpinLockAcquire(&slot->mutex);
+				slot->registered = false;
+				SpinLockRelease(&slot->mutex);
+				ConditionVariableBroadcast(&slot->progress_cv);
+				continue;
+			}
+			/* Not recorded (its row is locked): the same exit next round. */
+			if (!handle_exit(i, job))
+				continue;
+			lslots[i].exit_recorded = true;
 		}
 
 		if (job && job->want_running && stop_requested)
@@ -308,19 +340,16 @@ reconcile(long *timeout_ms)
 		}
 		if (job == NULL || !job->want_running)
 		{
-			if (job)
-				set_status(job->job_id, strcmp(job->state, "finished") == 0 ||
-						   strcmp(job->state, "failed") == 0 ? job->state : "stopped", 0, 0, NULL, 0);
-			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
-			slot->job_id = 0;
-			LWLockRelease(mailer_shared->lock);
+			if (job &&
+				!set_status(job->job_id, strcmp(job->state, "finished") == 0 ||
+							strcmp(job->state, "failed") == 0 ? job->state : "stopped", 0, 0, NULL, 0))
+				continue;
+			lslots[i].free_slot = true;
 			continue;
 		}
 		if (strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
 		{
-			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
-			slot->job_id = 0;
-			LWLockRelease(mailer_shared->lock);
+			lslots[i].free_slot = true;
 			continue;
 		}
 		if (lslots[i].retry_at > now)
@@ -339,6 +368,7 @@ reconcile(long *timeout_ms)
 			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ||
 			!may_start(job, now, timeout_ms))
 			continue;
+		TEST_POINT("launcher_before_slot");
 		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
 		for (int i = 0; i < mailer_shared->nslots && free_slot < 0; i++)
 		{
@@ -390,7 +420,57 @@ reconcile(long *timeout_ms)
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	round_committed();
 	first_round = false;
+}
+
+/*
+ * The round's records are committed: forget the exits they recorded and
+ * free the slots of jobs that no longer run.  Before the commit, a round
+ * that fails would have lost them: it finds them again instead.
+ */
+static void
+round_committed(void)
+{
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		if (lslots[i].exit_recorded)
+		{
+			SpinLockAcquire(&slot->mutex);
+			slot->exit_kind = JOB_EXIT_NONE;
+			slot->live_state = JOB_LIVE_NONE;
+			/* Also for a worker that never started, which could not say so itself. */
+			slot->registered = false;
+			SpinLockRelease(&slot->mutex);
+			ConditionVariableBroadcast(&slot->progress_cv);
+			if (lslots[i].handle)
+				pfree(lslots[i].handle);
+			lslots[i].handle = NULL;
+			lslots[i].adopted = false;
+			lslots[i].recorded_running = false;
+			lslots[i].exit_recorded = false;
+		}
+		if (lslots[i].free_slot)
+		{
+			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+			slot->job_id = 0;
+			LWLockRelease(mailer_shared->lock);
+			lslots[i].free_slot = false;
+		}
+	}
+}
+
+/* The round rolled back: what it recorded is to be done again. */
+static void
+round_aborted(void)
+{
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		lslots[i].exit_recorded = false;
+		lslots[i].free_slot = false;
+	}
 }
 
 static List *
@@ -442,8 +522,13 @@ find_job(List *jobs, int64 job_id)
 	return NULL;
 }
 
-/* A worker we started has exited: record why, and plan what comes next. */
-static void
+/*
+ * A worker we started has exited: record why, and plan what comes next.
+ * False when the record could not be written (the job's row is locked):
+ * the slot keeps the exit for the next round.  The slot's exit is cleared
+ * once the round commits (round_committed).
+ */
+static bool
 handle_exit(int i, JobEntry *job)
 {
 	JobSlot    *slot = &mailer_shared->slots[i];
@@ -451,46 +536,44 @@ handle_exit(int i, JobEntry *job)
 	char		error[JOB_SLOT_ERROR_LEN];
 	bool		stop_requested;
 	bool		healthy;
+	int			failures;
 
+	TEST_POINT("launcher_handle_exit");
 	SpinLockAcquire(&slot->mutex);
 	kind = slot->exit_kind;
 	stop_requested = slot->stop_requested;
 	strlcpy(error, slot->error, sizeof(error));
-	slot->exit_kind = JOB_EXIT_NONE;
-	slot->live_state = JOB_LIVE_NONE;
-	/* Also for a worker that never started, which could not say so itself. */
-	slot->registered = false;
 	SpinLockRelease(&slot->mutex);
-	ConditionVariableBroadcast(&slot->progress_cv);
 	/* A worker that committed a checkpoint was healthy: the backoff starts over. */
 	healthy = lslots[i].recorded_running && slot->last_checkpoint_epoch > lslots[i].epoch_when_running;
-	lslots[i].recorded_running = false;
 	if (job == NULL)
-		return;
-	if (healthy)
-		job->failures = 0;
+		return true;
+	failures = healthy ? 0 : job->failures;
 
 	switch (kind)
 	{
 		case JOB_EXIT_FINISHED:
-			set_status(job->job_id, "finished", 0, 0, NULL, 0);
+			if (!set_status(job->job_id, "finished", 0, 0, NULL, 0))
+				return false;
 			job->state = "finished";
 			break;
 		case JOB_EXIT_FAILED:
-			set_status(job->job_id, "failed", 0, 0, error, 0);
+			if (!set_status(job->job_id, "failed", 0, 0, error, 0))
+				return false;
 			job->state = "failed";
 			break;
 		case JOB_EXIT_STOPPED:
 			if (job->want_running && !stop_requested)
 			{
 				/* Terminated by someone else (pg_terminate_backend): run again now. */
-				set_status(job->job_id, "restarting", 0, 1, "the job worker was terminated",
-						   job->failures);
+				if (!set_status(job->job_id, "restarting", 0, 1, "the job worker was terminated",
+								failures))
+					return false;
 				job->state = "restarting";
 				job->changed_at = 0;
 			}
-			else
-				set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL, 0);
+			else if (!set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL, 0))
+				return false;
 			break;
 		case JOB_EXIT_BUSY:
 			/*
@@ -502,14 +585,17 @@ handle_exit(int i, JobEntry *job)
 			break;
 		case JOB_EXIT_ERROR:
 		case JOB_EXIT_NONE:
-			job->failures++;
+			failures++;
+			if (!set_status(job->job_id, "restarting", 0, 1,
+							kind == JOB_EXIT_ERROR && error[0] ? error : "the job worker exited unexpectedly",
+							failures))
+				return false;
 			job->changed_at = GetCurrentTimestamp();
 			job->state = "restarting";
-			set_status(job->job_id, "restarting", 0, 1,
-					   kind == JOB_EXIT_ERROR && error[0] ? error : "the job worker exited unexpectedly",
-					   job->failures);
 			break;
 	}
+	job->failures = failures;
+	return true;
 }
 
 /* A restarting job waits out its backoff: restart_backoff_min, doubling per failure. */
@@ -554,6 +640,39 @@ start_worker(int i, JobEntry *job)
 	TEST_POINT("launcher_before_start");
 
 	/*
+	 * A job whose owner role was dropped can never connect: failed, not
+	 * retried for good.  (A role that lost LOGIN may get it back: retried.)
+	 */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->owner)))
+	{
+		if (set_status(job->job_id, "failed", 0, 0,
+					   psprintf("the job's owner role (oid %u) was dropped: no worker can run the job; "
+								"a superuser drops it with mailer.drop_job('%s')", job->owner, job->name), 0))
+			job->state = "failed";
+		return;
+	}
+
+	/*
+	 * A stop_job may have run to its end since this round read the jobs,
+	 * before the job had a slot to find: read what the job wants now, and
+	 * lock its row until the round commits.  A stop_job that comes later
+	 * waits for that to update the row, and by then finds the slot with
+	 * its registered worker and waits for it.  A row locked by a stop_job
+	 * or drop_job in progress: not now, the next round decides.
+	 */
+	{
+		Oid			type = INT8OID;
+		Datum		value = Int64GetDatum(job->job_id);
+		bool		wants = false;
+
+		if (!exec_own_subxact(job->job_id, "read the desired state",
+							  "SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM mailer.job "
+							  "WHERE job_id OPERATOR(pg_catalog.=) $1 FOR SHARE NOWAIT",
+							  1, &type, &value, NULL, &wants) || !wants)
+			return;
+	}
+
+	/*
 	 * A stop_job may have asked the job to stop since this round read it:
 	 * then start nothing, and leave the request for the next round.  Else
 	 * the slot has a registered worker from now on, so a stop_job that
@@ -566,6 +685,7 @@ start_worker(int i, JobEntry *job)
 		return;
 	}
 	slot->exit_kind = JOB_EXIT_NONE;
+	slot->live_state = JOB_LIVE_NONE;
 	slot->registered = true;
 	args.generation = ++slot->generation;
 	SpinLockRelease(&slot->mutex);
@@ -585,14 +705,24 @@ start_worker(int i, JobEntry *job)
 		return;
 	}
 	MemoryContextSwitchTo(old);
+	/* A new worker: the last one's exit, recorded in this round, is done with. */
+	if (lslots[i].handle)
+		pfree(lslots[i].handle);
 	lslots[i].handle = handle;
+	lslots[i].adopted = false;
+	lslots[i].recorded_running = false;
+	lslots[i].exit_recorded = false;
 	if (strcmp(job->state, "running") != 0)
 		set_status(job->job_id, strcmp(job->state, "restarting") == 0 ? "restarting" : "starting",
 				   0, 0, NULL, -1);
 }
 
-/* Record a job's state; failures: the new count of consecutive failures, -1 unchanged. */
-static void
+/*
+ * Record a job's state; failures: the new count of consecutive failures,
+ * -1 unchanged.  False when it could not be written: the job's row is
+ * locked (a drop_job not committed yet) or the like.
+ */
+static bool
 set_status(int64 job_id, const char *state, int pid, int add_restarts, const char *error,
 		   int failures)
 {
@@ -609,16 +739,69 @@ set_status(int64 job_id, const char *state, int pid, int add_restarts, const cha
 	nulls[4] = error ? ' ' : 'n';
 	values[5] = Int32GetDatum(failures);
 	nulls[5] = failures < 0 ? 'n' : ' ';
-	catalog_exec("UPDATE mailer.job_status SET state = $2, pid = $3, "
-				 "restarts = restarts OPERATOR(pg_catalog.+) $4, "
-				 "last_error = coalesce($5, last_error), "
-				 "last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE pg_catalog.now() END, "
-				 "failures = coalesce($6, failures), changed_at = pg_catalog.now() "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND (state, pid, $4, $5, failures) IS DISTINCT FROM ($2, $3, 0, NULL, coalesce($6, failures)) "
-				 /* a worker that was seen running may have finished since: finished stays */
-				 "AND NOT (state OPERATOR(pg_catalog.=) 'finished' AND $2 OPERATOR(pg_catalog.=) 'running')",
-				 6, types, values, nulls, false);
+	return exec_own_subxact(job_id, "record the state",
+							"UPDATE mailer.job_status SET state = $2, pid = $3, "
+							"restarts = restarts OPERATOR(pg_catalog.+) $4, "
+							"last_error = coalesce($5, last_error), "
+							"last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE pg_catalog.now() END, "
+							"failures = coalesce($6, failures), changed_at = pg_catalog.now() "
+							"WHERE job_id OPERATOR(pg_catalog.=) $1 "
+							"AND (state, pid, $4, $5, failures) IS DISTINCT FROM ($2, $3, 0, NULL, coalesce($6, failures)) "
+							/* a worker that was seen running may have finished since: finished stays */
+							"AND NOT (state OPERATOR(pg_catalog.=) 'finished' AND $2 OPERATOR(pg_catalog.=) 'running')",
+							6, types, values, nulls, NULL);
+}
+
+/*
+ * Run one statement about one job in a subtransaction of its own: an error
+ * (a row another transaction holds past lock_timeout) is logged and costs
+ * only this job's step this round, never the round.  result, if given:
+ * the first column of the first row (false without a row).
+ */
+static bool
+exec_own_subxact(int64 job_id, const char *what, const char *sql, int nargs,
+				 Oid *types, Datum *values, const char *nulls, bool *result)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		catalog_exec(sql, nargs, types, values, nulls, false);
+		if (result)
+		{
+			bool		isnull = true;
+
+			*result = SPI_processed == 1 &&
+				DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+				!isnull;
+		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("mailer launcher could not %s of job " INT64_FORMAT ", trying again: %s",
+						what, job_id, edata->message)));
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
 }
 
 /* The extension is gone: ask every worker to stop, forget every slot. */

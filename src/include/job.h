@@ -63,6 +63,8 @@ typedef struct Job
  */
 extern void job_transaction_begin(void);
 extern void job_transaction_end(void);
+/* Roll back the worker's transaction (after an error it caught). */
+extern void job_transaction_abort(void);
 
 /* Publish the job's counters to its slot. */
 extern void job_publish_counters(Job *job);
