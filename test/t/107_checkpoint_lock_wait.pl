@@ -39,7 +39,7 @@ my $ok = eval {
 	1;
 };
 ok($ok, 'the job is waiting for lock') or diag("mailer.jobs says: $view");
-like($view, qr/\|waiting for a lock on the sink table "t107"/, 'last_error says it waits for a lock on the sink table');
+like($view, qr/\|waiting for a lock on the sink table "public\.t107"/, 'last_error says it waits for a lock on the sink table');
 is(psql("SELECT count(*) FROM t107"), $held, 'nothing was written meanwhile');
 
 my $t0 = time();
