@@ -4,7 +4,9 @@
 # unsecured-JWT sasl.oauthbearer.config that librdkafka could not parse
 # (it would quote it, then crash) is refused at create_job.  A header whose
 # name is not text in the database encoding makes its record a decode dead
-# letter, as a key that is not text does.
+# letter, as a key that is not text does.  A producer's timestamp outside
+# timestamptz's range (multiplied into microseconds it would wrap) is no
+# timestamp.
 use strict;
 use warnings;
 use FindBin;
@@ -75,5 +77,50 @@ is($dl->[0]{stage}, 'decode', 'at the decode stage');
 like($dl->[0]{error}, qr/header name/, 'its error names the header name');
 is($dl->[0]{offset}, 1, 'the record with the bad header name');
 psql("SELECT mailer.drop_job('$job2')");
+
+# Producer timestamps: one now, the largest that fits, one whose
+# microseconds overflow 64 bits (which would wrap to the distant past).
+# librdkafka's own producer sets them.
+my $tt = unique_name('t112t');
+kafka('create-topic', $tt, 1, '--config', 'message.timestamp.after.max.ms=9223372036854775807');
+my $helper = "/tmp/$tt-produce";
+open(my $fh, '>', "$helper.c") or die "$helper.c: $!";
+print $fh <<'C';
+#include <stdio.h>
+#include <stdlib.h>
+#include <librdkafka/rdkafka.h>
+int main(int argc, char **argv)
+{
+	char e[512];
+	rd_kafka_conf_t *c = rd_kafka_conf_new();
+	rd_kafka_t *rk;
+	if (rd_kafka_conf_set(c, "bootstrap.servers", argv[1], e, sizeof e)) return 2;
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, e, sizeof e);
+	if (!rk) return 3;
+	for (int i = 3; i + 1 < argc; i += 2)
+		if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(argv[2]), RD_KAFKA_V_PARTITION(0),
+			RD_KAFKA_V_KEY(argv[i], 1), RD_KAFKA_V_VALUE("{}", 2),
+			RD_KAFKA_V_TIMESTAMP(strtoll(argv[i + 1], NULL, 10)), RD_KAFKA_V_END)) return 4;
+	return rd_kafka_flush(rk, 30000) ? 5 : 0;
+}
+C
+close($fh);
+system('cc', '-o', $helper, "$helper.c", '-lrdkafka') == 0 or die "cannot build $helper";
+system($helper, $BROKERS, $tt, 'a', '1700000000000', 'b', '9223372036854775', 'c', '9223372036854776') == 0
+  or die "$helper failed";
+unlink $helper, "$helper.c";
+my $job3 = 'timestamps_112';
+psql("TRUNCATE out_112");
+psql("SELECT mailer.create_job('$job3', \$\$" . qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$tt", "start": "earliest"},
+	  "steps": [{"key_by": {"k": "key || ':' || coalesce(to_char(timestamp AT TIME ZONE 'UTC', 'YYYY'), 'null')"}},
+	            {"aggregate": {"n": "count(*)"}}],
+	  "sink": {"type": "table", "table": "out_112"},
+	  "state": {"backend": "memory"}, "checkpoint": {"interval": "200 milliseconds"}}) . "\$\$)");
+is(wait_job($job3), 'running', 'the timestamps read');
+is(psql("SELECT string_agg(k, ',' ORDER BY k) FROM out_112"), 'a:2023,b:294247,c:null',
+	'a timestamp outside timestamptz\'s range is no timestamp');
+is(scalar(@{ dead_letters($job3) }), 0, 'no dead letters');
+psql("SELECT mailer.drop_job('$job3')");
+kafka('delete-topic', $tt);
 kafka('delete-topic', $topic);
 done_testing();
