@@ -482,9 +482,12 @@ refresh_assignment(KafkaSource *ks)
 			if (md)
 				rd_kafka_metadata_destroy(md);
 			failed = true;
-			/* The broker is away: the next topics would wait as long, in vain. */
+			/* The broker is away: the next topics and end queries would wait as long, in vain. */
 			if (err)
+			{
+				ends_unknown = true;
 				break;
+			}
 			continue;
 		}
 		check_restored_exist(ks, t, &md->topics[0]);
