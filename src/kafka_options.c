@@ -105,6 +105,31 @@ static const KafkaOptionRule option_rules[] = {
 	{"ssl.providers", NEEDS_SUPERUSER},
 };
 
+/*
+ * Memory: librdkafka holds up to queued.max.messages.kbytes of prefetched
+ * messages, and buffers a fetch response and a received message of up to
+ * these sizes per broker.  Near 2 GB each, a role could make the worker
+ * (and the server's memory) swell; a superuser is not bound.
+ */
+typedef struct KafkaOptionCap
+{
+	const char *name;
+	int64		max;
+} KafkaOptionCap;
+
+#define MEMORY_CAP_BYTES	INT64CONST(268435456)	/* 256 MB */
+
+static const KafkaOptionCap option_caps[] = {
+	{"queued.max.messages.kbytes", MEMORY_CAP_BYTES / 1024},
+	{"fetch.max.bytes", MEMORY_CAP_BYTES},
+	{"receive.message.max.bytes", MEMORY_CAP_BYTES},
+	{"fetch.message.max.bytes", MEMORY_CAP_BYTES},
+	{"max.partition.fetch.bytes", MEMORY_CAP_BYTES},
+	{"message.max.bytes", MEMORY_CAP_BYTES},
+	{"socket.receive.buffer.bytes", MEMORY_CAP_BYTES},
+	{"socket.send.buffer.bytes", MEMORY_CAP_BYTES},
+};
+
 /* The SASL mechanisms that run nothing on the server. */
 static const char *const safe_mechanisms[] = {
 	"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", NULL
@@ -116,6 +141,7 @@ static const char *const safe_mechanisms[] = {
 static const KafkaOptionRule *find_rule(const char *name);
 static bool is_safe_mechanism(const char *value);
 static void refuse(const char *name, const char *detail, const char *hint) pg_attribute_noreturn();
+static void check_cap(const char *name, const char *value);
 
 void
 kafka_options_check(List *options, Oid owner)
@@ -159,6 +185,7 @@ kafka_options_check(List *options, Oid owner)
 				   psprintf("Give the content inline in \"%s\", or grant pg_read_server_files to the job's owner.", rule->inline_pem) :
 				   "Grant pg_read_server_files to the job's owner, or leave it out.");
 
+		check_cap(name, value);
 		if (strcmp(name, "sasl.mechanisms") == 0 || strcmp(name, "sasl.mechanism") == 0)
 		{
 			mechanism_set = true;
@@ -179,6 +206,42 @@ kafka_options_check(List *options, Oid owner)
 		refuse("security.protocol",
 			   "Without \"sasl.mechanisms\", SASL means GSSAPI, which runs kinit through a shell as the database server's operating system user and authenticates with the server's own Kerberos credentials.",
 			   GSSAPI_HINT);
+}
+
+bool
+kafka_option_loads_code(const char *name)
+{
+	const KafkaOptionRule *rule = find_rule(name);
+
+	return rule != NULL && (rule->needs & NEEDS_SUPERUSER) != 0;
+}
+
+/*
+ * Refuse a memory property above its cap.  The value is read as librdkafka
+ * reads it (strtol, base 0: hex too); one it cannot read, it refuses.
+ */
+static void
+check_cap(const char *name, const char *value)
+{
+	for (int i = 0; i < lengthof(option_caps); i++)
+	{
+		char	   *end;
+		long long	v;
+
+		if (strcmp(option_caps[i].name, name) != 0)
+			continue;
+		errno = 0;
+		v = strtoll(value, &end, 0);
+		if (end == value || (errno == 0 && v <= option_caps[i].max))
+			return;
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to set source.options.%s above " INT64_FORMAT, name,
+						option_caps[i].max),
+				 errdetail("librdkafka holds that much memory in the job's worker."),
+				 errhint("Give at most " INT64_FORMAT ", or ask a superuser to create the job.",
+						 option_caps[i].max)));
+	}
 }
 
 static const KafkaOptionRule *

@@ -27,10 +27,13 @@
 #include <librdkafka/rdkafka.h>
 
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "kafka_options.h"
@@ -41,6 +44,9 @@
 #define METADATA_INTERVAL_MS	5000
 #define METADATA_RETRY_MS		1000
 #define BROKER_TIMEOUT_MS		2000
+#define CLOSE_COMMIT_MS			1000
+#define SECRET_MASK				"********"
+#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
 typedef struct KafkaPartition
 {
@@ -51,6 +57,7 @@ typedef struct KafkaPartition
 	int64		assigned_end;	/* end offset when assigned, -1 unknown */
 	int			metrics;		/* index in the slot's partition metrics, -1 none */
 	bool		out_of_range;	/* librdkafka found next outside the log */
+	int64		range_offset;	/* the offset librdkafka found outside it, -1 none */
 } KafkaPartition;
 
 typedef struct KafkaSource
@@ -73,11 +80,14 @@ typedef struct KafkaSource
 	TimestampTz next_refresh;
 	char		error[512];		/* a broker or metadata problem, "" when none */
 	char		broker_error[512];	/* from the error callback */
-	char		status[600];	/* what base.error points to */
+	char		status[1100];	/* what base.error points to */
 	bool		mark_pending;	/* wait_job asked; marks not taken yet */
 	bool	   *topic_known;	/* a topic's first partitions start per the spec */
 	bool		any_out_of_range;	/* some partition's out_of_range is set */
 	rd_kafka_topic_partition_list_t *assigned;	/* every assigned partition, for positions */
+	rd_kafka_topic_partition_list_t *last_commit;	/* of the last checkpoint, or NULL */
+	char	  **secrets;		/* values of secret options, masked in every text kept */
+	int			nsecrets;
 } KafkaSource;
 
 static int	kafka_poll(Source *src, SourceMessage *out, int max);
@@ -106,10 +116,12 @@ static const char *const forced_properties[] = {
 	"log.queue", "group.id", "auto.offset.reset", NULL
 };
 
-static rd_kafka_conf_t *build_conf(KafkaSourceSpec *spec, const char *group_id);
+static rd_kafka_conf_t *build_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_only);
 static void error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+static void check_unsecured_jwt(List *options);
 static void drain_logs(KafkaSource *ks);
 static void refresh_assignment(KafkaSource *ks);
+static void check_restored_exist(KafkaSource *ks, int topic, const rd_kafka_metadata_topic_t *md);
 static void take_marks(KafkaSource *ks);
 static int	find_partition(KafkaSource *ks, int topic, int32 partition);
 static int64 restored_offset(KafkaSource *ks, int topic, int32 partition);
@@ -121,11 +133,13 @@ static void release_batch(KafkaSource *ks);
 static void update_metrics(KafkaSource *ks);
 static int64 known_end(KafkaSource *ks, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
+static void mask_secrets(KafkaSource *ks, char *text, size_t size);
+static void kafka_exit(int code, Datum arg);
 
 void
 kafka_check_options(KafkaSourceSpec *spec)
 {
-	rd_kafka_conf_t *conf = build_conf(spec, "mailer-check");
+	rd_kafka_conf_t *conf = build_conf(spec, "mailer-check", true);
 
 	rd_kafka_conf_destroy(conf);
 }
@@ -133,8 +147,9 @@ kafka_check_options(KafkaSourceSpec *spec)
 Source *
 kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot)
 {
-	KafkaSource *ks = palloc0(sizeof(KafkaSource));
-	rd_kafka_conf_t *conf = build_conf(spec, spec->group_id ? spec->group_id : job_name);
+	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
+	KafkaSource *ks = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
+	rd_kafka_conf_t *conf = build_conf(spec, spec->group_id ? spec->group_id : job_name, false);
 	char		errstr[512];
 	sigset_t	saved;
 	ListCell   *lc;
@@ -149,6 +164,38 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	ks->base.topic_names = palloc(sizeof(char *) * ks->base.ntopics);
 	foreach(lc, spec->topics)
 		ks->base.topic_names[t++] = lfirst(lc);
+
+	/*
+	 * librdkafka's texts may quote an option's value (an unparsable
+	 * sasl.oauthbearer.config): mask every secret value, and each of its
+	 * words of 4 characters or more, wherever it appears.
+	 */
+	ks->secrets = palloc(sizeof(char *) * (list_length(spec->options) * 8 + 1));
+	foreach(lc, spec->options)
+	{
+		DefElem    *opt = lfirst(lc);
+		char	   *value = strVal(opt->arg);
+		char	   *words;
+		char	   *word;
+		char	   *save;
+
+		if (!spec_option_is_secret(opt->defname) || value[0] == '\0')
+			continue;
+		ks->secrets[ks->nsecrets++] = pstrdup(value);
+		words = pstrdup(value);
+		for (word = strtok_r(words, " \t\n\r,;", &save); word; word = strtok_r(NULL, " \t\n\r,;", &save))
+		{
+			char	   *eq = strchr(word, '=');
+
+			if (strlen(word) >= 4 && strcmp(word, value) != 0)
+			{
+				ks->secrets = repalloc(ks->secrets, sizeof(char *) * (ks->nsecrets + 3));
+				ks->secrets[ks->nsecrets++] = word;
+				if (eq && strlen(eq + 1) >= 4)
+					ks->secrets[ks->nsecrets++] = eq + 1;
+			}
+		}
+	}
 
 	/*
 	 * A position outside the partition's log is mailer's to judge (a gap
@@ -187,12 +234,19 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	ks->batch_capacity = 0;
 	ks->next_refresh = 0;
 	ks->assigned = rd_kafka_topic_partition_list_new(16);
+	/* Every exit, an ERROR's included, closes the consumer (within bounds). */
+	before_shmem_exit(kafka_exit, PointerGetDatum(ks));
 	refresh_assignment(ks);
 	return &ks->base;
 }
 
+/*
+ * validate_only: for create_job and describe_job, in the caller's backend:
+ * properties that load code (librdkafka dlopen()s a plugin as soon as it
+ * is set) are judged by name only, and only the worker sets them.
+ */
 static rd_kafka_conf_t *
-build_conf(KafkaSourceSpec *spec, const char *group_id)
+build_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_only)
 {
 	rd_kafka_conf_t *conf;
 	char		errstr[512];
@@ -225,6 +279,7 @@ build_conf(KafkaSourceSpec *spec, const char *group_id)
 
 	/* Before librdkafka sees a property: some act as soon as they are set. */
 	kafka_options_check(spec->options, spec->owner);
+	check_unsecured_jwt(spec->options);
 	conf = rd_kafka_conf_new();
 	for (int i = 0; i < lengthof(defaults); i++)
 		if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
@@ -245,6 +300,8 @@ build_conf(KafkaSourceSpec *spec, const char *group_id)
 								 "Use \"source.group_id\" to name the consumer group." :
 								 "Leave it out: mailer keeps its own offsets in its checkpoints.")));
 			}
+		if (validate_only && kafka_option_loads_code(opt->defname))
+			continue;
 		if (rd_kafka_conf_set(conf, opt->defname, strVal(opt->arg), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 		{
 			rd_kafka_conf_destroy(conf);
@@ -259,6 +316,64 @@ build_conf(KafkaSourceSpec *spec, const char *group_id)
 	return conf;
 }
 
+/*
+ * librdkafka 2.0 crashes (a broker thread, so the whole server restarts)
+ * some seconds after it fails to parse the sasl.oauthbearer.config of an
+ * unsecured JWT: refuse, for every role, a config it would fail on.  Its
+ * grammar: space-separated principal=, principalClaimName=, scope=,
+ * lifeSeconds= (digits) and extension_NAME= settings, principal required.
+ */
+static void
+check_unsecured_jwt(List *options)
+{
+	const char *config = NULL;
+	bool		unsecured = false;
+	bool		principal = false;
+	char	   *copy;
+	char	   *word;
+	char	   *save;
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		if (strcmp(opt->defname, "enable.sasl.oauthbearer.unsecure.jwt") == 0)
+			unsecured = pg_strcasecmp(strVal(opt->arg), "true") == 0 ||
+				strcmp(strVal(opt->arg), "1") == 0;
+		else if (strcmp(opt->defname, "sasl.oauthbearer.config") == 0)
+			config = strVal(opt->arg);
+	}
+	if (!unsecured || config == NULL)
+		return;
+	copy = pstrdup(config);
+	for (word = strtok_r(copy, " ", &save); word; word = strtok_r(NULL, " ", &save))
+	{
+		char	   *eq = strchr(word, '=');
+		bool		ok = eq != NULL && eq[1] != '\0';
+
+		if (ok)
+		{
+			*eq = '\0';
+			if (strcmp(word, "principal") == 0)
+				principal = true;
+			else if (strcmp(word, "lifeSeconds") == 0)
+				ok = strspn(eq + 1, "0123456789") == strlen(eq + 1);
+			else
+				ok = strcmp(word, "principalClaimName") == 0 || strcmp(word, "scope") == 0 ||
+					(strncmp(word, "extension_", 10) == 0 && word[10] != '\0');
+		}
+		if (!ok)
+			break;
+	}
+	if (word != NULL || !principal)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid job spec at source.options.sasl.oauthbearer.config: librdkafka cannot read it as an unsecured JWT's settings"),
+				 errdetail("With \"enable.sasl.oauthbearer.unsecure.jwt\", it is space-separated principal=, principalClaimName=, scope=, lifeSeconds= and extension_NAME= settings, principal required; librdkafka 2.0 fails on anything else."),
+				 errhint("Correct the value (it is not shown: it may be a secret).")));
+}
+
 /* Called from rd_kafka_poll(), on the worker's own thread. */
 static void
 error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -266,6 +381,46 @@ error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	KafkaSource *ks = (KafkaSource *) opaque;
 
 	snprintf(ks->broker_error, sizeof(ks->broker_error), "%s", reason);
+	mask_secrets(ks, ks->broker_error, sizeof(ks->broker_error));
+}
+
+/*
+ * Replace, in place, every occurrence of a secret value in text with
+ * SECRET_MASK, the longest first; the result is cut to size.
+ */
+static void
+mask_secrets(KafkaSource *ks, char *text, size_t size)
+{
+	char		out[1024];
+	size_t		o = 0;
+	const char *p = text;
+
+	if (ks->nsecrets == 0)
+		return;
+	while (*p && o < sizeof(out) - 1)
+	{
+		size_t		match = 0;
+
+		for (int i = 0; i < ks->nsecrets; i++)
+		{
+			size_t		len = strlen(ks->secrets[i]);
+
+			if (len > match && strncmp(p, ks->secrets[i], len) == 0)
+				match = len;
+		}
+		if (match > 0)
+		{
+			size_t		n = Min(strlen(SECRET_MASK), sizeof(out) - 1 - o);
+
+			memcpy(out + o, SECRET_MASK, n);
+			o += n;
+			p += match;
+		}
+		else
+			out[o++] = *p++;
+	}
+	out[o] = '\0';
+	strlcpy(text, out, size);
 }
 
 static void
@@ -281,15 +436,23 @@ drain_logs(KafkaSource *ks)
 
 		if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_LOG &&
 			rd_kafka_event_log(ev, &fac, &str, &level) == 0)
+		{
+			char		line[1024];
+
+			strlcpy(line, str, sizeof(line));
+			mask_secrets(ks, line, sizeof(line));
 			ereport(level <= 4 ? LOG : DEBUG1,
-					(errmsg_internal("librdkafka %s: %s", fac, str)));
+					(errmsg_internal("librdkafka %s: %s", fac, line)));
+		}
 		rd_kafka_event_destroy(ev);
 	}
 }
 
 /*
  * Learn every topic's partitions and assign the ones not assigned yet.  A
- * broker or topic problem is noted in ks->error and retried soon.
+ * broker or topic problem is noted in ks->error (the first one) and retried
+ * soon; it holds back its own topic only, whose checkpointed positions
+ * stay, while the other topics are assigned and read.
  */
 static void
 refresh_assignment(KafkaSource *ks)
@@ -299,24 +462,36 @@ refresh_assignment(KafkaSource *ks)
 	bool		ends_unknown = false;	/* a query of an end offset failed: skip the rest */
 
 	ks->error[0] = '\0';
-	for (int t = 0; t < ks->base.ntopics && !failed; t++)
+	for (int t = 0; t < ks->base.ntopics; t++)
 	{
 		const struct rd_kafka_metadata *md = NULL;
 		rd_kafka_resp_err_t err;
 		int			first_new;
+		bool		topic_failed = false;
 
+		/* Broker calls block for up to BROKER_TIMEOUT_MS each: answer SIGTERM between them. */
+		CHECK_FOR_INTERRUPTS();
 		err = rd_kafka_metadata(ks->rk, 0, ks->topics[t], &md, BROKER_TIMEOUT_MS);
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR || md->topic_cnt != 1 || md->topics[0].err)
 		{
-			snprintf(ks->error, sizeof(ks->error), "waiting for Kafka: %s \"%s\": %s",
-					 err ? "cannot read metadata of topic" : "topic", ks->base.topic_names[t],
-					 rd_kafka_err2str(err ? err : md && md->topic_cnt == 1 ? md->topics[0].err :
-									  RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
+			if (ks->error[0] == '\0')
+				snprintf(ks->error, sizeof(ks->error), "waiting for Kafka: %s \"%s\": %s",
+						 err ? "cannot read metadata of topic" : "topic", ks->base.topic_names[t],
+						 rd_kafka_err2str(err ? err : md && md->topic_cnt == 1 ? md->topics[0].err :
+										  RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
 			if (md)
 				rd_kafka_metadata_destroy(md);
 			failed = true;
-			break;
+			/* The broker is away: the next topics and end queries would wait as long, in vain. */
+			if (err)
+			{
+				ends_unknown = true;
+				break;
+			}
+			continue;
 		}
+		check_restored_exist(ks, t, &md->topics[0]);
+
 		/*
 		 * A topic's new partitions are positioned all together or not at
 		 * all, so a topic is either unknown (it starts per the spec) or
@@ -336,14 +511,16 @@ refresh_assignment(KafkaSource *ks)
 			offset = restored_offset(ks, t, partition);
 			if (offset < 0 || !ends_unknown)
 			{
+				CHECK_FOR_INTERRUPTS();
 				err = rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[t], partition,
 													   &low, &high, BROKER_TIMEOUT_MS);
 				if (err && offset < 0)
 				{
-					snprintf(ks->error, sizeof(ks->error),
-							 "waiting for Kafka: cannot read the offsets of %s partition %d: %s",
-							 ks->base.topic_names[t], partition, rd_kafka_err2str(err));
-					failed = true;
+					if (ks->error[0] == '\0')
+						snprintf(ks->error, sizeof(ks->error),
+								 "waiting for Kafka: cannot read the offsets of %s partition %d: %s",
+								 ks->base.topic_names[t], partition, rd_kafka_err2str(err));
+					topic_failed = true;
 					break;
 				}
 				/* A restored position needs no answer: the end offset only tells a backlog. */
@@ -381,14 +558,16 @@ refresh_assignment(KafkaSource *ks)
 			kp->mark = -1;
 			kp->assigned_end = high;
 			kp->out_of_range = false;
+			kp->range_offset = -1;
 			kp->metrics = -1;
 		}
-		if (failed)
+		if (topic_failed)
 		{
 			/* Nothing of this topic: the next refresh tries all of it again. */
 			ks->nparts = first_new;
 			rd_kafka_metadata_destroy(md);
-			break;
+			failed = true;
+			continue;
 		}
 		for (int i = first_new; i < ks->nparts; i++)
 		{
@@ -402,14 +581,36 @@ refresh_assignment(KafkaSource *ks)
 		rd_kafka_metadata_destroy(md);
 	}
 
+	/*
+	 * An end offset still unknown (its query failed, no fetch since) counts
+	 * as a backlog, so the partition is never idle: ask again until known.
+	 */
+	for (int i = 0; i < ks->nparts && !ends_unknown; i++)
+	{
+		KafkaPartition *kp = &ks->parts[i];
+		int64		low,
+					high;
+
+		if (known_end(ks, kp) >= 0)
+			continue;
+		CHECK_FOR_INTERRUPTS();
+		if (rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
+											 &low, &high, BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+			ends_unknown = true;
+		else
+			kp->assigned_end = high;
+	}
+
 	if (add->cnt > 0)
 	{
 		rd_kafka_error_t *error = rd_kafka_incremental_assign(ks->rk, add);
 
 		if (error)
 		{
-			char	   *msg = pstrdup(rd_kafka_error_string(error));
+			char		msg[512];
 
+			strlcpy(msg, rd_kafka_error_string(error), sizeof(msg));
+			mask_secrets(ks, msg, sizeof(msg));
 			rd_kafka_error_destroy(error);
 			rd_kafka_topic_partition_list_destroy(add);
 			ereport(ERROR,
@@ -427,6 +628,52 @@ refresh_assignment(KafkaSource *ks)
 	ks->base.error = ks->error[0] ? ks->error : NULL;
 	if (!failed && ks->mark_pending)
 		take_marks(ks);
+}
+
+/*
+ * A partition of the checkpoint that its topic no longer has: the topic
+ * was created anew with fewer partitions.  As with a position past its
+ * partition's end, going on would silently drop what the checkpoint read
+ * (and the partition would hold the watermark forever), so the job fails.
+ */
+static void
+check_restored_exist(KafkaSource *ks, int topic, const rd_kafka_metadata_topic_t *md)
+{
+	JsonbValue *restored = restored_topic(ks, topic);
+	JsonbIterator *it;
+	JsonbValue	k,
+				v;
+	JsonbIteratorToken tok;
+
+	if (restored == NULL)
+		return;
+	it = JsonbIteratorInit(restored->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		char	   *key;
+		int32		partition;
+		bool		exists = false;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(k.val.string.val, k.val.string.len);
+		(void) JsonbIteratorNext(&it, &v, true);
+		partition = atoi(key);
+		if (v.type != jbvNumeric || find_partition(ks, topic, partition) >= 0)
+			continue;
+		for (int p = 0; p < md->partition_cnt && !exists; p++)
+			exists = md->partitions[p].id == partition;
+		if (!exists)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("partition %d of Kafka topic \"%s\" no longer exists, though the job's checkpoint holds its position",
+							partition, ks->base.topic_names[topic]),
+					 errdetail("The topic has %d partitions now: it was deleted and created again with fewer, "
+							   "so the job's positions no longer fit it. To go on, restore a checkpoint "
+							   "whose positions the topic holds with mailer.restore_job, or drop the job "
+							   "and create it again to read the topic anew.", md->partition_cnt),
+					 errhint("Retrying cannot help: the job stays failed until one of these.")));
+	}
 }
 
 static int
@@ -489,13 +736,23 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 			MemoryContextAlloc(ks->ctx, sizeof(rd_kafka_message_t *) * max);
 		ks->batch_capacity = max;
 	}
+	/*
+	 * The pipe only signals an empty queue becoming non-empty: drain it
+	 * before the queue, so that a message queued after the consume below
+	 * signals anew (drained after, that wakeup would be lost).  A full
+	 * batch may leave messages queued that signal nothing: signal them.
+	 */
+	while (read(ks->pipe_fds[0], drain, sizeof(drain)) > 0)
+		;
 	got = rd_kafka_consume_batch_queue(ks->queue, 0, ks->batch, max);
 	if (got < 0)
 		got = 0;
-	/* The pipe only signals an empty queue becoming non-empty: drain both together. */
-	if (got < max)
-		while (read(ks->pipe_fds[0], drain, sizeof(drain)) > 0)
-			;
+	if (got == max)
+	{
+		ssize_t		written = write(ks->pipe_fds[1], "1", 1);
+
+		(void) written;
+	}
 
 	for (int i = 0; i < got; i++)
 	{
@@ -515,12 +772,20 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 			/* The partition has stopped: it goes on once mailer has judged its position. */
 			if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && p >= 0)
 			{
+				/*
+				 * Judged at the offset librdkafka fetched: control records
+				 * passed in this batch may have left next behind it.
+				 */
 				ks->parts[p].out_of_range = true;
+				ks->parts[p].range_offset = m->offset;
 				ks->any_out_of_range = true;
 			}
 			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			{
 				snprintf(ks->broker_error, sizeof(ks->broker_error), "%s",
 						 rd_kafka_message_errstr(m));
+				mask_secrets(ks, ks->broker_error, sizeof(ks->broker_error));
+			}
 			rd_kafka_message_destroy(m);
 			continue;
 		}
@@ -560,6 +825,13 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 	if (ks->error[0] == '\0' && ks->broker_error[0] != '\0')
 	{
 		snprintf(ks->status, sizeof(ks->status), "waiting for Kafka: %s", ks->broker_error);
+		src->error = ks->status;
+	}
+	else if (ks->broker_error[0] != '\0')
+	{
+		/* Why the metadata cannot be read (authentication, TLS) is the broker's error. */
+		snprintf(ks->status, sizeof(ks->status), "%s (the broker's last error: %s)",
+				 ks->error, ks->broker_error);
 		src->error = ks->status;
 	}
 	else
@@ -618,17 +890,21 @@ handle_out_of_range(KafkaSource *ks)
 
 		if (!kp->out_of_range)
 			continue;
+		/* Each query blocks for up to BROKER_TIMEOUT_MS: answer SIGTERM between them. */
+		CHECK_FOR_INTERRUPTS();
 		err = rd_kafka_query_watermark_offsets(ks->rk, topic, kp->partition, &low, &high,
 											   BROKER_TIMEOUT_MS);
 		if (err)
 		{
-			/* Asked again at the next poll. */
+			/* The broker is away: the rest wait too, asked again at the next poll. */
 			snprintf(ks->broker_error, sizeof(ks->broker_error),
 					 "cannot read the offsets of %s partition %d: %s",
 					 topic, kp->partition, rd_kafka_err2str(err));
 			ks->any_out_of_range = true;
-			continue;
+			break;
 		}
+		if (kp->range_offset > kp->next)
+			kp->next = kp->range_offset;
 		if (kp->next > high)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -654,6 +930,7 @@ handle_out_of_range(KafkaSource *ks)
 		}
 		reassign(ks, kp);
 		kp->out_of_range = false;
+		kp->range_offset = -1;
 	}
 }
 
@@ -671,8 +948,10 @@ reassign(KafkaSource *ks, KafkaPartition *kp)
 	rd_kafka_topic_partition_list_destroy(list);
 	if (error)
 	{
-		char	   *msg = pstrdup(rd_kafka_error_string(error));
+		char		msg[512];
 
+		strlcpy(msg, rd_kafka_error_string(error), sizeof(msg));
+		mask_secrets(ks, msg, sizeof(msg));
 		rd_kafka_error_destroy(error);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -731,6 +1010,12 @@ kafka_headers(Source *src, SourceMessage *msg)
 		JsonbValue	k;
 		JsonbValue	v;
 
+		/* A name must be text: a record whose name is not fails to decode (a dead letter). */
+		if (!pg_verify_mbstr(GetDatabaseEncoding(), name, strlen(name), true))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+					 errmsg("a header name is not valid text in the database encoding"),
+					 errdetail("Header %zu of the message.", i + 1)));
 		k.type = jbvString;
 		k.val.string.val = (char *) name;
 		k.val.string.len = strlen(name);
@@ -846,7 +1131,10 @@ kafka_committed(Source *src)
 		rd_kafka_topic_partition_list_add(list, ks->base.topic_names[ks->parts[i].topic],
 										  ks->parts[i].partition)->offset = ks->parts[i].next;
 	(void) rd_kafka_commit(ks->rk, list, 1);
-	rd_kafka_topic_partition_list_destroy(list);
+	/* Committed again, and waited for, when the consumer closes. */
+	if (ks->last_commit)
+		rd_kafka_topic_partition_list_destroy(ks->last_commit);
+	ks->last_commit = list;
 }
 
 static bool
@@ -917,22 +1205,62 @@ kafka_reached_end(Source *src)
 	return true;
 }
 
+/*
+ * Close the consumer, on every exit (kafka_exit): the asynchronous commit
+ * of the last checkpoint's offsets may not have reached the broker yet, so
+ * commit them once more and wait for at most CLOSE_COMMIT_MS.  Partitions
+ * are assigned, never subscribed: there is no group membership to leave,
+ * and the consumer close that could wait on the broker is skipped.
+ */
 static void
 kafka_close(Source *src)
 {
 	KafkaSource *ks = (KafkaSource *) src;
+	rd_kafka_t *rk = ks->rk;
+	sigset_t	saved;
 
-	release_batch(ks);
-	rd_kafka_destroy(ks->rk);
+	if (rk == NULL)
+		return;
+	ks->rk = NULL;
+	for (int i = 0; i < ks->nbatch; i++)
+		rd_kafka_message_destroy(ks->batch[i]);
+	ks->nbatch = 0;
+	if (ks->last_commit != NULL)
+	{
+		rd_kafka_queue_t *done = rd_kafka_queue_new(rk);
+		rd_kafka_event_t *ev;
+
+		if (rd_kafka_commit_queue(rk, ks->last_commit, done, NULL, NULL) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+			(ev = rd_kafka_queue_poll(done, CLOSE_COMMIT_MS)) != NULL)
+			rd_kafka_event_destroy(ev);
+		rd_kafka_queue_destroy(done);
+		rd_kafka_topic_partition_list_destroy(ks->last_commit);
+		ks->last_commit = NULL;
+	}
+	for (int i = 0; i < ks->base.ntopics; i++)
+		rd_kafka_topic_destroy(ks->topics[i]);
+	rd_kafka_queue_destroy(ks->queue);
+	rd_kafka_queue_destroy(ks->logs);
+	mailer_block_signals(&saved);
+	rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+	mailer_restore_signals(&saved);
+	close(ks->pipe_fds[0]);
+	close(ks->pipe_fds[1]);
 	rd_kafka_topic_partition_list_destroy(ks->assigned);
+}
+
+static void
+kafka_exit(int code, Datum arg)
+{
+	kafka_close((Source *) DatumGetPointer(arg));
 }
 
 /*
  * Whether a partition has records left to read: its position is below
  * its end offset, the broker's last word (read_committed: the last stable
  * offset, from the last fetch, or before the first one, from the
- * assignment).  Such a partition is not idle, however long the broker
- * keeps it silent.
+ * assignment), or that end is unknown yet.  Such a partition is not idle,
+ * however long the broker keeps it silent.
  */
 static bool
 kafka_backlog(Source *src, int i)
@@ -940,7 +1268,8 @@ kafka_backlog(Source *src, int i)
 	KafkaSource *ks = (KafkaSource *) src;
 	int64		high = known_end(ks, &ks->parts[i]);
 
-	return high >= 0 && ks->parts[i].next < high;
+	/* Unknown (restored, its end query failed, never fetched): it may hold anything. */
+	return high < 0 || ks->parts[i].next < high;
 }
 
 /* The broker's last word on a partition's end offset, or -1. */
@@ -956,8 +1285,17 @@ known_end(KafkaSource *ks, KafkaPartition *kp)
 	return high;
 }
 
+/*
+ * A producer's timestamp (milliseconds since 1970) as a timestamptz; one
+ * outside timestamptz's range (a producer's garbage) is no timestamp.
+ */
 static TimestampTz
 kafka_time(int64 ms)
 {
-	return ms * 1000 - ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	TimestampTz t;
+
+	if (ms > PG_INT64_MAX / 1000)
+		return DT_NOBEGIN;
+	t = ms * 1000 - UNIX_OFFSET_US;
+	return IS_VALID_TIMESTAMP(t) ? t : DT_NOBEGIN;
 }

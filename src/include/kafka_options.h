@@ -18,4 +18,10 @@
  */
 extern void kafka_options_check(List *options, Oid owner);
 
+/*
+ * Whether librdkafka loads code for a property (a plugin, an OpenSSL engine
+ * or provider): validation outside the worker never hands it over.
+ */
+extern bool kafka_option_loads_code(const char *name);
+
 #endif							/* KAFKA_OPTIONS_H */
