@@ -198,7 +198,8 @@ checkpoint_take(Job *job, bool final)
 		keyed_prepare_checkpoint(job->keyed);
 		state_ms = ms_since(start);
 	}
-	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error, &rejected);
+	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error,
+								final && job->source->ops->finished(job->source), &rejected);
 	job->counters[JC_RECORDS_OUT] += written;
 	if (!job->plan->aggregated)
 	{

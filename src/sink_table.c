@@ -223,10 +223,11 @@ sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
 				 errmsg("sink table %s was replaced by a table of other columns", sp->relname),
 				 errdetail("The rows the job holds were made for the columns of the table it replaced."),
 				 errhint("The job's worker restarts from its last checkpoint and writes into the new table.")));
-	sp->relid = now->relid;
-	sp->key_index = now->key_index;
 	sp->delete_sql = now->delete_sql;
 	prepare_insert(sb);
+	/* Only once the statement is ready: a failure above binds again next time. */
+	sp->relid = now->relid;
+	sp->key_index = now->key_index;
 	return true;
 }
 
@@ -391,7 +392,8 @@ sink_buffer_full(SinkBuffer *sb)
 }
 
 int64
-sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, int64 *rejected)
+sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, bool last,
+				  int64 *rejected)
 {
 	SinkFlush	fl = {NULL, on_error, 0, NIL};
 	MemoryContext old;
@@ -427,9 +429,10 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, int64
 
 	/*
 	 * Every row refused alone, for the same reason: the table's doing (see
-	 * the file's header), not the rows'.  One row tells nothing.
+	 * the file's header), not the rows'.  One row tells nothing, and the
+	 * last checkpoint of a finished source would be retried for good.
 	 */
-	if (sb->nrows >= 2 && list_length(fl.refused) == sb->nrows)
+	if (!last && sb->nrows >= 2 && list_length(fl.refused) == sb->nrows)
 	{
 		SinkRefusal *first = linitial(fl.refused);
 		bool		same = true;
@@ -451,6 +454,8 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, int64
 		(*rejected)++;
 		refuse(sb, sb, false, lfirst(lc), dlq, on_error);
 	}
+	/* The rows, their arrays and the statements' memory: dead letters keep copies. */
+	MemoryContextReset(sb->ctx);
 	sb->nrows = 0;
 	sb->capacity = 0;
 	sb->ndropped = 0;

@@ -88,6 +88,7 @@ typedef struct KafkaSource
 	rd_kafka_topic_partition_list_t *last_commit;	/* of the last checkpoint, or NULL */
 	char	  **secrets;		/* values of secret options, masked in every text kept */
 	int			nsecrets;
+	int			secrets_capacity;
 } KafkaSource;
 
 static int	kafka_poll(Source *src, SourceMessage *out, int max);
@@ -133,6 +134,7 @@ static void release_batch(KafkaSource *ks);
 static void update_metrics(KafkaSource *ks);
 static int64 known_end(KafkaSource *ks, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
+static void add_secret(KafkaSource *ks, char *text);
 static void mask_secrets(KafkaSource *ks, char *text, size_t size);
 static void kafka_exit(int code, Datum arg);
 
@@ -142,6 +144,19 @@ kafka_check_options(KafkaSourceSpec *spec)
 	rd_kafka_conf_t *conf = build_conf(spec, "mailer-check", true);
 
 	rd_kafka_conf_destroy(conf);
+}
+
+/* One more text to mask in librdkafka's messages; the list grows as needed. */
+static void
+add_secret(KafkaSource *ks, char *text)
+{
+	if (ks->nsecrets == ks->secrets_capacity)
+	{
+		ks->secrets_capacity = Max(8, ks->secrets_capacity * 2);
+		ks->secrets = ks->secrets ? repalloc(ks->secrets, sizeof(char *) * ks->secrets_capacity) :
+			palloc(sizeof(char *) * ks->secrets_capacity);
+	}
+	ks->secrets[ks->nsecrets++] = text;
 }
 
 Source *
@@ -170,7 +185,6 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	 * sasl.oauthbearer.config): mask every secret value, and each of its
 	 * words of 4 characters or more, wherever it appears.
 	 */
-	ks->secrets = palloc(sizeof(char *) * (list_length(spec->options) * 8 + 1));
 	foreach(lc, spec->options)
 	{
 		DefElem    *opt = lfirst(lc);
@@ -181,7 +195,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 
 		if (!spec_option_is_secret(opt->defname) || value[0] == '\0')
 			continue;
-		ks->secrets[ks->nsecrets++] = pstrdup(value);
+		add_secret(ks, pstrdup(value));
 		words = pstrdup(value);
 		for (word = strtok_r(words, " \t\n\r,;", &save); word; word = strtok_r(NULL, " \t\n\r,;", &save))
 		{
@@ -189,10 +203,9 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 
 			if (strlen(word) >= 4 && strcmp(word, value) != 0)
 			{
-				ks->secrets = repalloc(ks->secrets, sizeof(char *) * (ks->nsecrets + 3));
-				ks->secrets[ks->nsecrets++] = word;
+				add_secret(ks, word);
 				if (eq && strlen(eq + 1) >= 4)
-					ks->secrets[ks->nsecrets++] = eq + 1;
+					add_secret(ks, eq + 1);
 			}
 		}
 	}

@@ -50,10 +50,11 @@ extern bool sink_buffer_bind(SinkBuffer *sb, JobPlan *plan);
  * Write the buffered rows (inside the checkpoint transaction).  A row the
  * table rejects for its data goes to dlq, or raises per on_error; any other
  * failure (table missing, no privilege), and every row of two or more
- * refused for the same SQLSTATE, raises.  Returns rows written; *rejected
- * counts the rows dead-lettered or skipped.
+ * refused for the same SQLSTATE (unless last: the final checkpoint of a
+ * finished source, which no retry could change), raises.  Returns rows
+ * written; *rejected counts the rows dead-lettered or skipped.
  */
 extern int64 sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error,
-							   int64 *rejected);
+							   bool last, int64 *rejected);
 
 #endif							/* SINK_H */

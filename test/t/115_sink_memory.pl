@@ -1,0 +1,51 @@
+# The sink's buffer gives its memory back after every checkpoint (final
+# hostile review): a flush that kept the rows it wrote grew a worker by the
+# size of all its output, until sink_buffer_full() asked for a checkpoint on
+# every round and the worker ran out of memory.  A job writes some 40 MB in
+# small checkpoints; then the worker's memory contexts (logged with
+# pg_log_backend_memory_contexts) show the sink's rows context small.
+# And the last checkpoint of a bounded source whose every row the table
+# refuses for the same reason dead-letters them (no later checkpoint could
+# ever hold a good row): the job finishes instead of retrying for good.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use Test::More;
+
+fresh_extension();
+drop_tables('t115');
+psql("CREATE TABLE t115_rows (order_id bigint, pad text)");
+
+psql(q{SELECT mailer.create_job('j115', $${
+	"source": {"type": "generator", "events": 40000, "rate": 20000},
+	"steps": [{"map": {"order_id": "(value->>'order_id')::bigint", "pad": "repeat(md5(key), 32)"}}],
+	"sink": {"type": "table", "table": "t115_rows"},
+	"checkpoint": {"interval": "50 milliseconds"}}$$)});
+wait_until('j115 is half way', sub { psql("SELECT count(*) FROM t115_rows") >= 20000 });
+my $pid = worker_pid('j115');
+my $from = pg_log_size();
+psql("SELECT pg_log_backend_memory_contexts($pid)");
+my $bytes;
+wait_until('the worker logged its memory contexts', sub {
+	($bytes) = pg_log_since($from) =~ /\[$pid\][^\n]*mailer sink rows: (\d+) total/;
+	defined $bytes;
+});
+cmp_ok($bytes, '<', 8 * 1024 * 1024, "the sink's rows context holds little after 20000 rows of 1 kB ($bytes bytes)");
+is(wait_job('j115'), 'finished', 'j115 finishes');
+is(psql("SELECT count(*) || ' ' || count(DISTINCT order_id) FROM t115_rows"), '40000 40000', 'every row once');
+
+psql("CREATE TABLE t115_refused (order_id bigint CHECK (order_id < 0))");
+psql(q{SELECT mailer.create_job('j115_refused', $${
+	"source": {"type": "generator", "events": 5},
+	"steps": [{"map": {"order_id": "(value->>'order_id')::bigint"}}],
+	"sink": {"type": "table", "table": "t115_refused"},
+	"checkpoint": {"interval": "1 hour"}}$$)});
+is(wait_job('j115_refused', 60), 'finished', 'a bounded job whose every row is refused finishes');
+is(psql("SELECT count(*) FROM mailer.dead_letters d JOIN mailer.jobs j USING (job_id) WHERE j.name = 'j115_refused' AND d.stage = 'sink'"),
+	'5', 'its five rows are dead letters of stage sink');
+is(psql("SELECT restarts FROM mailer.jobs WHERE name = 'j115_refused'"), '0', 'never restarted');
+
+psql("SELECT mailer.drop_job('j115'); SELECT mailer.drop_job('j115_refused')");
+done_testing();
