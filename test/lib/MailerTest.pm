@@ -13,7 +13,7 @@ use Test::More ();
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
-  wait_until pg_service launcher_pid wait_server_ready fresh_extension unique_name $ROOT $BROKERS);
+  wait_until pg_service launcher_pid wait_server_ready fresh_extension drop_extension unique_name $ROOT $BROKERS);
 # Helpers of the fault, poison-input and security tests (06x), below.
 push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
@@ -149,13 +149,20 @@ sub kcat_consume
 # extension's catalog, where job ids start at 1 again.
 sub fresh_extension
 {
+	drop_extension();
+	psql("CREATE EXTENSION mailer");
+}
+
+# Drop every job (waiting for its worker to exit), then the extension.
+sub drop_extension
+{
 	psql("SET client_min_messages = warning;
 		DO \$\$ BEGIN
 			IF EXISTS (SELECT FROM pg_extension WHERE extname = 'mailer') THEN
 				PERFORM mailer.drop_job(name) FROM mailer.jobs;
 			END IF;
 		END \$\$;
-		DROP EXTENSION IF EXISTS mailer CASCADE; CREATE EXTENSION mailer;");
+		DROP EXTENSION IF EXISTS mailer CASCADE;");
 }
 
 # A name unique to this run, for topics and jobs.

@@ -65,13 +65,7 @@ my $fresh = `psql -X -q -A -t -d mailer_upgrade_ref -c 'CREATE EXTENSION mailer'
 ok(length($fresh) > 1000, 'the fresh install has a catalog to compare with');
 
 # The release before, with this library loaded.
-psql("SET client_min_messages = warning;
-	DO \$\$ BEGIN
-		IF EXISTS (SELECT FROM pg_extension WHERE extname = 'mailer') THEN
-			PERFORM mailer.drop_job(name) FROM mailer.jobs;
-		END IF;
-	END \$\$;
-	DROP EXTENSION IF EXISTS mailer CASCADE;");
+drop_extension();
 my $log_from = pg_log_size();
 psql("CREATE EXTENSION mailer VERSION '$from'");
 psql(<<'SQL');
