@@ -65,6 +65,16 @@ error_text(ErrorData *edata)
 ErrorData *
 guard_try(void (*fn) (void *arg), void *arg, MemoryContext ctx)
 {
+	ErrorData  *edata = guard_catch(fn, arg, ctx);
+
+	if (edata && is_server_error(edata))
+		ReThrowError(edata);
+	return edata;
+}
+
+ErrorData *
+guard_catch(void (*fn) (void *arg), void *arg, MemoryContext ctx)
+{
 	ResourceOwner owner = CurrentResourceOwner;
 	MemoryContext old = MemoryContextSwitchTo(ctx);
 	ErrorData  *edata = NULL;
@@ -86,8 +96,6 @@ guard_try(void (*fn) (void *arg), void *arg, MemoryContext ctx)
 	PG_END_TRY();
 	MemoryContextSwitchTo(old);
 	CurrentResourceOwner = owner;
-	if (edata && is_server_error(edata))
-		ReThrowError(edata);
 	return edata;
 }
 

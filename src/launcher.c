@@ -28,13 +28,13 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "mailer.h"
 #include "catalog.h"
+#include "guard.h"
 #include "job_slots.h"
 #include "job_worker.h"
 #include "launcher.h"
@@ -758,50 +758,47 @@ set_status(int64 job_id, const char *state, int pid, int add_restarts, const cha
  * only this job's step this round, never the round.  result, if given:
  * the first column of the first row (false without a row).
  */
+typedef struct OwnSubxact
+{
+	const char *sql;
+	int			nargs;
+	Oid		   *types;
+	Datum	   *values;
+	const char *nulls;
+	bool	   *result;
+} OwnSubxact;
+
+static void
+run_own_subxact(void *arg)
+{
+	OwnSubxact *st = (OwnSubxact *) arg;
+
+	catalog_exec(st->sql, st->nargs, st->types, st->values, st->nulls, false);
+	if (st->result)
+	{
+		bool		isnull = true;
+
+		*st->result = SPI_processed == 1 &&
+			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
+	}
+}
+
 static bool
 exec_own_subxact(int64 job_id, const char *what, const char *sql, int nargs,
 				 Oid *types, Datum *values, const char *nulls, bool *result)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		ok = true;
+	OwnSubxact	st = {sql, nargs, types, values, nulls, result};
+	ErrorData  *edata = guard_catch(run_own_subxact, &st, CurrentMemoryContext);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		catalog_exec(sql, nargs, types, values, nulls, false);
-		if (result)
-		{
-			bool		isnull = true;
-
-			*result = SPI_processed == 1 &&
-				DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
-				!isnull;
-		}
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("mailer launcher could not %s of job " INT64_FORMAT ", trying again: %s",
-						what, job_id, edata->message)));
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	if (edata == NULL)
+		return true;
+	ereport(LOG,
+			(errcode(edata->sqlerrcode),
+			 errmsg("mailer launcher could not %s of job " INT64_FORMAT ", trying again: %s",
+					what, job_id, edata->message)));
+	FreeErrorData(edata);
+	return false;
 }
 
 /* The extension is gone: ask every worker to stop, forget every slot. */

@@ -21,6 +21,9 @@
  */
 extern ErrorData *guard_try(void (*fn) (void *arg), void *arg, MemoryContext ctx);
 
+/* As guard_try, but every error is returned, the server's too. */
+extern ErrorData *guard_catch(void (*fn) (void *arg), void *arg, MemoryContext ctx);
+
 /* A class 22, 23, 21 or 54 error, or one a user's function raised (P0001, P0004). */
 extern bool guard_is_data_error(ErrorData *edata);
 
