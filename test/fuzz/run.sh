@@ -21,14 +21,6 @@ dir=$MAILER_RUN_DIR/fuzz
 data=$dir/data
 log=$dir/postgresql.log
 
-if [ "$(id -u)" -eq 0 ]; then
-	owner=postgres
-	as_owner() { runuser -u "$owner" -- "$@"; }
-else
-	owner=$(id -un)
-	as_owner() { "$@"; }
-fi
-
 make -s -C test/fuzz PG_CONFIG="$PG_CONFIG" >/dev/null
 
 stop_cluster()

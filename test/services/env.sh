@@ -27,6 +27,16 @@ KAFKA_BROKERS=${KAFKA_BROKERS:-127.0.0.1:$KAFKA_PORT}
 KAFKA_DIR=${KAFKA_DIR:-$MAILER_RUN_DIR/kafka}
 export KAFKA_BROKERS
 
+# initdb refuses root: as root, clusters belong to 'postgres'; otherwise to
+# the caller.  as_owner runs a command as that owner.
+if [ "$(id -u)" -eq 0 ]; then
+	owner=postgres
+	as_owner() { runuser -u "$owner" -- "$@"; }
+else
+	owner=$(id -un)
+	as_owner() { "$@"; }
+fi
+
 # Print the last lines of a log and fail: every service script ends this way
 # when a service does not come up.
 die_with_log()

@@ -10,14 +10,6 @@ set -euo pipefail
 
 log=$MAILER_RUN_DIR/postgresql.log
 
-if [ "$(id -u)" -eq 0 ]; then
-	owner=postgres
-	as_owner() { runuser -u "$owner" -- "$@"; }
-else
-	owner=$(id -un)
-	as_owner() { "$@"; }
-fi
-
 pg_ctl() { as_owner "$PG_BINDIR/pg_ctl" -D "$PGDATA" "$@"; }
 
 is_running() { pg_ctl status >/dev/null 2>&1; }
