@@ -19,7 +19,7 @@ push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
   job_state_dir pg_log_size pg_log_since as_cluster_owner drop_tables);
 # Test points (src/include/test_point.h): hold a process at a named step.
-push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release);
+push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop_roles);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
@@ -540,6 +540,21 @@ sub test_point_release
 		psql("ALTER SYSTEM RESET mailer.test_pause_at");
 	}
 	psql("SELECT pg_reload_conf()");
+}
+
+# Drop these roles, if they exist, with everything they own.
+sub drop_roles
+{
+	my (@roles) = @_;
+	my $names = join(', ', map { "'$_'" } @roles);
+	psql("SET client_min_messages = warning;
+		DO \$\$DECLARE r name;
+		BEGIN
+			FOR r IN SELECT rolname FROM pg_roles WHERE rolname = ANY (ARRAY[$names]) LOOP
+				EXECUTE format('DROP OWNED BY %I CASCADE', r);
+			END LOOP;
+		END\$\$;
+		DROP ROLE IF EXISTS " . join(', ', @roles));
 }
 
 1;

@@ -18,14 +18,8 @@ fresh_extension();
 drop_tables('t063');
 
 my ($plain, $exec, $reader, $both) = qw(t063_plain t063_exec t063_reader t063_both);
+drop_roles($plain, $exec, $reader, $both);
 psql("SET client_min_messages = warning;
-      DO \$\$DECLARE r name;
-      BEGIN
-        FOR r IN SELECT rolname FROM pg_roles WHERE rolname LIKE 't063\\_%' LOOP
-          EXECUTE format('DROP OWNED BY %I CASCADE', r);
-        END LOOP;
-      END\$\$;
-      DROP ROLE IF EXISTS $plain, $exec, $reader, $both;
       CREATE ROLE $plain LOGIN;
       CREATE ROLE $exec LOGIN IN ROLE pg_execute_server_program;
       CREATE ROLE $reader LOGIN IN ROLE pg_read_server_files;

@@ -12,14 +12,8 @@ fresh_extension();
 drop_tables('t064');
 
 my ($alice, $bob, $carol) = qw(t064_alice t064_bob t064_carol);
+drop_roles($carol, $alice, $bob);
 psql("SET client_min_messages = warning;
-      DO \$\$DECLARE r name;
-      BEGIN
-        FOR r IN SELECT rolname FROM pg_roles WHERE rolname LIKE 't064\\_%' LOOP
-          EXECUTE format('DROP OWNED BY %I CASCADE', r);
-        END LOOP;
-      END\$\$;
-      DROP ROLE IF EXISTS $carol, $alice, $bob;
       CREATE ROLE $alice LOGIN;
       CREATE ROLE $bob LOGIN;
       CREATE ROLE $carol LOGIN IN ROLE $alice;

@@ -23,13 +23,8 @@ fresh_extension();
 drop_tables('t065');
 
 my $owner = 't065_owner';
+drop_roles($owner);
 psql("SET client_min_messages = warning;
-      DO \$\$BEGIN
-        IF EXISTS (SELECT FROM pg_roles WHERE rolname = '$owner') THEN
-          EXECUTE 'DROP OWNED BY $owner CASCADE';
-        END IF;
-      END\$\$;
-      DROP ROLE IF EXISTS $owner;
       CREATE ROLE $owner LOGIN;
       ALTER ROLE $owner SET lc_messages = 'de_DE.UTF-8';
       CREATE TABLE t065_out (order_id int, customer text);

@@ -16,14 +16,9 @@ use Test::More;
 fresh_extension();
 drop_tables('t086');
 my $owner = 't086_owner';
+drop_roles($owner);
 psql("SET client_min_messages = warning;
       DROP FUNCTION IF EXISTS t086_allowed(text);
-      DO \$\$BEGIN
-        IF EXISTS (SELECT FROM pg_roles WHERE rolname = '$owner') THEN
-          EXECUTE 'DROP OWNED BY $owner CASCADE';
-        END IF;
-      END\$\$;
-      DROP ROLE IF EXISTS $owner;
       CREATE ROLE $owner LOGIN;
       CREATE TABLE t086_lookup (customer_id text PRIMARY KEY, allowed bool);
       INSERT INTO t086_lookup SELECT 'c' || i, i <> 4 FROM generate_series(0, 4) i;

@@ -22,13 +22,8 @@ fresh_extension();
 drop_tables('t101');
 
 my $owner = 't101_owner';
+drop_roles($owner);
 psql("SET client_min_messages = warning;
-      DO \$\$BEGIN
-        IF EXISTS (SELECT FROM pg_roles WHERE rolname = '$owner') THEN
-          EXECUTE 'DROP OWNED BY $owner CASCADE';
-        END IF;
-      END\$\$;
-      DROP ROLE IF EXISTS $owner;
       CREATE ROLE $owner LOGIN;
       CREATE TABLE t101_out (id int, v int CHECK (v <> 5), note text);
       GRANT INSERT ON t101_out TO $owner;

@@ -20,14 +20,8 @@ test_point_release();
 drop_tables('t104');
 
 my ($alice, $bob) = qw(t104_alice t104_bob);
+drop_roles($alice, $bob);
 psql("SET client_min_messages = warning;
-      DO \$\$DECLARE r name;
-      BEGIN
-        FOR r IN SELECT rolname FROM pg_roles WHERE rolname LIKE 't104\\_%' LOOP
-          EXECUTE format('DROP OWNED BY %I CASCADE', r);
-        END LOOP;
-      END\$\$;
-      DROP ROLE IF EXISTS $alice, $bob;
       CREATE ROLE $alice LOGIN;
       CREATE ROLE $bob LOGIN;
       CREATE TABLE t104_mine (k text);

@@ -18,13 +18,8 @@ test_point_release();
 drop_tables('t108');
 
 my $role = 't108_owner';
+drop_roles($role);
 psql("SET client_min_messages = warning;
-      DO \$\$BEGIN
-        IF EXISTS (SELECT FROM pg_roles WHERE rolname = '$role') THEN
-          EXECUTE 'DROP OWNED BY $role CASCADE';
-        END IF;
-      END\$\$;
-      DROP ROLE IF EXISTS $role;
       CREATE ROLE $role LOGIN;
       CREATE TABLE t108 (k text);
       CREATE TABLE t108_fail (k text, q bigint);
