@@ -5,7 +5,7 @@ EXTENSION   = mailer
 MODULE_big  = mailer
 EXTVERSION  = 0.2.0
 
-SRCS        = $(sort $(wildcard src/*.c))
+SRCS        = $(sort $(wildcard src/*.c src/*/*.c))
 OBJS        = $(SRCS:.c=.o)
 DATA        = $(wildcard sql/mailer--*.sql)
 
@@ -16,7 +16,7 @@ REGRESS      = $(patsubst sql/%.sql,%,$(filter-out sql/mailer--%,$(sort $(wildca
 REGRESS_OPTS = --inputdir=. --use-existing
 override CONTRIB_TESTDB = $(or $(PGDATABASE),mailer)
 
-PG_CPPFLAGS = -I$(srcdir)/src/include -Wall -Werror -DMAILER_VERSION=\"$(EXTVERSION)\"
+PG_CPPFLAGS = -I$(srcdir)/src -Wall -Werror -DMAILER_VERSION=\"$(EXTVERSION)\"
 SHLIB_LINK  = -lrdkafka -lrocksdb
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config

@@ -18,10 +18,10 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
-#include "mailer.h"
-#include "job_slots.h"
-#include "launcher.h"
-#include "test_point.h"
+#include "base/mailer.h"
+#include "jobs/job_slots.h"
+#include "runtime/launcher.h"
+#include "base/test_point.h"
 
 PG_MODULE_MAGIC;
 

@@ -1,8 +1,8 @@
 /*
  * mailer_fuzz.c
  *		Differential fuzzing of mailer's two hand-written parsers against
- *		PostgreSQL's own: the JSON field scanner (src/json_fields.c) against
- *		jsonb_in with ->> and ->, and the ISO 8601 fast path (src/iso_time.c)
+ *		PostgreSQL's own: the JSON field scanner (src/plan/json_fields.c) against
+ *		jsonb_in with ->> and ->, and the ISO 8601 fast path (src/base/iso_time.c)
  *		against timestamptz_in.
  *
  * A test-only module, never installed: test/fuzz/run.sh builds it with
@@ -18,8 +18,8 @@
  * jsonb) or the timestamp exactly as PostgreSQL does, or the same error
  * (same SQLSTATE), or (times only) declines and leaves it to timestamptz_in.
  */
-#include "../../src/json_fields.c"
-#include "../../src/iso_time.c"
+#include "../../src/plan/json_fields.c"
+#include "../../src/base/iso_time.c"
 
 #include "common/pg_prng.h"
 #include "funcapi.h"

@@ -1,0 +1,796 @@
+/*
+ * sink_table.c
+ *		The table sink (sink.h).
+ *
+ * Rows are kept column by column.  At a checkpoint each chunk of rows is
+ * one INSERT ... SELECT * FROM unnest($1, $2, ...) [ON CONFLICT ...], a
+ * plan prepared once.  When the table rejects a chunk for a row's data
+ * (a constraint, a value out of range), the chunk is split in halves until
+ * the bad rows are alone; they become dead letters and the rest is written.
+ * Deferred constraints are checked in each statement, so that the halving
+ * sees them too; two rows that a trigger makes one key are written in
+ * separate statements, in their order.  The deletes of a merged session's
+ * replaced rows are halved the same way.
+ *
+ * When every row of a checkpoint (two or more) fails alone with the same
+ * SQLSTATE, the table is taken to refuse everything (row-level security
+ * without a policy, a new constraint, parent rows not loaded yet): the
+ * checkpoint fails and is retried, nothing is dead-lettered.
+ *
+ * The spec names the table: each checkpoint resolves the name again
+ * (sink_buffer_bind), and a table made anew under it is written from then on.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "nodes/parsenodes.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "base/guard.h"
+#include "connectors/sink.h"
+
+#define SINK_CHUNK_ROWS 10000
+
+/* Bytes of buffered rows past which the worker checkpoints early. */
+#define SINK_MAX_BYTES (64 * 1024 * 1024)
+
+typedef struct RowEntry
+{
+	uint32		row;
+	uint32		hash;
+	char		status;
+} RowEntry;
+
+typedef struct SinkOrigin
+{
+	const char *topic;			/* a source's topic name, or NULL */
+	int32		partition;
+	int64		offset;
+} SinkOrigin;
+
+/* A row the table refused, alone in its statement. */
+typedef struct SinkRefusal
+{
+	int			row;
+	int			sqlerrcode;
+	char	   *message;
+	char	   *text;			/* message: detail */
+} SinkRefusal;
+
+/* One flush: the refused rows, and a context for each statement's attempt. */
+typedef struct SinkFlush
+{
+	MemoryContext attempt;		/* reset after each statement */
+	OnError		on_error;
+	int64		written;
+	List	   *refused;		/* SinkRefusal, in order */
+} SinkFlush;
+
+struct SinkBuffer
+{
+	SinkPlan   *plan;
+	MemoryContext ctx;			/* the rows; reset at each flush */
+	int			nrows;
+	int			capacity;
+	Datum	  **values;			/* [column][row] */
+	bool	  **nulls;
+	SinkOrigin *origins;
+	bool	   *dropped;		/* rows deleted after they were buffered */
+	int			ndropped;
+	struct rowset_hash *keys;	/* upsert: row of each key */
+	SPIPlanPtr	insert_plan;
+	bool	   *failing;		/* set before raising a refused row's error (on_error "fail") */
+	SinkBuffer *deletes;		/* keys to delete, as rows of their own */
+	SPIPlanPtr	delete_plan;
+	FmgrInfo   *key_eq;			/* [column]: the conflict index's equality */
+	FmgrInfo   *key_hash;		/* [column]: a hash that agrees with it */
+};
+
+static uint32 row_hash(SinkBuffer *sb, uint32 row);
+static bool row_equal(SinkBuffer *sb, uint32 a, uint32 b);
+
+#define SH_PREFIX rowset
+#define SH_ELEMENT_TYPE RowEntry
+#define SH_KEY_TYPE uint32
+#define SH_KEY row
+#define SH_HASH_KEY(tb, key) row_hash((SinkBuffer *) (tb)->private_data, key)
+#define SH_EQUAL(tb, a, b) row_equal((SinkBuffer *) (tb)->private_data, a, b)
+#define SH_STORE_HASH
+#define SH_GET_HASH(tb, a) a->hash
+#define SH_SCOPE static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
+
+static void grow(SinkBuffer *sb);
+static void compact(SinkBuffer *sb);
+static void delete_keys(SinkBuffer *sb, SinkFlush *fl, DeadLetterBuffer *dlq);
+static void write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to,
+						SinkFlush *fl);
+static void refuse(SinkBuffer *sb, SinkBuffer *rows, bool delete, SinkRefusal *r,
+				   DeadLetterBuffer *dlq, OnError on_error);
+static bool is_row_error(ErrorData *edata);
+static char *row_as_json(SinkBuffer *sb, int row);
+static bool key_has_null(SinkBuffer *sb, int row);
+static void prepare_insert(SinkBuffer *sb);
+static bool sink_plans_alike(SinkPlan *a, SinkPlan *b);
+
+SinkBuffer *
+sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing)
+{
+	SinkBuffer *sb = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
+	SinkPlan   *sp = plan->sink;
+
+	sb->failing = failing;
+	sb->plan = sp;
+	sb->ctx = AllocSetContextCreate(parent, "mailer sink rows", ALLOCSET_DEFAULT_SIZES);
+	sb->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
+	sb->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
+	if (sp->upsert)
+	{
+		sb->keys = rowset_create(parent, 1024, sb);
+		sb->key_eq = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
+		sb->key_hash = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
+		for (int c = 0; c < sp->ncolumns; c++)
+		{
+			SinkColumn *col = &sp->columns[c];
+
+			if (col->is_key && OidIsValid(col->key_eq_proc))
+				fmgr_info_cxt(col->key_eq_proc, &sb->key_eq[c], parent);
+			if (col->is_key && OidIsValid(col->key_hash_proc))
+				fmgr_info_cxt(col->key_hash_proc, &sb->key_hash[c], parent);
+		}
+	}
+	prepare_insert(sb);
+	return sb;
+}
+
+static void
+prepare_insert(SinkBuffer *sb)
+{
+	SinkPlan   *sp = sb->plan;
+
+	SPI_connect();
+	if (sb->insert_plan)
+		SPI_freeplan(sb->insert_plan);
+	sb->insert_plan = SPI_prepare(sp->insert_sql, sp->ncolumns, sp->param_types);
+	if (sb->insert_plan == NULL)
+		elog(ERROR, "could not prepare the sink statement: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(sb->insert_plan);
+	if (sb->delete_plan)
+		SPI_freeplan(sb->delete_plan);
+	sb->delete_plan = NULL;
+	if (sp->delete_sql)
+	{
+		sb->delete_plan = SPI_prepare(sp->delete_sql, sp->ncolumns, sp->param_types);
+		if (sb->delete_plan == NULL)
+			elog(ERROR, "could not prepare the sink delete: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(sb->delete_plan);
+	}
+	SPI_finish();
+}
+
+bool
+sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
+{
+	SinkPlan   *sp = sb->plan;
+	Oid			relid = plan_sink_relid(&plan->spec->sink, RowExclusiveLock);
+	Oid			index = InvalidOid;
+	MemoryContext old;
+	SinkPlan   *now;
+
+	if (!OidIsValid(relid))
+		return false;
+	if (sp->upsert)
+	{
+		/* An upsert job never appends: rows of one key would pile up. */
+		index = plan_sink_key_index(&plan->spec->sink, relid);
+		if (!OidIsValid(index))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("sink table %s has no conflict key for the job's upsert", sp->relname),
+					 errdetail("The job upserts on the primary key or the unique index of its sink.key; it no longer exists."),
+					 errhint("Create the primary key or unique index again: the job retries and goes on from its last checkpoint. To append, create a job with \"mode\": \"append\".")));
+	}
+	if (relid == sp->relid && index == sp->key_index)
+		return true;
+
+	/*
+	 * Another table has the name now, or another index decides conflicts:
+	 * the rows buffered fit only if the sink compiles to the same columns
+	 * and the same key equality (rows were merged by it) against it.
+	 */
+	old = MemoryContextSwitchTo(GetMemoryChunkContext(sb));
+	now = plan_sink_again(plan);
+	MemoryContextSwitchTo(old);
+	if (!sink_plans_alike(sp, now) && relid == sp->relid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the conflict key of sink table %s changed", sp->relname),
+				 errdetail("The rows the job holds were merged per key as the index it replaced compares keys."),
+				 errhint("The job's worker restarts from its last checkpoint and merges rows as the new index does.")));
+	if (!sink_plans_alike(sp, now))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sink table %s was replaced by a table of other columns", sp->relname),
+				 errdetail("The rows the job holds were made for the columns of the table it replaced."),
+				 errhint("The job's worker restarts from its last checkpoint and writes into the new table.")));
+	sp->delete_sql = now->delete_sql;
+	prepare_insert(sb);
+	/* Only once the statement is ready: a failure above binds again next time. */
+	sp->relid = now->relid;
+	sp->key_index = now->key_index;
+	return true;
+}
+
+/* The same columns, keys and statement: rows made for one fit the other. */
+static bool
+sink_plans_alike(SinkPlan *a, SinkPlan *b)
+{
+	if (a->ncolumns != b->ncolumns || a->upsert != b->upsert || a->nkeys != b->nkeys ||
+		a->key_nulls_distinct != b->key_nulls_distinct || strcmp(a->insert_sql, b->insert_sql) != 0)
+		return false;
+	for (int c = 0; c < a->ncolumns; c++)
+	{
+		SinkColumn *x = &a->columns[c];
+		SinkColumn *y = &b->columns[c];
+
+		if (strcmp(x->name, y->name) != 0 || x->type != y->type || x->typmod != y->typmod ||
+			x->slot != y->slot || x->is_key != y->is_key || (x->cast == NULL) != (y->cast == NULL) ||
+			x->key_eq_proc != y->key_eq_proc || x->key_hash_proc != y->key_hash_proc ||
+			x->key_collation != y->key_collation)
+			return false;
+	}
+	return true;
+}
+
+void
+sink_project(SinkBuffer *sb, ExprRuntime *out_rt, Record *rec, Datum *values, bool *nulls)
+{
+	SinkPlan   *sp = sb->plan;
+
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		SinkColumn *col = &sp->columns[c];
+
+		if (col->cast)
+			values[c] = expr_eval(col->cast, out_rt, rec, &nulls[c]);
+		else
+		{
+			values[c] = rec->values[col->slot];
+			nulls[c] = rec->isnull[col->slot];
+		}
+	}
+}
+
+void
+sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls, const char *topic, int32 partition,
+				int64 offset)
+{
+	SinkPlan   *sp = sb->plan;
+	MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+	int			row;
+
+	if (sb->nrows == sb->capacity)
+		grow(sb);
+	row = sb->nrows;
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		SinkColumn *col = &sp->columns[c];
+
+		sb->nulls[c][row] = nulls[c];
+		sb->values[c][row] = nulls[c] ? (Datum) 0 :
+			datumCopy(values[c], col->typbyval, col->typlen);
+	}
+	sb->origins[row].topic = topic;
+	sb->origins[row].partition = partition;
+	sb->origins[row].offset = offset;
+	sb->dropped[row] = false;
+
+	/* A null key matches no row in the index (unless NULLS NOT DISTINCT). */
+	if (sb->keys && !(sp->key_nulls_distinct && key_has_null(sb, row)))
+	{
+		bool		found;
+		RowEntry   *entry = rowset_insert(sb->keys, (uint32) row, &found);
+
+		if (found)
+		{
+			/* The newest row of a key replaces the one buffered before. */
+			for (int c = 0; c < sp->ncolumns; c++)
+			{
+				if (!sb->nulls[c][entry->row] && !sp->columns[c].typbyval)
+					pfree(DatumGetPointer(sb->values[c][entry->row]));
+				sb->values[c][entry->row] = sb->values[c][row];
+				sb->nulls[c][entry->row] = sb->nulls[c][row];
+			}
+			sb->origins[entry->row] = sb->origins[row];
+			if (sb->dropped[entry->row])
+			{
+				sb->dropped[entry->row] = false;
+				sb->ndropped--;
+			}
+			MemoryContextSwitchTo(old);
+			return;
+		}
+	}
+	sb->nrows++;
+	MemoryContextSwitchTo(old);
+}
+
+void
+sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls)
+{
+	SinkPlan   *sp = sb->plan;
+
+	Assert(sp->upsert);
+	if (sb->deletes == NULL)
+	{
+		/* The keys to delete are kept as rows of a buffer of their own. */
+		MemoryContext parent = GetMemoryChunkContext(sb);
+
+		sb->deletes = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
+		sb->deletes->plan = sp;
+		sb->deletes->ctx = AllocSetContextCreate(parent, "mailer sink deletes", ALLOCSET_DEFAULT_SIZES);
+		sb->deletes->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
+		sb->deletes->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
+		sb->deletes->keys = rowset_create(parent, 256, sb->deletes);
+		sb->deletes->key_eq = sb->key_eq;
+		sb->deletes->key_hash = sb->key_hash;
+	}
+	sink_buffer_add(sb->deletes, values, nulls, NULL, -1, -1);
+
+	/* A buffered row of that key must not be written after the delete. */
+	if (sb->keys)
+	{
+		RowEntry   *entry;
+
+		if (sb->nrows == sb->capacity)
+		{
+			MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+
+			grow(sb);
+			MemoryContextSwitchTo(old);
+		}
+		/* The key goes in the first unused row, only to be looked up. */
+		for (int c = 0; c < sp->ncolumns; c++)
+		{
+			sb->values[c][sb->nrows] = values[c];
+			sb->nulls[c][sb->nrows] = nulls[c];
+		}
+		entry = sp->key_nulls_distinct && key_has_null(sb, sb->nrows) ? NULL :
+			rowset_lookup(sb->keys, (uint32) sb->nrows);
+		if (entry && !sb->dropped[entry->row])
+		{
+			sb->dropped[entry->row] = true;
+			sb->ndropped++;
+		}
+	}
+}
+
+int
+sink_buffer_rows(SinkBuffer *sb)
+{
+	return sb->nrows;
+}
+
+bool
+sink_buffer_full(SinkBuffer *sb)
+{
+	Size		bytes = MemoryContextMemAllocated(sb->ctx, true);
+
+	if (sb->deletes)
+		bytes += MemoryContextMemAllocated(sb->deletes->ctx, true);
+	return bytes >= SINK_MAX_BYTES;
+}
+
+int64
+sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, bool last,
+				  int64 *rejected)
+{
+	SinkFlush	fl = {NULL, on_error, 0, NIL};
+	MemoryContext old;
+	ListCell   *lc;
+
+	*rejected = 0;
+	fl.attempt = AllocSetContextCreate(sb->ctx, "mailer sink statement", ALLOCSET_DEFAULT_SIZES);
+	if ((sb->deletes && sb->deletes->nrows > 0) || sb->nrows > sb->ndropped)
+	{
+		/*
+		 * SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint fails in the
+		 * statement, where the halving finds its rows, not at COMMIT.
+		 */
+		ConstraintsSetStmt *immediate = makeNode(ConstraintsSetStmt);
+
+		immediate->constraints = NIL;
+		immediate->deferred = false;
+		AfterTriggerSetState(immediate);
+	}
+	if (sb->deletes && sb->deletes->nrows > 0)
+		delete_keys(sb, &fl, dlq);
+	if (sb->ndropped > 0)
+		compact(sb);
+	if (sb->nrows > 0)
+	{
+		SPI_connect();
+		old = MemoryContextSwitchTo(fl.attempt);
+		for (int from = 0; from < sb->nrows; from += SINK_CHUNK_ROWS)
+			write_range(sb, sb, false, from, Min(from + SINK_CHUNK_ROWS, sb->nrows), &fl);
+		MemoryContextSwitchTo(old);
+		SPI_finish();
+	}
+
+	/*
+	 * Every row refused alone, for the same reason: the table's doing (see
+	 * the file's header), not the rows'.  One row tells nothing, and the
+	 * last checkpoint of a finished source would be retried for good.
+	 */
+	if (!last && sb->nrows >= 2 && list_length(fl.refused) == sb->nrows)
+	{
+		SinkRefusal *first = linitial(fl.refused);
+		bool		same = true;
+
+		foreach(lc, fl.refused)
+			if (((SinkRefusal *) lfirst(lc))->sqlerrcode != first->sqlerrcode)
+				same = false;
+		if (same)
+			ereport(ERROR,
+					(errcode(first->sqlerrcode),
+					 errmsg("table %s refused every row of the checkpoint: %s", sb->plan->relname,
+							first->message),
+					 errdetail("Each of the %d rows failed alone with SQLSTATE %s; that is taken for a change of the table (a policy, a constraint, missing parent rows), not bad rows, so none is dead-lettered.",
+							   sb->nrows, unpack_sql_state(first->sqlerrcode)),
+					 errhint("Fix the table: the job retries from its last checkpoint. Rows that are bad themselves are dead-lettered once a checkpoint also holds a row the table accepts.")));
+	}
+	foreach(lc, fl.refused)
+	{
+		(*rejected)++;
+		refuse(sb, sb, false, lfirst(lc), dlq, on_error);
+	}
+	/* The rows, their arrays and the statements' memory: dead letters keep copies. */
+	MemoryContextReset(sb->ctx);
+	sb->nrows = 0;
+	sb->capacity = 0;
+	sb->ndropped = 0;
+	if (sb->keys)
+		rowset_reset(sb->keys);
+	return fl.written;
+}
+
+/* Leave out the rows deleted after they were buffered. */
+static void
+compact(SinkBuffer *sb)
+{
+	SinkPlan   *sp = sb->plan;
+	int			kept = 0;
+
+	for (int r = 0; r < sb->nrows; r++)
+	{
+		if (sb->dropped[r])
+			continue;
+		for (int c = 0; c < sp->ncolumns; c++)
+		{
+			sb->values[c][kept] = sb->values[c][r];
+			sb->nulls[c][kept] = sb->nulls[c][r];
+		}
+		sb->origins[kept] = sb->origins[r];
+		sb->dropped[kept] = false;
+		kept++;
+	}
+	sb->nrows = kept;
+	sb->ndropped = 0;
+}
+
+/*
+ * Delete the rows of the keys to delete (plan.c's delete statement), halved
+ * like inserts: a row that may not go (a restricting foreign key, a trigger
+ * that raises) is refused as a row, and stays.
+ */
+static void
+delete_keys(SinkBuffer *sb, SinkFlush *fl, DeadLetterBuffer *dlq)
+{
+	SinkBuffer *del = sb->deletes;
+	MemoryContext old;
+	ListCell   *lc;
+
+	SPI_connect();
+	old = MemoryContextSwitchTo(fl->attempt);
+	for (int from = 0; from < del->nrows; from += SINK_CHUNK_ROWS)
+		write_range(sb, del, true, from, Min(from + SINK_CHUNK_ROWS, del->nrows), fl);
+	MemoryContextSwitchTo(old);
+	SPI_finish();
+	foreach(lc, fl->refused)
+		refuse(sb, del, true, lfirst(lc), dlq, fl->on_error);
+	list_free(fl->refused);
+	fl->refused = NIL;
+	fl->written = 0;
+	MemoryContextReset(del->ctx);
+	del->nrows = 0;
+	del->capacity = 0;
+	rowset_reset(del->keys);
+}
+
+static void
+grow(SinkBuffer *sb)
+{
+	SinkPlan   *sp = sb->plan;
+	int			cap = Max(1024, sb->capacity * 2);
+
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		sb->values[c] = sb->capacity ? repalloc(sb->values[c], sizeof(Datum) * cap) :
+			palloc(sizeof(Datum) * cap);
+		sb->nulls[c] = sb->capacity ? repalloc(sb->nulls[c], sizeof(bool) * cap) :
+			palloc(sizeof(bool) * cap);
+	}
+	sb->origins = sb->capacity ? repalloc(sb->origins, sizeof(SinkOrigin) * cap) :
+		palloc(sizeof(SinkOrigin) * cap);
+	sb->dropped = sb->capacity ? repalloc(sb->dropped, sizeof(bool) * cap) :
+		palloc(sizeof(bool) * cap);
+	sb->capacity = cap;
+}
+
+typedef struct StatementRun
+{
+	SPIPlanPtr	plan;
+	int			expected;
+	Datum	   *params;
+	char	   *nulls;
+} StatementRun;
+
+static void
+run_statement(void *arg)
+{
+	StatementRun *run = (StatementRun *) arg;
+	int			rc = SPI_execute_plan(run->plan, run->params, run->nulls, false, 0);
+
+	if (rc != run->expected)
+		elog(ERROR, "sink statement returned %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Write (or delete) rows [from, to) of rows in one statement, in a
+ * subtransaction; halve on a row's error.  Runs in fl->attempt, reset
+ * after each statement.
+ */
+static void
+write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to, SinkFlush *fl)
+{
+	SinkPlan   *sp = sb->plan;
+	StatementRun run;
+	int			dims[1] = {to - from};
+	int			lbs[1] = {1};
+	ErrorData  *edata;
+	bool		split;
+
+	run.plan = delete ? sb->delete_plan : sb->insert_plan;
+	run.expected = delete ? SPI_OK_DELETE : SPI_OK_INSERT;
+	run.params = palloc(sizeof(Datum) * sp->ncolumns);
+	run.nulls = palloc(sp->ncolumns);
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		SinkColumn *col = &sp->columns[c];
+		Datum	   *elems;
+
+		run.nulls[c] = delete && !col->is_key ? 'n' : ' ';
+		if (run.nulls[c] == 'n')
+		{
+			run.params[c] = (Datum) 0;
+			continue;
+		}
+
+		/*
+		 * construct_md_array() puts the values it detoasts (a short header
+		 * included) back into the array it is given: give it a copy, so
+		 * that the buffer never points into this attempt's memory.
+		 */
+		elems = palloc(sizeof(Datum) * (to - from));
+		memcpy(elems, rows->values[c] + from, sizeof(Datum) * (to - from));
+		run.params[c] = PointerGetDatum(construct_md_array(elems, rows->nulls[c] + from,
+														   1, dims, lbs, getBaseType(col->type),
+														   col->typlen, col->typbyval, col->typalign));
+	}
+
+	edata = guard_try(run_statement, &run, fl->attempt);
+	if (edata == NULL)
+	{
+		if (!delete)
+			fl->written += to - from;
+		MemoryContextReset(fl->attempt);
+		return;
+	}
+	/* 21000 (a row class): rows a trigger made one key; apart, in order, the last one wins. */
+	if (!is_row_error(edata))
+		ReThrowError(edata);
+	split = to - from > 1;
+	if (!split)
+	{
+		MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+		SinkRefusal *r = palloc(sizeof(SinkRefusal));
+
+		r->row = from;
+		r->sqlerrcode = edata->sqlerrcode;
+		r->message = pstrdup(edata->message);
+		r->text = pstrdup(error_text(edata));
+		fl->refused = lappend(fl->refused, r);
+		MemoryContextSwitchTo(old);
+	}
+	MemoryContextReset(fl->attempt);
+	if (split)
+	{
+		int			mid = from + (to - from) / 2;
+
+		write_range(sb, rows, delete, from, mid, fl);
+		write_range(sb, rows, delete, mid, to, fl);
+	}
+}
+
+/* A refused row (of rows), per on_error. */
+static void
+refuse(SinkBuffer *sb, SinkBuffer *rows, bool delete, SinkRefusal *r, DeadLetterBuffer *dlq,
+	   OnError on_error)
+{
+	SinkPlan   *sp = sb->plan;
+	SinkOrigin *origin = &rows->origins[r->row];
+
+	if (on_error == ON_ERROR_FAIL)
+	{
+		*sb->failing = true;
+		ereport(ERROR,
+				(errcode(r->sqlerrcode),
+				 errmsg(delete ? "table %s refused to delete a row a merged session replaced: %s" :
+						"table %s rejected a row: %s", sp->relname, r->message),
+				 errdetail("The row: %s%s", row_as_json(rows, r->row),
+						   origin->topic ?
+						   psprintf(" (from %s partition %d offset " INT64_FORMAT ")",
+									origin->topic, origin->partition, origin->offset) : ""),
+				 errhint("The job's on_error is \"fail\"; with \"dead_letter\" such rows go to mailer.dead_letters.")));
+	}
+	if (on_error == ON_ERROR_DEAD_LETTER)
+	{
+		char	   *json = row_as_json(rows, r->row);
+		char	   *error = delete ? psprintf("could not delete the row a merged session replaced: %s",
+											  r->text) : r->text;
+
+		dead_letter_add(dlq, origin->topic, origin->partition, origin->offset, NULL, -1, json,
+						strlen(json), "sink", error);
+	}
+}
+
+/*
+ * A row that a row-level security policy refuses (WITH CHECK, or USING for
+ * ON CONFLICT DO UPDATE) raises 42501, as a missing privilege does, and its
+ * message is translated per lc_messages.  The executor raises it in
+ * ExecWithCheckOptions, which raises 42501 for nothing else; privileges are
+ * refused elsewhere (aclcheck_error).  So the function that raised it tells
+ * the two apart, in any language.
+ */
+static bool
+is_policy_violation(ErrorData *edata)
+{
+	return edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE &&
+		edata->funcname != NULL &&
+		strcmp(edata->funcname, "ExecWithCheckOptions") == 0;
+}
+
+/*
+ * Errors about a row's data, as opposed to the table or the server: those
+ * of a record (guard.c: 22, 23, 21, 54, a trigger's RAISE or ASSERT), a
+ * view's WITH CHECK OPTION, a policy's WITH CHECK.
+ */
+static bool
+is_row_error(ErrorData *edata)
+{
+	return guard_is_data_error(edata) ||
+		edata->sqlerrcode == ERRCODE_WITH_CHECK_OPTION_VIOLATION ||
+		is_policy_violation(edata);
+}
+
+/* A row as a JSON object of its column values' text, for a dead letter. */
+static char *
+row_as_json(SinkBuffer *sb, int row)
+{
+	SinkPlan   *sp = sb->plan;
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		SinkColumn *col = &sp->columns[c];
+
+		if (c > 0)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, col->name);
+		appendStringInfoString(&buf, ": ");
+		if (sb->nulls[c][row])
+			appendStringInfoString(&buf, "null");
+		else
+		{
+			Oid			out;
+			bool		varlena;
+
+			getTypeOutputInfo(col->type, &out, &varlena);
+			escape_json(&buf, OidOutputFunctionCall(out, sb->values[c][row]));
+		}
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+static bool
+key_has_null(SinkBuffer *sb, int row)
+{
+	SinkPlan   *sp = sb->plan;
+
+	for (int c = 0; c < sp->ncolumns; c++)
+		if (sp->columns[c].is_key && sb->nulls[c][row])
+			return true;
+	return false;
+}
+
+/*
+ * Rows of one key are found by the conflict index's equality and a hash
+ * that agrees with it; a type without such a hash adds nothing to the hash
+ * (rows then meet in one bucket, still told apart by the equality).
+ */
+static uint32
+row_hash(SinkBuffer *sb, uint32 row)
+{
+	SinkPlan   *sp = sb->plan;
+	uint32		h = 0;
+
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		SinkColumn *col = &sp->columns[c];
+		uint32		ch;
+
+		if (!col->is_key)
+			continue;
+		if (sb->nulls[c][row])
+			ch = 0x5bd1e995;
+		else if (OidIsValid(col->key_hash_proc))
+			ch = DatumGetUInt32(FunctionCall1Coll(&sb->key_hash[c], col->key_collation,
+												  sb->values[c][row]));
+		else if (OidIsValid(col->key_eq_proc))
+			ch = 0;
+		else
+			ch = datum_image_hash(sb->values[c][row], col->typbyval, col->typlen);
+		h = hash_combine(h, ch);
+	}
+	return h;
+}
+
+static bool
+row_equal(SinkBuffer *sb, uint32 a, uint32 b)
+{
+	SinkPlan   *sp = sb->plan;
+
+	for (int c = 0; c < sp->ncolumns; c++)
+	{
+		SinkColumn *col = &sp->columns[c];
+
+		if (!col->is_key)
+			continue;
+		if (sb->nulls[c][a] != sb->nulls[c][b])
+			return false;
+		if (sb->nulls[c][a])
+			continue;
+		if (OidIsValid(col->key_eq_proc))
+		{
+			if (!DatumGetBool(FunctionCall2Coll(&sb->key_eq[c], col->key_collation,
+												sb->values[c][a], sb->values[c][b])))
+				return false;
+		}
+		else if (!datum_image_eq(sb->values[c][a], sb->values[c][b], col->typbyval, col->typlen))
+			return false;
+	}
+	return true;
+}

@@ -1,0 +1,90 @@
+/*
+ * source.h
+ *		The source interface: where a job's records come from (Kafka, or the
+ *		built-in generator), and where it resumes after a checkpoint.
+ *
+ * A source hands out raw messages in batches, without blocking, and keeps
+ * the position just past the last message it handed out.  Since the worker
+ * finishes a batch before it checkpoints, that position is what each
+ * checkpoint stores.
+ */
+#ifndef SOURCE_H
+#define SOURCE_H
+
+#include "storage/latch.h"
+#include "utils/jsonb.h"
+
+#include "jobs/job_slots.h"
+#include "plan/spec.h"
+
+typedef struct SourceMessage
+{
+	const char *key;			/* NULL: no key */
+	int			key_len;
+	const char *value;			/* NULL: an empty (tombstone) message */
+	int			value_len;
+	int			topic;			/* index into the source's topic names */
+	int32		partition;
+	int64		offset;
+	TimestampTz timestamp;
+	void	   *opaque;			/* the source's own handle on the message */
+} SourceMessage;
+
+typedef struct Source Source;
+
+typedef struct SourceOps
+{
+	/* Up to max messages, without waiting; valid until the next poll. */
+	int			(*poll) (Source *src, SourceMessage *out, int max);
+
+	/* The message's headers as a jsonb object, or NULL. */
+	Jsonb	   *(*headers) (Source *src, SourceMessage *msg);
+
+	/* Milliseconds until poll may return more (-1: wait for the fd or latch). */
+	long		(*wait_ms) (Source *src);
+
+	/* A socket or event fd that becomes readable when messages arrive. */
+	pgsocket	(*event_fd) (Source *src);
+
+	/* Where to resume: every partition's next position. */
+	Jsonb	   *(*positions) (Source *src);
+
+	/* A checkpoint holding positions() committed (publish progress). */
+	void		(*committed) (Source *src);
+
+	/* A bounded source that has handed out everything. */
+	bool		(*finished) (Source *src);
+
+	/* The partitions known now: how many, and each one's topic and number. */
+	int			(*partition_count) (Source *src);
+	void		(*partition_at) (Source *src, int i, int *topic, int32 *partition);
+
+	/* Note the input available now (wait_job); reached() once positions pass it. */
+	void		(*mark_end) (Source *src);
+	bool		(*reached_end) (Source *src);
+
+	void		(*close) (Source *src);
+
+	/* Whether partition i has records left to read (NULL: never). */
+	bool		(*backlog) (Source *src, int i);
+} SourceOps;
+
+struct Source
+{
+	const SourceOps *ops;
+	int			ntopics;
+	char	  **topic_names;
+	JobSlot    *slot;			/* where partition metrics go */
+	const char *error;			/* set while the source waits on a fault */
+	bool		unpinned;		/* positions taken per the spec, in no checkpoint yet */
+};
+
+/* positions: from the last checkpoint, or NULL to start per the spec. */
+extern Source *generator_source_open(GeneratorSpec *spec, Jsonb *positions, JobSlot *slot);
+extern Source *kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
+								 JobSlot *slot);
+
+/* ERROR (naming source.options.<name>) when librdkafka refuses a property. */
+extern void kafka_check_options(KafkaSourceSpec *spec);
+
+#endif							/* SOURCE_H */

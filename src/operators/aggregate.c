@@ -1,0 +1,432 @@
+/*
+ * aggregate.c
+ *		Running aggregates with PostgreSQL's semantics (aggregate.h).
+ *
+ * Sums and averages follow PostgreSQL's own choices of result type and
+ * overflow behaviour: sum(int4) is a bigint that errors on overflow,
+ * sum(int8) and avg of integers are numeric, float sums stay float.
+ * min and max work for any type with a btree ordering.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "nodes/parsenodes.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/float.h"
+#include "utils/lsyscache.h"
+#include "utils/numeric.h"
+#include "utils/typcache.h"
+
+#include "operators/aggregate.h"
+#include "state/serial.h"
+
+static bool state_is_datum(AggregateDef *agg);
+static void agg_error(const char *path, int code, const char *hint, const char *msg,
+					  const char *arg) pg_attribute_noreturn();
+static Datum int128_to_numeric_datum(int128 v);
+
+static const char *const agg_hint =
+"An aggregate is count(*), count(e), sum(e), min(e), max(e) or avg(e), with e an SQL expression over the record's fields.";
+
+AggregateDef *
+aggregate_compile(const char *name, const char *text, const char *path, FieldScope *scope)
+{
+	AggregateDef *agg = palloc0(sizeof(AggregateDef));
+	Node	   *raw = expr_parse(text, path);
+	FuncCall   *call;
+	char	   *fname;
+	Oid			t;
+
+	agg->name = pstrdup(name);
+	agg->text = pstrdup(text);
+	if (!IsA(raw, FuncCall))
+		agg_error(path, ERRCODE_SYNTAX_ERROR, agg_hint, "expected an aggregate call", NULL);
+	call = (FuncCall *) raw;
+	if (list_length(call->funcname) != 1)
+		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate", NULL);
+	fname = strVal(linitial(call->funcname));
+	if (call->agg_distinct || call->agg_filter || call->agg_order || call->over ||
+		call->agg_within_group || call->func_variadic)
+		agg_error(path, ERRCODE_FEATURE_NOT_SUPPORTED, agg_hint,
+				  "DISTINCT, FILTER, ORDER BY, OVER and VARIADIC are not supported in aggregates", NULL);
+
+	if (strcmp(fname, "count") == 0 && call->agg_star)
+	{
+		agg->impl = AGG_COUNT_STAR;
+		agg->result_type = INT8OID;
+		return agg;
+	}
+	if (call->agg_star || list_length(call->args) != 1)
+		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "%s takes exactly one argument", fname);
+
+	agg->arg = expr_compile(psprintf("%s", text), linitial(call->args), path, scope, EXPR_SCALAR);
+	t = agg->arg->type;
+	agg->arg_type = t;
+	agg->arg_collation = agg->arg->collation;
+	get_typlenbyval(t, &agg->arg_typlen, &agg->arg_typbyval);
+
+	if (strcmp(fname, "count") == 0)
+	{
+		agg->impl = AGG_COUNT;
+		agg->result_type = INT8OID;
+	}
+	else if (strcmp(fname, "sum") == 0 || strcmp(fname, "avg") == 0)
+	{
+		bool		is_sum = fname[0] == 's';
+
+		switch (t)
+		{
+			case INT2OID:
+			case INT4OID:
+				agg->impl = is_sum ? AGG_SUM_INT : AGG_AVG_INT;
+				agg->result_type = is_sum ? INT8OID : NUMERICOID;
+				break;
+			case INT8OID:
+				agg->impl = is_sum ? AGG_SUM_INT8 : AGG_AVG_INT;
+				agg->result_type = NUMERICOID;
+				break;
+			case NUMERICOID:
+				agg->impl = is_sum ? AGG_SUM_NUMERIC : AGG_AVG_NUMERIC;
+				agg->result_type = NUMERICOID;
+				break;
+			case FLOAT4OID:
+				agg->impl = is_sum ? AGG_SUM_FLOAT4 : AGG_AVG_FLOAT;
+				agg->result_type = is_sum ? FLOAT4OID : FLOAT8OID;
+				break;
+			case FLOAT8OID:
+				agg->impl = is_sum ? AGG_SUM_FLOAT8 : AGG_AVG_FLOAT;
+				agg->result_type = FLOAT8OID;
+				break;
+			default:
+				agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
+						  "sum and avg take smallint, integer, bigint, numeric, real or double precision; cast the argument, e.g. (value->>'amount')::numeric.",
+						  "%s of this type is not supported", fname);
+		}
+	}
+	else if (strcmp(fname, "min") == 0 || strcmp(fname, "max") == 0)
+	{
+		TypeCacheEntry *tc = lookup_type_cache(t, TYPECACHE_CMP_PROC_FINFO);
+
+		if (!OidIsValid(tc->cmp_proc) || agg->arg_typlen == -2)
+			agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
+					  "min and max take a type with an ordering, such as numeric, text or timestamptz.",
+					  "%s needs an ordered type", fname);
+		fmgr_info_copy(&agg->cmp_proc, &tc->cmp_proc_finfo, TopMemoryContext);
+		agg->impl = fname[1] == 'i' ? AGG_MIN : AGG_MAX;
+		agg->result_type = t;
+	}
+	else
+		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate \"%s\"", fname);
+	return agg;
+}
+
+void
+aggregate_init(AggregateDef *agg, AggValue *value)
+{
+	memset(value, 0, sizeof(AggValue));
+}
+
+void
+aggregate_free(AggregateDef *agg, AggValue *value)
+{
+	if (state_is_datum(agg) && value->count > 0 && !agg->arg_typbyval)
+		pfree(DatumGetPointer(value->v.datum));
+	value->count = 0;
+}
+
+/*
+ * A record's changes are computed first, into values apart from the state
+ * (aggregate_next, aggregate_merge), and stored only once every one of them
+ * has been computed (aggregate_store): a record that raises an error, an
+ * overflow say, has changed nothing.  By-reference results stay in the
+ * current (per-batch) memory until stored.
+ */
+void
+aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum arg, bool isnull)
+{
+	AggValue	r = *value;
+
+	if (agg->impl == AGG_COUNT_STAR)
+	{
+		r.count++;
+		*next = r;
+		return;
+	}
+	if (isnull)
+	{
+		*next = r;
+		return;
+	}
+
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			break;
+		case AGG_SUM_INT:
+			if (pg_add_s64_overflow(r.v.i64,
+									agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg),
+									&r.v.i64))
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("bigint out of range in %s", agg->text)));
+			break;
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			r.v.i128 += agg->arg_type == INT8OID ? DatumGetInt64(arg) :
+				agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
+			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			r.v.datum = r.count == 0 ? arg :
+				DirectFunctionCall2(numeric_add, r.v.datum, arg);
+			break;
+		case AGG_SUM_FLOAT4:
+			r.v.f4 = float4_pl(r.v.f4, DatumGetFloat4(arg));
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			r.v.f8 = float8_pl(r.v.f8,
+							   agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg));
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			if (r.count > 0)
+			{
+				int32		cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
+																  arg, r.v.datum));
+
+				if ((agg->impl == AGG_MIN && cmp >= 0) || (agg->impl == AGG_MAX && cmp <= 0))
+					break;
+			}
+			r.v.datum = arg;
+			break;
+	}
+	r.count++;
+	*next = r;
+}
+
+void
+aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from, AggValue *next)
+{
+	AggValue	r = *into;
+
+	if (from->count == 0)
+	{
+		*next = r;
+		return;
+	}
+	if (into->count == 0 && agg->impl != AGG_COUNT_STAR && agg->impl != AGG_COUNT)
+	{
+		*next = *from;
+		return;
+	}
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			break;
+		case AGG_SUM_INT:
+			if (pg_add_s64_overflow(r.v.i64, from->v.i64, &r.v.i64))
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("bigint out of range in %s", agg->text)));
+			break;
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			r.v.i128 += from->v.i128;
+			break;
+		case AGG_SUM_FLOAT4:
+			r.v.f4 = float4_pl(r.v.f4, from->v.f4);
+			break;
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			r.v.f8 = float8_pl(r.v.f8, from->v.f8);
+			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
+			r.v.datum = DirectFunctionCall2(numeric_add, r.v.datum, from->v.datum);
+			break;
+		case AGG_MIN:
+		case AGG_MAX:
+			{
+				int32		cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
+																  from->v.datum, r.v.datum));
+
+				if ((agg->impl == AGG_MIN && cmp < 0) || (agg->impl == AGG_MAX && cmp > 0))
+					r.v.datum = from->v.datum;
+			}
+			break;
+	}
+	r.count += from->count;
+	*next = r;
+}
+
+void
+aggregate_store(AggregateDef *agg, AggValue *value, const AggValue *next, MemoryContext ctx)
+{
+	Datum		old_datum = value->v.datum;
+	bool		had_datum = value->count > 0;
+
+	if (!state_is_datum(agg) || agg->arg_typbyval)
+	{
+		*value = *next;
+		return;
+	}
+	*value = *next;
+	/* A datum the value does not own yet (the argument, a sum, a merged session's) is copied. */
+	if (next->count > 0 && !(had_datum && next->v.datum == old_datum))
+	{
+		MemoryContext old = MemoryContextSwitchTo(ctx);
+
+		value->v.datum = datumCopy(next->v.datum, false, agg->arg_typlen);
+		MemoryContextSwitchTo(old);
+		if (had_datum)
+			pfree(DatumGetPointer(old_datum));
+	}
+}
+
+Datum
+aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
+{
+	*isnull = false;
+	switch (agg->impl)
+	{
+		case AGG_COUNT_STAR:
+		case AGG_COUNT:
+			return Int64GetDatum(value->count);
+		default:
+			break;
+	}
+	/* Like PostgreSQL: an aggregate over no (non-null) values is NULL. */
+	if (value->count == 0)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	switch (agg->impl)
+	{
+		case AGG_SUM_INT:
+			return Int64GetDatum(value->v.i64);
+		case AGG_SUM_INT8:
+			return int128_to_numeric_datum(value->v.i128);
+		case AGG_SUM_NUMERIC:
+			return datumCopy(value->v.datum, false, -1);
+		case AGG_SUM_FLOAT4:
+			return Float4GetDatum(value->v.f4);
+		case AGG_SUM_FLOAT8:
+			return Float8GetDatum(value->v.f8);
+		case AGG_AVG_INT:
+			return DirectFunctionCall2(numeric_div, int128_to_numeric_datum(value->v.i128),
+									   NumericGetDatum(int64_to_numeric(value->count)));
+		case AGG_AVG_NUMERIC:
+			return DirectFunctionCall2(numeric_div, value->v.datum,
+									   NumericGetDatum(int64_to_numeric(value->count)));
+		case AGG_AVG_FLOAT:
+			return Float8GetDatum(value->v.f8 / (double) value->count);
+		case AGG_MIN:
+		case AGG_MAX:
+			return datumCopy(value->v.datum, agg->arg_typbyval, agg->arg_typlen);
+		default:
+			elog(ERROR, "unexpected aggregate implementation %d", agg->impl);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * Where a value's running state lives: a datum of the argument's type
+ * (numeric sums, min, max), or fixed-size bytes at *p.
+ */
+static bool
+state_is_datum(AggregateDef *agg)
+{
+	return agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC ||
+		agg->impl == AGG_MIN || agg->impl == AGG_MAX;
+}
+
+static int
+state_bytes(AggregateDef *agg, AggValue *value, void **p)
+{
+	switch (agg->impl)
+	{
+		case AGG_SUM_INT:
+			*p = &value->v.i64;
+			return sizeof(int64);
+		case AGG_SUM_INT8:
+		case AGG_AVG_INT:
+			*p = &value->v.i128;
+			return sizeof(int128);
+		case AGG_SUM_FLOAT4:
+			*p = &value->v.f4;
+			return sizeof(float);
+		case AGG_SUM_FLOAT8:
+		case AGG_AVG_FLOAT:
+			*p = &value->v.f8;
+			return sizeof(double);
+		default:
+			return 0;			/* counts: the count is all */
+	}
+}
+
+void
+aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf)
+{
+	void	   *p;
+	int			n;
+
+	serial_put(buf, &value->count, sizeof(int64));
+	if (value->count == 0)
+		return;
+	if (state_is_datum(agg))
+		serial_put_datum(buf, value->v.datum, agg->arg_typlen, agg->arg_typbyval);
+	else if ((n = state_bytes(agg, value, &p)) > 0)
+		serial_put(buf, p, n);
+}
+
+void
+aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int len,
+					  int *pos, MemoryContext ctx)
+{
+	void	   *p;
+	int			n;
+
+	memset(value, 0, sizeof(AggValue));
+	serial_get(data, len, pos, &value->count, sizeof(int64));
+	if (value->count == 0)
+		return;
+	if (state_is_datum(agg))
+		value->v.datum = serial_get_datum(data, len, pos, agg->arg_typlen, agg->arg_typbyval, ctx);
+	else if ((n = state_bytes(agg, value, &p)) > 0)
+		serial_get(data, len, pos, p, n);
+}
+
+static Datum
+int128_to_numeric_datum(int128 v)
+{
+	char		buf[64];
+	char	   *p = buf + sizeof(buf) - 1;
+	bool		neg = v < 0;
+	uint128		u = neg ? -(uint128) v : (uint128) v;
+
+	*p = '\0';
+	do
+	{
+		*--p = '0' + (int) (u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (neg)
+		*--p = '-';
+	return DirectFunctionCall3(numeric_in, CStringGetDatum(p), ObjectIdGetDatum(InvalidOid),
+							   Int32GetDatum(-1));
+}
+
+static void
+agg_error(const char *path, int code, const char *hint, const char *msg, const char *arg)
+{
+	ereport(ERROR,
+			(errcode(code),
+			 errmsg("invalid job spec at %s: %s", path, arg ? psprintf(msg, arg) : msg),
+			 errhint("%s", hint)));
+}

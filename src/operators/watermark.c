@@ -1,0 +1,259 @@
+/*
+ * watermark.c
+ *		Event-time watermarks (watermark.h).
+ *
+ * A partition that has not spoken yet holds the job's watermark back, as
+ * one that might still deliver old events must.  With idle_timeout, a
+ * partition silent that long (by the wall clock) stops holding it back and
+ * rejoins when it speaks again; one with records left to read (a backlog
+ * the source knows of), or one restored from the checkpoint that the
+ * source has not assigned yet, is never idle, however long it is silent.
+ * When every partition is idle, the job's watermark is the largest of
+ * theirs: nothing is arriving, so what was seen is all there is for now.
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/json.h"
+
+#include "operators/watermark.h"
+
+typedef struct PartitionWatermark
+{
+	int			topic;
+	int32		partition;
+	int			source_index;	/* the source's (and the slot's) index, -1 unknown */
+	TimestampTz max_event;		/* DT_NOBEGIN: nothing seen */
+	TimestampTz last_active;	/* wall clock */
+	bool		backlog;		/* the source has records of it left to read */
+	bool		idle;
+} PartitionWatermark;
+
+struct WatermarkTracker
+{
+	MemoryContext ctx;			/* where parts grows */
+	int64		ooo_us;
+	int64		idle_us;		/* -1: never idle */
+	int			n;
+	int			capacity;
+	PartitionWatermark *parts;
+	int			last_hit;
+	TimestampTz now;			/* wall clock of the current batch */
+	TimestampTz watermark;
+	bool		finished;
+};
+
+#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
+WatermarkTracker *
+watermark_create(int64 max_out_of_orderness_us, int64 idle_timeout_us)
+{
+	WatermarkTracker *wt = palloc0(sizeof(WatermarkTracker));
+
+	wt->ctx = CurrentMemoryContext;
+	wt->ooo_us = max_out_of_orderness_us;
+	wt->idle_us = idle_timeout_us;
+	wt->watermark = DT_NOBEGIN;
+	wt->now = GetCurrentTimestamp();
+	return wt;
+}
+
+static int
+find_or_add(WatermarkTracker *wt, int topic, int32 partition)
+{
+	PartitionWatermark *p;
+
+	if (wt->last_hit < wt->n && wt->parts[wt->last_hit].topic == topic &&
+		wt->parts[wt->last_hit].partition == partition)
+		return wt->last_hit;
+	for (int i = 0; i < wt->n; i++)
+		if (wt->parts[i].topic == topic && wt->parts[i].partition == partition)
+			return wt->last_hit = i;
+	if (wt->n == wt->capacity)
+	{
+		wt->capacity = Max(8, wt->capacity * 2);
+		wt->parts = wt->parts ? repalloc(wt->parts, sizeof(PartitionWatermark) * wt->capacity) :
+			MemoryContextAlloc(wt->ctx, sizeof(PartitionWatermark) * wt->capacity);
+	}
+	p = &wt->parts[wt->n];
+	p->topic = topic;
+	p->partition = partition;
+	p->source_index = -1;
+	p->max_event = DT_NOBEGIN;
+	p->last_active = wt->now;
+	p->backlog = false;
+	p->idle = false;
+	return wt->last_hit = wt->n++;
+}
+
+void
+watermark_sync_partitions(WatermarkTracker *wt, Source *src)
+{
+	int			n = src->ops->partition_count(src);
+
+	wt->now = GetCurrentTimestamp();
+	for (int i = 0; i < n; i++)
+	{
+		int			topic;
+		int32		partition;
+
+		int			idx;
+
+		src->ops->partition_at(src, i, &topic, &partition);
+		idx = find_or_add(wt, topic, partition);	/* may move wt->parts */
+		wt->parts[idx].source_index = i;
+		wt->parts[idx].backlog = src->ops->backlog != NULL && src->ops->backlog(src, i);
+	}
+}
+
+void
+watermark_observe(WatermarkTracker *wt, int topic, int32 partition, TimestampTz t)
+{
+	int			idx = find_or_add(wt, topic, partition);	/* may move wt->parts */
+	PartitionWatermark *p = &wt->parts[idx];
+
+	if (t > p->max_event)
+		p->max_event = t;
+	p->last_active = wt->now;
+}
+
+static TimestampTz
+partition_watermark(WatermarkTracker *wt, PartitionWatermark *p)
+{
+	return p->max_event == DT_NOBEGIN ? DT_NOBEGIN : p->max_event - wt->ooo_us;
+}
+
+TimestampTz
+watermark_advance(WatermarkTracker *wt, TimestampTz now)
+{
+	TimestampTz lowest_active = DT_NOEND;
+	TimestampTz highest = DT_NOBEGIN;
+	bool		any_active = false;
+	TimestampTz candidate;
+
+	if (wt->finished)
+		return wt->watermark = DT_NOEND;
+	for (int i = 0; i < wt->n; i++)
+	{
+		PartitionWatermark *p = &wt->parts[i];
+		TimestampTz pw = partition_watermark(wt, p);
+
+		/*
+		 * Silence with records left to read is the broker's or the worker's
+		 * delay, not idleness; so is that of a partition of the checkpoint
+		 * the source has not assigned again (the broker is away): it may
+		 * hold anything.
+		 */
+		p->idle = !p->backlog && p->source_index >= 0 && wt->idle_us >= 0 &&
+			now - p->last_active >= wt->idle_us;
+		highest = Max(highest, pw);
+		if (!p->idle)
+		{
+			any_active = true;
+			lowest_active = Min(lowest_active, pw);
+		}
+	}
+	candidate = wt->n == 0 ? DT_NOBEGIN : any_active ? lowest_active : highest;
+	if (candidate > wt->watermark)
+		wt->watermark = candidate;
+	return wt->watermark;
+}
+
+void
+watermark_finish(WatermarkTracker *wt)
+{
+	wt->finished = true;
+	wt->watermark = DT_NOEND;
+}
+
+TimestampTz
+watermark_current(WatermarkTracker *wt)
+{
+	return wt->watermark;
+}
+
+/* {"topic": {"partition": largest event time in microseconds since 1970}} */
+Jsonb *
+watermark_save(WatermarkTracker *wt, Source *src)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int t = 0; t < src->ntopics; t++)
+	{
+		bool		first = true;
+
+		if (t > 0)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, src->topic_names[t]);
+		appendStringInfoString(&buf, ": {");
+		for (int i = 0; i < wt->n; i++)
+		{
+			PartitionWatermark *p = &wt->parts[i];
+
+			if (p->topic != t || p->max_event == DT_NOBEGIN)
+				continue;
+			appendStringInfo(&buf, "%s\"%d\": " INT64_FORMAT, first ? "" : ", ", p->partition,
+							 p->max_event + UNIX_OFFSET_US);
+			first = false;
+		}
+		appendStringInfoChar(&buf, '}');
+	}
+	appendStringInfoChar(&buf, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+void
+watermark_restore(WatermarkTracker *wt, Source *src, Jsonb *saved, TimestampTz job_watermark)
+{
+	wt->watermark = job_watermark;
+	if (saved == NULL)
+		return;
+	for (int t = 0; t < src->ntopics; t++)
+	{
+		JsonbValue *parts = getKeyJsonValueFromContainer(&saved->root, src->topic_names[t],
+														 strlen(src->topic_names[t]), NULL);
+		JsonbIterator *it;
+		JsonbValue	k,
+					v;
+		JsonbIteratorToken tok;
+
+		if (parts == NULL || parts->type != jbvBinary)
+			continue;
+		it = JsonbIteratorInit(parts->val.binary.data);
+		while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+		{
+			int32		partition;
+
+			if (tok != WJB_KEY)
+				continue;
+			partition = atoi(pnstrdup(k.val.string.val, k.val.string.len));
+			(void) JsonbIteratorNext(&it, &v, true);
+			if (v.type == jbvNumeric)
+			{
+				int			idx = find_or_add(wt, t, partition);	/* may move wt->parts */
+
+				wt->parts[idx].max_event =
+					DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v.val.numeric))) -
+					UNIX_OFFSET_US;
+			}
+		}
+	}
+}
+
+void
+watermark_publish(WatermarkTracker *wt, JobSlot *slot)
+{
+	for (int i = 0; i < wt->n; i++)
+	{
+		PartitionWatermark *p = &wt->parts[i];
+
+		if (p->source_index < 0 || p->source_index >= JOB_SLOT_MAX_PARTITIONS)
+			continue;
+		slot->partitions[p->source_index].watermark = partition_watermark(wt, p);
+		slot->partitions[p->source_index].idle = p->idle;
+	}
+	slot->watermark = wt->watermark;
+}

@@ -1,0 +1,39 @@
+/*
+ * watermark.h
+ *		Event-time watermarks: per partition, the largest event time seen
+ *		minus max_out_of_orderness; for the job, the minimum over the
+ *		partitions that are not idle.  It never moves backwards.
+ */
+#ifndef WATERMARK_H
+#define WATERMARK_H
+
+#include "utils/jsonb.h"
+
+#include "connectors/source.h"
+
+typedef struct WatermarkTracker WatermarkTracker;
+
+extern WatermarkTracker *watermark_create(int64 max_out_of_orderness_us, int64 idle_timeout_us);
+
+/* Learn partitions the source has now (each starts holding the watermark). */
+extern void watermark_sync_partitions(WatermarkTracker *wt, Source *src);
+
+/* A record of (topic, partition) with this event time arrived. */
+extern void watermark_observe(WatermarkTracker *wt, int topic, int32 partition, TimestampTz t);
+
+/* The job's watermark now (DT_NOBEGIN until every active partition spoke). */
+extern TimestampTz watermark_advance(WatermarkTracker *wt, TimestampTz now);
+
+/* A bounded source is done: every window may fire. */
+extern void watermark_finish(WatermarkTracker *wt);
+
+extern TimestampTz watermark_current(WatermarkTracker *wt);
+
+/* Per-partition state for a checkpoint, and back. */
+extern Jsonb *watermark_save(WatermarkTracker *wt, Source *src);
+extern void watermark_restore(WatermarkTracker *wt, Source *src, Jsonb *saved, TimestampTz job_watermark);
+
+/* Show each partition's watermark and idleness in the job's slot. */
+extern void watermark_publish(WatermarkTracker *wt, JobSlot *slot);
+
+#endif							/* WATERMARK_H */

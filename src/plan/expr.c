@@ -1,0 +1,433 @@
+/*
+ * expr.c
+ *		Compile and evaluate SQL expressions over record fields (expr.h).
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parse_coerce.h"
+#include "parser/parse_collate.h"
+#include "parser/parse_expr.h"
+#include "parser/parse_func.h"
+#include "parser/parse_node.h"
+#include "parser/parser.h"
+#include "postmaster/bgworker.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+
+#include "base/mailer.h"
+#include "plan/expr.h"
+
+static Node *field_ref_hook(ParseState *pstate, ColumnRef *cref);
+static Param *make_field_param(RecordSchema *schema, int slot, int location);
+static ParamExternData *record_param_fetch(ParamListInfo params, int paramid,
+										   bool speculative, ParamExternData *workspace);
+static void rethrow_with_path(MemoryContext ctx, const char *path, const char *text,
+							  FieldScope *scope) pg_attribute_noreturn();
+static char *describe_fields(FieldScope *scope);
+static void expr_error(const char *path, int code, const char *hint, const char *msg) pg_attribute_noreturn();
+static Node *faster_casts(Node *node, void *context);
+static Expr *plan_expr(Node *node);
+static bool in_job_worker(void);
+static Node *plan_without_running(Node *node, void *context);
+
+Node *
+expr_parse(const char *text, const char *path)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+	List	   *stmts = NIL;
+	RawStmt    *raw;
+	SelectStmt *select;
+	ResTarget  *target;
+
+	PG_TRY();
+	{
+		stmts = raw_parser(psprintf("SELECT %s", text), RAW_PARSE_DEFAULT);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, path, text, NULL);
+	}
+	PG_END_TRY();
+
+	if (list_length(stmts) != 1)
+		expr_error(path, ERRCODE_SYNTAX_ERROR, "Write one SQL expression, with no semicolon.",
+				   "expected one expression");
+	raw = linitial_node(RawStmt, stmts);
+	select = (SelectStmt *) raw->stmt;
+	if (!IsA(select, SelectStmt) || select->op != SETOP_NONE ||
+		list_length(select->targetList) != 1 ||
+		select->fromClause || select->whereClause || select->groupClause ||
+		select->havingClause || select->windowClause || select->sortClause ||
+		select->limitCount || select->limitOffset || select->distinctClause ||
+		select->intoClause || select->withClause || select->lockingClause ||
+		select->valuesLists)
+		expr_error(path, ERRCODE_SYNTAX_ERROR,
+				   "Write one SQL expression over the record's fields, without FROM, WHERE or other clauses.",
+				   "expected a single expression");
+	target = linitial_node(ResTarget, select->targetList);
+	if (target->name != NULL)
+		expr_error(path, ERRCODE_SYNTAX_ERROR, "Leave out the AS: the field's name is its key in the spec.",
+				   "an expression here cannot have an alias");
+	if (IsA(target->val, ColumnRef) &&
+		IsA(llast(((ColumnRef *) target->val)->fields), A_Star))
+		expr_error(path, ERRCODE_SYNTAX_ERROR, "Name the fields you need.", "* is not an expression");
+	return target->val;
+}
+
+CompiledExpr *
+expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, ExprUse use)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+	CompiledExpr *cexpr = palloc0(sizeof(CompiledExpr));
+	ParseState *pstate;
+	Node	   *node = NULL;
+
+	if (raw == NULL)
+		raw = expr_parse(text, path);
+	cexpr->text = text;
+	cexpr->path = path;
+
+	pstate = make_parsestate(NULL);
+	pstate->p_pre_columnref_hook = field_ref_hook;
+	pstate->p_ref_hook_state = scope;
+
+	PG_TRY();
+	{
+		node = transformExpr(pstate, copyObject(raw),
+							 use == EXPR_BOOLEAN ? EXPR_KIND_WHERE : EXPR_KIND_SELECT_TARGET);
+		switch (use)
+		{
+			case EXPR_BOOLEAN:
+				node = coerce_to_boolean(pstate, node, "filter");
+				break;
+			case EXPR_TIMESTAMPTZ:
+				node = coerce_to_specific_type(pstate, node, TIMESTAMPTZOID, "event_time");
+				break;
+			case EXPR_SCALAR:
+			case EXPR_SET:
+				if (exprType(node) == UNKNOWNOID)
+					node = coerce_to_specific_type(pstate, node, TEXTOID, "expression");
+				break;
+		}
+		assign_expr_collations(pstate, node);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, path, text, scope);
+	}
+	PG_END_TRY();
+
+	if (pstate->p_hasAggs || pstate->p_hasWindowFuncs)
+		expr_error(path, ERRCODE_GROUPING_ERROR,
+				   "Aggregates belong in an \"aggregate\" step, after \"key_by\".",
+				   "aggregate and window functions are not allowed in this expression");
+	if (pstate->p_hasSubLinks)
+		expr_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Put the query in a function and call the function.",
+				   "subqueries are not supported in job expressions");
+	if (use == EXPR_SET)
+	{
+		if (!((IsA(node, FuncExpr) && ((FuncExpr *) node)->funcretset) ||
+			  (IsA(node, OpExpr) && ((OpExpr *) node)->opretset)))
+			expr_error(path, ERRCODE_WRONG_OBJECT_TYPE,
+					   "A flat_map is a call of a set-returning function, such as jsonb_array_elements(value->'items').",
+					   "expected a call of a set-returning function");
+		if (type_is_rowtype(exprType(node)))
+			expr_error(path, ERRCODE_DATATYPE_MISMATCH,
+					   "Use a function that returns a set of scalar values, such as jsonb_array_elements or regexp_split_to_table.",
+					   "a flat_map function must return scalar values, not rows");
+	}
+	else if (pstate->p_hasTargetSRFs)
+		expr_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Use a \"flat_map\" step to turn one record into several.",
+				   "set-returning functions are allowed only in flat_map");
+
+	/* In the worker, constant folding evaluates immutable calls now: 1/0 fails here. */
+	PG_TRY();
+	{
+		cexpr->expr = plan_expr(node);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, path, text, scope);
+	}
+	PG_END_TRY();
+	cexpr->expr = (Expr *) faster_casts((Node *) cexpr->expr, NULL);
+	cexpr->type = exprType((Node *) cexpr->expr);
+	cexpr->typmod = exprTypmod((Node *) cexpr->expr);
+	cexpr->collation = exprCollation((Node *) cexpr->expr);
+	return cexpr;
+}
+
+/*
+ * Constant folding evaluates immutable calls, with the privileges of
+ * whoever compiles: only the job's worker, as the job's owner, plans for
+ * real.  describe_job and create_job check types and run nothing of the
+ * spec (a superuser describing a user's spec must not run its functions).
+ */
+static Expr *
+plan_expr(Node *node)
+{
+	Node	   *planned;
+
+	if (in_job_worker())
+		return expression_planner((Expr *) node);
+	planned = plan_without_running(node, NULL);
+	fix_opfuncids(planned);
+	return (Expr *) planned;
+}
+
+/* True in a job's worker, the one process that plans a spec to run it. */
+static bool
+in_job_worker(void)
+{
+	return IsBackgroundWorker && MyBgworkerEntry != NULL &&
+		strcmp(MyBgworkerEntry->bgw_library_name, "mailer") == 0 &&
+		strcmp(MyBgworkerEntry->bgw_function_name, "job_worker_main") == 0;
+}
+
+/*
+ * What expression_planner does that executor setup needs, without
+ * evaluating anything: function calls get their named and default
+ * arguments in place (fix_opfuncids does the rest).
+ */
+static Node *
+plan_without_running(Node *node, void *context)
+{
+	if (node == NULL)
+		return NULL;
+	node = expression_tree_mutator(node, plan_without_running, context);
+	if (IsA(node, FuncExpr))
+	{
+		FuncExpr   *f = (FuncExpr *) node;
+		HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(f->funcid));
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for function %u", f->funcid);
+		f->args = expand_function_arguments(f->args, false, f->funcresulttype, tup);
+		ReleaseSysCache(tup);
+	}
+	return node;
+}
+
+CompiledExpr *
+expr_compile_cast(int slot, FieldScope *scope, Oid type, int32 typmod, const char *path,
+				  const char *target_desc)
+{
+	RecordField *f = &scope->schema->fields[slot];
+	CompiledExpr *cexpr;
+	ParseState *pstate;
+	Node	   *node;
+
+	if (f->type == type && (typmod < 0 || f->typmod == typmod))
+		return NULL;
+	pstate = make_parsestate(NULL);
+	node = coerce_to_target_type(pstate, (Node *) make_field_param(scope->schema, slot, -1),
+								 f->type, type, typmod,
+								 COERCION_EXPLICIT, COERCE_EXPLICIT_CAST, -1);
+	if (node == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("invalid job spec at %s: field \"%s\" of type %s cannot be cast to %s %s",
+						path, f->name, format_type_be(f->type), target_desc,
+						format_type_with_typemod(type, typmod)),
+				 errhint("Convert the value in the expression that makes the field, for example with ::%s.",
+						 format_type_be(type))));
+	assign_expr_collations(pstate, node);
+	cexpr = palloc0(sizeof(CompiledExpr));
+	cexpr->text = psprintf("CAST(%s AS %s)", quote_identifier(f->name),
+						   format_type_with_typemod(type, typmod));
+	cexpr->path = path;
+	cexpr->expr = plan_expr(node);
+	cexpr->type = type;
+	cexpr->typmod = typmod;
+	cexpr->collation = exprCollation((Node *) cexpr->expr);
+	return cexpr;
+}
+
+/*
+ * text::timestamptz becomes mailer._timestamptz_iso(text): the same result,
+ * much sooner for the ISO 8601 text event times usually are (iso_time.c).
+ */
+static Node *
+faster_casts(Node *node, void *context)
+{
+	static Oid	iso_func = InvalidOid;
+
+	if (node == NULL)
+		return NULL;
+	node = expression_tree_mutator(node, faster_casts, context);
+	if (IsA(node, CoerceViaIO) && ((CoerceViaIO *) node)->resulttype == TIMESTAMPTZOID &&
+		exprType((Node *) ((CoerceViaIO *) node)->arg) == TEXTOID)
+	{
+		CoerceViaIO *cast = (CoerceViaIO *) node;
+
+		if (!OidIsValid(iso_func))
+		{
+			Oid			argtype = TEXTOID;
+
+			iso_func = LookupFuncName(list_make2(makeString(MAILER_SCHEMA), makeString("_timestamptz_iso")),
+									  1, &argtype, true);
+			if (!OidIsValid(iso_func))
+				return node;
+		}
+		return (Node *) makeFuncExpr(iso_func, TIMESTAMPTZOID, list_make1(cast->arg),
+									 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+	}
+	return node;
+}
+
+ExprRuntime *
+expr_runtime_create(RecordSchema *schema)
+{
+	ExprRuntime *rt = palloc0(sizeof(ExprRuntime));
+
+	rt->schema = schema;
+	rt->econtext = CreateStandaloneExprContext();
+	/* No params[] array: every value is fetched from the current record. */
+	rt->params = palloc0(offsetof(ParamListInfoData, params));
+	rt->params->paramFetch = record_param_fetch;
+	rt->params->paramFetchArg = rt;
+	rt->params->numParams = schema->nfields;
+	rt->econtext->ecxt_param_list_info = rt->params;
+	return rt;
+}
+
+void
+expr_prepare(CompiledExpr *cexpr, ExprRuntime *rt)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	if (cexpr == NULL)
+		return;
+	/* The executor checks EXECUTE on each function here: say which expression failed. */
+	PG_TRY();
+	{
+		if (IsA(cexpr->expr, FuncExpr) && ((FuncExpr *) cexpr->expr)->funcretset)
+			cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
+		else if (IsA(cexpr->expr, OpExpr) && ((OpExpr *) cexpr->expr)->opretset)
+			cexpr->set_state = ExecInitFunctionResultSet(cexpr->expr, rt->econtext, NULL);
+		else
+			cexpr->state = ExecInitExpr(cexpr->expr, NULL);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, cexpr->path, cexpr->text, NULL);
+	}
+	PG_END_TRY();
+}
+
+Datum
+expr_eval_set(CompiledExpr *cexpr, ExprRuntime *rt, Record *rec, bool *isnull, bool *done)
+{
+	ExprDoneCond is_done;
+	Datum		d;
+
+	rt->current = rec;
+	d = ExecMakeFunctionResultSet(cexpr->set_state, rt->econtext,
+								  rt->econtext->ecxt_per_tuple_memory, isnull, &is_done);
+	*done = (is_done == ExprEndResult);
+	return d;
+}
+
+static ParamExternData *
+record_param_fetch(ParamListInfo params, int paramid, bool speculative,
+				   ParamExternData *workspace)
+{
+	ExprRuntime *rt = (ExprRuntime *) params->paramFetchArg;
+	int			slot = paramid - 1;
+
+	workspace->value = rt->current->values[slot];
+	workspace->isnull = rt->current->isnull[slot];
+	workspace->pflags = PARAM_FLAG_CONST;
+	workspace->ptype = rt->schema->fields[slot].type;
+	return workspace;
+}
+
+static Param *
+make_field_param(RecordSchema *schema, int slot, int location)
+{
+	RecordField *f = &schema->fields[slot];
+	Param	   *param = makeNode(Param);
+
+	param->paramkind = PARAM_EXTERN;
+	param->paramid = slot + 1;
+	param->paramtype = f->type;
+	param->paramtypmod = f->typmod;
+	param->paramcollid = f->collation;
+	param->location = location;
+	return param;
+}
+
+/* A bare name that is a visible field becomes that field's Param. */
+static Node *
+field_ref_hook(ParseState *pstate, ColumnRef *cref)
+{
+	FieldScope *scope = (FieldScope *) pstate->p_ref_hook_state;
+	Node	   *field;
+	int			slot;
+
+	if (list_length(cref->fields) != 1)
+		return NULL;
+	field = linitial(cref->fields);
+	if (!IsA(field, String))
+		return NULL;
+	slot = field_scope_lookup(scope, strVal(field));
+	if (slot < 0)
+		return NULL;
+	scope->schema->fields[slot].referenced = true;
+	return (Node *) make_field_param(scope->schema, slot, cref->location);
+}
+
+static char *
+describe_fields(FieldScope *scope)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < scope->nvisible; i++)
+	{
+		RecordField *f = &scope->schema->fields[scope->visible[i]];
+
+		appendStringInfo(&buf, "%s%s %s", i ? ", " : "",
+						 strcmp(f->name, "offset") == 0 ? "\"offset\"" : f->name,
+						 format_type_be(f->type));
+	}
+	return buf.data;
+}
+
+/* Re-raise the error being handled with the JSON path in front. */
+static void
+rethrow_with_path(MemoryContext ctx, const char *path, const char *text, FieldScope *scope)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(ctx);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ereport(ERROR,
+			(errcode(edata->sqlerrcode),
+			 errmsg("invalid job spec at %s: %s", path, edata->message),
+			 errdetail("The expression is: %s", text),
+			 edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ?
+			 errhint("A job's expressions run as its owner: grant EXECUTE on the function to the job's owner.") :
+			 edata->hint ? errhint("%s", edata->hint) :
+			 scope ? errhint("Expressions are SQL over the record's fields: %s.", describe_fields(scope)) :
+			 errhint("Write one SQL expression, as in a SELECT list.")));
+}
+
+static void
+expr_error(const char *path, int code, const char *hint, const char *msg)
+{
+	ereport(ERROR,
+			(errcode(code),
+			 errmsg("invalid job spec at %s: %s", path, msg),
+			 errhint("%s", hint)));
+}

@@ -1,0 +1,949 @@
+/*
+ * spec.c
+ *		Parse and check a job spec (DESIGN.md section 2).
+ *
+ * Strict by design: every object's fields are checked against the fields
+ * it accepts, every value against its type, and an error names the JSON
+ * path (steps[2].window.size) and says what is accepted.  Expressions are
+ * only checked for being strings here; plan.c compiles them.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "nodes/makefuncs.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/formatting.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "plan/spec.h"
+
+const char *const step_kind_names[] = {
+	"filter", "map", "flat_map", "key_by", "window", "aggregate"
+};
+
+/* A JSON object being read, with its path for error messages. */
+typedef struct JsonObject
+{
+	const char *path;			/* "" at the top */
+	JsonbContainer *container;
+} JsonObject;
+
+static const char *const top_fields[] = {
+	"version", "source", "event_time", "watermark", "steps", "sink",
+	"checkpoint", "state", "on_error", "parallelism", NULL
+};
+static const char *const kafka_fields[] = {
+	"type", "brokers", "topic", "topics", "start", "format", "options", "group_id", NULL
+};
+static const char *const generator_fields[] = {
+	"type", "events", "rate", "keys", "seed", "start_time", "step", "format", NULL
+};
+static const char *const watermark_fields[] = {
+	"max_out_of_orderness", "idle_timeout", NULL
+};
+static const char *const window_fields[] = {
+	"type", "size", "slide", "gap", "allowed_lateness", "emit", NULL
+};
+static const char *const table_sink_fields[] = {
+	"type", "table", "mode", "key", NULL
+};
+static const char *const checkpoint_fields[] = {"interval", "retain", NULL};
+
+/*
+ * Bounds that keep event-time arithmetic far from the ends of timestamptz
+ * (294276 AD) and a record's work small: a duration is at most 100 years,
+ * a sliding window puts a record in at most 1000 windows, and a generator
+ * makes at most a billion events per second.
+ */
+#define SPEC_MAX_DURATION_DAYS 36525
+#define SPEC_MAX_WINDOWS_PER_RECORD 1000
+#define SPEC_MAX_RATE 1e9
+static const char *const state_fields[] = {"backend", NULL};
+
+static void spec_error(const char *path, const char *hint, const char *fmt,...)
+			pg_attribute_printf(3, 4) pg_attribute_noreturn();
+static char *join_names(const char *const *names);
+static char *child_path(const char *path, const char *key);
+static void check_fields(JsonObject *obj, const char *const *allowed);
+static bool get_value(JsonObject *obj, const char *key, JsonbValue *out);
+static JsonObject get_object(JsonObject *obj, const char *key, bool required, bool *found);
+static JsonObject as_object(JsonbValue *v, const char *path);
+static char *get_string(JsonObject *obj, const char *key, bool required, const char *hint);
+static List *get_string_array(JsonObject *obj, const char *key, const char *hint);
+static int64 get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min, int64 max,
+						 bool *is_null);
+static double get_number(JsonObject *obj, const char *key, double dflt, bool *is_null);
+static int64 get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero);
+static int	get_choice(JsonObject *obj, const char *key, const char *const *choices, int dflt);
+static const char *json_type_name(JsonbValue *v);
+static void parse_source(JsonObject *top, SourceSpec *source);
+static void parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka);
+static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
+static List *parse_steps(JsonObject *top);
+static StepSpec *parse_step(JsonbValue *v, const char *path);
+static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates);
+static void parse_window(JsonObject *obj, WindowSpec *w);
+static void parse_sink(JsonObject *top, SinkSpec *sink);
+
+static const char *const format_names[] = {"json", "text", "bytes", NULL};
+
+const char *
+format_name(ValueFormat format)
+{
+	return format_names[format];
+}
+
+JobSpec *
+spec_parse(Jsonb *jb)
+{
+	JobSpec    *spec = palloc0(sizeof(JobSpec));
+	JsonObject	top;
+	JsonbValue	v;
+	bool		found;
+
+	if (!JB_ROOT_IS_OBJECT(jb))
+		spec_error("$", "A job spec is a JSON object with at least \"source\" and \"sink\".",
+				   "a job spec must be a JSON object");
+	top.path = "";
+	top.container = &jb->root;
+	check_fields(&top, top_fields);
+
+	if (get_value(&top, "version", &v) &&
+		!(v.type == jbvNumeric && get_integer(&top, "version", 1, 1, 1, NULL) == 1))
+		spec_error("version", "The only spec version is 1.", "unsupported spec version");
+
+	parse_source(&top, &spec->source);
+	spec->event_time = get_string(&top, "event_time", false,
+								  "An SQL expression giving the record's timestamptz, such as \"(value->>'ts')::timestamptz\".");
+
+	{
+		JsonObject	wm = get_object(&top, "watermark", false, &found);
+
+		spec->max_out_of_orderness_us = 0;
+		spec->idle_timeout_us = -1;
+		if (found)
+		{
+			check_fields(&wm, watermark_fields);
+			spec->max_out_of_orderness_us = get_interval(&wm, "max_out_of_orderness", 0, true);
+			spec->idle_timeout_us = get_interval(&wm, "idle_timeout", -1, false);
+		}
+	}
+
+	spec->steps = parse_steps(&top);
+	parse_sink(&top, &spec->sink);
+
+	{
+		JsonObject	ck = get_object(&top, "checkpoint", false, &found);
+
+		spec->checkpoint_interval_us = USECS_PER_SEC;
+		spec->checkpoint_retain = 10;
+		if (found)
+		{
+			check_fields(&ck, checkpoint_fields);
+			spec->checkpoint_interval_us = get_interval(&ck, "interval", USECS_PER_SEC, false);
+			spec->checkpoint_retain = get_integer(&ck, "retain", 10, 1, 10000, NULL);
+			if (spec->checkpoint_interval_us < 10 * 1000)
+				spec_error("checkpoint.interval", "Use an interval of at least 10 milliseconds.",
+						   "checkpoint interval is too short");
+		}
+	}
+
+	{
+		JsonObject	st = get_object(&top, "state", false, &found);
+		static const char *const backends[] = {"rocksdb", "memory", NULL};
+
+		spec->state_backend = STATE_ROCKSDB;
+		if (found)
+		{
+			check_fields(&st, state_fields);
+			spec->state_backend = get_choice(&st, "backend", backends, STATE_ROCKSDB);
+		}
+	}
+
+	{
+		static const char *const policies[] = {"dead_letter", "skip", "fail", NULL};
+
+		spec->on_error = get_choice(&top, "on_error", policies, ON_ERROR_DEAD_LETTER);
+	}
+
+	spec->parallelism = get_integer(&top, "parallelism", 1, 1, 1024, NULL);
+	if (spec->parallelism != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("invalid job spec at parallelism: this version runs each job in one worker"),
+				 errhint("Use \"parallelism\": 1; to spread a topic over several workers, create one job per set of partitions.")));
+	return spec;
+}
+
+static void
+parse_source(JsonObject *top, SourceSpec *source)
+{
+	static const char *const types[] = {"kafka", "generator", NULL};
+	JsonbValue	v;
+	JsonObject	obj;
+
+	if (!get_value(top, "source", &v))
+		spec_error("source", "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.",
+				   "required field is missing");
+	obj = get_object(top, "source", true, NULL);
+
+	source->type = get_choice(&obj, "type", types, -1);
+	source->format = get_choice(&obj, "format", format_names, FORMAT_JSON);
+	if (source->type == SOURCE_KAFKA)
+	{
+		check_fields(&obj, kafka_fields);
+		parse_kafka(&obj, &source->kafka);
+	}
+	else
+	{
+		check_fields(&obj, generator_fields);
+		parse_generator(&obj, &source->generator);
+	}
+}
+
+static void
+parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
+{
+	static const char *const starts[] = {"earliest", "latest", NULL};
+	JsonbValue	v;
+	bool		found;
+	JsonObject	opts;
+
+	kafka->brokers = get_string(obj, "brokers", true,
+								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
+	if (get_value(obj, "topic", &v) && get_value(obj, "topics", &v))
+		spec_error(child_path(obj->path, "topics"), "Give either \"topic\" (one name) or \"topics\" (an array of names).",
+				   "\"topic\" and \"topics\" are exclusive");
+	if (get_value(obj, "topic", &v))
+		kafka->topics = list_make1(get_string(obj, "topic", true, "A topic name."));
+	else if (get_value(obj, "topics", &v))
+		kafka->topics = get_string_array(obj, "topics", "An array of topic names, such as [\"orders\", \"refunds\"].");
+	else
+		spec_error(child_path(obj->path, "topic"), "Give \"topic\": \"name\" or \"topics\": [\"a\", \"b\"].",
+				   "a Kafka source needs a topic");
+
+	kafka->start_latest = get_choice(obj, "start", starts, 0) == 1;
+	kafka->group_id = get_string(obj, "group_id", false, "A consumer group name.");
+
+	opts = get_object(obj, "options", false, &found);
+	if (found)
+	{
+		JsonbIterator *it = JsonbIteratorInit(opts.container);
+		JsonbValue	key,
+					val;
+		JsonbIteratorToken tok;
+
+		while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+		{
+			char	   *name;
+			char	   *value;
+
+			if (tok != WJB_KEY)
+				continue;
+			name = pnstrdup(key.val.string.val, key.val.string.len);
+			tok = JsonbIteratorNext(&it, &val, true);
+			if (val.type == jbvString)
+				value = pnstrdup(val.val.string.val, val.val.string.len);
+			else if (val.type == jbvNumeric)
+				value = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(val.val.numeric)));
+			else if (val.type == jbvBool)
+				value = pstrdup(val.val.boolean ? "true" : "false");
+			else
+				spec_error(child_path(opts.path, name),
+						   "librdkafka properties take strings, numbers or booleans, e.g. \"security.protocol\": \"SASL_SSL\".",
+						   "expected a string, found %s", json_type_name(&val));
+			kafka->options = lappend(kafka->options, makeDefElem(name, (Node *) makeString(value), -1));
+		}
+	}
+}
+
+static void
+parse_generator(JsonObject *obj, GeneratorSpec *gen)
+{
+	bool		is_null;
+	JsonbValue	v;
+
+	gen->events = get_integer(obj, "events", -1, 0, PG_INT64_MAX, &is_null);
+	if (is_null)
+		gen->events = -1;
+	gen->rate = get_number(obj, "rate", 0, &is_null);
+	if (is_null)
+		gen->rate = 0;
+	else if (gen->rate <= 0)
+		spec_error(child_path(obj->path, "rate"), "A positive number of events per second, or null for as fast as possible.",
+				   "rate must be positive");
+	else if (gen->rate > SPEC_MAX_RATE)
+		spec_error(child_path(obj->path, "rate"), "At most 1000000000 events per second, or null for as fast as possible.",
+				   "rate is more than 1000000000 events per second");
+	gen->keys = get_integer(obj, "keys", 100, 1, PG_INT32_MAX, NULL);
+	gen->seed = get_integer(obj, "seed", 1, PG_INT64_MIN, PG_INT64_MAX, NULL);
+	gen->step_us = get_interval(obj, "step", 10 * 1000, true);
+	gen->start_time = 1735689600LL * USECS_PER_SEC -
+		((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);	/* 2025-01-01 UTC */
+	if (get_value(obj, "start_time", &v))
+	{
+		char	   *path = child_path(obj->path, "start_time");
+		char	   *s = get_string(obj, "start_time", true,
+								   "A timestamptz such as \"2025-01-01 00:00:00+00\".");
+
+		PG_TRY();
+		{
+			gen->start_time = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
+																	  CStringGetDatum(s),
+																	  ObjectIdGetDatum(InvalidOid),
+																	  Int32GetDatum(-1)));
+		}
+		PG_CATCH();
+		{
+			FlushErrorState();
+			spec_error(path, "A timestamptz such as \"2025-01-01 00:00:00+00\".",
+					   "\"%s\" is not a timestamp", s);
+		}
+		PG_END_TRY();
+	}
+}
+
+static List *
+parse_steps(JsonObject *top)
+{
+	JsonbValue	v;
+	List	   *steps = NIL;
+	JsonbIterator *it;
+	JsonbValue	elem;
+	JsonbIteratorToken tok;
+	int			i = 0;
+
+	if (!get_value(top, "steps", &v))
+		return NIL;
+	if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
+		spec_error("steps", "An array of steps, each an object with one key: filter, map, flat_map, key_by, window or aggregate.",
+				   "expected an array, found %s", json_type_name(&v));
+	it = JsonbIteratorInit(v.val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM)
+			continue;
+		steps = lappend(steps, parse_step(&elem, psprintf("steps[%d]", i)));
+		i++;
+	}
+	return steps;
+}
+
+static StepSpec *
+parse_step(JsonbValue *v, const char *path)
+{
+	static const char *const kinds[] = {
+		"filter", "map", "flat_map", "key_by", "window", "aggregate", NULL
+	};
+	StepSpec   *step = palloc0(sizeof(StepSpec));
+	JsonObject	obj = as_object(v, path);
+	JsonbIterator *it;
+	JsonbValue	key,
+				val;
+	JsonbIteratorToken tok;
+	int			nkeys = 0;
+	char	   *kind = NULL;
+
+	it = JsonbIteratorInit(obj.container);
+	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		nkeys++;
+		kind = pnstrdup(key.val.string.val, key.val.string.len);
+		(void) JsonbIteratorNext(&it, &val, true);
+	}
+	if (nkeys != 1)
+		spec_error(path, "Each step is an object with exactly one key: filter, map, flat_map, key_by, window or aggregate.",
+				   "a step must have exactly one key, found %d", nkeys);
+
+	step->path = pstrdup(path);
+	step->kind = -1;
+	for (int k = 0; kinds[k]; k++)
+		if (strcmp(kinds[k], kind) == 0)
+			step->kind = k;
+	if ((int) step->kind < 0)
+		spec_error(child_path(path, kind), "A step is one of: filter, map, flat_map, key_by, window, aggregate.",
+				   "unknown step \"%s\"", kind);
+
+	switch (step->kind)
+	{
+		case STEP_FILTER:
+		case STEP_FLAT_MAP:
+			step->expr = get_string(&obj, kind, true,
+									step->kind == STEP_FILTER ?
+									"A boolean SQL expression over the record's fields, such as \"(value->>'amount')::numeric > 0\"." :
+									"A set-returning SQL expression, such as \"jsonb_array_elements(value->'items')\".");
+			break;
+		case STEP_MAP:
+		case STEP_KEY_BY:
+		case STEP_AGGREGATE:
+			(void) get_value(&obj, kind, &val);
+			step->fields = parse_named_exprs(&val, child_path(path, kind),
+											 step->kind == STEP_AGGREGATE);
+			break;
+		case STEP_WINDOW:
+			{
+				JsonObject	w = get_object(&obj, "window", true, NULL);
+
+				check_fields(&w, window_fields);
+				parse_window(&w, &step->window);
+			}
+			break;
+	}
+	return step;
+}
+
+static List *
+parse_named_exprs(JsonbValue *v, const char *path, bool aggregates)
+{
+	JsonObject	obj = as_object(v, path);
+	JsonbIterator *it = JsonbIteratorInit(obj.container);
+	JsonbValue	key,
+				val;
+	JsonbIteratorToken tok;
+	List	   *result = NIL;
+
+	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	{
+		NamedExprSpec *ne;
+
+		if (tok != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&it, &val, true);
+		ne = palloc0(sizeof(NamedExprSpec));
+		ne->name = pnstrdup(key.val.string.val, key.val.string.len);
+		ne->path = child_path(path, ne->name);
+		if (ne->name[0] == '\0')
+			spec_error(path, "Field names are non-empty strings.", "empty field name");
+		if (val.type != jbvString)
+			spec_error(ne->path,
+					   aggregates ? "An aggregate: count(*), count(e), sum(e), min(e), max(e) or avg(e)." :
+					   "An SQL expression over the record's fields, as a string.",
+					   "expected a string, found %s", json_type_name(&val));
+		ne->expr = pnstrdup(val.val.string.val, val.val.string.len);
+		result = lappend(result, ne);
+	}
+	if (result == NIL)
+		spec_error(path, "Name at least one field: {\"name\": \"expression\"}.", "no fields");
+	return result;
+}
+
+static void
+parse_window(JsonObject *obj, WindowSpec *w)
+{
+	static const char *const types[] = {"tumbling", "sliding", "session", NULL};
+	static const char *const emits[] = {"final", "update", NULL};
+	JsonbValue	v;
+
+	w->type = get_choice(obj, "type", types, -1);
+	switch (w->type)
+	{
+		case WINDOW_TUMBLING:
+			w->size_us = get_interval(obj, "size", -1, false);
+			w->slide_us = w->size_us;
+			break;
+		case WINDOW_SLIDING:
+			w->size_us = get_interval(obj, "size", -1, false);
+			w->slide_us = get_interval(obj, "slide", -1, false);
+			if (w->slide_us > w->size_us)
+				spec_error(child_path(obj->path, "slide"), "A slide no longer than the window's size.",
+						   "slide is longer than size");
+			if (w->size_us % w->slide_us != 0)
+				spec_error(child_path(obj->path, "slide"), "A slide that divides the size, such as size '1 minute' with slide '10 seconds'.",
+						   "size is not a multiple of slide");
+			if (w->size_us / w->slide_us > SPEC_MAX_WINDOWS_PER_RECORD)
+				spec_error(child_path(obj->path, "slide"),
+						   psprintf("A slide of at least 1/%d of the size: each record goes into size/slide windows.",
+									SPEC_MAX_WINDOWS_PER_RECORD),
+						   "size/slide is " INT64_FORMAT ", more than %d windows per record",
+						   w->size_us / w->slide_us, SPEC_MAX_WINDOWS_PER_RECORD);
+			break;
+		case WINDOW_SESSION:
+			w->gap_us = get_interval(obj, "gap", -1, false);
+			break;
+	}
+	if (w->type != WINDOW_SESSION && get_value(obj, "gap", &v))
+		spec_error(child_path(obj->path, "gap"), "\"gap\" belongs to session windows; tumbling takes \"size\", sliding \"size\" and \"slide\".",
+				   "unexpected field for a %s window", types[w->type]);
+	if (w->type != WINDOW_SLIDING && get_value(obj, "slide", &v))
+		spec_error(child_path(obj->path, "slide"), "\"slide\" belongs to sliding windows.",
+				   "unexpected field for a %s window", types[w->type]);
+	if (w->type == WINDOW_SESSION && get_value(obj, "size", &v))
+		spec_error(child_path(obj->path, "size"), "A session window takes \"gap\", not \"size\".",
+				   "unexpected field for a session window");
+	w->allowed_lateness_us = get_interval(obj, "allowed_lateness", 0, true);
+	w->emit_update = get_choice(obj, "emit", emits, 0) == 1;
+}
+
+static void
+parse_sink(JsonObject *top, SinkSpec *sink)
+{
+	static const char *const types[] = {"table", "kafka", NULL};
+	static const char *const modes[] = {"upsert", "append", NULL};
+	JsonObject	obj;
+	JsonbValue	v;
+
+	if (!get_value(top, "sink", &v))
+		spec_error("sink", "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}.",
+				   "required field is missing");
+	obj = get_object(top, "sink", true, NULL);
+
+	if (get_choice(&obj, "type", types, -1) == 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("invalid job spec at sink.type: the kafka sink is not available in this version"),
+				 errhint("Use \"type\": \"table\".")));
+	sink->type = SINK_TABLE;
+	check_fields(&obj, table_sink_fields);
+	sink->table = get_string(&obj, "table", true, "A table name, optionally schema-qualified: \"public.totals\".");
+	sink->mode = SINK_MODE_DEFAULT;
+	if (get_value(&obj, "mode", &v))
+		sink->mode = get_choice(&obj, "mode", modes, -1) == 0 ? SINK_MODE_UPSERT : SINK_MODE_APPEND;
+	if (get_value(&obj, "key", &v))
+	{
+		sink->key = get_string_array(&obj, "key", "An array of column names, such as [\"customer_id\", \"window_start\"].");
+		if (sink->mode == SINK_MODE_APPEND)
+			spec_error("sink.key", "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
+	}
+}
+
+/*
+ * Secrets
+ */
+
+bool
+spec_option_is_secret(const char *name)
+{
+	/* SASL credentials too: those librdkafka itself redacts from its logs. */
+	static const char *const markers[] = {
+		"password", "secret", "key", "token", "credential",
+		"sasl.username", "sasl.oauthbearer.config", NULL
+	};
+	char	   *lower = asc_tolower(name, strlen(name));
+
+	for (int i = 0; markers[i]; i++)
+		if (strstr(lower, markers[i]) != NULL)
+			return true;
+	return false;
+}
+
+/* jsonb_set(doc, '{source,options,<name>}', value) */
+static Jsonb *
+set_option(Jsonb *doc, const char *name, Jsonb *value)
+{
+	Datum		elems[3];
+	ArrayType  *path;
+
+	elems[0] = CStringGetTextDatum("source");
+	elems[1] = CStringGetTextDatum("options");
+	elems[2] = CStringGetTextDatum(name);
+	path = construct_array(elems, 3, TEXTOID, -1, false, TYPALIGN_INT);
+	return DatumGetJsonbP(DirectFunctionCall4(jsonb_set, JsonbPGetDatum(doc),
+											  PointerGetDatum(path), JsonbPGetDatum(value),
+											  BoolGetDatum(false)));
+}
+
+static Jsonb *
+jsonb_from_cstring(const char *s)
+{
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s)));
+}
+
+Jsonb *
+spec_redact(Jsonb *spec, Jsonb **secrets)
+{
+	JsonbValue	v;
+	JsonbValue *source;
+	JsonbValue *options;
+	JsonbParseState *state = NULL;
+	bool		any = false;
+	Jsonb	   *result = spec;
+
+	*secrets = NULL;
+	if (!JB_ROOT_IS_OBJECT(spec))
+		return spec;
+	source = getKeyJsonValueFromContainer(&spec->root, "source", 6, NULL);
+	if (source == NULL || source->type != jbvBinary || !JsonContainerIsObject(source->val.binary.data))
+		return spec;
+	options = getKeyJsonValueFromContainer(source->val.binary.data, "options", 7, NULL);
+	if (options == NULL || options->type != jbvBinary || !JsonContainerIsObject(options->val.binary.data))
+		return spec;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	{
+		JsonbIterator *it = JsonbIteratorInit(options->val.binary.data);
+		JsonbValue	key;
+		JsonbIteratorToken tok;
+
+		while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+		{
+			char	   *name;
+
+			if (tok != WJB_KEY)
+				continue;
+			(void) JsonbIteratorNext(&it, &v, true);
+			name = pnstrdup(key.val.string.val, key.val.string.len);
+			if (!spec_option_is_secret(name))
+				continue;
+			pushJsonbValue(&state, WJB_KEY, &key);
+			pushJsonbValue(&state, WJB_VALUE, &v);
+			result = set_option(result, name, jsonb_from_cstring("\"********\""));
+			any = true;
+		}
+	}
+	v = *pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	if (any)
+		*secrets = JsonbValueToJsonb(&v);
+	return result;
+}
+
+Jsonb *
+spec_unredact(Jsonb *redacted, Jsonb *secrets)
+{
+	JsonbIterator *it;
+	JsonbValue	key,
+				v;
+	JsonbIteratorToken tok;
+	Jsonb	   *result = redacted;
+
+	if (secrets == NULL)
+		return redacted;
+	it = JsonbIteratorInit(&secrets->root);
+	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&it, &v, true);
+		result = set_option(result, pnstrdup(key.val.string.val, key.val.string.len),
+							JsonbValueToJsonb(&v));
+	}
+	return result;
+}
+
+/*
+ * Reading JSON with paths
+ */
+
+static void
+spec_error(const char *path, const char *hint, const char *fmt,...)
+{
+	char		buf[1024];
+	va_list		args;
+
+	va_start(args, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, args);
+	va_end(args);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid job spec at %s: %s", path[0] ? path : "$", buf),
+			 hint ? errhint("%s", hint) : 0));
+}
+
+static char *
+child_path(const char *path, const char *key)
+{
+	return path[0] ? psprintf("%s.%s", path, key) : pstrdup(key);
+}
+
+static char *
+join_names(const char *const *names)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; names[i]; i++)
+		appendStringInfo(&buf, "%s%s", i ? ", " : "", names[i]);
+	return buf.data;
+}
+
+static const char *
+json_type_name(JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvNull:
+			return "null";
+		case jbvString:
+			return "a string";
+		case jbvNumeric:
+			return "a number";
+		case jbvBool:
+			return "a boolean";
+		case jbvBinary:
+			return JsonContainerIsArray(v->val.binary.data) ? "an array" : "an object";
+		default:
+			return "a JSON value";
+	}
+}
+
+static void
+check_fields(JsonObject *obj, const char *const *allowed)
+{
+	JsonbIterator *it = JsonbIteratorInit(obj->container);
+	JsonbValue	key;
+	JsonbIteratorToken tok;
+
+	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	{
+		char	   *name;
+		bool		ok = false;
+
+		if (tok != WJB_KEY)
+			continue;
+		name = pnstrdup(key.val.string.val, key.val.string.len);
+		for (int i = 0; allowed[i]; i++)
+			if (strcmp(allowed[i], name) == 0)
+				ok = true;
+		if (!ok)
+			spec_error(child_path(obj->path, name),
+					   psprintf("Fields accepted %s%s: %s.", obj->path[0] ? "in " : "at the top level",
+								obj->path, join_names(allowed)),
+					   "unknown field \"%s\"", name);
+	}
+}
+
+static bool
+get_value(JsonObject *obj, const char *key, JsonbValue *out)
+{
+	return getKeyJsonValueFromContainer(obj->container, key, strlen(key), out) != NULL;
+}
+
+static JsonObject
+as_object(JsonbValue *v, const char *path)
+{
+	JsonObject	obj;
+
+	if (v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+		spec_error(path, "A JSON object.", "expected an object, found %s", json_type_name(v));
+	obj.path = path;
+	obj.container = v->val.binary.data;
+	return obj;
+}
+
+static JsonObject
+get_object(JsonObject *obj, const char *key, bool required, bool *found)
+{
+	JsonbValue	v;
+	JsonObject	result = {NULL, NULL};
+
+	if (!get_value(obj, key, &v))
+	{
+		if (required)
+			spec_error(child_path(obj->path, key), NULL, "required field is missing");
+		if (found)
+			*found = false;
+		return result;
+	}
+	if (found)
+		*found = true;
+	return as_object(&v, child_path(obj->path, key));
+}
+
+static char *
+get_string(JsonObject *obj, const char *key, bool required, const char *hint)
+{
+	JsonbValue	v;
+
+	if (!get_value(obj, key, &v))
+	{
+		if (required)
+			spec_error(child_path(obj->path, key), hint, "required field is missing");
+		return NULL;
+	}
+	if (v.type != jbvString)
+		spec_error(child_path(obj->path, key), hint, "expected a string, found %s", json_type_name(&v));
+	if (v.val.string.len == 0)
+		spec_error(child_path(obj->path, key), hint, "empty string");
+	return pnstrdup(v.val.string.val, v.val.string.len);
+}
+
+/* A non-empty array of non-empty strings, as a List of char *. */
+static List *
+get_string_array(JsonObject *obj, const char *key, const char *hint)
+{
+	JsonbValue	v;
+	char	   *path = child_path(obj->path, key);
+	JsonbIterator *it;
+	JsonbValue	elem;
+	JsonbIteratorToken tok;
+	List	   *result = NIL;
+	int			i = 0;
+
+	if (!get_value(obj, key, &v))
+		spec_error(path, hint, "required field is missing");
+	if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
+		spec_error(path, hint, "expected an array, found %s", json_type_name(&v));
+	it = JsonbIteratorInit(v.val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM)
+			continue;
+		if (elem.type != jbvString || elem.val.string.len == 0)
+			spec_error(psprintf("%s[%d]", path, i), hint,
+					   "expected a non-empty string, found %s", json_type_name(&elem));
+		result = lappend(result, pnstrdup(elem.val.string.val, elem.val.string.len));
+		i++;
+	}
+	if (result == NIL)
+		spec_error(path, hint, "empty array");
+	return result;
+}
+
+static int64
+get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min, int64 max, bool *is_null)
+{
+	JsonbValue	v;
+	char	   *path = child_path(obj->path, key);
+	char	   *hint = psprintf("An integer from " INT64_FORMAT " to " INT64_FORMAT "%s.",
+							   min, max, is_null ? ", or null" : "");
+	Numeric		num;
+	int64		result;
+
+	if (is_null)
+		*is_null = false;
+	if (!get_value(obj, key, &v))
+	{
+		if (dflt == -1 && is_null)
+			*is_null = true;
+		return dflt;
+	}
+	if (v.type == jbvNull && is_null)
+	{
+		*is_null = true;
+		return dflt;
+	}
+	if (v.type != jbvNumeric)
+		spec_error(path, hint, "expected an integer, found %s", json_type_name(&v));
+	num = v.val.numeric;
+	if (!DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(num),
+										  DirectFunctionCall2(numeric_trunc, NumericGetDatum(num),
+															  Int32GetDatum(0)))))
+		spec_error(path, hint, "expected an integer, found a fraction");
+	PG_TRY();
+	{
+		result = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(num)));
+	}
+	PG_CATCH();
+	{
+		FlushErrorState();
+		result = PG_INT64_MAX;
+		spec_error(path, hint, "integer out of range");
+	}
+	PG_END_TRY();
+	if (result < min || result > max)
+		spec_error(path, hint, INT64_FORMAT " is out of range", result);
+	return result;
+}
+
+static double
+get_number(JsonObject *obj, const char *key, double dflt, bool *is_null)
+{
+	JsonbValue	v;
+	double		result;
+
+	*is_null = false;
+	if (!get_value(obj, key, &v))
+	{
+		*is_null = true;
+		return dflt;
+	}
+	if (v.type == jbvNull)
+	{
+		*is_null = true;
+		return dflt;
+	}
+	if (v.type != jbvNumeric)
+		spec_error(child_path(obj->path, key), "A number, or null.", "expected a number, found %s",
+				   json_type_name(&v));
+	PG_TRY();
+	{
+		result = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v.val.numeric)));
+	}
+	PG_CATCH();
+	{
+		FlushErrorState();
+		result = 0;
+		spec_error(child_path(obj->path, key), "A number within the range of double precision, or null.",
+				   "number out of range");
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/*
+ * An interval in microseconds.  Months and years are refused: their length
+ * varies, and windows and timeouts need a fixed one.  dflt -1 with the field
+ * missing means required.
+ */
+static int64
+get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero)
+{
+	JsonbValue	v;
+	char	   *path = child_path(obj->path, key);
+	const char *hint = "A PostgreSQL interval such as \"5 seconds\", \"1 minute\" or \"250 milliseconds\".";
+	char	   *s;
+	Interval   *iv = NULL;
+	int64		us;
+
+	if (!get_value(obj, key, &v))
+	{
+		if (dflt == -1 && strcmp(key, "idle_timeout") != 0)
+			spec_error(path, hint, "required field is missing");
+		return dflt;
+	}
+	if (v.type != jbvString)
+		spec_error(path, hint, "expected an interval string, found %s", json_type_name(&v));
+	s = pnstrdup(v.val.string.val, v.val.string.len);
+	PG_TRY();
+	{
+		iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(s),
+												   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+	}
+	PG_CATCH();
+	{
+		FlushErrorState();
+		iv = NULL;
+	}
+	PG_END_TRY();
+	if (iv == NULL)
+		spec_error(path, hint, "\"%s\" is not an interval", s);
+	if (iv->month != 0)
+		spec_error(path, "Use days, hours, minutes or seconds: months and years have no fixed length.",
+				   "\"%s\" has months or years", s);
+	if (pg_mul_s64_overflow((int64) iv->day, USECS_PER_DAY, &us) ||
+		pg_add_s64_overflow(us, iv->time, &us))
+		us = iv->day < 0 ? -1 : PG_INT64_MAX;
+	if (us > SPEC_MAX_DURATION_DAYS * USECS_PER_DAY)
+		spec_error(path, "Use at most 36525 days (100 years).", "\"%s\" is longer than 100 years", s);
+	if (us < 0 || (us == 0 && !allow_zero))
+		spec_error(path, hint, "\"%s\" must be %s", s, allow_zero ? "zero or positive" : "positive");
+	return us;
+}
+
+static int
+get_choice(JsonObject *obj, const char *key, const char *const *choices, int dflt)
+{
+	JsonbValue	v;
+	char	   *path = child_path(obj->path, key);
+	char	   *hint = psprintf("One of: %s.", join_names(choices));
+	char	   *s;
+
+	if (!get_value(obj, key, &v))
+	{
+		if (dflt < 0)
+			spec_error(path, hint, "required field is missing");
+		return dflt;
+	}
+	if (v.type != jbvString)
+		spec_error(path, hint, "expected a string, found %s", json_type_name(&v));
+	s = pnstrdup(v.val.string.val, v.val.string.len);
+	for (int i = 0; choices[i]; i++)
+		if (strcmp(choices[i], s) == 0)
+			return i;
+	spec_error(path, hint, "unknown value \"%s\"", s);
+}

@@ -1,0 +1,344 @@
+/*
+ * checkpoint.c
+ *		Take and restore checkpoints (checkpoint.h).
+ *
+ * Epoch E: the keyed stage hands its due rows to the sink and writes its
+ * changed state; then one transaction writes the sink rows, the dead
+ * letters, the state snapshot's reference (RocksDB: a checkpoint directory
+ * made now; memory: the changed keys) and the row of mailer.checkpoints
+ * with every partition's position.  Its COMMIT is the commit point: a crash
+ * before it replays from E-1, a crash after it from E.  Only then are
+ * offsets published to the broker and old snapshots dropped.
+ */
+#include "postgres.h"
+
+#include <malloc.h>
+
+#include "access/xact.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "jobs/catalog.h"
+#include "runtime/checkpoint.h"
+#include "operators/keyed.h"
+#include "state/serial.h"
+#include "base/test_point.h"
+#include "operators/watermark.h"
+
+/*
+ * How long a checkpoint's statements wait for a lock another transaction
+ * holds (a user's LOCK TABLE or open UPDATE of the sink table) before the
+ * job says it waits, or, past its first step, restarts from its last
+ * checkpoint: never blocked for good while it looks healthy.
+ */
+#define CHECKPOINT_LOCK_TIMEOUT		"3s"
+
+static void counters_from_jsonb(Job *job, Jsonb *counters);
+static bool bind_sink(Job *job, bool *lock_busy);
+
+static double
+ms_since(TimestampTz start)
+{
+	return (double) (GetCurrentTimestamp() - start) / 1000.0;
+}
+
+void
+checkpoint_restore(Job *job)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(job->job_id);
+	Jsonb	   *positions = NULL;
+	char	   *state_ref = NULL;
+	TimestampTz watermark = DT_NOBEGIN;
+	Jsonb	   *partition_watermarks = NULL;
+	char	   *state_layout = NULL;
+	Datum		d;
+	MemoryContext ctx = CurrentMemoryContext;
+
+	SPI_connect();
+	catalog_exec("SELECT epoch, positions, counters, state_ref, watermark, partition_watermarks, "
+				 "state_layout "
+				 "FROM mailer.checkpoints "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY epoch DESC LIMIT 1",
+				 1, &type, &value, NULL, true);
+	job->epoch = 0;
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		MemoryContext old = MemoryContextSwitchTo(ctx);
+
+		job->epoch = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		positions = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 2, &isnull));
+		counters_from_jsonb(job, DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)));
+		state_ref = SPI_getvalue(tup, desc, 4);
+		watermark = DatumGetTimestampTz(SPI_getbinval(tup, desc, 5, &isnull));
+		if (isnull)
+			watermark = DT_NOBEGIN;
+		d = SPI_getbinval(tup, desc, 6, &isnull);
+		partition_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
+		state_layout = SPI_getvalue(tup, desc, 7);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	/* Read the checkpoint, not opened its state yet. */
+	TEST_POINT("worker_before_open_state");
+
+	if (job->plan->keyed && job->plan->aggregated)
+	{
+		TimestampTz open_start = GetCurrentTimestamp();
+
+		/*
+		 * The expressions were resolved again by name: state written with
+		 * other types must not be read as today's.  A checkpoint of 0.1.0
+		 * recorded no layout.
+		 */
+		if (state_layout != NULL)
+			serial_check_state_layout(job->name, state_layout, serial_state_layout(job->plan));
+
+		job->state = job->spec->state_backend == STATE_ROCKSDB ?
+			state_rocksdb_open(job->job_id, job->epoch, state_ref) :
+			state_memory_open(job->job_id, job->epoch);
+		job->slot->state_restore_ms = ms_since(open_start);
+	}
+
+	if (job->spec->source.type == SOURCE_GENERATOR)
+		job->source = generator_source_open(&job->spec->source.generator, positions, job->slot);
+	else
+		job->source = kafka_source_open(&job->spec->source.kafka, job->name, positions, job->slot);
+
+	job->watermarks = watermark_create(job->spec->max_out_of_orderness_us, job->spec->idle_timeout_us);
+	watermark_restore(job->watermarks, job->source, partition_watermarks, watermark);
+
+	job->last_checkpoint = GetCurrentTimestamp();
+	job->slot->last_checkpoint_epoch = job->epoch;
+	job_publish_counters(job);
+}
+
+bool
+checkpoint_take(Job *job, bool final)
+{
+	int64		epoch = job->epoch + 1;
+	TimestampTz start = GetCurrentTimestamp();
+	double		state_ms = 0;
+	char	   *state_ref = NULL;
+	int64		written;
+	int64		rejected;
+	TimestampTz watermark = watermark_current(job->watermarks);
+	Oid			types[10] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID, TEXTOID};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	char	   *state_layout;
+	Jsonb	   *positions;
+	int			retain = job->spec->checkpoint_retain;
+	bool		lock_busy;
+
+	job->stage = "checkpoint";
+	job_transaction_begin();
+
+	/*
+	 * The commit must be durable before the older snapshots are deleted
+	 * below, whatever synchronous_commit the owner's role sets: a commit
+	 * lost in a crash would leave the job at a deleted snapshot.
+	 */
+	(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("lock_timeout", CHECKPOINT_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+
+	/*
+	 * Job ids start again at 1 when the extension is dropped and created
+	 * again: a worker of the old installation must not write into the new
+	 * one's tables, where its id may be another job's.  The extension's
+	 * lock, held until the commit, keeps a DROP EXTENSION waiting until
+	 * then, or shows it done before the check.
+	 */
+	LockDatabaseObject(ExtensionRelationId, job->ext_oid, 0, AccessShareLock);
+	if (get_extension_oid("mailer", true) != job->ext_oid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),
+				 errdetail("The job's worker exits without a last checkpoint.")));
+	TEST_POINT("checkpoint_after_ext_check");
+
+	/*
+	 * The spec names the sink table: its name is resolved at each
+	 * checkpoint.  While it names no table nothing commits, so the rows and
+	 * the positions wait for it, and a table made again under the name
+	 * receives them.
+	 */
+	if (!bind_sink(job, &lock_busy))
+	{
+		if (lock_busy)
+		{
+			job->stage = NULL;
+			return false;
+		}
+		job_transaction_end();
+		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
+							 psprintf("waiting for the sink table: table \"%s\" does not exist",
+									  job->spec->sink.table));
+		job->stage = NULL;
+		return false;
+	}
+
+	/* The state's share of the checkpoint, as mailer.metrics shows it */
+	if (job->keyed)
+	{
+		keyed_prepare_checkpoint(job->keyed);
+		state_ms = ms_since(start);
+	}
+	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error,
+								final && job->source->ops->finished(job->source), &rejected);
+	job->counters[JC_RECORDS_OUT] += written;
+	if (!job->plan->aggregated)
+	{
+		/* Each row is a record: one the table refused was not accepted after all. */
+		job->counters[JC_RECORDS_ACCEPTED] -= rejected;
+		job->counters[job->spec->on_error == ON_ERROR_SKIP ?
+					  JC_RECORDS_SKIPPED : JC_RECORDS_DEAD_LETTERED] += rejected;
+	}
+	dead_letter_flush(job->dead_letters, job->job_id, epoch);
+	if (job->state)
+	{
+		TimestampTz snapshot_start = GetCurrentTimestamp();
+
+		state_ref = job->state->ops->checkpoint(job->state, epoch);
+		state_ms += ms_since(snapshot_start);
+	}
+	job->counters[JC_CHECKPOINTS]++;
+
+	positions = job->source->ops->positions(job->source);
+	values[0] = Int64GetDatum(job->job_id);
+	values[1] = Int64GetDatum(epoch);
+	values[2] = JsonbPGetDatum(positions);
+	values[3] = state_ref ? CStringGetTextDatum(state_ref) : (Datum) 0;
+	nulls[3] = state_ref ? ' ' : 'n';
+	values[4] = job_counters_jsonb(job->counters);
+	values[5] = Float8GetDatum(ms_since(start));
+	values[6] = BoolGetDatum(final);
+	values[7] = TimestampTzGetDatum(watermark);
+	nulls[7] = TIMESTAMP_NOT_FINITE(watermark) ? 'n' : ' ';
+	values[8] = JsonbPGetDatum(watermark_save(job->watermarks, job->source));
+	state_layout = serial_state_layout(job->plan);
+	values[9] = state_layout ? CStringGetTextDatum(state_layout) : (Datum) 0;
+	nulls[9] = state_layout ? ' ' : 'n';
+
+	SPI_connect();
+	catalog_exec("INSERT INTO mailer.checkpoints (job_id, epoch, positions, state_ref, counters, "
+				 "duration_ms, final, watermark, partition_watermarks, state_layout) "
+				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+				 10, types, values, nulls, false);
+	/* Only the newest checkpoint.retain checkpoints stay restorable. */
+	values[1] = Int64GetDatum(epoch - retain);
+	catalog_exec("DELETE FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.<=) $2",
+				 2, types, values, NULL, false);
+	/*
+	 * A bounded source's last checkpoint: the job is finished as soon as it
+	 * commits, so mailer.jobs says so before wait_job returns, not only once
+	 * the launcher has seen the worker exit.
+	 */
+	if (final && job->source->ops->finished(job->source))
+		catalog_exec("UPDATE mailer.job_status SET state = 'finished', pid = NULL, "
+					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
+					 1, types, values, NULL, false);
+	SPI_finish();
+
+	job_transaction_end();
+
+	/* Committed: epoch is now what a restart resumes from. */
+	job->epoch = epoch;
+	job->uncommitted = 0;
+	if (job->state)
+	{
+		TimestampTz release_start = GetCurrentTimestamp();
+
+		job->state->ops->committed(job->state, epoch, epoch - retain + 1);
+		state_ms += ms_since(release_start);
+	}
+	job->source->ops->committed(job->source);
+	/* Committed, and the snapshots it replaced removed. */
+	TEST_POINT("checkpoint_after_commit");
+
+	/*
+	 * Give the memory the checkpoint took (sink statement, RocksDB flush,
+	 * the cache it may have emptied) back to the system: glibc would keep it.
+	 */
+	malloc_trim(0);
+
+	job->last_checkpoint = GetCurrentTimestamp();
+	job->slot->last_checkpoint_epoch = epoch;
+	job->slot->last_checkpoint_at = job->last_checkpoint;
+	job->slot->last_checkpoint_ms = (job->last_checkpoint - start) / 1000;
+	job->slot->state_bytes = job->state ? job->state->ops->size(job->state) : -1;
+	job->slot->state_checkpoint_ms = job->state ? state_ms : -1;
+	job_publish_counters(job);
+	job->stage = NULL;
+	return true;
+}
+
+/*
+ * Resolve the sink table's name and lock the table for the checkpoint's
+ * writes (sink_buffer_bind).  The first thing the checkpoint does, before
+ * it takes rows from the buffers: when another transaction holds the table
+ * past lock_timeout, the transaction is rolled back, the job waits for
+ * 'lock' keeping everything it holds, and *lock_busy says so.
+ */
+static bool
+bind_sink(Job *job, bool *lock_busy)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool bound = false;
+	ErrorData  *volatile busy = NULL;
+
+	*lock_busy = false;
+	PG_TRY();
+	{
+		bound = sink_buffer_bind(job->sink, job->plan);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		if (geterrcode() != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		busy = CopyErrorData();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	if (busy)
+	{
+		job_transaction_abort();
+		job_slot_set_waiting(job->slot, JOB_WAIT_LOCK,
+							 psprintf("waiting for a lock on the sink table \"%s\": another transaction holds it (%s)",
+									  job->spec->sink.table, busy->message));
+		FreeErrorData(busy);
+		*lock_busy = true;
+		return false;
+	}
+	return bound;
+}
+
+static void
+counters_from_jsonb(Job *job, Jsonb *counters)
+{
+	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+	{
+		JsonbValue *v = getKeyJsonValueFromContainer(&counters->root, job_counter_names[c],
+													 strlen(job_counter_names[c]), NULL);
+
+		if (v && v->type == jbvNumeric)
+			job->counters[c] = DatumGetInt64(DirectFunctionCall1(numeric_int8,
+																 NumericGetDatum(v->val.numeric)));
+	}
+}

@@ -1,0 +1,24 @@
+/*
+ * checkpoint.h
+ *		Checkpoints: state, source positions and output committed together
+ *		in one PostgreSQL transaction (DESIGN.md section 5).
+ */
+#ifndef CHECKPOINT_H
+#define CHECKPOINT_H
+
+#include "runtime/job.h"
+
+/*
+ * Read the newest committed checkpoint and put the job back there: epoch,
+ * counters, state backend and source positions.
+ */
+extern void checkpoint_restore(Job *job);
+
+/*
+ * Take checkpoint epoch + 1.  final: the worker is about to stop cleanly.
+ * false, and nothing taken: no table has the sink table's name now (the
+ * job's slot says it waits for it); the rows and positions are kept.
+ */
+extern bool checkpoint_take(Job *job, bool final);
+
+#endif							/* CHECKPOINT_H */

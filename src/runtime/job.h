@@ -1,0 +1,85 @@
+/*
+ * job.h
+ *		A running job inside its worker: the compiled plan and the parts it
+ *		drives (source, pipeline, keyed stage, sink, dead letters), with
+ *		the counters and the epoch of the last committed checkpoint.
+ */
+#ifndef JOB_H
+#define JOB_H
+
+#include "connectors/dead_letter.h"
+#include "jobs/job_slots.h"
+#include "plan/plan.h"
+#include "connectors/sink.h"
+#include "connectors/source.h"
+#include "state/state.h"
+
+typedef struct KeyedStage KeyedStage;
+
+typedef struct Job
+{
+	int64		job_id;
+	char	   *name;
+	Oid			owner;
+	Oid			ext_oid;		/* the installation of mailer the job belongs to */
+	JobSlot    *slot;
+	JobSpec    *spec;
+	JobPlan    *plan;
+
+	ExprRuntime *rt;			/* evaluates over the record's fields */
+	ExprRuntime *out_rt;		/* evaluates over the output's fields */
+	Source	   *source;
+	StateBackend *state;		/* NULL unless keyed */
+	KeyedStage *keyed;			/* NULL unless aggregated */
+	struct WatermarkTracker *watermarks;
+	SinkBuffer *sink;
+	DeadLetterBuffer *dead_letters;
+
+	MemoryContext job_context;	/* lives as long as the worker */
+	MemoryContext batch_context;	/* reset after every batch */
+
+	int64		epoch;			/* last committed checkpoint, 0 before any */
+	TimestampTz last_checkpoint;
+	int64		uncommitted;	/* records read since the last checkpoint */
+	uint64		counters[JC_NUM_COUNTERS];
+
+	/* wait_job: the newest request the worker has taken up */
+	uint64		wait_pending;
+
+	const char *stage;			/* the step now running, for dead letters */
+	bool		failing;		/* on_error "fail" raised: do not restart */
+	bool		stopping;		/* SIGTERM or stop_job: checkpoint and exit */
+	Datum	   *topic_datums;	/* the source's topic names as text */
+
+	/* input_rate: records_in at the last sample, and when */
+	uint64		rate_records;
+	TimestampTz rate_at;
+} Job;
+
+/*
+ * A transaction (with a snapshot) for the worker's own work; unlike
+ * StartTransactionCommand, the caller's memory context stays current, so
+ * what is allocated in it outlives the transaction.
+ */
+extern void job_transaction_begin(void);
+extern void job_transaction_end(void);
+/* Roll back the worker's transaction (after an error it caught). */
+extern void job_transaction_abort(void);
+
+/* Publish the job's counters to its slot. */
+extern void job_publish_counters(Job *job);
+
+/* Process a batch of messages through every stage (pipeline.c). */
+extern void pipeline_process(Job *job, SourceMessage *msgs, int n);
+
+/*
+ * A record failed: dead-letter it, count it as skipped, or raise the error
+ * that fails the job, per the spec's on_error.
+ */
+extern void job_record_failed(Job *job, SourceMessage *msg, const char *stage,
+							  const char *error);
+
+/* A record too late for any window: a dead letter of stage "late". */
+extern void job_record_late(Job *job, SourceMessage *msg, TimestampTz event_time);
+
+#endif							/* JOB_H */

@@ -1,0 +1,912 @@
+/*
+ * launcher.c
+ *		The launcher: one background worker, connected to mailer.database,
+ *		that keeps the running job workers in line with mailer.job.
+ *
+ * Each round it reads the jobs, looks at the workers it started, records
+ * in mailer.job_status why a worker stopped, restarts failed workers with
+ * exponential backoff, starts the jobs that should run and asks the ones
+ * that should not to stop.  SQL functions wake it through its latch after
+ * they commit; workers wake it when their state changes; otherwise it
+ * looks again every second.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "base/mailer.h"
+#include "jobs/catalog.h"
+#include "base/guard.h"
+#include "jobs/job_slots.h"
+#include "runtime/job_worker.h"
+#include "runtime/launcher.h"
+#include "state/state.h"
+#include "base/test_point.h"
+
+/* A job as the launcher reads it each round. */
+typedef struct JobEntry
+{
+	int64		job_id;
+	char	   *name;
+	Oid			owner;
+	bool		want_running;
+	char	   *state;
+	bool		last_checkpoint_final;
+	int			failures;		/* consecutive failed runs, for the backoff */
+	TimestampTz changed_at;		/* when the state was last recorded */
+	bool		has_slot;
+} JobEntry;
+
+/* What the launcher remembers of each slot, beyond shared memory. */
+typedef struct LauncherSlot
+{
+	BackgroundWorkerHandle *handle;
+	bool		adopted;		/* a worker started by an earlier launcher */
+	int64		epoch_when_running;	/* a checkpoint after it means the worker was healthy */
+	bool		recorded_running;
+	TimestampTz retry_at;		/* after its worker found the job locked: not before */
+	char		recorded_error[JOB_SLOT_ERROR_LEN];	/* a running worker's last, as recorded */
+	/* Done in shared memory only once the round's transaction commits: */
+	bool		exit_recorded;	/* its worker's exit is recorded: forget it */
+	bool		free_slot;		/* the slot is no job's any more */
+} LauncherSlot;
+
+static LauncherSlot *lslots;
+static bool first_round = true;
+
+static void reconcile(long *timeout_ms);
+static List *read_jobs(void);
+static JobEntry *find_job(List *jobs, int64 job_id);
+static bool handle_exit(int i, JobEntry *job);
+static void start_worker(int i, JobEntry *job);
+static bool set_status(int64 job_id, const char *state, int pid, int add_restarts,
+					   const char *error, int failures);
+static bool exec_own_subxact(int64 job_id, const char *what, const char *sql, int nargs,
+							 Oid *types, Datum *values, const char *nulls, bool *result);
+static void round_committed(void);
+static void round_aborted(void);
+static bool may_start(JobEntry *job, TimestampTz now, long *timeout_ms);
+static void stop_all_workers(void);
+static bool worker_alive(int i);
+static bool waiting_error(JobSlot *slot, char *recorded);
+static void ask_to_stop(JobSlot *slot);
+static bool stop_in_progress(JobSlot *slot);
+static bool job_wants_to_run(int64 job_id);
+static long backoff_ms(int failures);
+
+void
+launcher_register(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	strlcpy(worker.bgw_library_name, "mailer", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "launcher_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "mailer launcher", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "mailer launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+void
+launcher_main(Datum main_arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(mailer_database, NULL, 0);
+	pgstat_report_appname("mailer launcher");
+	/* Never wait long on a row a user's transaction holds: try again next round. */
+	SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
+
+	lslots = MemoryContextAllocZero(TopMemoryContext, sizeof(LauncherSlot) * mailer_shared->nslots);
+	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+	mailer_shared->launcher_pid = MyProcPid;
+	mailer_shared->launcher_latch = &MyProc->procLatch;
+	/*
+	 * If only the launcher restarted, its workers still run: adopt them and
+	 * watch their pid.  Slots without a worker are forgotten, and a worker
+	 * registered for one but not started yet must not claim it when it
+	 * starts: a new generation tells it the slot is no longer its own.
+	 */
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->job_id != 0 && slot->pid != 0)
+			lslots[i].adopted = true;
+		else if (slot->job_id != 0 && slot->exit_kind != JOB_EXIT_NONE)
+		{
+			/* A worker's exit the last launcher did not record: record it. */
+			lslots[i].adopted = true;
+			slot->registered = false;
+			slot->generation++;
+		}
+		else
+		{
+			slot->job_id = 0;
+			slot->registered = false;
+			slot->generation++;
+		}
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(mailer_shared->lock);
+
+	for (;;)
+	{
+		long		timeout_ms = 1000;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		PG_TRY();
+		{
+			reconcile(&timeout_ms);
+		}
+		PG_CATCH();
+		{
+			/* Report, roll back, and try again in a moment. */
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			round_aborted();
+			timeout_ms = 1000;
+		}
+		PG_END_TRY();
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(timeout_ms, 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+static void
+reconcile(long *timeout_ms)
+{
+	List	   *jobs;
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	int64	   *live_ids;
+	int			nlive = 0;
+	Oid			ext_oid;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ext_oid = get_extension_oid("mailer", true);
+	if (!OidIsValid(ext_oid))
+	{
+		stop_all_workers();
+		state_remove_orphans(NULL, 0);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		/* No jobs survive without the extension: none to resume later. */
+		first_round = false;
+		*timeout_ms = 5000;
+		return;
+	}
+	SPI_connect();
+	if (!catalog_version_matches())
+	{
+		/*
+		 * New binaries over an older catalog: a worker would read tables
+		 * that lack what it expects.  Jobs wait for ALTER EXTENSION UPDATE.
+		 */
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		*timeout_ms = 1000;
+		return;
+	}
+	jobs = read_jobs();
+
+	/* After a server restart: a job that was running and did not stop cleanly crashed. */
+	if (first_round)
+	{
+		foreach(lc, jobs)
+		{
+			JobEntry   *job = lfirst(lc);
+
+			JobSlot    *slot;
+
+			LWLockAcquire(mailer_shared->lock, LW_SHARED);
+			slot = job_slots_find(job->job_id, ext_oid);
+			LWLockRelease(mailer_shared->lock);
+			if (slot == NULL && job->want_running && !job->last_checkpoint_final &&
+				strcmp(job->state, "running") == 0)
+			{
+				/* Counted as a failure too: a job that crashes the server backs off. */
+				job->failures++;
+				job->changed_at = GetCurrentTimestamp();
+				job->state = "restarting";
+				set_status(job->job_id, "restarting", 0, 1,
+						   "the server or the job worker stopped abruptly; the job resumes from its last checkpoint",
+						   job->failures);
+			}
+		}
+	}
+
+	/* Workers we know of. */
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+		JobEntry   *job;
+		bool		stop_requested;
+
+		if (slot->job_id == 0)
+			continue;
+		/* A worker of a dropped installation is no job's: it is asked to stop. */
+		job = slot->ext_oid == ext_oid ? find_job(jobs, slot->job_id) : NULL;
+		if (job)
+			job->has_slot = true;
+		SpinLockAcquire(&slot->mutex);
+		stop_requested = slot->stop_requested;
+		SpinLockRelease(&slot->mutex);
+
+		if (worker_alive(i))
+		{
+			/* Dropped, or stopped by some other way than stop_job: ask it to stop. */
+			if (job == NULL || (!job->want_running && !stop_requested))
+				ask_to_stop(slot);
+			else if (job && !lslots[i].recorded_running && slot->live_state == JOB_LIVE_RUNNING)
+			{
+				if (set_status(job->job_id, "running", slot->pid, 0, NULL, -1))
+				{
+					lslots[i].recorded_running = true;
+					lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
+				}
+			}
+			else if (job && waiting_error(slot, lslots[i].recorded_error))
+			{
+				/*
+				 * What a running worker waited for is the job's last error,
+				 * even once the wait is over (its state says what is true now).
+				 */
+				if (!set_status(job->job_id, job->state, slot->pid, 0, lslots[i].recorded_error, -1))
+					lslots[i].recorded_error[0] = '\0';
+			}
+			else if (job && lslots[i].recorded_running && job->failures > 0 &&
+					 slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
+			{
+				/* It has committed a checkpoint since it started: healthy again. */
+				if (set_status(job->job_id, "running", slot->pid, 0, NULL, 0))
+					job->failures = 0;
+			}
+			continue;
+		}
+
+		if ((lslots[i].handle || lslots[i].adopted) && !lslots[i].exit_recorded)
+		{
+			/*
+			 * The exit of a worker that a stop_job or drop_job not yet
+			 * committed stopped is recorded once that has ended: until then
+			 * the job's rows may be locked by it.  The worker is gone.
+			 */
+			if (stop_requested && stop_in_progress(slot))
+			{
+				SpinLockAcquire(&slot->mutex);
+				slot->registered = false;
+				SpinLockRelease(&slot->mutex);
+				ConditionVariableBroadcast(&slot->progress_cv);
+				continue;
+			}
+			/* Not recorded (its row is locked): the same exit next round. */
+			if (!handle_exit(i, job))
+				continue;
+			lslots[i].exit_recorded = true;
+		}
+
+		if (job && job->want_running && stop_requested)
+		{
+			if (stop_in_progress(slot))
+				continue;		/* a stop_job in progress: wait for it to commit or abort */
+
+			/*
+			 * The stop_job ended after we read the jobs, or a start_job came
+			 * after it: the request is done with, and what the job wants now
+			 * decides.  (Waiting on the request instead would wait forever
+			 * for a job started again before we looked.)
+			 */
+			SpinLockAcquire(&slot->mutex);
+			slot->stop_requested = false;
+			SpinLockRelease(&slot->mutex);
+			job->want_running = job_wants_to_run(job->job_id);
+		}
+		if (job == NULL || !job->want_running)
+		{
+			if (job &&
+				!set_status(job->job_id, strcmp(job->state, "finished") == 0 ||
+							strcmp(job->state, "failed") == 0 ? job->state : "stopped", 0, 0, NULL, 0))
+				continue;
+			lslots[i].free_slot = true;
+			continue;
+		}
+		if (strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
+		{
+			lslots[i].free_slot = true;
+			continue;
+		}
+		if (lslots[i].retry_at > now)
+			*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, lslots[i].retry_at));
+		else if (may_start(job, now, timeout_ms))
+			start_worker(i, job);
+	}
+
+	/* Jobs that should run and have no worker yet. */
+	foreach(lc, jobs)
+	{
+		JobEntry   *job = lfirst(lc);
+		int			free_slot = -1;
+
+		if (job->has_slot || !job->want_running ||
+			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ||
+			!may_start(job, now, timeout_ms))
+			continue;
+		TEST_POINT("launcher_before_slot");
+		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < mailer_shared->nslots && free_slot < 0; i++)
+		{
+			if (mailer_shared->slots[i].job_id == 0)
+			{
+				JobSlot    *slot = &mailer_shared->slots[i];
+
+				free_slot = i;
+				slot->job_id = job->job_id;
+				slot->ext_oid = ext_oid;
+				slot->pid = 0;
+				slot->latch = NULL;
+				slot->live_state = JOB_LIVE_NONE;
+				slot->exit_kind = JOB_EXIT_NONE;
+				slot->stop_requested = false;
+				slot->registered = false;
+				slot->error[0] = '\0';
+				slot->wait_requested = slot->wait_answered = 0;
+				slot->npartitions = 0;
+				slot->last_checkpoint_epoch = 0;
+				slot->watermark = DT_NOBEGIN;
+				slot->state_bytes = -1;
+				slot->state_checkpoint_ms = slot->state_restore_ms = -1;
+				slot->consumer_lag = -1;
+				slot->input_rate = 0;
+				for (int c = 0; c < JC_NUM_COUNTERS; c++)
+					pg_atomic_write_u64(&slot->counters[c], 0);
+			}
+		}
+		LWLockRelease(mailer_shared->lock);
+		if (free_slot < 0)
+		{
+			set_status(job->job_id, "starting", 0, 0,
+					   psprintf("no free job slot: mailer.max_jobs (%d) jobs are running", mailer_max_jobs), -1);
+			continue;
+		}
+		memset(&lslots[free_slot], 0, sizeof(LauncherSlot));
+		start_worker(free_slot, job);
+	}
+
+	foreach(lc, jobs)
+		nlive++;
+	live_ids = palloc(sizeof(int64) * (nlive + 1));
+	nlive = 0;
+	foreach(lc, jobs)
+		live_ids[nlive++] = ((JobEntry *) lfirst(lc))->job_id;
+	state_remove_orphans(live_ids, nlive);
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	round_committed();
+	first_round = false;
+}
+
+/*
+ * The round's records are committed: forget the exits they recorded and
+ * free the slots of jobs that no longer run.  Before the commit, a round
+ * that fails would have lost them: it finds them again instead.
+ */
+static void
+round_committed(void)
+{
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		if (lslots[i].exit_recorded)
+		{
+			SpinLockAcquire(&slot->mutex);
+			slot->exit_kind = JOB_EXIT_NONE;
+			slot->live_state = JOB_LIVE_NONE;
+			/* Also for a worker that never started, which could not say so itself. */
+			slot->registered = false;
+			SpinLockRelease(&slot->mutex);
+			ConditionVariableBroadcast(&slot->progress_cv);
+			if (lslots[i].handle)
+				pfree(lslots[i].handle);
+			lslots[i].handle = NULL;
+			lslots[i].adopted = false;
+			lslots[i].recorded_running = false;
+			lslots[i].exit_recorded = false;
+		}
+		if (lslots[i].free_slot)
+		{
+			LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+			slot->job_id = 0;
+			LWLockRelease(mailer_shared->lock);
+			lslots[i].free_slot = false;
+		}
+	}
+}
+
+/* The round rolled back: what it recorded is to be done again. */
+static void
+round_aborted(void)
+{
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		lslots[i].exit_recorded = false;
+		lslots[i].free_slot = false;
+	}
+}
+
+static List *
+read_jobs(void)
+{
+	List	   *jobs = NIL;
+
+	catalog_exec("SELECT j.job_id, j.name, j.owner::pg_catalog.oid, "
+				 "j.desired_state OPERATOR(pg_catalog.=) 'running', s.state, "
+				 /* stopped cleanly: a final checkpoint since the current worker was recorded */
+				 "coalesce((SELECT c.final AND c.committed_at OPERATOR(pg_catalog.>=) s.changed_at "
+				 "  FROM mailer.checkpoints c "
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY c.epoch DESC LIMIT 1), false), "
+				 "s.failures, s.changed_at "
+				 "FROM mailer.job j JOIN mailer.job_status s USING (job_id) ORDER BY j.job_id",
+				 0, NULL, NULL, NULL, true);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		JobEntry   *job = palloc0(sizeof(JobEntry));
+		bool		isnull;
+
+		job->job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		job->name = SPI_getvalue(tup, desc, 2);
+		job->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+		job->want_running = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+		job->state = SPI_getvalue(tup, desc, 5);
+		job->last_checkpoint_final = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		job->failures = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+		job->changed_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 8, &isnull));
+		jobs = lappend(jobs, job);
+	}
+	return jobs;
+}
+
+static JobEntry *
+find_job(List *jobs, int64 job_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, jobs)
+	{
+		JobEntry   *job = lfirst(lc);
+
+		if (job->job_id == job_id)
+			return job;
+	}
+	return NULL;
+}
+
+/*
+ * A worker we started has exited: record why, and plan what comes next.
+ * False when the record could not be written (the job's row is locked):
+ * the slot keeps the exit for the next round.  The slot's exit is cleared
+ * once the round commits (round_committed).
+ */
+static bool
+handle_exit(int i, JobEntry *job)
+{
+	JobSlot    *slot = &mailer_shared->slots[i];
+	JobExitKind kind;
+	char		error[JOB_SLOT_ERROR_LEN];
+	bool		stop_requested;
+	bool		healthy;
+	int			failures;
+
+	TEST_POINT("launcher_handle_exit");
+	SpinLockAcquire(&slot->mutex);
+	kind = slot->exit_kind;
+	stop_requested = slot->stop_requested;
+	strlcpy(error, slot->error, sizeof(error));
+	SpinLockRelease(&slot->mutex);
+	/* A worker that committed a checkpoint was healthy: the backoff starts over. */
+	healthy = lslots[i].recorded_running && slot->last_checkpoint_epoch > lslots[i].epoch_when_running;
+	if (job == NULL)
+		return true;
+	failures = healthy ? 0 : job->failures;
+
+	switch (kind)
+	{
+		case JOB_EXIT_FINISHED:
+			if (!set_status(job->job_id, "finished", 0, 0, NULL, 0))
+				return false;
+			job->state = "finished";
+			break;
+		case JOB_EXIT_FAILED:
+			if (!set_status(job->job_id, "failed", 0, 0, error, 0))
+				return false;
+			job->state = "failed";
+			break;
+		case JOB_EXIT_STOPPED:
+			if (job->want_running && !stop_requested)
+			{
+				/* Terminated by someone else (pg_terminate_backend): run again now. */
+				if (!set_status(job->job_id, "restarting", 0, 1, "the job worker was terminated",
+								failures))
+					return false;
+				job->state = "restarting";
+				job->changed_at = 0;
+			}
+			else if (!set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL, 0))
+				return false;
+			break;
+		case JOB_EXIT_BUSY:
+			/*
+			 * restore_job or drop_job held the job's lock for a moment: no
+			 * failure, nothing to record; try again a little later.
+			 */
+			lslots[i].retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															  mailer_restart_backoff_min_ms);
+			break;
+		case JOB_EXIT_ERROR:
+		case JOB_EXIT_NONE:
+			failures++;
+			if (!set_status(job->job_id, "restarting", 0, 1,
+							kind == JOB_EXIT_ERROR && error[0] ? error : "the job worker exited unexpectedly",
+							failures))
+				return false;
+			job->changed_at = GetCurrentTimestamp();
+			job->state = "restarting";
+			break;
+	}
+	job->failures = failures;
+	return true;
+}
+
+/* A restarting job waits out its backoff: restart_backoff_min, doubling per failure. */
+static bool
+may_start(JobEntry *job, TimestampTz now, long *timeout_ms)
+{
+	TimestampTz due;
+
+	if (strcmp(job->state, "restarting") != 0 || job->failures == 0)
+		return true;
+	due = TimestampTzPlusMilliseconds(job->changed_at, backoff_ms(job->failures));
+	if (now >= due)
+		return true;
+	*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, due));
+	return false;
+}
+
+static void
+start_worker(int i, JobEntry *job)
+{
+	BackgroundWorker worker;
+	JobWorkerArgs args;
+	BackgroundWorkerHandle *handle;
+	MemoryContext old;
+	JobSlot    *slot = &mailer_shared->slots[i];
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_notify_pid = MyProcPid;
+	worker.bgw_main_arg = Int32GetDatum(i);
+	strlcpy(worker.bgw_library_name, "mailer", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "job_worker_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "mailer job %s", job->name);
+	strlcpy(worker.bgw_type, "mailer job", BGW_MAXLEN);
+	args.job_id = job->job_id;
+	args.owner = job->owner;
+	args.database = MyDatabaseId;
+	args.slot = i;
+
+	TEST_POINT("launcher_before_start");
+
+	/*
+	 * A job whose owner role was dropped can never connect: failed, not
+	 * retried for good.  (A role that lost LOGIN may get it back: retried.)
+	 */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->owner)))
+	{
+		if (set_status(job->job_id, "failed", 0, 0,
+					   psprintf("the job's owner role (oid %u) was dropped: no worker can run the job; "
+								"a superuser drops it with mailer.drop_job('%s')", job->owner, job->name), 0))
+			job->state = "failed";
+		return;
+	}
+
+	/*
+	 * A stop_job may have run to its end since this round read the jobs,
+	 * before the job had a slot to find: read what the job wants now, and
+	 * lock its row until the round commits.  A stop_job that comes later
+	 * waits for that to update the row, and by then finds the slot with
+	 * its registered worker and waits for it.  A row locked by a stop_job
+	 * or drop_job in progress: not now, the next round decides.
+	 */
+	{
+		Oid			type = INT8OID;
+		Datum		value = Int64GetDatum(job->job_id);
+		bool		wants = false;
+
+		if (!exec_own_subxact(job->job_id, "read the desired state",
+							  "SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM mailer.job "
+							  "WHERE job_id OPERATOR(pg_catalog.=) $1 FOR SHARE NOWAIT",
+							  1, &type, &value, NULL, &wants) || !wants)
+			return;
+	}
+
+	/*
+	 * A stop_job may have asked the job to stop since this round read it:
+	 * then start nothing, and leave the request for the next round.  Else
+	 * the slot has a registered worker from now on, so a stop_job that
+	 * comes later waits for that worker.
+	 */
+	SpinLockAcquire(&slot->mutex);
+	if (slot->stop_requested)
+	{
+		SpinLockRelease(&slot->mutex);
+		return;
+	}
+	slot->exit_kind = JOB_EXIT_NONE;
+	slot->live_state = JOB_LIVE_NONE;
+	slot->registered = true;
+	args.generation = ++slot->generation;
+	SpinLockRelease(&slot->mutex);
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		MemoryContextSwitchTo(old);
+		SpinLockAcquire(&slot->mutex);
+		slot->registered = false;
+		SpinLockRelease(&slot->mutex);
+		job->failures++;
+		job->changed_at = GetCurrentTimestamp();
+		set_status(job->job_id, "restarting", 0, 0,
+				   "could not start a background worker: raise max_worker_processes", job->failures);
+		return;
+	}
+	MemoryContextSwitchTo(old);
+	/* A new worker: the last one's exit, recorded in this round, is done with. */
+	if (lslots[i].handle)
+		pfree(lslots[i].handle);
+	lslots[i].handle = handle;
+	lslots[i].adopted = false;
+	lslots[i].recorded_running = false;
+	lslots[i].exit_recorded = false;
+	if (strcmp(job->state, "running") != 0)
+		set_status(job->job_id, strcmp(job->state, "restarting") == 0 ? "restarting" : "starting",
+				   0, 0, NULL, -1);
+}
+
+/*
+ * Record a job's state; failures: the new count of consecutive failures,
+ * -1 unchanged.  False when it could not be written: the job's row is
+ * locked (a drop_job not committed yet) or the like.
+ */
+static bool
+set_status(int64 job_id, const char *state, int pid, int add_restarts, const char *error,
+		   int failures)
+{
+	Oid			types[6] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT4OID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = CStringGetTextDatum(state);
+	values[2] = Int32GetDatum(pid);
+	nulls[2] = pid == 0 ? 'n' : ' ';
+	values[3] = Int32GetDatum(add_restarts);
+	values[4] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	nulls[4] = error ? ' ' : 'n';
+	values[5] = Int32GetDatum(failures);
+	nulls[5] = failures < 0 ? 'n' : ' ';
+	return exec_own_subxact(job_id, "record the state",
+							"UPDATE mailer.job_status SET state = $2, pid = $3, "
+							"restarts = restarts OPERATOR(pg_catalog.+) $4, "
+							"last_error = coalesce($5, last_error), "
+							"last_error_at = CASE WHEN $5 IS NULL THEN last_error_at ELSE pg_catalog.now() END, "
+							"failures = coalesce($6, failures), changed_at = pg_catalog.now() "
+							"WHERE job_id OPERATOR(pg_catalog.=) $1 "
+							"AND (state, pid, $4, $5, failures) IS DISTINCT FROM ($2, $3, 0, NULL, coalesce($6, failures)) "
+							/* a worker that was seen running may have finished since: finished stays */
+							"AND NOT (state OPERATOR(pg_catalog.=) 'finished' AND $2 OPERATOR(pg_catalog.=) 'running')",
+							6, types, values, nulls, NULL);
+}
+
+/*
+ * Run one statement about one job in a subtransaction of its own: an error
+ * (a row another transaction holds past lock_timeout) is logged and costs
+ * only this job's step this round, never the round.  result, if given:
+ * the first column of the first row (false without a row).
+ */
+typedef struct OwnSubxact
+{
+	const char *sql;
+	int			nargs;
+	Oid		   *types;
+	Datum	   *values;
+	const char *nulls;
+	bool	   *result;
+} OwnSubxact;
+
+static void
+run_own_subxact(void *arg)
+{
+	OwnSubxact *st = (OwnSubxact *) arg;
+
+	catalog_exec(st->sql, st->nargs, st->types, st->values, st->nulls, false);
+	if (st->result)
+	{
+		bool		isnull = true;
+
+		*st->result = SPI_processed == 1 &&
+			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
+	}
+}
+
+static bool
+exec_own_subxact(int64 job_id, const char *what, const char *sql, int nargs,
+				 Oid *types, Datum *values, const char *nulls, bool *result)
+{
+	OwnSubxact	st = {sql, nargs, types, values, nulls, result};
+	ErrorData  *edata = guard_catch(run_own_subxact, &st, CurrentMemoryContext);
+
+	if (edata == NULL)
+		return true;
+	ereport(LOG,
+			(errcode(edata->sqlerrcode),
+			 errmsg("mailer launcher could not %s of job " INT64_FORMAT ", trying again: %s",
+					what, job_id, edata->message)));
+	FreeErrorData(edata);
+	return false;
+}
+
+/* The extension is gone: ask every worker to stop, forget every slot. */
+static void
+stop_all_workers(void)
+{
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		if (slot->job_id == 0)
+			continue;
+		if (worker_alive(i))
+		{
+			ask_to_stop(slot);
+			continue;
+		}
+		if (lslots[i].handle)
+			pfree(lslots[i].handle);
+		lslots[i].handle = NULL;
+		lslots[i].adopted = false;
+		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+		SpinLockAcquire(&slot->mutex);
+		slot->registered = false;
+		SpinLockRelease(&slot->mutex);
+		slot->job_id = 0;
+		LWLockRelease(mailer_shared->lock);
+	}
+}
+
+static bool
+worker_alive(int i)
+{
+	pid_t		pid;
+
+	if (lslots[i].handle)
+	{
+		BgwHandleStatus status = GetBackgroundWorkerPid(lslots[i].handle, &pid);
+
+		return status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED;
+	}
+	return lslots[i].adopted && mailer_shared->slots[i].pid != 0;
+}
+
+/*
+ * A running worker's error (why it waits or waited), if it is new: copied
+ * to recorded.  A wait shorter than a round is recorded too: the worker
+ * keeps the text.  An exiting worker's error is handle_exit's to record.
+ */
+static bool
+waiting_error(JobSlot *slot, char *recorded)
+{
+	bool		changed;
+
+	SpinLockAcquire(&slot->mutex);
+	changed = slot->exit_kind == JOB_EXIT_NONE && slot->error[0] != '\0' &&
+		strcmp(slot->error, recorded) != 0;
+	if (changed)
+		strlcpy(recorded, slot->error, JOB_SLOT_ERROR_LEN);
+	SpinLockRelease(&slot->mutex);
+	return changed;
+}
+
+/* The worker takes a final checkpoint and exits when it sees this. */
+static void
+ask_to_stop(JobSlot *slot)
+{
+	SpinLockAcquire(&slot->mutex);
+	slot->stop_requested = true;
+	slot->stop_xid = InvalidTransactionId;
+	if (slot->latch)
+		SetLatch(slot->latch);
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Whether the stop_job that asked the slot's worker to stop has yet to commit or abort. */
+static bool
+stop_in_progress(JobSlot *slot)
+{
+	TransactionId xid;
+
+	SpinLockAcquire(&slot->mutex);
+	xid = slot->stop_xid;
+	SpinLockRelease(&slot->mutex);
+	return TransactionIdIsValid(xid) && TransactionIdIsInProgress(xid);
+}
+
+/* The job's desired state as committed now, not as of the round's snapshot. */
+static bool
+job_wants_to_run(int64 job_id)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(job_id);
+	bool		isnull;
+
+	/* Not read-only: the statement takes a snapshot of its own. */
+	catalog_exec("SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM mailer.job "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, &type, &value, NULL, false);
+	return SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+static long
+backoff_ms(int failures)
+{
+	double		ms = mailer_restart_backoff_min_ms;
+
+	for (int i = 1; i < failures && ms < mailer_restart_backoff_max_ms; i++)
+		ms *= 2;
+	return (long) Min(ms, (double) mailer_restart_backoff_max_ms);
+}

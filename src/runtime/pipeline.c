@@ -1,0 +1,374 @@
+/*
+ * pipeline.c
+ *		The per-batch work of a job: decode each message, take its event
+ *		time, run the stateless steps, then hand the results to the keyed
+ *		stage or the sink.
+ *
+ * A batch runs under guard_each: a record that raises an error alone is
+ * dead-lettered (or skipped, or fails the job, per on_error) and the batch
+ * goes on with the next: a bad record never costs its neighbours.  Nothing a record does reaches the sink or the keyed state
+ * before the record has passed every stateless step.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+#include "base/mailer.h"
+#include "runtime/job.h"
+#include "base/guard.h"
+#include "plan/json_fields.h"
+#include "operators/keyed.h"
+#include "operators/watermark.h"
+
+static TimestampTz process_message(Job *job, SourceMessage *msg);
+static void decode_message(Job *job, SourceMessage *msg, Record *rec);
+static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered,
+					  int *made);
+
+typedef struct BatchRun
+{
+	Job		   *job;
+	SourceMessage *msgs;
+	int			current;		/* the message being processed, -1 when none */
+} BatchRun;
+
+static void
+run_message(void *arg, int i)
+{
+	BatchRun   *run = (BatchRun *) arg;
+	SourceMessage *msg = &run->msgs[i];
+	TimestampTz t;
+
+	run->current = i;
+	t = process_message(run->job, msg);
+
+	/*
+	 * Only a record that came through its steps tells the time: one that
+	 * failed (a dead letter) might carry any event time at all.  Filtered
+	 * and late records count: they are valid input.
+	 */
+	if (!TIMESTAMP_NOT_FINITE(t))
+		watermark_observe(run->job->watermarks, msg->topic, msg->partition, t);
+}
+
+static void
+message_failed(void *arg, int i, ErrorData *edata)
+{
+	BatchRun   *run = (BatchRun *) arg;
+
+	/* A set-returning function may have been left mid-set. */
+	ReScanExprContext(run->job->rt->econtext);
+	if (run->job->keyed)
+		keyed_abort_record(run->job->keyed);
+	job_record_failed(run->job, &run->msgs[i], run->job->stage, error_text(edata));
+}
+
+void
+pipeline_process(Job *job, SourceMessage *msgs, int n)
+{
+	BatchRun	run = {job, msgs, -1};
+
+	job->counters[JC_RECORDS_IN] += n;
+	watermark_sync_partitions(job->watermarks, job->source);
+	PG_TRY();
+	{
+		guard_each(n, run_message, message_failed, &run, job->batch_context);
+	}
+	PG_CATCH();
+	{
+		/*
+		 * An error that is not the record's (see guard_is_data_error) fails
+		 * the batch and is retried.  When the same record meets it at every
+		 * retry, the operator needs that record's position: last_error
+		 * shows it.  Failing per on_error names the record already.
+		 */
+		int			current = ((volatile BatchRun *) &run)->current;
+
+		if (current >= 0 && !job->failing)
+		{
+			SourceMessage *msg = &msgs[current];
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(job->batch_context);
+			edata = CopyErrorData();
+			FlushErrorState();
+			edata->message = psprintf("record at %s partition %d offset " INT64_FORMAT " failed at %s: %s",
+									  job->source->topic_names[msg->topic], msg->partition,
+									  msg->offset, job->stage, edata->message);
+			ReThrowError(edata);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextReset(job->batch_context);
+	ResetExprContext(job->rt->econtext);
+	ResetExprContext(job->out_rt->econtext);
+}
+
+/* One message through every stage; returns its event time (may be infinite). */
+static TimestampTz
+process_message(Job *job, SourceMessage *msg)
+{
+	JobPlan    *plan = job->plan;
+	Record	   *rec = record_alloc(plan->schema);
+	List	   *outputs = NIL;
+	bool		filtered = false;
+	int			made = 0;
+	ListCell   *lc;
+
+	rec->origin = -1;
+	job->stage = "decode";
+	decode_message(job, msg, rec);
+
+	job->stage = "event_time";
+	if (plan->event_time)
+	{
+		bool		isnull;
+		Datum		t = expr_eval(plan->event_time, job->rt, rec, &isnull);
+
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("event_time is NULL")));
+		rec->event_time = DatumGetTimestampTz(t);
+		if (TIMESTAMP_NOT_FINITE(rec->event_time))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+					 errmsg("event_time is not finite")));
+	}
+	else
+	{
+		rec->event_time = msg->timestamp;
+		/* Only a window needs an event time; other jobs take messages without one. */
+		if (TIMESTAMP_NOT_FINITE(rec->event_time) && plan->window)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("the message has no timestamp and the job has no event_time")));
+	}
+	run_steps(job, rec, 0, &outputs, &filtered, &made);
+	if (outputs == NIL && filtered)
+	{
+		job->counters[JC_RECORDS_FILTERED]++;
+		return rec->event_time;
+	}
+
+	if (plan->aggregated)
+	{
+		bool		in_a_window = false;
+		int			nargs = Max(plan->naggs, 1);
+		Datum	  **args = palloc(sizeof(Datum *) * list_length(outputs));
+		bool	  **nulls = palloc(sizeof(bool *) * list_length(outputs));
+
+		/* Every output's arguments first: one that fails changes no state. */
+		job->stage = "aggregate";
+		foreach(lc, outputs)
+		{
+			int			i = foreach_current_index(lc);
+
+			args[i] = palloc(sizeof(Datum) * nargs);
+			nulls[i] = palloc(sizeof(bool) * nargs);
+			keyed_eval_args(job->keyed, lfirst(lc), args[i], nulls[i]);
+		}
+		/* Several outputs: one that fails (an overflow) undoes the others. */
+		if (list_length(outputs) > 1)
+			keyed_begin_record(job->keyed);
+		foreach(lc, outputs)
+		{
+			int			i = foreach_current_index(lc);
+
+			in_a_window |= keyed_add(job->keyed, lfirst(lc), args[i], nulls[i]);
+		}
+		if (list_length(outputs) > 1)
+			keyed_end_record(job->keyed);
+		if (!in_a_window)
+		{
+			job_record_late(job, msg, rec->event_time);
+			return rec->event_time;
+		}
+	}
+	else
+	{
+		int			ncols = plan->sink->ncolumns;
+		Datum	  **values = palloc(sizeof(Datum *) * list_length(outputs));
+		bool	  **nulls = palloc(sizeof(bool *) * list_length(outputs));
+
+		/* Cast every output first: a cast that fails sends nothing on. */
+		job->stage = "sink";
+		foreach(lc, outputs)
+		{
+			int			i = foreach_current_index(lc);
+
+			values[i] = palloc(sizeof(Datum) * ncols);
+			nulls[i] = palloc(sizeof(bool) * ncols);
+			sink_project(job->sink, job->out_rt, lfirst(lc), values[i], nulls[i]);
+		}
+		foreach(lc, outputs)
+		{
+			int			i = foreach_current_index(lc);
+
+			sink_buffer_add(job->sink, values[i], nulls[i], job->source->topic_names[msg->topic],
+							msg->partition, msg->offset);
+		}
+	}
+	job->counters[JC_RECORDS_ACCEPTED]++;
+	return rec->event_time;
+}
+
+static void
+check_text(const char *what, const char *data, int len)
+{
+	if (memchr(data, '\0', len) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+				 errmsg("%s contains a zero byte", what)));
+	(void) pg_verify_mbstr(GetDatabaseEncoding(), data, len, false);
+}
+
+static void
+decode_message(Job *job, SourceMessage *msg, Record *rec)
+{
+	RecordSchema *schema = job->plan->schema;
+
+	if (msg->key)
+	{
+		check_text("message key", msg->key, msg->key_len);
+		rec->values[FIELD_KEY] = PointerGetDatum(cstring_to_text_with_len(msg->key, msg->key_len));
+		rec->isnull[FIELD_KEY] = false;
+	}
+	if (msg->value == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message has no value (a tombstone)")));
+	switch (job->spec->source.format)
+	{
+		case FORMAT_JSON:
+			check_text("message value", msg->value, msg->value_len);
+			if (job->plan->json_fields)
+			{
+				json_fields_extract(job->plan->json_fields, msg->value, msg->value_len, rec);
+				break;			/* the jsonb value itself is not used */
+			}
+			rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in,
+														   CStringGetDatum(pnstrdup(msg->value, msg->value_len)));
+			break;
+		case FORMAT_TEXT:
+			check_text("message value", msg->value, msg->value_len);
+			rec->values[FIELD_VALUE] = PointerGetDatum(cstring_to_text_with_len(msg->value, msg->value_len));
+			break;
+		case FORMAT_BYTES:
+			rec->values[FIELD_VALUE] = PointerGetDatum(mailer_bytea(msg->value, msg->value_len));
+			break;
+	}
+	rec->isnull[FIELD_VALUE] = job->plan->json_fields != NULL;
+	rec->values[FIELD_TOPIC] = job->topic_datums[msg->topic];
+	rec->isnull[FIELD_TOPIC] = false;
+	rec->values[FIELD_PARTITION] = Int32GetDatum(msg->partition);
+	rec->isnull[FIELD_PARTITION] = false;
+	rec->values[FIELD_OFFSET] = Int64GetDatum(msg->offset);
+	rec->isnull[FIELD_OFFSET] = false;
+	rec->values[FIELD_TIMESTAMP] = TimestampTzGetDatum(msg->timestamp);
+	rec->isnull[FIELD_TIMESTAMP] = TIMESTAMP_NOT_FINITE(msg->timestamp);
+	if (schema->fields[FIELD_HEADERS].referenced)
+	{
+		Jsonb	   *headers = job->source->ops->headers(job->source, msg);
+
+		rec->values[FIELD_HEADERS] = JsonbPGetDatum(headers);
+		rec->isnull[FIELD_HEADERS] = headers == NULL;
+	}
+}
+
+/*
+ * The stateless steps from 'from' on; finished records go to outputs.
+ * 'made' counts the records flat_map steps made from the input record.
+ */
+static void
+run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered, int *made)
+{
+	JobPlan    *plan = job->plan;
+
+	for (int i = from; i < plan->nsteps; i++)
+	{
+		StatelessStep *st = plan->steps[i];
+		bool		isnull;
+		Datum		d;
+
+		job->stage = step_kind_names[st->kind];
+		switch (st->kind)
+		{
+			case STEP_FILTER:
+				d = expr_eval(st->expr, job->rt, rec, &isnull);
+				if (isnull || !DatumGetBool(d))
+				{
+					*filtered = true;
+					return;
+				}
+				break;
+			case STEP_MAP:
+			case STEP_KEY_BY:
+				{
+					Datum	   *values = palloc(sizeof(Datum) * st->nexprs);
+					bool	   *nulls = palloc(sizeof(bool) * st->nexprs);
+
+					/* Every field of the step sees the record as it was before it. */
+					for (int j = 0; j < st->nexprs; j++)
+					{
+						values[j] = expr_eval(st->exprs[j], job->rt, rec, &nulls[j]);
+						if (nulls[j] && st->kind == STEP_KEY_BY)
+							ereport(ERROR,
+									(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+									 errmsg("key field \"%s\" is NULL",
+											plan->schema->fields[st->slots[j]].name)));
+					}
+					for (int j = 0; j < st->nexprs; j++)
+					{
+						rec->values[st->slots[j]] = values[j];
+						rec->isnull[st->slots[j]] = nulls[j];
+					}
+				}
+				break;
+			case STEP_FLAT_MAP:
+				for (;;)
+				{
+					bool		done;
+					Record	   *out;
+
+					/* One record may make a set of any size: stay stoppable. */
+					CHECK_FOR_INTERRUPTS();
+					d = expr_eval_set(st->expr, job->rt, rec, &isnull, &done);
+					if (done)
+						break;
+
+					/*
+					 * Unbounded output (generate_series over a huge count)
+					 * would exhaust memory, an error that is not the
+					 * record's, and so come back at every restart: make it
+					 * the record's own error, a dead letter.
+					 */
+					if (++(*made) > mailer_max_outputs_per_record)
+						ereport(ERROR,
+								(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+								 errmsg("%s (flat_map) made more than %d records from one input record",
+										st->path, mailer_max_outputs_per_record),
+								 errdetail("The limit is mailer.max_outputs_per_record."),
+								 errhint("Filter such records out before the flat_map, or raise mailer.max_outputs_per_record.")));
+					out = record_copy(plan->schema, rec);
+					out->values[st->slots[0]] = d;
+					out->isnull[st->slots[0]] = isnull;
+					run_steps(job, out, i + 1, outputs, filtered, made);
+					job->stage = step_kind_names[st->kind];
+				}
+				return;
+			case STEP_WINDOW:
+			case STEP_AGGREGATE:
+				break;
+		}
+	}
+	*outputs = lappend(*outputs, rec);
+}

@@ -1,0 +1,512 @@
+/*
+ * state_memory.c
+ *		The memory state backend: keyed state in an ordered in-memory map
+ *		(a skip list, for the range scans windows need), with each
+ *		checkpoint writing only the keys changed since the last one into
+ *		mailer.memory_state, in the checkpoint's own transaction.
+ *
+ * mailer.memory_state keeps (key, epoch, value) versions, a NULL value
+ * for a deleted key, so any retained epoch can be restored: the state at
+ * epoch E is the newest version of each key at or before E.  Versions no
+ * retained epoch needs are compacted away every few checkpoints, looking
+ * only at the keys written since the last compaction: its cost follows
+ * the writes, not the size of the state.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "base/mailer.h"
+#include "jobs/catalog.h"
+#include "runtime/job.h"
+#include "state/state.h"
+
+#define SKIP_MAX_LEVEL	24
+#define WRITE_CHUNK		10000
+#define COMPACT_EVERY	10		/* checkpoints between compactions */
+
+typedef struct SkipNode
+{
+	char	   *key;
+	int			klen;
+	char	   *val;
+	int			vlen;
+	int			level;
+	struct SkipNode *next[FLEXIBLE_ARRAY_MEMBER];
+} SkipNode;
+
+/*
+ * A key changed since the last checkpoint; or, in the unsettled set, a key
+ * written since the last compaction and the newest epoch that wrote it.
+ */
+typedef struct ChangedKey
+{
+	StateKey	key;
+	uint32		hash;
+	char		status;
+	int64		epoch;
+} ChangedKey;
+
+#define SH_PREFIX changed
+#define SH_ELEMENT_TYPE ChangedKey
+#define SH_KEY_TYPE StateKey
+#define SH_KEY key
+#define SH_HASH_KEY(tb, key) state_key_hash(key)
+#define SH_EQUAL(tb, a, b) state_key_equal(a, b)
+#define SH_STORE_HASH
+#define SH_GET_HASH(tb, a) a->hash
+#define SH_SCOPE static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
+
+typedef struct MemoryState
+{
+	StateBackend base;
+	MemoryContext ctx;			/* the map */
+	MemoryContext changed_ctx;	/* the changed keys; reset at each checkpoint */
+	SkipNode   *head;
+	int			level;
+	int64		bytes;
+	struct changed_hash *changed;
+	MemoryContext unsettled_ctx;	/* the unsettled set, keys and table */
+	struct changed_hash *unsettled;
+	SPIPlanPtr	compact_plan;	/* made at the first compaction */
+} MemoryState;
+
+typedef struct MemoryIterator
+{
+	SkipNode   *node;
+	char	   *to;
+	int			tlen;
+	bool		started;
+} MemoryIterator;
+
+static bool mem_get(StateBackend *sb, const char *key, int klen, StringInfo val);
+static void mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen);
+static void mem_delete(StateBackend *sb, const char *key, int klen);
+static StateIterator *mem_iterate(StateBackend *sb, const char *from, int flen,
+								  const char *to, int tlen);
+static bool mem_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen);
+static void mem_iterate_end(StateIterator *it);
+static char *mem_checkpoint(StateBackend *sb, int64 epoch);
+static void mem_committed(StateBackend *sb, int64 epoch, int64 keep_from);
+static int64 mem_size(StateBackend *sb);
+static void mem_close(StateBackend *sb);
+
+static const StateBackendOps memory_ops = {
+	mem_get, mem_put, mem_delete, mem_iterate, mem_next, mem_iterate_end,
+	mem_checkpoint, mem_committed, mem_size, mem_close
+};
+
+static int
+compare_keys(const char *a, int alen, const char *b, int blen)
+{
+	int			c = memcmp(a, b, Min(alen, blen));
+
+	return c != 0 ? c : alen - blen;
+}
+
+/* The node of the first key >= key; update[] gets its predecessors. */
+static SkipNode *
+seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
+{
+	SkipNode   *x = ms->head;
+
+	for (int i = ms->level - 1; i >= 0; i--)
+	{
+		while (x->next[i] && compare_keys(x->next[i]->key, x->next[i]->klen, key, klen) < 0)
+			x = x->next[i];
+		if (update)
+			update[i] = x;
+	}
+	return x->next[0];
+}
+
+/* The set's entry for the key, added with a copy of the key in ctx if new. */
+static ChangedKey *
+key_set_add(struct changed_hash *set, MemoryContext ctx, StateKey key)
+{
+	bool		found;
+	ChangedKey *entry = changed_insert(set, key, &found);
+
+	if (!found)
+	{
+		char	   *copy = MemoryContextAlloc(ctx, key.len);
+
+		memcpy(copy, key.data, key.len);
+		entry->key.data = copy;
+	}
+	return entry;
+}
+
+static void
+note_changed(MemoryState *ms, const char *key, int klen)
+{
+	StateKey	probe = {key, klen};
+
+	key_set_add(ms->changed, ms->changed_ctx, probe);
+}
+
+static void
+new_unsettled_set(MemoryState *ms)
+{
+	ms->unsettled_ctx = AllocSetContextCreate(ms->ctx, "mailer unsettled keys", ALLOCSET_DEFAULT_SIZES);
+	ms->unsettled = changed_create(ms->unsettled_ctx, 1024, NULL);
+}
+
+/* A bytea[] of n values; nulls may be NULL when none is. */
+static Datum
+bytea_array(Datum *items, bool *nulls, int n)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	return PointerGetDatum(construct_md_array(items, nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
+}
+
+static SkipNode *
+new_node(MemoryState *ms, int level)
+{
+	return MemoryContextAllocZero(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * level);
+}
+
+/* Insert or replace without marking the key changed (restore uses this). */
+static void
+map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen)
+{
+	SkipNode   *update[SKIP_MAX_LEVEL];
+	SkipNode   *x = seek(ms, key, klen, update);
+
+	if (x && compare_keys(x->key, x->klen, key, klen) == 0)
+	{
+		ms->bytes -= x->vlen;
+		pfree(x->val);
+	}
+	else
+	{
+		int			level = 1;
+
+		while (level < SKIP_MAX_LEVEL && (pg_prng_uint32(&pg_global_prng_state) & 3) == 0)
+			level++;
+		if (level > ms->level)
+		{
+			for (int i = ms->level; i < level; i++)
+				update[i] = ms->head;
+			ms->level = level;
+		}
+		x = new_node(ms, level);
+		x->level = level;
+		x->key = MemoryContextAlloc(ms->ctx, klen);
+		memcpy(x->key, key, klen);
+		x->klen = klen;
+		for (int i = 0; i < level; i++)
+		{
+			x->next[i] = update[i]->next[i];
+			update[i]->next[i] = x;
+		}
+		ms->bytes += klen;
+	}
+	x->val = MemoryContextAlloc(ms->ctx, Max(vlen, 1));
+	memcpy(x->val, val, vlen);
+	x->vlen = vlen;
+	ms->bytes += vlen;
+}
+
+StateBackend *
+state_memory_open(int64 job_id, int64 epoch)
+{
+	MemoryState *ms = palloc0(sizeof(MemoryState));
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2];
+
+	ms->base.ops = &memory_ops;
+	ms->base.job_id = job_id;
+	ms->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state", ALLOCSET_DEFAULT_SIZES);
+	ms->changed_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
+	ms->changed = changed_create(CurrentMemoryContext, 1024, NULL);
+	ms->head = new_node(ms, SKIP_MAX_LEVEL);
+	ms->head->level = SKIP_MAX_LEVEL;
+	ms->level = 1;
+	new_unsettled_set(ms);
+
+	/*
+	 * The newest version of each key at or before the epoch (caller is in a
+	 * transaction).  A key with older versions, or deleted, is unsettled
+	 * from the start: compaction has something to drop.
+	 */
+	values[0] = Int64GetDatum(job_id);
+	values[1] = Int64GetDatum(epoch);
+	SPI_connect();
+	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.>) $2", 2, types, values, NULL, false);
+	catalog_exec("SELECT DISTINCT ON (key) key, value, epoch, count(*) OVER (PARTITION BY key) "
+				 "FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY key, epoch DESC",
+				 1, types, values, NULL, true);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		deleted;
+		bool		isnull;
+		bytea	   *k = DatumGetByteaPP(SPI_getbinval(row, desc, 1, &isnull));
+		Datum		v = SPI_getbinval(row, desc, 2, &deleted);
+		StateKey	key = {VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)};
+
+		if (!deleted)
+		{
+			bytea	   *value = DatumGetByteaPP(v);
+
+			map_put(ms, key.data, key.len, VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
+		}
+		if (deleted || DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull)) > 1)
+			key_set_add(ms->unsettled, ms->unsettled_ctx, key)->epoch =
+				DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
+	}
+	SPI_finish();
+	return &ms->base;
+}
+
+static bool
+mem_get(StateBackend *sb, const char *key, int klen, StringInfo val)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	SkipNode   *x = seek(ms, key, klen, NULL);
+
+	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
+		return false;
+	resetStringInfo(val);
+	appendBinaryStringInfo(val, x->val, x->vlen);
+	return true;
+}
+
+static void
+mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen)
+{
+	MemoryState *ms = (MemoryState *) sb;
+
+	map_put(ms, key, klen, val, vlen);
+	note_changed(ms, key, klen);
+}
+
+static void
+mem_delete(StateBackend *sb, const char *key, int klen)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	SkipNode   *update[SKIP_MAX_LEVEL];
+	SkipNode   *x = seek(ms, key, klen, update);
+
+	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
+		return;
+	for (int i = 0; i < x->level; i++)
+		if (update[i]->next[i] == x)
+			update[i]->next[i] = x->next[i];
+	ms->bytes -= x->klen + x->vlen;
+	note_changed(ms, key, klen);
+	pfree(x->key);
+	pfree(x->val);
+	pfree(x);
+}
+
+static StateIterator *
+mem_iterate(StateBackend *sb, const char *from, int flen, const char *to, int tlen)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	MemoryIterator *mi = palloc0(sizeof(MemoryIterator));
+
+	mi->node = seek(ms, from, flen, NULL);
+	if (to)
+	{
+		mi->to = palloc(tlen);
+		memcpy(mi->to, to, tlen);
+		mi->tlen = tlen;
+	}
+	return (StateIterator *) mi;
+}
+
+/*
+ * The node after the one returned last.  A caller may delete the key it was
+ * just given (windows do, as they fire): the successor is taken first.
+ */
+static bool
+mem_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen)
+{
+	MemoryIterator *mi = (MemoryIterator *) it;
+	SkipNode   *x = mi->node;
+
+	if (x == NULL || (mi->to && compare_keys(x->key, x->klen, mi->to, mi->tlen) >= 0))
+		return false;
+	*key = x->key;
+	*klen = x->klen;
+	*val = x->val;
+	*vlen = x->vlen;
+	mi->node = x->next[0];
+	return true;
+}
+
+static void
+mem_iterate_end(StateIterator *it)
+{
+	MemoryIterator *mi = (MemoryIterator *) it;
+
+	if (mi->to)
+		pfree(mi->to);
+	pfree(mi);
+}
+
+/* Write the changed keys as versions of this epoch (inside its transaction). */
+static char *
+mem_checkpoint(StateBackend *sb, int64 epoch)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	changed_iterator iter;
+	ChangedKey *ck;
+	int			n = 0;
+	int			cap = Min(Max(ms->changed->members, 1), WRITE_CHUNK);
+	Datum	   *keys = palloc(sizeof(Datum) * cap);
+	Datum	   *vals = palloc(sizeof(Datum) * cap);
+	bool	   *nulls = palloc(sizeof(bool) * cap);
+	Oid			types[4] = {INT8OID, INT8OID, BYTEAARRAYOID, BYTEAARRAYOID};
+
+	SPI_connect();
+	changed_start_iterate(ms->changed, &iter);
+	for (;;)
+	{
+		SkipNode   *x;
+
+		ck = changed_iterate(ms->changed, &iter);
+		if (ck)
+		{
+			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = epoch;
+			x = seek(ms, ck->key.data, ck->key.len, NULL);
+			keys[n] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+			if (x && compare_keys(x->key, x->klen, ck->key.data, ck->key.len) == 0)
+			{
+				vals[n] = PointerGetDatum(mailer_bytea(x->val, x->vlen));
+				nulls[n] = false;
+			}
+			else
+				nulls[n] = true;
+			n++;
+		}
+		if (n > 0 && (ck == NULL || n == cap))
+		{
+			Datum		values[4];
+
+			values[0] = Int64GetDatum(ms->base.job_id);
+			values[1] = Int64GetDatum(epoch);
+			values[2] = bytea_array(keys, NULL, n);
+			values[3] = bytea_array(vals, nulls, n);
+			catalog_exec("INSERT INTO mailer.memory_state (job_id, epoch, key, value) "
+						 "SELECT $1, $2, k, v FROM unnest($3, $4) AS u(k, v)",
+						 4, types, values, NULL, false);
+			n = 0;
+		}
+		if (ck == NULL)
+			break;
+	}
+	SPI_finish();
+	changed_reset(ms->changed);
+	MemoryContextReset(ms->changed_ctx);
+	return pstrdup("memory_state");
+}
+
+/*
+ * Deletes the versions of one key that no epoch from keep_from ($3) on
+ * needs: those older than its newest version at or before keep_from, and
+ * that one too when it is a deletion (nothing older is left for it to
+ * hide).  One key at a time, through one generic plan: equality on the
+ * primary key's first two columns, whatever the table's statistics say.
+ * They are often stale (a new job's versions are in none), and a plan for
+ * many keys at once made from them can scan all of a job's versions.
+ */
+static const char compact_sql[] =
+"DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+"AND m.key OPERATOR(pg_catalog.=) $2 AND m.epoch OPERATOR(pg_catalog.<=) $3 "
+"AND (m.value IS NULL OR m.epoch OPERATOR(pg_catalog.<) "
+"(SELECT pg_catalog.max(n.epoch) FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) $1 "
+"AND n.key OPERATOR(pg_catalog.=) $2 AND n.epoch OPERATOR(pg_catalog.<=) $3))";
+
+/*
+ * Every few checkpoints, compact the keys whose newest write is at or
+ * before keep_from.  A key written since waits for a later compaction:
+ * its versions up to keep_from are only dropped late, never wrongly.
+ */
+static void
+mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
+{
+	MemoryState *ms = (MemoryState *) sb;
+	MemoryContext old_ctx = ms->unsettled_ctx;
+	struct changed_hash *old = ms->unsettled;
+	changed_iterator iter;
+	ChangedKey *ck;
+	CatalogAccess access;
+	Datum		values[3];
+
+	if (epoch % COMPACT_EVERY != 0 || keep_from <= 1)
+		return;
+	job_transaction_begin();
+	SPI_connect();
+	catalog_enter(&access);
+	/* Were the plan made anew (the table changed), no sequential scan for it */
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (ms->compact_plan == NULL)
+	{
+		Oid			types[3] = {INT8OID, BYTEAOID, INT8OID};
+
+		ms->compact_plan = SPI_prepare_cursor(compact_sql, 3, types, CURSOR_OPT_GENERIC_PLAN);
+		if (ms->compact_plan == NULL || SPI_keepplan(ms->compact_plan) != 0)
+			elog(ERROR, "mailer could not prepare the memory state compaction: %s",
+				 SPI_result_code_string(SPI_result));
+	}
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[2] = Int64GetDatum(keep_from);
+	new_unsettled_set(ms);
+	changed_start_iterate(old, &iter);
+	while ((ck = changed_iterate(old, &iter)) != NULL)
+	{
+		int			rc;
+
+		if (ck->epoch > keep_from)
+		{
+			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = ck->epoch;
+			continue;
+		}
+		values[1] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+		rc = SPI_execute_plan(ms->compact_plan, values, NULL, false, 0);
+		if (rc != SPI_OK_DELETE)
+			elog(ERROR, "mailer memory state compaction failed: %s", SPI_result_code_string(rc));
+		pfree(DatumGetPointer(values[1]));
+	}
+	catalog_leave(&access);
+	SPI_finish();
+	job_transaction_end();
+	MemoryContextDelete(old_ctx);
+}
+
+static int64
+mem_size(StateBackend *sb)
+{
+	return ((MemoryState *) sb)->bytes;
+}
+
+static void
+mem_close(StateBackend *sb)
+{
+	MemoryState *ms = (MemoryState *) sb;
+
+	if (ms->compact_plan)
+		SPI_freeplan(ms->compact_plan);
+	MemoryContextDelete(ms->ctx);
+	MemoryContextDelete(ms->changed_ctx);
+}
