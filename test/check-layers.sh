@@ -30,6 +30,7 @@ exec perl -x "$0" "$@"
 use strict;
 use warnings;
 
+use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use File::Find;
 
@@ -53,7 +54,7 @@ if (@ARGV && $ARGV[0] eq '-v')
 	$verbose = 1;
 	shift @ARGV;
 }
-my $root = dirname(dirname(__FILE__));
+my $root = dirname(dirname(abs_path(__FILE__)));
 my $src = @ARGV ? $ARGV[0] : "$root/src";
 $src =~ s{/+$}{};
 if (@ARGV > 1 || !-d $src)
