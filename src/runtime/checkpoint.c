@@ -26,7 +26,9 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "base/work_xact.h"
 #include "jobs/catalog.h"
+#include "runtime/accounting.h"
 #include "runtime/checkpoint.h"
 #include "operators/keyed.h"
 #include "state/serial.h"
@@ -144,7 +146,7 @@ checkpoint_take(Job *job, bool final)
 	bool		lock_busy;
 
 	job->stage = "checkpoint";
-	job_transaction_begin();
+	work_xact_begin();
 
 	/*
 	 * The commit must be durable before the older snapshots are deleted
@@ -184,7 +186,7 @@ checkpoint_take(Job *job, bool final)
 			job->stage = NULL;
 			return false;
 		}
-		job_transaction_end();
+		work_xact_end();
 		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
 							 psprintf("waiting for the sink table: table \"%s\" does not exist",
 									  job->spec->sink.table));
@@ -255,7 +257,7 @@ checkpoint_take(Job *job, bool final)
 					 1, types, values, NULL, false);
 	SPI_finish();
 
-	job_transaction_end();
+	work_xact_end();
 
 	/* Committed: epoch is now what a restart resumes from. */
 	job->epoch = epoch;
@@ -318,7 +320,7 @@ bind_sink(Job *job, bool *lock_busy)
 	PG_END_TRY();
 	if (busy)
 	{
-		job_transaction_abort();
+		work_xact_abort();
 		job_slot_set_waiting(job->slot, JOB_WAIT_LOCK,
 							 psprintf("waiting for a lock on the sink table \"%s\": another transaction holds it (%s)",
 									  job->spec->sink.table, busy->message));

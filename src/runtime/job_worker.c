@@ -43,10 +43,13 @@
 #include "utils/timestamp.h"
 
 #include "base/mailer.h"
+#include "base/work_xact.h"
 #include "jobs/catalog.h"
 #include "runtime/checkpoint.h"
+#include "runtime/accounting.h"
 #include "runtime/job.h"
 #include "runtime/job_worker.h"
+#include "runtime/pipeline.h"
 #include "operators/keyed.h"
 #include "base/test_point.h"
 #include "operators/watermark.h"
@@ -56,7 +59,6 @@
 
 static volatile sig_atomic_t got_sigterm = false;
 static volatile sig_atomic_t term_ticks = 0;
-static TimeoutId term_timeout;
 
 /* While the worker connects: where a FATAL (say, owner cannot log in) is told. */
 static JobSlot *connecting_slot = NULL;
@@ -140,7 +142,7 @@ job_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
 	emit_log_hook = prev_emit_log_hook;
 	connecting_slot = NULL;
-	term_timeout = RegisterTimeout(USER_TIMEOUT, term_tick);
+	work_xact_set_timer(RegisterTimeout(USER_TIMEOUT, term_tick), TERM_TICK_MS);
 	TEST_POINT("worker_before_lock");
 
 	/*
@@ -148,16 +150,16 @@ job_worker_main(Datum main_arg)
 	 * job, and no restore_job or drop_job rewrites its checkpoints, while it
 	 * runs.  Without it, exit at once: the launcher tries again shortly.
 	 */
-	job_transaction_begin();
+	work_xact_begin();
 	if (!job_lock_try(slot->ext_oid, args.job_id, true))
 	{
-		job_transaction_end();
+		work_xact_end();
 		SpinLockAcquire(&slot->mutex);
 		slot->exit_kind = JOB_EXIT_BUSY;
 		SpinLockRelease(&slot->mutex);
 		proc_exit(0);
 	}
-	job_transaction_end();
+	work_xact_end();
 
 	PG_TRY();
 	{
@@ -243,9 +245,9 @@ advance_watermark(Job *job, bool finished)
 	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
 	if (job->keyed && job->plan->window && wm > before)
 	{
-		job_transaction_begin();
+		work_xact_begin();
 		keyed_advance_watermark(job->keyed, wm);
-		job_transaction_end();
+		work_xact_end();
 	}
 	watermark_publish(job->watermarks, job->slot);
 }
@@ -261,7 +263,7 @@ wait_for_sink_table(Job *job)
 
 	while (!OidIsValid(plan_sink_relid(&job->spec->sink, AccessShareLock)))
 	{
-		job_transaction_end();
+		work_xact_end();
 		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
 							 psprintf("waiting for the sink table: table \"%s\" does not exist",
 									  job->spec->sink.table));
@@ -275,7 +277,7 @@ wait_for_sink_table(Job *job)
 			proc_exit(0);
 		}
 		pause_briefly();
-		job_transaction_begin();
+		work_xact_begin();
 	}
 	if (waited)
 		set_live_state(job->slot, JOB_LIVE_STARTING);
@@ -346,7 +348,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->batch_context = AllocSetContextCreate(job_context, "mailer batch", ALLOCSET_DEFAULT_SIZES);
 
 	/* What the job keeps is allocated in job_context: it outlives this transaction. */
-	job_transaction_begin();
+	work_xact_begin();
 	job->ext_oid = get_extension_oid("mailer", false);
 	row = catalog_get_job(job->job_id, true, false);
 	job->name = row->name;
@@ -390,7 +392,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 		job->topic_datums[i] = CStringGetTextDatum(job->source->topic_names[i]);
 	if (job->plan->aggregated)
 		job->keyed = keyed_create(job);
-	job_transaction_end();
+	work_xact_end();
 
 	/*
 	 * "start": "latest" holds for a job's first start only: pin the offsets
@@ -487,9 +489,9 @@ job_run(Job *job)
 							 job->source->error);
 		if (n > 0)
 		{
-			job_transaction_begin();
+			work_xact_begin();
 			pipeline_process(job, msgs, n);
-			job_transaction_end();
+			work_xact_end();
 			job->uncommitted += n;
 			job_publish_counters(job);
 		}
@@ -626,97 +628,4 @@ set_live_state(JobSlot *slot, JobLiveState state)
 		ConditionVariableBroadcast(&slot->progress_cv);
 		job_slots_wake_launcher();
 	}
-}
-
-void
-job_transaction_begin(void)
-{
-	MemoryContext ctx = CurrentMemoryContext;
-
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	MemoryContextSwitchTo(ctx);
-	/* Work in progress: a SIGTERM now gives it mailer.termination_grace to end. */
-	enable_timeout_every(term_timeout, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), TERM_TICK_MS),
-						 TERM_TICK_MS);
-}
-
-void
-job_transaction_abort(void)
-{
-	MemoryContext ctx = CurrentMemoryContext;
-
-	AbortCurrentTransaction();
-	MemoryContextSwitchTo(ctx);
-	disable_timeout(term_timeout, false);
-}
-
-void
-job_transaction_end(void)
-{
-	MemoryContext ctx = CurrentMemoryContext;
-
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(ctx);
-	disable_timeout(term_timeout, false);
-}
-
-void
-job_publish_counters(Job *job)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	long		ms = TimestampDifferenceMilliseconds(job->rate_at, now);
-
-	for (int c = 0; c < JC_NUM_COUNTERS; c++)
-		pg_atomic_write_u64(&job->slot->counters[c], job->counters[c]);
-	if (ms >= 1000)
-	{
-		double		rate = (job->counters[JC_RECORDS_IN] - job->rate_records) * 1000.0 / ms;
-
-		/* Smoothed over a few seconds, so one slow batch does not show as a stall. */
-		job->slot->input_rate = job->slot->input_rate == 0 ? rate :
-			0.5 * job->slot->input_rate + 0.5 * rate;
-		job->rate_records = job->counters[JC_RECORDS_IN];
-		job->rate_at = now;
-	}
-}
-
-void
-job_record_failed(Job *job, SourceMessage *msg, const char *stage, const char *error)
-{
-	const char *topic = job->source->topic_names[msg->topic];
-
-	switch (job->spec->on_error)
-	{
-		case ON_ERROR_DEAD_LETTER:
-			dead_letter_add(job->dead_letters, topic, msg->partition, msg->offset,
-							msg->key, msg->key_len, msg->value, msg->value_len, stage, error);
-			job->counters[JC_RECORDS_DEAD_LETTERED]++;
-			break;
-		case ON_ERROR_SKIP:
-			job->counters[JC_RECORDS_SKIPPED]++;
-			break;
-		case ON_ERROR_FAIL:
-			job->failing = true;
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_EXCEPTION),
-					 errmsg("record at %s partition %d offset " INT64_FORMAT " failed at %s: %s",
-							topic, msg->partition, msg->offset, stage, error),
-					 errhint("The job's on_error is \"fail\". Fix the input or the job, then mailer.start_job('%s').",
-							 job->name)));
-	}
-}
-
-void
-job_record_late(Job *job, SourceMessage *msg, TimestampTz event_time)
-{
-	job->counters[JC_RECORDS_LATE]++;
-	if (job->spec->on_error == ON_ERROR_DEAD_LETTER)
-		dead_letter_add(job->dead_letters, job->source->topic_names[msg->topic], msg->partition,
-						msg->offset, msg->key, msg->key_len, msg->value, msg->value_len, "late",
-						psprintf("event time %s is too late: every window it belongs to closed at watermark %s, allowed lateness included",
-								 timestamptz_to_str(event_time),
-								 timestamptz_to_str(watermark_current(job->watermarks))));
 }

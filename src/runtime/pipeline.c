@@ -21,7 +21,8 @@
 #include "utils/resowner.h"
 
 #include "base/mailer.h"
-#include "runtime/job.h"
+#include "runtime/accounting.h"
+#include "runtime/pipeline.h"
 #include "base/guard.h"
 #include "plan/json_fields.h"
 #include "operators/keyed.h"
