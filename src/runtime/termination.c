@@ -2,7 +2,7 @@
  * termination.c
  *		Stop requests and the SIGTERM grace of a job worker (termination.h).
  *
- * A SIGTERM sets got_sigterm: the worker sees it between
+ * A SIGTERM sets ShutdownRequestPending: the worker sees it between
  * batches and stops with a final checkpoint.  Work in progress (a batch, a
  * checkpoint: a work transaction) has mailer.termination_grace to end
  * first, counted by a timer that ticks while the transaction is open; past
@@ -13,6 +13,7 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/interrupt.h"
 #include "storage/latch.h"
 #include "utils/timeout.h"
 
@@ -23,7 +24,6 @@
 /* How often the grace timer ticks. */
 #define TERM_TICK_MS		500
 
-static volatile sig_atomic_t got_sigterm = false;
 static volatile sig_atomic_t term_ticks = 0;
 
 static void handle_sigterm(SIGNAL_ARGS);
@@ -45,7 +45,7 @@ termination_start_timer(void)
 bool
 termination_signalled(void)
 {
-	return got_sigterm;
+	return ShutdownRequestPending;
 }
 
 void
@@ -59,7 +59,7 @@ job_stop_requested(JobSlot *slot)
 {
 	bool		requested;
 
-	if (got_sigterm)
+	if (ShutdownRequestPending)
 		return true;
 	SpinLockAcquire(&slot->mutex);
 	requested = slot->stop_requested;
@@ -76,17 +76,19 @@ job_pause_briefly(void)
 	CHECK_FOR_INTERRUPTS();
 }
 
+/*
+ * PostgreSQL's shutdown request, and one thing more: a second SIGTERM does
+ * not wait for the work to end.
+ */
 static void
 handle_sigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
-	/* A second SIGTERM does not wait for the work to end. */
-	if (got_sigterm)
+	if (ShutdownRequestPending)
 		end_work_now();
-	got_sigterm = true;
-	SetLatch(MyLatch);
 	errno = save_errno;
+	SignalHandlerForShutdownRequest(postgres_signal_arg);
 }
 
 /*
@@ -96,7 +98,7 @@ handle_sigterm(SIGNAL_ARGS)
 static void
 term_tick(void)
 {
-	if (got_sigterm &&
+	if (ShutdownRequestPending &&
 		++term_ticks >= Max(mailer_termination_grace_ms / TERM_TICK_MS, 1))
 		end_work_now();
 }
