@@ -6,6 +6,7 @@
 
 #include "utils/timestamp.h"
 
+#include "base/mailer.h"
 #include "operators/watermark.h"
 #include "runtime/accounting.h"
 
@@ -30,7 +31,7 @@ job_record_failed(Job *job, SourceMessage *msg, const char *stage, const char *e
 					(errcode(ERRCODE_DATA_EXCEPTION),
 					 errmsg("record at %s partition %d offset " INT64_FORMAT " failed at %s: %s",
 							topic, msg->partition, msg->offset, stage, error),
-					 errhint("The job's on_error is \"fail\". Fix the input or the job, then mailer.start_job('%s').",
+					 errhint("The job's on_error is \"fail\". Fix the input or the job, then " MAILER_SCHEMA ".start_job('%s').",
 							 job->name)));
 	}
 }
