@@ -33,6 +33,7 @@ static void rethrow_with_path(MemoryContext ctx, const char *path, const char *t
 							  FieldScope *scope) pg_attribute_noreturn();
 static char *describe_fields(FieldScope *scope);
 static Node *faster_casts(Node *node, void *context);
+static void check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use);
 static Expr *plan_expr(Node *node);
 static bool in_job_worker(void);
 static Node *plan_without_running(Node *node, void *context);
@@ -124,6 +125,29 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 	}
 	PG_END_TRY();
 
+	check_expr_use(pstate, node, path, use);
+
+	/* In the worker, constant folding evaluates immutable calls now: 1/0 fails here. */
+	PG_TRY();
+	{
+		cexpr->expr = plan_expr(node);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, path, text, scope);
+	}
+	PG_END_TRY();
+	cexpr->expr = (Expr *) faster_casts((Node *) cexpr->expr, NULL);
+	cexpr->type = exprType((Node *) cexpr->expr);
+	cexpr->typmod = exprTypmod((Node *) cexpr->expr);
+	cexpr->collation = exprCollation((Node *) cexpr->expr);
+	return cexpr;
+}
+
+/* What the expression may contain, for its use. */
+static void
+check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use)
+{
 	if (pstate->p_hasAggs || pstate->p_hasWindowFuncs)
 		spec_error(path, ERRCODE_GROUPING_ERROR,
 				   "Aggregates belong in an \"aggregate\" step, after \"key_by\".",
@@ -148,22 +172,6 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
 				   "Use a \"flat_map\" step to turn one record into several.",
 				   "set-returning functions are allowed only in flat_map");
-
-	/* In the worker, constant folding evaluates immutable calls now: 1/0 fails here. */
-	PG_TRY();
-	{
-		cexpr->expr = plan_expr(node);
-	}
-	PG_CATCH();
-	{
-		rethrow_with_path(ctx, path, text, scope);
-	}
-	PG_END_TRY();
-	cexpr->expr = (Expr *) faster_casts((Node *) cexpr->expr, NULL);
-	cexpr->type = exprType((Node *) cexpr->expr);
-	cexpr->typmod = exprTypmod((Node *) cexpr->expr);
-	cexpr->collation = exprCollation((Node *) cexpr->expr);
-	return cexpr;
 }
 
 /*

@@ -90,6 +90,45 @@ hex_value(Scanner *s, const char *p)
 }
 
 /*
+ * A \u escape at s->p (a surrogate pair takes two): skipped, and its
+ * character appended to out in UTF-8 when out is not NULL.
+ */
+static void
+scan_unicode_escape(Scanner *s, StringInfo out)
+{
+	pg_wchar	cp;
+
+	if (s->p + 6 > s->end)
+		syntax_error(s, "\"\\u\" must be followed by four hexadecimal digits");
+	cp = hex_value(s, s->p + 2);
+	s->p += 6;
+	if (cp >= 0xD800 && cp <= 0xDBFF)
+	{
+		int			low;
+
+		if (s->p + 6 > s->end || s->p[0] != '\\' || s->p[1] != 'u' ||
+			(low = hex_value(s, s->p + 2)) < 0xDC00 || low > 0xDFFF)
+			syntax_error(s, "Unicode high surrogate must not follow a high surrogate, and must be followed by a low one");
+		cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+		s->p += 6;
+	}
+	else if (cp >= 0xDC00 && cp <= 0xDFFF)
+		syntax_error(s, "Unicode low surrogate must follow a high surrogate");
+	if (cp == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNTRANSLATABLE_CHARACTER),
+				 errmsg("unsupported Unicode escape sequence"),
+				 errdetail("\\u0000 cannot be converted to text.")));
+	if (out)
+	{
+		unsigned char buf[8];
+
+		unicode_to_utf8(cp, buf);
+		appendBinaryStringInfo(out, (char *) buf, pg_utf_mblen(buf));
+	}
+}
+
+/*
  * A string at s->p (the opening quote): validated and skipped; when out is
  * not NULL, its unescaped bytes are appended.
  */
@@ -140,38 +179,7 @@ scan_string(Scanner *s, StringInfo out)
 				s->p += 2;
 				break;
 			case 'u':
-				{
-					pg_wchar	cp;
-
-					if (s->p + 6 > s->end)
-						syntax_error(s, "\"\\u\" must be followed by four hexadecimal digits");
-					cp = hex_value(s, s->p + 2);
-					s->p += 6;
-					if (cp >= 0xD800 && cp <= 0xDBFF)
-					{
-						int			low;
-
-						if (s->p + 6 > s->end || s->p[0] != '\\' || s->p[1] != 'u' ||
-							(low = hex_value(s, s->p + 2)) < 0xDC00 || low > 0xDFFF)
-							syntax_error(s, "Unicode high surrogate must not follow a high surrogate, and must be followed by a low one");
-						cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-						s->p += 6;
-					}
-					else if (cp >= 0xDC00 && cp <= 0xDFFF)
-						syntax_error(s, "Unicode low surrogate must follow a high surrogate");
-					if (cp == 0)
-						ereport(ERROR,
-								(errcode(ERRCODE_UNTRANSLATABLE_CHARACTER),
-								 errmsg("unsupported Unicode escape sequence"),
-								 errdetail("\\u0000 cannot be converted to text.")));
-					if (out)
-					{
-						unsigned char buf[8];
-
-						unicode_to_utf8(cp, buf);
-						appendBinaryStringInfo(out, (char *) buf, pg_utf_mblen(buf));
-					}
-				}
+				scan_unicode_escape(s, out);
 				break;
 			default:
 				syntax_error(s, "Escape sequence is invalid");

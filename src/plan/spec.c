@@ -106,7 +106,8 @@ static bool next_member(JsonbIterator **it, char **name, JsonbValue *key, JsonbV
 static char *child_path(const char *path, const char *key);
 static void check_fields(JsonObject *obj, const char *const *allowed);
 static bool get_value(JsonObject *obj, const char *key, JsonbValue *out);
-static JsonObject get_object(JsonObject *obj, const char *key, bool required, bool *found);
+static JsonObject get_object(JsonObject *obj, const char *key, bool *found);
+static JsonObject required_object(JsonObject *obj, const char *key, const char *hint);
 static JsonObject as_object(JsonbValue *v, const char *path);
 static char *get_string(JsonObject *obj, const char *key, bool required, const char *hint);
 static List *get_string_array(JsonObject *obj, const char *key, const char *hint);
@@ -116,6 +117,9 @@ static double get_number(JsonObject *obj, const char *key, double dflt, bool *is
 static int64 get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero);
 static int	get_choice(JsonObject *obj, const char *key, const SpecChoice *choices, int dflt);
 static const char *json_type_name(JsonbValue *v);
+static void parse_watermark(JsonObject *top, JobSpec *spec);
+static void parse_checkpoint(JsonObject *top, JobSpec *spec);
+static void parse_state(JsonObject *top, JobSpec *spec);
 static void parse_source(JsonObject *top, SourceSpec *source);
 static void parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka);
 static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
@@ -131,7 +135,6 @@ spec_parse(Jsonb *jb)
 	JobSpec    *spec = palloc0(sizeof(JobSpec));
 	JsonObject	top;
 	JsonbValue	v;
-	bool		found;
 
 	if (!JB_ROOT_IS_OBJECT(jb))
 		spec_error("$", ERRCODE_INVALID_PARAMETER_VALUE, "A job spec is a JSON object with at least \"source\" and \"sink\".",
@@ -148,49 +151,11 @@ spec_parse(Jsonb *jb)
 	spec->event_time = get_string(&top, "event_time", false,
 								  "An SQL expression giving the record's timestamptz, such as \"(value->>'ts')::timestamptz\".");
 
-	{
-		JsonObject	wm = get_object(&top, "watermark", false, &found);
-
-		spec->max_out_of_orderness_us = 0;
-		spec->idle_timeout_us = -1;
-		if (found)
-		{
-			check_fields(&wm, watermark_fields);
-			spec->max_out_of_orderness_us = get_interval(&wm, "max_out_of_orderness", 0, true);
-			spec->idle_timeout_us = get_interval(&wm, "idle_timeout", -1, false);
-		}
-	}
-
+	parse_watermark(&top, spec);
 	spec->steps = parse_steps(&top);
 	parse_sink(&top, &spec->sink);
-
-	{
-		JsonObject	ck = get_object(&top, "checkpoint", false, &found);
-
-		spec->checkpoint_interval_us = USECS_PER_SEC;
-		spec->checkpoint_retain = 10;
-		if (found)
-		{
-			check_fields(&ck, checkpoint_fields);
-			spec->checkpoint_interval_us = get_interval(&ck, "interval", USECS_PER_SEC, false);
-			spec->checkpoint_retain = get_integer(&ck, "retain", 10, 1, 10000, NULL);
-			if (spec->checkpoint_interval_us < 10 * 1000)
-				spec_error("checkpoint.interval", ERRCODE_INVALID_PARAMETER_VALUE, "Use an interval of at least 10 milliseconds.",
-						   "checkpoint interval is too short");
-		}
-	}
-
-	{
-		JsonObject	st = get_object(&top, "state", false, &found);
-
-		spec->state_backend = STATE_ROCKSDB;
-		if (found)
-		{
-			check_fields(&st, state_fields);
-			spec->state_backend = get_choice(&st, "backend", spec_state_backends, STATE_ROCKSDB);
-		}
-	}
-
+	parse_checkpoint(&top, spec);
+	parse_state(&top, spec);
 	spec->on_error = get_choice(&top, "on_error", spec_on_errors, ON_ERROR_DEAD_LETTER);
 
 	spec->parallelism = get_integer(&top, "parallelism", 1, 1, 1024, NULL);
@@ -202,15 +167,56 @@ spec_parse(Jsonb *jb)
 }
 
 static void
+parse_watermark(JsonObject *top, JobSpec *spec)
+{
+	bool		found;
+	JsonObject	wm = get_object(top, "watermark", &found);
+
+	spec->max_out_of_orderness_us = 0;
+	spec->idle_timeout_us = -1;
+	if (!found)
+		return;
+	check_fields(&wm, watermark_fields);
+	spec->max_out_of_orderness_us = get_interval(&wm, "max_out_of_orderness", 0, true);
+	spec->idle_timeout_us = get_interval(&wm, "idle_timeout", -1, false);
+}
+
+static void
+parse_checkpoint(JsonObject *top, JobSpec *spec)
+{
+	bool		found;
+	JsonObject	ck = get_object(top, "checkpoint", &found);
+
+	spec->checkpoint_interval_us = USECS_PER_SEC;
+	spec->checkpoint_retain = 10;
+	if (!found)
+		return;
+	check_fields(&ck, checkpoint_fields);
+	spec->checkpoint_interval_us = get_interval(&ck, "interval", USECS_PER_SEC, false);
+	spec->checkpoint_retain = get_integer(&ck, "retain", 10, 1, 10000, NULL);
+	if (spec->checkpoint_interval_us < 10 * 1000)
+		spec_error("checkpoint.interval", ERRCODE_INVALID_PARAMETER_VALUE, "Use an interval of at least 10 milliseconds.",
+				   "checkpoint interval is too short");
+}
+
+static void
+parse_state(JsonObject *top, JobSpec *spec)
+{
+	bool		found;
+	JsonObject	st = get_object(top, "state", &found);
+
+	spec->state_backend = STATE_ROCKSDB;
+	if (!found)
+		return;
+	check_fields(&st, state_fields);
+	spec->state_backend = get_choice(&st, "backend", spec_state_backends, STATE_ROCKSDB);
+}
+
+static void
 parse_source(JsonObject *top, SourceSpec *source)
 {
-	JsonbValue	v;
-	JsonObject	obj;
-
-	if (!get_value(top, "source", &v))
-		spec_error("source", ERRCODE_INVALID_PARAMETER_VALUE, "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.",
-				   "required field is missing");
-	obj = get_object(top, "source", true, NULL);
+	JsonObject	obj = required_object(top, "source",
+									  "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.");
 
 	source->type = get_choice(&obj, "type", spec_source_types, -1);
 	source->format = get_choice(&obj, "format", spec_formats, FORMAT_JSON);
@@ -249,7 +255,7 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 	kafka->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
 	kafka->group_id = get_string(obj, "group_id", false, "A consumer group name.");
 
-	opts = get_object(obj, "options", false, &found);
+	opts = get_object(obj, "options", &found);
 	if (found)
 	{
 		JsonbIterator *it = JsonbIteratorInit(opts.container);
@@ -392,7 +398,7 @@ parse_step(JsonbValue *v, const char *path)
 			break;
 		case STEP_WINDOW:
 			{
-				JsonObject	w = get_object(&obj, "window", true, NULL);
+				JsonObject	w = required_object(&obj, "window", NULL);
 
 				check_fields(&w, window_fields);
 				parse_window(&w, &step->window);
@@ -481,13 +487,9 @@ parse_window(JsonObject *obj, WindowSpec *w)
 static void
 parse_sink(JsonObject *top, SinkSpec *sink)
 {
-	JsonObject	obj;
+	JsonObject	obj = required_object(top, "sink",
+									  "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}.");
 	JsonbValue	v;
-
-	if (!get_value(top, "sink", &v))
-		spec_error("sink", ERRCODE_INVALID_PARAMETER_VALUE, "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}.",
-				   "required field is missing");
-	obj = get_object(top, "sink", true, NULL);
 
 	sink->type = get_choice(&obj, "type", spec_sink_types, -1);
 	if (sink->type == SINK_KAFKA)
@@ -732,22 +734,27 @@ as_object(JsonbValue *v, const char *path)
 	return obj;
 }
 
+/* An optional object: *found says whether it is there. */
 static JsonObject
-get_object(JsonObject *obj, const char *key, bool required, bool *found)
+get_object(JsonObject *obj, const char *key, bool *found)
 {
 	JsonbValue	v;
 	JsonObject	result = {NULL, NULL};
 
-	if (!get_value(obj, key, &v))
-	{
-		if (required)
-			spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, NULL, "required field is missing");
-		if (found)
-			*found = false;
+	*found = get_value(obj, key, &v);
+	if (!*found)
 		return result;
-	}
-	if (found)
-		*found = true;
+	return as_object(&v, child_path(obj->path, key));
+}
+
+static JsonObject
+required_object(JsonObject *obj, const char *key, const char *hint)
+{
+	JsonbValue	v;
+
+	if (!get_value(obj, key, &v))
+		spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, hint,
+				   "required field is missing");
 	return as_object(&v, child_path(obj->path, key));
 }
 
