@@ -1,6 +1,6 @@
 /*
  * spec.c
- *		Parse and check a job spec (README.md, "The job spec").
+ *		Parse and check a job spec (spec.h).
  *
  * Strict by design: every object's fields are checked against the fields
  * it accepts, every value against its type, and an error names the JSON

@@ -1,6 +1,6 @@
 /*
  * spec.h
- *		The job spec (DESIGN.md section 2) parsed from its JSON document.
+ *		The job spec parsed from its JSON document.
  *
  * Parsing checks the document's shape strictly: unknown fields, wrong types
  * and bad values are errors naming the JSON path.  Expressions are kept as
