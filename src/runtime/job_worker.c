@@ -281,19 +281,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->plan = plan_compile(job->spec, false);
 	job->rt = expr_runtime_create(job->plan->schema);
 	job->out_rt = expr_runtime_create(job->plan->out_schema);
-	expr_prepare(job->plan->event_time, job->rt);
-	for (int i = 0; i < job->plan->nsteps; i++)
-	{
-		StatelessStep *st = job->plan->steps[i];
-
-		expr_prepare(st->expr, job->rt);
-		for (int j = 0; j < st->nexprs; j++)
-			expr_prepare(st->exprs[j], job->rt);
-	}
-	for (int i = 0; i < job->plan->naggs; i++)
-		expr_prepare(job->plan->aggs[i]->arg, job->rt);
-	for (int i = 0; i < job->plan->sink->ncolumns; i++)
-		expr_prepare(job->plan->sink->columns[i].cast, job->out_rt);
+	plan_prepare_exprs(job->plan, job->rt, job->out_rt);
 
 	job->sink = sink_buffer_create(job->plan, job_context, &job->failing);
 	job->dead_letters = dead_letter_buffer_create(job_context);
