@@ -20,6 +20,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "base/bytea.h"
 #include "base/mailer.h"
 #include "runtime/job.h"
 #include "base/guard.h"
