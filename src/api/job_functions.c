@@ -10,7 +10,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
@@ -18,7 +17,6 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "storage/lwlock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/syscache.h"
