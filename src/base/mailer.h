@@ -11,6 +11,9 @@
 
 #define MAILER_SCHEMA "mailer"
 
+/* Microseconds from 1970-01-01 (Unix) to 2000-01-01 (a timestamp's zero). */
+#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
 /* GUCs, defined in mailer.c */
 extern char *mailer_database;
 extern int	mailer_max_jobs;
