@@ -129,6 +129,7 @@ static void update_metrics(KafkaSource *kafka);
 static int64 known_end(KafkaSource *kafka, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
 static void add_secret(KafkaSource *kafka, char *text);
+static void collect_secrets(KafkaSource *kafka, List *options);
 static void mask_secrets(KafkaSource *kafka, char *text, size_t size);
 static void kafka_exit(int code, Datum arg);
 
@@ -153,33 +154,17 @@ add_secret(KafkaSource *kafka, char *text)
 	kafka->secrets[kafka->nsecrets++] = text;
 }
 
-Source *
-kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot)
+/*
+ * librdkafka's texts may quote an option's value (an unparsable
+ * sasl.oauthbearer.config): mask every secret value, and each of its words
+ * of 4 characters or more, wherever it appears.
+ */
+static void
+collect_secrets(KafkaSource *kafka, List *options)
 {
-	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
-	KafkaSource *kafka = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
-	rd_kafka_conf_t *conf = build_conf(spec, spec->group_id ? spec->group_id : job_name, false);
-	char		errstr[512];
-	sigset_t	saved;
 	ListCell   *lc;
-	int			t = 0;
 
-	kafka->base.ops = &kafka_ops;
-	kafka->ctx = CurrentMemoryContext;
-	kafka->base.slot = slot;
-	kafka->spec = spec;
-	kafka->restored = positions;
-	kafka->base.ntopics = list_length(spec->topics);
-	kafka->base.topic_names = palloc(sizeof(char *) * kafka->base.ntopics);
-	foreach(lc, spec->topics)
-		kafka->base.topic_names[t++] = lfirst(lc);
-
-	/*
-	 * librdkafka's texts may quote an option's value (an unparsable
-	 * sasl.oauthbearer.config): mask every secret value, and each of its
-	 * words of 4 characters or more, wherever it appears.
-	 */
-	foreach(lc, spec->options)
+	foreach(lc, options)
 	{
 		DefElem    *opt = lfirst(lc);
 		char	   *value = strVal(opt->arg);
@@ -203,6 +188,30 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 			}
 		}
 	}
+}
+
+Source *
+kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot)
+{
+	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
+	KafkaSource *kafka = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
+	rd_kafka_conf_t *conf = build_conf(spec, spec->group_id ? spec->group_id : job_name, false);
+	char		errstr[512];
+	sigset_t	saved;
+	ListCell   *lc;
+	int			t = 0;
+
+	kafka->base.ops = &kafka_ops;
+	kafka->ctx = CurrentMemoryContext;
+	kafka->base.slot = slot;
+	kafka->spec = spec;
+	kafka->restored = positions;
+	kafka->base.ntopics = list_length(spec->topics);
+	kafka->base.topic_names = palloc(sizeof(char *) * kafka->base.ntopics);
+	foreach(lc, spec->topics)
+		kafka->base.topic_names[t++] = lfirst(lc);
+
+	collect_secrets(kafka, spec->options);
 
 	/*
 	 * A position outside the partition's log is mailer's to judge (a gap
