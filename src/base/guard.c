@@ -55,7 +55,7 @@ guard_is_data_error(ErrorData *edata)
 }
 
 char *
-error_text(ErrorData *edata)
+guard_error_text(ErrorData *edata)
 {
 	if (edata->detail == NULL)
 		return edata->message;

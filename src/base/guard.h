@@ -31,7 +31,7 @@ typedef void (*GuardedStep) (void *arg, int i);
 typedef void (*GuardedFailure) (void *arg, int i, ErrorData *edata);
 
 /* An error's message, with its detail when it has one: what a dead letter says. */
-extern char *error_text(ErrorData *edata);
+extern char *guard_error_text(ErrorData *edata);
 
 /* Steps run in ctx; results the step keeps must live elsewhere or in ctx. */
 extern void guard_each(int n, GuardedStep step, GuardedFailure failed, void *arg,

@@ -114,7 +114,6 @@ record_alloc(RecordSchema *schema)
 {
 	Record	   *rec = palloc(sizeof(Record));
 
-	rec->origin = -1;
 	rec->event_time = DT_NOBEGIN;
 	rec->values = palloc0(sizeof(Datum) * schema->nfields);
 	rec->isnull = palloc(sizeof(bool) * schema->nfields);
@@ -138,27 +137,40 @@ record_copy(RecordSchema *schema, Record *src)
 char *
 record_to_json(RecordSchema *schema, Record *rec)
 {
+	const char **names = palloc(sizeof(char *) * Max(schema->nfields, 1));
+	Oid		   *types = palloc(sizeof(Oid) * Max(schema->nfields, 1));
+
+	for (int i = 0; i < schema->nfields; i++)
+	{
+		names[i] = schema->fields[i].name;
+		types[i] = schema->fields[i].type;
+	}
+	return values_to_json(schema->nfields, names, types, rec->values, rec->isnull);
+}
+
+char *
+values_to_json(int n, const char *const *names, const Oid *types, const Datum *values,
+			   const bool *nulls)
+{
 	StringInfoData buf;
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '{');
-	for (int i = 0; i < schema->nfields; i++)
+	for (int i = 0; i < n; i++)
 	{
-		RecordField *f = &schema->fields[i];
-
 		if (i > 0)
 			appendStringInfoString(&buf, ", ");
-		escape_json(&buf, f->name);
+		escape_json(&buf, names[i]);
 		appendStringInfoString(&buf, ": ");
-		if (rec->isnull[i])
+		if (nulls[i])
 			appendStringInfoString(&buf, "null");
 		else
 		{
 			Oid			out;
 			bool		varlena;
 
-			getTypeOutputInfo(f->type, &out, &varlena);
-			escape_json(&buf, OidOutputFunctionCall(out, rec->values[i]));
+			getTypeOutputInfo(types[i], &out, &varlena);
+			escape_json(&buf, OidOutputFunctionCall(out, values[i]));
 		}
 	}
 	appendStringInfoChar(&buf, '}');

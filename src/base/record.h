@@ -57,7 +57,6 @@ typedef struct FieldScope
 
 typedef struct Record
 {
-	int			origin;			/* index of its source message in the batch */
 	TimestampTz event_time;
 	Datum	   *values;
 	bool	   *isnull;
@@ -88,6 +87,14 @@ extern Record *record_alloc(RecordSchema *schema);
 
 /* A record's fields as a JSON object of their text forms (for dead letters). */
 extern char *record_to_json(RecordSchema *schema, Record *rec);
+
+/*
+ * A JSON object of n values' text forms: names[i] to the text of values[i],
+ * of type types[i], or to null when nulls[i].  How a dead letter shows a
+ * record or a sink row.
+ */
+extern char *values_to_json(int n, const char *const *names, const Oid *types,
+							const Datum *values, const bool *nulls);
 
 /* Copy a record's arrays (not the values they point to). */
 extern Record *record_copy(RecordSchema *schema, Record *src);

@@ -195,7 +195,7 @@ insert_rows(DeadLetterBuffer *dlq, int64 job_id, int64 epoch, int from, int to)
 														   typbyval, typalign));
 	}
 	SPI_connect();
-	catalog_exec("INSERT INTO mailer.dead_letters "
+	catalog_exec("INSERT INTO " MAILER_SCHEMA ".dead_letters "
 				 "(job_id, epoch, topic, partition, \"offset\", key, value, stage, error) "
 				 "SELECT $1, $2, * FROM unnest($3, $4, $5, $6, $7, $8, $9)",
 				 DLQ_COLUMNS + 2, types, values, NULL, false);

@@ -19,11 +19,11 @@ extern SinkBuffer *sink_buffer_create(JobPlan *plan, MemoryContext parent, bool 
  * Convert an output record to the sink's columns (values and nulls have
  * ncolumns entries).  ERROR when a cast fails; the caller dead-letters.
  */
-extern void sink_project(SinkBuffer *sb, ExprRuntime *out_rt, Record *rec,
+extern void sink_project(SinkBuffer *sink, ExprRuntime *out_rt, Record *rec,
 						 Datum *values, bool *nulls);
 
 /* Keep a projected row; origin (topic may be NULL) is for dead letters. */
-extern void sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls,
+extern void sink_buffer_add(SinkBuffer *sink, Datum *values, bool *nulls,
 							const char *topic, int32 partition, int64 offset);
 
 /*
@@ -31,12 +31,12 @@ extern void sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls,
  * forget a buffered row with them; a row added later for the key stays.
  * values are in the sink's column order; only key columns are read.
  */
-extern void sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls);
+extern void sink_buffer_delete(SinkBuffer *sink, Datum *values, bool *nulls);
 
-extern int	sink_buffer_rows(SinkBuffer *sb);
+extern int	sink_buffer_rows(SinkBuffer *sink);
 
 /* The buffered rows hold so much memory that the worker should checkpoint now. */
-extern bool sink_buffer_full(SinkBuffer *sb);
+extern bool sink_buffer_full(SinkBuffer *sink);
 
 /*
  * Resolve the sink table's name now, in the checkpoint transaction, and
@@ -44,7 +44,7 @@ extern bool sink_buffer_full(SinkBuffer *sb);
  * keeps its rows).  A table made anew under the name is written from now
  * on; ERROR when its columns no longer fit the rows.
  */
-extern bool sink_buffer_bind(SinkBuffer *sb, JobPlan *plan);
+extern bool sink_buffer_bind(SinkBuffer *sink, JobPlan *plan);
 
 /*
  * Write the buffered rows (inside the checkpoint transaction).  A row the
@@ -54,7 +54,7 @@ extern bool sink_buffer_bind(SinkBuffer *sb, JobPlan *plan);
  * finished source, which no retry could change), raises.  Returns rows
  * written; *rejected counts the rows dead-lettered or skipped.
  */
-extern int64 sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error,
+extern int64 sink_buffer_flush(SinkBuffer *sink, DeadLetterBuffer *dlq, OnError on_error,
 							   bool last, int64 *rejected);
 
 #endif							/* SINK_H */

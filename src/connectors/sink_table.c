@@ -30,11 +30,11 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
-#include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "base/guard.h"
+#include "base/record.h"
 #include "connectors/sink.h"
 
 #define SINK_CHUNK_ROWS 10000
@@ -94,8 +94,8 @@ struct SinkBuffer
 	FmgrInfo   *key_hash;		/* [column]: a hash that agrees with it */
 };
 
-static uint32 row_hash(SinkBuffer *sb, uint32 row);
-static bool row_equal(SinkBuffer *sb, uint32 a, uint32 b);
+static uint32 row_hash(SinkBuffer *sink, uint32 row);
+static bool row_equal(SinkBuffer *sink, uint32 a, uint32 b);
 
 #define SH_PREFIX rowset
 #define SH_ELEMENT_TYPE RowEntry
@@ -110,78 +110,78 @@ static bool row_equal(SinkBuffer *sb, uint32 a, uint32 b);
 #define SH_DEFINE
 #include "lib/simplehash.h"
 
-static void grow(SinkBuffer *sb);
-static void compact(SinkBuffer *sb);
-static void delete_keys(SinkBuffer *sb, SinkFlush *fl, DeadLetterBuffer *dlq);
-static void write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to,
+static void grow(SinkBuffer *sink);
+static void compact(SinkBuffer *sink);
+static void delete_keys(SinkBuffer *sink, SinkFlush *fl, DeadLetterBuffer *dlq);
+static void write_range(SinkBuffer *sink, SinkBuffer *rows, bool delete, int from, int to,
 						SinkFlush *fl);
-static void refuse(SinkBuffer *sb, SinkBuffer *rows, bool delete, SinkRefusal *r,
+static void refuse(SinkBuffer *sink, SinkBuffer *rows, bool delete, SinkRefusal *r,
 				   DeadLetterBuffer *dlq, OnError on_error);
 static bool is_row_error(ErrorData *edata);
-static char *row_as_json(SinkBuffer *sb, int row);
-static bool key_has_null(SinkBuffer *sb, int row);
-static void prepare_insert(SinkBuffer *sb);
+static char *row_as_json(SinkBuffer *sink, int row);
+static bool key_has_null(SinkBuffer *sink, int row);
+static void prepare_insert(SinkBuffer *sink);
 static bool sink_plans_alike(SinkPlan *a, SinkPlan *b);
 
 SinkBuffer *
 sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing)
 {
-	SinkBuffer *sb = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
+	SinkBuffer *sink = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
 	SinkPlan   *sp = plan->sink;
 
-	sb->failing = failing;
-	sb->plan = sp;
-	sb->ctx = AllocSetContextCreate(parent, "mailer sink rows", ALLOCSET_DEFAULT_SIZES);
-	sb->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
-	sb->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
+	sink->failing = failing;
+	sink->plan = sp;
+	sink->ctx = AllocSetContextCreate(parent, "mailer sink rows", ALLOCSET_DEFAULT_SIZES);
+	sink->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
+	sink->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
 	if (sp->upsert)
 	{
-		sb->keys = rowset_create(parent, 1024, sb);
-		sb->key_eq = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
-		sb->key_hash = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
+		sink->keys = rowset_create(parent, 1024, sink);
+		sink->key_eq = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
+		sink->key_hash = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
 		for (int c = 0; c < sp->ncolumns; c++)
 		{
 			SinkColumn *col = &sp->columns[c];
 
 			if (col->is_key && OidIsValid(col->key_eq_proc))
-				fmgr_info_cxt(col->key_eq_proc, &sb->key_eq[c], parent);
+				fmgr_info_cxt(col->key_eq_proc, &sink->key_eq[c], parent);
 			if (col->is_key && OidIsValid(col->key_hash_proc))
-				fmgr_info_cxt(col->key_hash_proc, &sb->key_hash[c], parent);
+				fmgr_info_cxt(col->key_hash_proc, &sink->key_hash[c], parent);
 		}
 	}
-	prepare_insert(sb);
-	return sb;
+	prepare_insert(sink);
+	return sink;
 }
 
 static void
-prepare_insert(SinkBuffer *sb)
+prepare_insert(SinkBuffer *sink)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 
 	SPI_connect();
-	if (sb->insert_plan)
-		SPI_freeplan(sb->insert_plan);
-	sb->insert_plan = SPI_prepare(sp->insert_sql, sp->ncolumns, sp->param_types);
-	if (sb->insert_plan == NULL)
+	if (sink->insert_plan)
+		SPI_freeplan(sink->insert_plan);
+	sink->insert_plan = SPI_prepare(sp->insert_sql, sp->ncolumns, sp->param_types);
+	if (sink->insert_plan == NULL)
 		elog(ERROR, "could not prepare the sink statement: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(sb->insert_plan);
-	if (sb->delete_plan)
-		SPI_freeplan(sb->delete_plan);
-	sb->delete_plan = NULL;
+	SPI_keepplan(sink->insert_plan);
+	if (sink->delete_plan)
+		SPI_freeplan(sink->delete_plan);
+	sink->delete_plan = NULL;
 	if (sp->delete_sql)
 	{
-		sb->delete_plan = SPI_prepare(sp->delete_sql, sp->ncolumns, sp->param_types);
-		if (sb->delete_plan == NULL)
+		sink->delete_plan = SPI_prepare(sp->delete_sql, sp->ncolumns, sp->param_types);
+		if (sink->delete_plan == NULL)
 			elog(ERROR, "could not prepare the sink delete: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(sb->delete_plan);
+		SPI_keepplan(sink->delete_plan);
 	}
 	SPI_finish();
 }
 
 bool
-sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
+sink_buffer_bind(SinkBuffer *sink, JobPlan *plan)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 	Oid			relid = plan_sink_relid(&plan->spec->sink, RowExclusiveLock);
 	Oid			index = InvalidOid;
 	MemoryContext old;
@@ -208,7 +208,7 @@ sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
 	 * the rows buffered fit only if the sink compiles to the same columns
 	 * and the same key equality (rows were merged by it) against it.
 	 */
-	old = MemoryContextSwitchTo(GetMemoryChunkContext(sb));
+	old = MemoryContextSwitchTo(GetMemoryChunkContext(sink));
 	now = plan_sink_again(plan);
 	MemoryContextSwitchTo(old);
 	if (!sink_plans_alike(sp, now) && relid == sp->relid)
@@ -224,7 +224,7 @@ sink_buffer_bind(SinkBuffer *sb, JobPlan *plan)
 				 errdetail("The rows the job holds were made for the columns of the table it replaced."),
 				 errhint("The job's worker restarts from its last checkpoint and writes into the new table.")));
 	sp->delete_sql = now->delete_sql;
-	prepare_insert(sb);
+	prepare_insert(sink);
 	/* Only once the statement is ready: a failure above binds again next time. */
 	sp->relid = now->relid;
 	sp->key_index = now->key_index;
@@ -253,9 +253,9 @@ sink_plans_alike(SinkPlan *a, SinkPlan *b)
 }
 
 void
-sink_project(SinkBuffer *sb, ExprRuntime *out_rt, Record *rec, Datum *values, bool *nulls)
+sink_project(SinkBuffer *sink, ExprRuntime *out_rt, Record *rec, Datum *values, bool *nulls)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
@@ -272,127 +272,127 @@ sink_project(SinkBuffer *sb, ExprRuntime *out_rt, Record *rec, Datum *values, bo
 }
 
 void
-sink_buffer_add(SinkBuffer *sb, Datum *values, bool *nulls, const char *topic, int32 partition,
+sink_buffer_add(SinkBuffer *sink, Datum *values, bool *nulls, const char *topic, int32 partition,
 				int64 offset)
 {
-	SinkPlan   *sp = sb->plan;
-	MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+	SinkPlan   *sp = sink->plan;
+	MemoryContext old = MemoryContextSwitchTo(sink->ctx);
 	int			row;
 
-	if (sb->nrows == sb->capacity)
-		grow(sb);
-	row = sb->nrows;
+	if (sink->nrows == sink->capacity)
+		grow(sink);
+	row = sink->nrows;
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
 		SinkColumn *col = &sp->columns[c];
 
-		sb->nulls[c][row] = nulls[c];
-		sb->values[c][row] = nulls[c] ? (Datum) 0 :
+		sink->nulls[c][row] = nulls[c];
+		sink->values[c][row] = nulls[c] ? (Datum) 0 :
 			datumCopy(values[c], col->typbyval, col->typlen);
 	}
-	sb->origins[row].topic = topic;
-	sb->origins[row].partition = partition;
-	sb->origins[row].offset = offset;
-	sb->dropped[row] = false;
+	sink->origins[row].topic = topic;
+	sink->origins[row].partition = partition;
+	sink->origins[row].offset = offset;
+	sink->dropped[row] = false;
 
 	/* A null key matches no row in the index (unless NULLS NOT DISTINCT). */
-	if (sb->keys && !(sp->key_nulls_distinct && key_has_null(sb, row)))
+	if (sink->keys && !(sp->key_nulls_distinct && key_has_null(sink, row)))
 	{
 		bool		found;
-		RowEntry   *entry = rowset_insert(sb->keys, (uint32) row, &found);
+		RowEntry   *entry = rowset_insert(sink->keys, (uint32) row, &found);
 
 		if (found)
 		{
 			/* The newest row of a key replaces the one buffered before. */
 			for (int c = 0; c < sp->ncolumns; c++)
 			{
-				if (!sb->nulls[c][entry->row] && !sp->columns[c].typbyval)
-					pfree(DatumGetPointer(sb->values[c][entry->row]));
-				sb->values[c][entry->row] = sb->values[c][row];
-				sb->nulls[c][entry->row] = sb->nulls[c][row];
+				if (!sink->nulls[c][entry->row] && !sp->columns[c].typbyval)
+					pfree(DatumGetPointer(sink->values[c][entry->row]));
+				sink->values[c][entry->row] = sink->values[c][row];
+				sink->nulls[c][entry->row] = sink->nulls[c][row];
 			}
-			sb->origins[entry->row] = sb->origins[row];
-			if (sb->dropped[entry->row])
+			sink->origins[entry->row] = sink->origins[row];
+			if (sink->dropped[entry->row])
 			{
-				sb->dropped[entry->row] = false;
-				sb->ndropped--;
+				sink->dropped[entry->row] = false;
+				sink->ndropped--;
 			}
 			MemoryContextSwitchTo(old);
 			return;
 		}
 	}
-	sb->nrows++;
+	sink->nrows++;
 	MemoryContextSwitchTo(old);
 }
 
 void
-sink_buffer_delete(SinkBuffer *sb, Datum *values, bool *nulls)
+sink_buffer_delete(SinkBuffer *sink, Datum *values, bool *nulls)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 
 	Assert(sp->upsert);
-	if (sb->deletes == NULL)
+	if (sink->deletes == NULL)
 	{
 		/* The keys to delete are kept as rows of a buffer of their own. */
-		MemoryContext parent = GetMemoryChunkContext(sb);
+		MemoryContext parent = GetMemoryChunkContext(sink);
 
-		sb->deletes = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
-		sb->deletes->plan = sp;
-		sb->deletes->ctx = AllocSetContextCreate(parent, "mailer sink deletes", ALLOCSET_DEFAULT_SIZES);
-		sb->deletes->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
-		sb->deletes->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
-		sb->deletes->keys = rowset_create(parent, 256, sb->deletes);
-		sb->deletes->key_eq = sb->key_eq;
-		sb->deletes->key_hash = sb->key_hash;
+		sink->deletes = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
+		sink->deletes->plan = sp;
+		sink->deletes->ctx = AllocSetContextCreate(parent, "mailer sink deletes", ALLOCSET_DEFAULT_SIZES);
+		sink->deletes->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
+		sink->deletes->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
+		sink->deletes->keys = rowset_create(parent, 256, sink->deletes);
+		sink->deletes->key_eq = sink->key_eq;
+		sink->deletes->key_hash = sink->key_hash;
 	}
-	sink_buffer_add(sb->deletes, values, nulls, NULL, -1, -1);
+	sink_buffer_add(sink->deletes, values, nulls, NULL, -1, -1);
 
 	/* A buffered row of that key must not be written after the delete. */
-	if (sb->keys)
+	if (sink->keys)
 	{
 		RowEntry   *entry;
 
-		if (sb->nrows == sb->capacity)
+		if (sink->nrows == sink->capacity)
 		{
-			MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+			MemoryContext old = MemoryContextSwitchTo(sink->ctx);
 
-			grow(sb);
+			grow(sink);
 			MemoryContextSwitchTo(old);
 		}
 		/* The key goes in the first unused row, only to be looked up. */
 		for (int c = 0; c < sp->ncolumns; c++)
 		{
-			sb->values[c][sb->nrows] = values[c];
-			sb->nulls[c][sb->nrows] = nulls[c];
+			sink->values[c][sink->nrows] = values[c];
+			sink->nulls[c][sink->nrows] = nulls[c];
 		}
-		entry = sp->key_nulls_distinct && key_has_null(sb, sb->nrows) ? NULL :
-			rowset_lookup(sb->keys, (uint32) sb->nrows);
-		if (entry && !sb->dropped[entry->row])
+		entry = sp->key_nulls_distinct && key_has_null(sink, sink->nrows) ? NULL :
+			rowset_lookup(sink->keys, (uint32) sink->nrows);
+		if (entry && !sink->dropped[entry->row])
 		{
-			sb->dropped[entry->row] = true;
-			sb->ndropped++;
+			sink->dropped[entry->row] = true;
+			sink->ndropped++;
 		}
 	}
 }
 
 int
-sink_buffer_rows(SinkBuffer *sb)
+sink_buffer_rows(SinkBuffer *sink)
 {
-	return sb->nrows;
+	return sink->nrows;
 }
 
 bool
-sink_buffer_full(SinkBuffer *sb)
+sink_buffer_full(SinkBuffer *sink)
 {
-	Size		bytes = MemoryContextMemAllocated(sb->ctx, true);
+	Size		bytes = MemoryContextMemAllocated(sink->ctx, true);
 
-	if (sb->deletes)
-		bytes += MemoryContextMemAllocated(sb->deletes->ctx, true);
+	if (sink->deletes)
+		bytes += MemoryContextMemAllocated(sink->deletes->ctx, true);
 	return bytes >= SINK_MAX_BYTES;
 }
 
 int64
-sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, bool last,
+sink_buffer_flush(SinkBuffer *sink, DeadLetterBuffer *dlq, OnError on_error, bool last,
 				  int64 *rejected)
 {
 	SinkFlush	fl = {NULL, on_error, 0, NIL};
@@ -400,8 +400,8 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, bool 
 	ListCell   *lc;
 
 	*rejected = 0;
-	fl.attempt = AllocSetContextCreate(sb->ctx, "mailer sink statement", ALLOCSET_DEFAULT_SIZES);
-	if ((sb->deletes && sb->deletes->nrows > 0) || sb->nrows > sb->ndropped)
+	fl.attempt = AllocSetContextCreate(sink->ctx, "mailer sink statement", ALLOCSET_DEFAULT_SIZES);
+	if ((sink->deletes && sink->deletes->nrows > 0) || sink->nrows > sink->ndropped)
 	{
 		/*
 		 * SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint fails in the
@@ -413,16 +413,16 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, bool 
 		immediate->deferred = false;
 		AfterTriggerSetState(immediate);
 	}
-	if (sb->deletes && sb->deletes->nrows > 0)
-		delete_keys(sb, &fl, dlq);
-	if (sb->ndropped > 0)
-		compact(sb);
-	if (sb->nrows > 0)
+	if (sink->deletes && sink->deletes->nrows > 0)
+		delete_keys(sink, &fl, dlq);
+	if (sink->ndropped > 0)
+		compact(sink);
+	if (sink->nrows > 0)
 	{
 		SPI_connect();
 		old = MemoryContextSwitchTo(fl.attempt);
-		for (int from = 0; from < sb->nrows; from += SINK_CHUNK_ROWS)
-			write_range(sb, sb, false, from, Min(from + SINK_CHUNK_ROWS, sb->nrows), &fl);
+		for (int from = 0; from < sink->nrows; from += SINK_CHUNK_ROWS)
+			write_range(sink, sink, false, from, Min(from + SINK_CHUNK_ROWS, sink->nrows), &fl);
 		MemoryContextSwitchTo(old);
 		SPI_finish();
 	}
@@ -432,7 +432,7 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, bool 
 	 * the file's header), not the rows'.  One row tells nothing, and the
 	 * last checkpoint of a finished source would be retried for good.
 	 */
-	if (!last && sb->nrows >= 2 && list_length(fl.refused) == sb->nrows)
+	if (!last && sink->nrows >= 2 && list_length(fl.refused) == sink->nrows)
 	{
 		SinkRefusal *first = linitial(fl.refused);
 		bool		same = true;
@@ -443,49 +443,49 @@ sink_buffer_flush(SinkBuffer *sb, DeadLetterBuffer *dlq, OnError on_error, bool 
 		if (same)
 			ereport(ERROR,
 					(errcode(first->sqlerrcode),
-					 errmsg("table %s refused every row of the checkpoint: %s", sb->plan->relname,
+					 errmsg("table %s refused every row of the checkpoint: %s", sink->plan->relname,
 							first->message),
 					 errdetail("Each of the %d rows failed alone with SQLSTATE %s; that is taken for a change of the table (a policy, a constraint, missing parent rows), not bad rows, so none is dead-lettered.",
-							   sb->nrows, unpack_sql_state(first->sqlerrcode)),
+							   sink->nrows, unpack_sql_state(first->sqlerrcode)),
 					 errhint("Fix the table: the job retries from its last checkpoint. Rows that are bad themselves are dead-lettered once a checkpoint also holds a row the table accepts.")));
 	}
 	foreach(lc, fl.refused)
 	{
 		(*rejected)++;
-		refuse(sb, sb, false, lfirst(lc), dlq, on_error);
+		refuse(sink, sink, false, lfirst(lc), dlq, on_error);
 	}
 	/* The rows, their arrays and the statements' memory: dead letters keep copies. */
-	MemoryContextReset(sb->ctx);
-	sb->nrows = 0;
-	sb->capacity = 0;
-	sb->ndropped = 0;
-	if (sb->keys)
-		rowset_reset(sb->keys);
+	MemoryContextReset(sink->ctx);
+	sink->nrows = 0;
+	sink->capacity = 0;
+	sink->ndropped = 0;
+	if (sink->keys)
+		rowset_reset(sink->keys);
 	return fl.written;
 }
 
 /* Leave out the rows deleted after they were buffered. */
 static void
-compact(SinkBuffer *sb)
+compact(SinkBuffer *sink)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 	int			kept = 0;
 
-	for (int r = 0; r < sb->nrows; r++)
+	for (int r = 0; r < sink->nrows; r++)
 	{
-		if (sb->dropped[r])
+		if (sink->dropped[r])
 			continue;
 		for (int c = 0; c < sp->ncolumns; c++)
 		{
-			sb->values[c][kept] = sb->values[c][r];
-			sb->nulls[c][kept] = sb->nulls[c][r];
+			sink->values[c][kept] = sink->values[c][r];
+			sink->nulls[c][kept] = sink->nulls[c][r];
 		}
-		sb->origins[kept] = sb->origins[r];
-		sb->dropped[kept] = false;
+		sink->origins[kept] = sink->origins[r];
+		sink->dropped[kept] = false;
 		kept++;
 	}
-	sb->nrows = kept;
-	sb->ndropped = 0;
+	sink->nrows = kept;
+	sink->ndropped = 0;
 }
 
 /*
@@ -494,20 +494,20 @@ compact(SinkBuffer *sb)
  * that raises) is refused as a row, and stays.
  */
 static void
-delete_keys(SinkBuffer *sb, SinkFlush *fl, DeadLetterBuffer *dlq)
+delete_keys(SinkBuffer *sink, SinkFlush *fl, DeadLetterBuffer *dlq)
 {
-	SinkBuffer *del = sb->deletes;
+	SinkBuffer *del = sink->deletes;
 	MemoryContext old;
 	ListCell   *lc;
 
 	SPI_connect();
 	old = MemoryContextSwitchTo(fl->attempt);
 	for (int from = 0; from < del->nrows; from += SINK_CHUNK_ROWS)
-		write_range(sb, del, true, from, Min(from + SINK_CHUNK_ROWS, del->nrows), fl);
+		write_range(sink, del, true, from, Min(from + SINK_CHUNK_ROWS, del->nrows), fl);
 	MemoryContextSwitchTo(old);
 	SPI_finish();
 	foreach(lc, fl->refused)
-		refuse(sb, del, true, lfirst(lc), dlq, fl->on_error);
+		refuse(sink, del, true, lfirst(lc), dlq, fl->on_error);
 	list_free(fl->refused);
 	fl->refused = NIL;
 	fl->written = 0;
@@ -518,23 +518,23 @@ delete_keys(SinkBuffer *sb, SinkFlush *fl, DeadLetterBuffer *dlq)
 }
 
 static void
-grow(SinkBuffer *sb)
+grow(SinkBuffer *sink)
 {
-	SinkPlan   *sp = sb->plan;
-	int			cap = Max(1024, sb->capacity * 2);
+	SinkPlan   *sp = sink->plan;
+	int			cap = Max(1024, sink->capacity * 2);
 
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
-		sb->values[c] = sb->capacity ? repalloc(sb->values[c], sizeof(Datum) * cap) :
+		sink->values[c] = sink->capacity ? repalloc(sink->values[c], sizeof(Datum) * cap) :
 			palloc(sizeof(Datum) * cap);
-		sb->nulls[c] = sb->capacity ? repalloc(sb->nulls[c], sizeof(bool) * cap) :
+		sink->nulls[c] = sink->capacity ? repalloc(sink->nulls[c], sizeof(bool) * cap) :
 			palloc(sizeof(bool) * cap);
 	}
-	sb->origins = sb->capacity ? repalloc(sb->origins, sizeof(SinkOrigin) * cap) :
+	sink->origins = sink->capacity ? repalloc(sink->origins, sizeof(SinkOrigin) * cap) :
 		palloc(sizeof(SinkOrigin) * cap);
-	sb->dropped = sb->capacity ? repalloc(sb->dropped, sizeof(bool) * cap) :
+	sink->dropped = sink->capacity ? repalloc(sink->dropped, sizeof(bool) * cap) :
 		palloc(sizeof(bool) * cap);
-	sb->capacity = cap;
+	sink->capacity = cap;
 }
 
 typedef struct StatementRun
@@ -561,16 +561,16 @@ run_statement(void *arg)
  * after each statement.
  */
 static void
-write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to, SinkFlush *fl)
+write_range(SinkBuffer *sink, SinkBuffer *rows, bool delete, int from, int to, SinkFlush *fl)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 	StatementRun run;
 	int			dims[1] = {to - from};
 	int			lbs[1] = {1};
 	ErrorData  *edata;
 	bool		split;
 
-	run.plan = delete ? sb->delete_plan : sb->insert_plan;
+	run.plan = delete ? sink->delete_plan : sink->insert_plan;
 	run.expected = delete ? SPI_OK_DELETE : SPI_OK_INSERT;
 	run.params = palloc(sizeof(Datum) * sp->ncolumns);
 	run.nulls = palloc(sp->ncolumns);
@@ -612,13 +612,13 @@ write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to, Sin
 	split = to - from > 1;
 	if (!split)
 	{
-		MemoryContext old = MemoryContextSwitchTo(sb->ctx);
+		MemoryContext old = MemoryContextSwitchTo(sink->ctx);
 		SinkRefusal *r = palloc(sizeof(SinkRefusal));
 
 		r->row = from;
 		r->sqlerrcode = edata->sqlerrcode;
 		r->message = pstrdup(edata->message);
-		r->text = pstrdup(error_text(edata));
+		r->text = pstrdup(guard_error_text(edata));
 		fl->refused = lappend(fl->refused, r);
 		MemoryContextSwitchTo(old);
 	}
@@ -627,22 +627,22 @@ write_range(SinkBuffer *sb, SinkBuffer *rows, bool delete, int from, int to, Sin
 	{
 		int			mid = from + (to - from) / 2;
 
-		write_range(sb, rows, delete, from, mid, fl);
-		write_range(sb, rows, delete, mid, to, fl);
+		write_range(sink, rows, delete, from, mid, fl);
+		write_range(sink, rows, delete, mid, to, fl);
 	}
 }
 
 /* A refused row (of rows), per on_error. */
 static void
-refuse(SinkBuffer *sb, SinkBuffer *rows, bool delete, SinkRefusal *r, DeadLetterBuffer *dlq,
+refuse(SinkBuffer *sink, SinkBuffer *rows, bool delete, SinkRefusal *r, DeadLetterBuffer *dlq,
 	   OnError on_error)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 	SinkOrigin *origin = &rows->origins[r->row];
 
 	if (on_error == ON_ERROR_FAIL)
 	{
-		*sb->failing = true;
+		*sink->failing = true;
 		ereport(ERROR,
 				(errcode(r->sqlerrcode),
 				 errmsg(delete ? "table %s refused to delete a row a merged session replaced: %s" :
@@ -695,43 +695,31 @@ is_row_error(ErrorData *edata)
 
 /* A row as a JSON object of its column values' text, for a dead letter. */
 static char *
-row_as_json(SinkBuffer *sb, int row)
+row_as_json(SinkBuffer *sink, int row)
 {
-	SinkPlan   *sp = sb->plan;
-	StringInfoData buf;
+	SinkPlan   *sp = sink->plan;
+	const char **names = palloc(sizeof(char *) * sp->ncolumns);
+	Oid		   *types = palloc(sizeof(Oid) * sp->ncolumns);
+	Datum	   *values = palloc(sizeof(Datum) * sp->ncolumns);
+	bool	   *nulls = palloc(sizeof(bool) * sp->ncolumns);
 
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '{');
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
-		SinkColumn *col = &sp->columns[c];
-
-		if (c > 0)
-			appendStringInfoString(&buf, ", ");
-		escape_json(&buf, col->name);
-		appendStringInfoString(&buf, ": ");
-		if (sb->nulls[c][row])
-			appendStringInfoString(&buf, "null");
-		else
-		{
-			Oid			out;
-			bool		varlena;
-
-			getTypeOutputInfo(col->type, &out, &varlena);
-			escape_json(&buf, OidOutputFunctionCall(out, sb->values[c][row]));
-		}
+		names[c] = sp->columns[c].name;
+		types[c] = sp->columns[c].type;
+		values[c] = sink->values[c][row];
+		nulls[c] = sink->nulls[c][row];
 	}
-	appendStringInfoChar(&buf, '}');
-	return buf.data;
+	return values_to_json(sp->ncolumns, names, types, values, nulls);
 }
 
 static bool
-key_has_null(SinkBuffer *sb, int row)
+key_has_null(SinkBuffer *sink, int row)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 
 	for (int c = 0; c < sp->ncolumns; c++)
-		if (sp->columns[c].is_key && sb->nulls[c][row])
+		if (sp->columns[c].is_key && sink->nulls[c][row])
 			return true;
 	return false;
 }
@@ -742,9 +730,9 @@ key_has_null(SinkBuffer *sb, int row)
  * (rows then meet in one bucket, still told apart by the equality).
  */
 static uint32
-row_hash(SinkBuffer *sb, uint32 row)
+row_hash(SinkBuffer *sink, uint32 row)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 	uint32		h = 0;
 
 	for (int c = 0; c < sp->ncolumns; c++)
@@ -754,24 +742,24 @@ row_hash(SinkBuffer *sb, uint32 row)
 
 		if (!col->is_key)
 			continue;
-		if (sb->nulls[c][row])
+		if (sink->nulls[c][row])
 			ch = 0x5bd1e995;
 		else if (OidIsValid(col->key_hash_proc))
-			ch = DatumGetUInt32(FunctionCall1Coll(&sb->key_hash[c], col->key_collation,
-												  sb->values[c][row]));
+			ch = DatumGetUInt32(FunctionCall1Coll(&sink->key_hash[c], col->key_collation,
+												  sink->values[c][row]));
 		else if (OidIsValid(col->key_eq_proc))
 			ch = 0;
 		else
-			ch = datum_image_hash(sb->values[c][row], col->typbyval, col->typlen);
+			ch = datum_image_hash(sink->values[c][row], col->typbyval, col->typlen);
 		h = hash_combine(h, ch);
 	}
 	return h;
 }
 
 static bool
-row_equal(SinkBuffer *sb, uint32 a, uint32 b)
+row_equal(SinkBuffer *sink, uint32 a, uint32 b)
 {
-	SinkPlan   *sp = sb->plan;
+	SinkPlan   *sp = sink->plan;
 
 	for (int c = 0; c < sp->ncolumns; c++)
 	{
@@ -779,17 +767,17 @@ row_equal(SinkBuffer *sb, uint32 a, uint32 b)
 
 		if (!col->is_key)
 			continue;
-		if (sb->nulls[c][a] != sb->nulls[c][b])
+		if (sink->nulls[c][a] != sink->nulls[c][b])
 			return false;
-		if (sb->nulls[c][a])
+		if (sink->nulls[c][a])
 			continue;
 		if (OidIsValid(col->key_eq_proc))
 		{
-			if (!DatumGetBool(FunctionCall2Coll(&sb->key_eq[c], col->key_collation,
-												sb->values[c][a], sb->values[c][b])))
+			if (!DatumGetBool(FunctionCall2Coll(&sink->key_eq[c], col->key_collation,
+												sink->values[c][a], sink->values[c][b])))
 				return false;
 		}
-		else if (!datum_image_eq(sb->values[c][a], sb->values[c][b], col->typbyval, col->typlen))
+		else if (!datum_image_eq(sink->values[c][a], sink->values[c][b], col->typbyval, col->typlen))
 			return false;
 	}
 	return true;

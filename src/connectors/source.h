@@ -32,6 +32,11 @@ typedef struct SourceMessage
 
 typedef struct Source Source;
 
+/*
+ * A source's operations.  None closes the source: one that holds outside
+ * resources releases them itself at process exit (the Kafka consumer, from
+ * a before_shmem_exit callback), since a worker ends only by exiting.
+ */
 typedef struct SourceOps
 {
 	/* Up to max messages, without waiting; valid until the next poll. */
@@ -62,8 +67,6 @@ typedef struct SourceOps
 	/* Note the input available now (wait_job); reached() once positions pass it. */
 	void		(*mark_end) (Source *src);
 	bool		(*reached_end) (Source *src);
-
-	void		(*close) (Source *src);
 
 	/* Whether partition i has records left to read (NULL: never). */
 	bool		(*backlog) (Source *src, int i);

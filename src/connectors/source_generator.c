@@ -14,6 +14,7 @@
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/numeric.h"
 #include "utils/timestamp.h"
 
 #include "connectors/source.h"
@@ -29,24 +30,8 @@ typedef struct GeneratorSource
 	StringInfoData buf;			/* the last batch's keys and values */
 } GeneratorSource;
 
-static int	generator_poll(Source *src, SourceMessage *out, int max);
-static Jsonb *generator_headers(Source *src, SourceMessage *msg);
-static long generator_wait_ms(Source *src);
-static pgsocket generator_event_fd(Source *src);
-static Jsonb *generator_positions(Source *src);
-static void generator_committed(Source *src);
-static bool generator_finished(Source *src);
-static int	generator_partition_count(Source *src);
-static void generator_partition_at(Source *src, int i, int *topic, int32 *partition);
-static void generator_mark_end(Source *src);
-static bool generator_reached_end(Source *src);
-static void generator_close(Source *src);
-
-static const SourceOps generator_ops = {
-	generator_poll, generator_headers, generator_wait_ms, generator_event_fd,
-	generator_positions, generator_committed, generator_finished,
-	generator_partition_count, generator_partition_at, generator_mark_end, generator_reached_end, generator_close
-};
+/* Defined at the end, once its functions are. */
+static const SourceOps generator_ops;
 
 /* splitmix64: a well-mixed 64-bit hash of (seed, n). */
 static uint64
@@ -181,6 +166,14 @@ generator_headers(Source *src, SourceMessage *msg)
 	return NULL;
 }
 
+static bool
+generator_finished(Source *src)
+{
+	GeneratorSource *g = (GeneratorSource *) src;
+
+	return g->spec.events >= 0 && g->next >= g->spec.events;
+}
+
 static long
 generator_wait_ms(Source *src)
 {
@@ -204,22 +197,24 @@ static Jsonb *
 generator_positions(Source *src)
 {
 	GeneratorSource *g = (GeneratorSource *) src;
-	char	   *s = psprintf("{\"next\": " INT64_FORMAT "}", g->next);
+	JsonbParseState *state = NULL;
+	JsonbValue	key;
+	JsonbValue	next;
 
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s)));
+	key.type = jbvString;
+	key.val.string.val = "next";
+	key.val.string.len = strlen("next");
+	next.type = jbvNumeric;
+	next.val.numeric = int64_to_numeric(g->next);
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	pushJsonbValue(&state, WJB_KEY, &key);
+	pushJsonbValue(&state, WJB_VALUE, &next);
+	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
 static void
 generator_committed(Source *src)
 {
-}
-
-static bool
-generator_finished(Source *src)
-{
-	GeneratorSource *g = (GeneratorSource *) src;
-
-	return g->spec.events >= 0 && g->next >= g->spec.events;
 }
 
 static int
@@ -251,8 +246,18 @@ generator_reached_end(Source *src)
 	return g->end_mark >= 0 && g->next >= g->end_mark;
 }
 
-static void
-generator_close(Source *src)
-{
-}
+static const SourceOps generator_ops = {
+	.poll = generator_poll,
+	.headers = generator_headers,
+	.wait_ms = generator_wait_ms,
+	.event_fd = generator_event_fd,
+	.positions = generator_positions,
+	.committed = generator_committed,
+	.finished = generator_finished,
+	.partition_count = generator_partition_count,
+	.partition_at = generator_partition_at,
+	.mark_end = generator_mark_end,
+	.reached_end = generator_reached_end,
+	/* No backlog: NULL, never a partition with records left to read. */
+};
 

@@ -31,9 +31,9 @@
 #include "nodes/parsenodes.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
-#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 #include "utils/timestamp.h"
 
 #include "plan/kafka_options.h"
@@ -47,7 +47,6 @@
 #define BROKER_TIMEOUT_MS		2000
 #define CLOSE_COMMIT_MS			1000
 #define SECRET_MASK				"********"
-#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
 typedef struct KafkaPartition
 {
@@ -92,85 +91,65 @@ typedef struct KafkaSource
 	int			secrets_capacity;
 } KafkaSource;
 
-static int	kafka_poll(Source *src, SourceMessage *out, int max);
-static Jsonb *kafka_headers(Source *src, SourceMessage *msg);
-static long kafka_wait_ms(Source *src);
-static pgsocket kafka_event_fd(Source *src);
-static Jsonb *kafka_positions(Source *src);
-static void kafka_committed(Source *src);
-static bool kafka_finished(Source *src);
-static int	kafka_partition_count(Source *src);
-static void kafka_partition_at(Source *src, int i, int *topic, int32 *partition);
-static void kafka_mark_end(Source *src);
-static bool kafka_reached_end(Source *src);
-static void kafka_close(Source *src);
-static bool kafka_backlog(Source *src, int i);
-
-static const SourceOps kafka_ops = {
-	kafka_poll, kafka_headers, kafka_wait_ms, kafka_event_fd, kafka_positions,
-	kafka_committed, kafka_finished, kafka_partition_count, kafka_partition_at, kafka_mark_end, kafka_reached_end, kafka_close,
-	kafka_backlog
-};
+/* Defined at the end, once its functions are. */
+static const SourceOps kafka_ops;
 
 static void error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque);
-static void drain_logs(KafkaSource *ks);
-static void refresh_assignment(KafkaSource *ks);
-static void check_restored_exist(KafkaSource *ks, int topic, const rd_kafka_metadata_topic_t *md);
-static void take_marks(KafkaSource *ks);
-static int	find_partition(KafkaSource *ks, int topic, int32 partition);
-static int64 restored_offset(KafkaSource *ks, int topic, int32 partition);
-static JsonbValue *restored_topic(KafkaSource *ks, int topic);
-static bool take_positions(KafkaSource *ks);
-static void handle_out_of_range(KafkaSource *ks);
-static void reassign(KafkaSource *ks, KafkaPartition *kp);
-static void release_batch(KafkaSource *ks);
-static void update_metrics(KafkaSource *ks);
-static int64 known_end(KafkaSource *ks, KafkaPartition *kp);
+static void drain_logs(KafkaSource *kafka);
+static void refresh_assignment(KafkaSource *kafka);
+static const struct rd_kafka_metadata *read_topic_metadata(KafkaSource *kafka, int t, bool *broker_away);
+static bool add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *md,
+							   rd_kafka_topic_partition_list_t *add, bool *ends_unknown);
+static bool add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown);
+static void query_unknown_ends(KafkaSource *kafka);
+static void assign_partitions(KafkaSource *kafka, rd_kafka_topic_partition_list_t *list, bool unassign);
+static void check_restored_exist(KafkaSource *kafka, int topic, const rd_kafka_metadata_topic_t *md);
+static void take_marks(KafkaSource *kafka);
+static int	find_partition(KafkaSource *kafka, int topic, int32 partition);
+static int64 restored_offset(KafkaSource *kafka, int topic, int32 partition);
+static JsonbValue *restored_topic(KafkaSource *kafka, int topic);
+static bool next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterator **it, char **key,
+									 JsonbValue *position);
+static void push_key(JsonbParseState **state, const char *key);
+static int	consume_batch(KafkaSource *kafka, int max);
+static bool hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out);
+static void publish_status(KafkaSource *kafka);
+static bool take_positions(KafkaSource *kafka);
+static void handle_out_of_range(KafkaSource *kafka);
+static void reassign(KafkaSource *kafka, KafkaPartition *kp);
+static void release_batch(KafkaSource *kafka);
+static void update_metrics(KafkaSource *kafka);
+static int64 known_end(KafkaSource *kafka, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
-static void add_secret(KafkaSource *ks, char *text);
-static void mask_secrets(KafkaSource *ks, char *text, size_t size);
+static void add_secret(KafkaSource *kafka, char *text);
+static void collect_secrets(KafkaSource *kafka, List *options);
+static void mask_secrets(KafkaSource *kafka, char *text, size_t size);
 static void kafka_exit(int code, Datum arg);
 
 /* One more text to mask in librdkafka's messages; the list grows as needed. */
 static void
-add_secret(KafkaSource *ks, char *text)
+add_secret(KafkaSource *kafka, char *text)
 {
-	if (ks->nsecrets == ks->secrets_capacity)
+	if (kafka->nsecrets == kafka->secrets_capacity)
 	{
-		ks->secrets_capacity = Max(8, ks->secrets_capacity * 2);
-		ks->secrets = ks->secrets ? repalloc(ks->secrets, sizeof(char *) * ks->secrets_capacity) :
-			palloc(sizeof(char *) * ks->secrets_capacity);
+		kafka->secrets_capacity = Max(8, kafka->secrets_capacity * 2);
+		kafka->secrets = kafka->secrets ? repalloc(kafka->secrets, sizeof(char *) * kafka->secrets_capacity) :
+			palloc(sizeof(char *) * kafka->secrets_capacity);
 	}
-	ks->secrets[ks->nsecrets++] = text;
+	kafka->secrets[kafka->nsecrets++] = text;
 }
 
-Source *
-kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot)
+/*
+ * librdkafka's texts may quote an option's value (an unparsable
+ * sasl.oauthbearer.config): mask every secret value, and each of its words
+ * of 4 characters or more, wherever it appears.
+ */
+static void
+collect_secrets(KafkaSource *kafka, List *options)
 {
-	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
-	KafkaSource *ks = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
-	rd_kafka_conf_t *conf = kafka_options_conf(spec, spec->group_id ? spec->group_id : job_name, false);
-	char		errstr[512];
-	sigset_t	saved;
 	ListCell   *lc;
-	int			t = 0;
 
-	ks->base.ops = &kafka_ops;
-	ks->ctx = CurrentMemoryContext;
-	ks->base.slot = slot;
-	ks->spec = spec;
-	ks->restored = positions;
-	ks->base.ntopics = list_length(spec->topics);
-	ks->base.topic_names = palloc(sizeof(char *) * ks->base.ntopics);
-	foreach(lc, spec->topics)
-		ks->base.topic_names[t++] = lfirst(lc);
-
-	/*
-	 * librdkafka's texts may quote an option's value (an unparsable
-	 * sasl.oauthbearer.config): mask every secret value, and each of its
-	 * words of 4 characters or more, wherever it appears.
-	 */
-	foreach(lc, spec->options)
+	foreach(lc, options)
 	{
 		DefElem    *opt = lfirst(lc);
 		char	   *value = strVal(opt->arg);
@@ -180,7 +159,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 
 		if (!spec_option_is_secret(opt->defname) || value[0] == '\0')
 			continue;
-		add_secret(ks, pstrdup(value));
+		add_secret(kafka, pstrdup(value));
 		words = pstrdup(value);
 		for (word = strtok_r(words, " \t\n\r,;", &save); word; word = strtok_r(NULL, " \t\n\r,;", &save))
 		{
@@ -188,12 +167,36 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 
 			if (strlen(word) >= 4 && strcmp(word, value) != 0)
 			{
-				add_secret(ks, word);
+				add_secret(kafka, word);
 				if (eq && strlen(eq + 1) >= 4)
-					add_secret(ks, eq + 1);
+					add_secret(kafka, eq + 1);
 			}
 		}
 	}
+}
+
+Source *
+kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot)
+{
+	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
+	KafkaSource *kafka = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
+	rd_kafka_conf_t *conf = kafka_options_conf(spec, spec->group_id ? spec->group_id : job_name, false);
+	char		errstr[512];
+	sigset_t	saved;
+	ListCell   *lc;
+	int			t = 0;
+
+	kafka->base.ops = &kafka_ops;
+	kafka->ctx = CurrentMemoryContext;
+	kafka->base.slot = slot;
+	kafka->spec = spec;
+	kafka->restored = positions;
+	kafka->base.ntopics = list_length(spec->topics);
+	kafka->base.topic_names = palloc(sizeof(char *) * kafka->base.ntopics);
+	foreach(lc, spec->topics)
+		kafka->base.topic_names[t++] = lfirst(lc);
+
+	collect_secrets(kafka, spec->options);
 
 	/*
 	 * A position outside the partition's log is mailer's to judge (a gap
@@ -203,49 +206,49 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	if (rd_kafka_conf_set(conf, "auto.offset.reset", "error", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 		elog(ERROR, "librdkafka refused auto.offset.reset: %s", errstr);
 	rd_kafka_conf_set_error_cb(conf, error_callback);
-	rd_kafka_conf_set_opaque(conf, ks);
+	rd_kafka_conf_set_opaque(conf, kafka);
 
 	mailer_block_signals(&saved);
-	ks->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	kafka->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	mailer_restore_signals(&saved);
-	if (ks->rk == NULL)
+	if (kafka->rk == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not create a Kafka consumer: %s", errstr)));
 
-	ks->logs = rd_kafka_queue_new(ks->rk);
-	rd_kafka_set_log_queue(ks->rk, ks->logs);
-	ks->queue = rd_kafka_queue_get_consumer(ks->rk);
-	if (pipe(ks->pipe_fds) != 0 ||
-		fcntl(ks->pipe_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
-		fcntl(ks->pipe_fds[1], F_SETFL, O_NONBLOCK) != 0)
+	kafka->logs = rd_kafka_queue_new(kafka->rk);
+	rd_kafka_set_log_queue(kafka->rk, kafka->logs);
+	kafka->queue = rd_kafka_queue_get_consumer(kafka->rk);
+	if (pipe(kafka->pipe_fds) != 0 ||
+		fcntl(kafka->pipe_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
+		fcntl(kafka->pipe_fds[1], F_SETFL, O_NONBLOCK) != 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create a pipe for Kafka events: %m")));
-	rd_kafka_queue_io_event_enable(ks->queue, ks->pipe_fds[1], "1", 1);
+	rd_kafka_queue_io_event_enable(kafka->queue, kafka->pipe_fds[1], "1", 1);
 
-	ks->topics = palloc(sizeof(rd_kafka_topic_t *) * ks->base.ntopics);
-	ks->topic_known = palloc0(sizeof(bool) * ks->base.ntopics);
-	for (int i = 0; i < ks->base.ntopics; i++)
-		ks->topics[i] = rd_kafka_topic_new(ks->rk, ks->base.topic_names[i], NULL);
+	kafka->topics = palloc(sizeof(rd_kafka_topic_t *) * kafka->base.ntopics);
+	kafka->topic_known = palloc0(sizeof(bool) * kafka->base.ntopics);
+	for (int i = 0; i < kafka->base.ntopics; i++)
+		kafka->topics[i] = rd_kafka_topic_new(kafka->rk, kafka->base.topic_names[i], NULL);
 
-	ks->batch_capacity = 0;
-	ks->next_refresh = 0;
-	ks->assigned = rd_kafka_topic_partition_list_new(16);
+	kafka->batch_capacity = 0;
+	kafka->next_refresh = 0;
+	kafka->assigned = rd_kafka_topic_partition_list_new(16);
 	/* Every exit, an ERROR's included, closes the consumer (within bounds). */
-	before_shmem_exit(kafka_exit, PointerGetDatum(ks));
-	refresh_assignment(ks);
-	return &ks->base;
+	before_shmem_exit(kafka_exit, PointerGetDatum(kafka));
+	refresh_assignment(kafka);
+	return &kafka->base;
 }
 
 /* Called from rd_kafka_poll(), on the worker's own thread. */
 static void
 error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-	KafkaSource *ks = (KafkaSource *) opaque;
+	KafkaSource *kafka = (KafkaSource *) opaque;
 
-	snprintf(ks->broker_error, sizeof(ks->broker_error), "%s", reason);
-	mask_secrets(ks, ks->broker_error, sizeof(ks->broker_error));
+	snprintf(kafka->broker_error, sizeof(kafka->broker_error), "%s", reason);
+	mask_secrets(kafka, kafka->broker_error, sizeof(kafka->broker_error));
 }
 
 /*
@@ -253,23 +256,23 @@ error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
  * SECRET_MASK, the longest first; the result is cut to size.
  */
 static void
-mask_secrets(KafkaSource *ks, char *text, size_t size)
+mask_secrets(KafkaSource *kafka, char *text, size_t size)
 {
 	char		out[1024];
 	size_t		o = 0;
 	const char *p = text;
 
-	if (ks->nsecrets == 0)
+	if (kafka->nsecrets == 0)
 		return;
 	while (*p && o < sizeof(out) - 1)
 	{
 		size_t		match = 0;
 
-		for (int i = 0; i < ks->nsecrets; i++)
+		for (int i = 0; i < kafka->nsecrets; i++)
 		{
-			size_t		len = strlen(ks->secrets[i]);
+			size_t		len = strlen(kafka->secrets[i]);
 
-			if (len > match && strncmp(p, ks->secrets[i], len) == 0)
+			if (len > match && strncmp(p, kafka->secrets[i], len) == 0)
 				match = len;
 		}
 		if (match > 0)
@@ -288,11 +291,11 @@ mask_secrets(KafkaSource *ks, char *text, size_t size)
 }
 
 static void
-drain_logs(KafkaSource *ks)
+drain_logs(KafkaSource *kafka)
 {
 	rd_kafka_event_t *ev;
 
-	while ((ev = rd_kafka_queue_poll(ks->logs, 0)) != NULL)
+	while ((ev = rd_kafka_queue_poll(kafka->logs, 0)) != NULL)
 	{
 		const char *fac;
 		const char *str;
@@ -304,7 +307,7 @@ drain_logs(KafkaSource *ks)
 			char		line[1024];
 
 			strlcpy(line, str, sizeof(line));
-			mask_secrets(ks, line, sizeof(line));
+			mask_secrets(kafka, line, sizeof(line));
 			ereport(level <= 4 ? LOG : DEBUG1,
 					(errmsg_internal("librdkafka %s: %s", fac, line)));
 		}
@@ -314,184 +317,230 @@ drain_logs(KafkaSource *ks)
 
 /*
  * Learn every topic's partitions and assign the ones not assigned yet.  A
- * broker or topic problem is noted in ks->error (the first one) and retried
- * soon; it holds back its own topic only, whose checkpointed positions
- * stay, while the other topics are assigned and read.
+ * broker or topic problem is noted in kafka->error (the first one) and
+ * retried soon; it holds back its own topic only, whose checkpointed
+ * positions stay, while the other topics are assigned and read.
  */
 static void
-refresh_assignment(KafkaSource *ks)
+refresh_assignment(KafkaSource *kafka)
 {
 	rd_kafka_topic_partition_list_t *add = rd_kafka_topic_partition_list_new(8);
 	bool		failed = false;
 	bool		ends_unknown = false;	/* a query of an end offset failed: skip the rest */
 
-	ks->error[0] = '\0';
-	for (int t = 0; t < ks->base.ntopics; t++)
+	kafka->error[0] = '\0';
+	for (int t = 0; t < kafka->base.ntopics; t++)
 	{
-		const struct rd_kafka_metadata *md = NULL;
-		rd_kafka_resp_err_t err;
-		int			first_new;
-		bool		topic_failed = false;
+		const struct rd_kafka_metadata *md = read_topic_metadata(kafka, t, &ends_unknown);
 
-		/* Broker calls block for up to BROKER_TIMEOUT_MS each: answer SIGTERM between them. */
-		CHECK_FOR_INTERRUPTS();
-		err = rd_kafka_metadata(ks->rk, 0, ks->topics[t], &md, BROKER_TIMEOUT_MS);
-		if (err != RD_KAFKA_RESP_ERR_NO_ERROR || md->topic_cnt != 1 || md->topics[0].err)
+		if (md == NULL)
 		{
-			if (ks->error[0] == '\0')
-				snprintf(ks->error, sizeof(ks->error), "waiting for Kafka: %s \"%s\": %s",
-						 err ? "cannot read metadata of topic" : "topic", ks->base.topic_names[t],
-						 rd_kafka_err2str(err ? err : md && md->topic_cnt == 1 ? md->topics[0].err :
-										  RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
-			if (md)
-				rd_kafka_metadata_destroy(md);
 			failed = true;
 			/* The broker is away: the next topics and end queries would wait as long, in vain. */
-			if (err)
-			{
-				ends_unknown = true;
+			if (ends_unknown)
 				break;
-			}
 			continue;
 		}
-		check_restored_exist(ks, t, &md->topics[0]);
-
-		/*
-		 * A topic's new partitions are positioned all together or not at
-		 * all, so a topic is either unknown (it starts per the spec) or
-		 * every partition of it has a position that checkpoints keep.
-		 */
-		first_new = ks->nparts;
-		for (int p = 0; p < md->topics[0].partition_cnt; p++)
-		{
-			int32		partition = md->topics[0].partitions[p].id;
-			int64		offset;
-			int64		low,
-						high = -1;
-			KafkaPartition *kp;
-
-			if (find_partition(ks, t, partition) >= 0)
-				continue;
-			offset = restored_offset(ks, t, partition);
-			if (offset < 0 || !ends_unknown)
-			{
-				CHECK_FOR_INTERRUPTS();
-				err = rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[t], partition,
-													   &low, &high, BROKER_TIMEOUT_MS);
-				if (err && offset < 0)
-				{
-					if (ks->error[0] == '\0')
-						snprintf(ks->error, sizeof(ks->error),
-								 "waiting for Kafka: cannot read the offsets of %s partition %d: %s",
-								 ks->base.topic_names[t], partition, rd_kafka_err2str(err));
-					topic_failed = true;
-					break;
-				}
-				/* A restored position needs no answer: the end offset only tells a backlog. */
-				if (err)
-				{
-					ends_unknown = true;
-					high = -1;
-				}
-			}
-			if (offset < 0)
-			{
-				/*
-				 * Without a position: start per the spec.  A partition of a
-				 * topic positioned before (while the job ran, or in a
-				 * checkpoint) is new: all of it is to be read.
-				 */
-				bool		latest = ks->spec->start_latest && !ks->topic_known[t] &&
-					restored_topic(ks, t) == NULL;
-
-				offset = latest ? high : low;
-				/* Until a checkpoint holds it, a restart would take a later "latest". */
-				if (latest)
-					ks->base.unpinned = true;
-			}
-			if (ks->nparts == ks->parts_capacity)
-			{
-				ks->parts_capacity = Max(16, ks->parts_capacity * 2);
-				ks->parts = ks->parts ? repalloc(ks->parts, sizeof(KafkaPartition) * ks->parts_capacity) :
-					MemoryContextAlloc(ks->ctx, sizeof(KafkaPartition) * ks->parts_capacity);
-			}
-			kp = &ks->parts[ks->nparts++];
-			kp->topic = t;
-			kp->partition = partition;
-			kp->next = offset;
-			kp->mark = -1;
-			kp->assigned_end = high;
-			kp->out_of_range = false;
-			kp->range_offset = -1;
-			kp->metrics = -1;
-		}
-		if (topic_failed)
-		{
-			/* Nothing of this topic: the next refresh tries all of it again. */
-			ks->nparts = first_new;
-			rd_kafka_metadata_destroy(md);
+		check_restored_exist(kafka, t, &md->topics[0]);
+		if (!add_new_partitions(kafka, t, &md->topics[0], add, &ends_unknown))
 			failed = true;
-			continue;
-		}
-		for (int i = first_new; i < ks->nparts; i++)
-		{
-			KafkaPartition *kp = &ks->parts[i];
-
-			kp->metrics = i < JOB_SLOT_MAX_PARTITIONS ? i : -1;
-			rd_kafka_topic_partition_list_add(add, ks->base.topic_names[t], kp->partition)->offset = kp->next;
-			rd_kafka_topic_partition_list_add(ks->assigned, ks->base.topic_names[t], kp->partition);
-		}
-		ks->topic_known[t] = true;
 		rd_kafka_metadata_destroy(md);
 	}
+	if (!ends_unknown)
+		query_unknown_ends(kafka);
+	assign_partitions(kafka, add, false);
+	/* An idle job's end offsets and lag stay current too, not only when messages come. */
+	update_metrics(kafka);
+	kafka->next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													  failed ? METADATA_RETRY_MS : METADATA_INTERVAL_MS);
+	if (!failed)
+		kafka->broker_error[0] = '\0';
+	kafka->base.error = kafka->error[0] ? kafka->error : NULL;
+	if (!failed && kafka->mark_pending)
+		take_marks(kafka);
+}
 
-	/*
-	 * An end offset still unknown (its query failed, no fetch since) counts
-	 * as a backlog, so the partition is never idle: ask again until known.
-	 */
-	for (int i = 0; i < ks->nparts && !ends_unknown; i++)
+/*
+ * Topic t's metadata, or NULL when it cannot be read: the problem is noted
+ * in kafka->error (unless one is already), and *broker_away is set when
+ * the broker did not answer at all.
+ */
+static const struct rd_kafka_metadata *
+read_topic_metadata(KafkaSource *kafka, int t, bool *broker_away)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t err;
+
+	/* Broker calls block for up to BROKER_TIMEOUT_MS each: answer SIGTERM between them. */
+	CHECK_FOR_INTERRUPTS();
+	err = rd_kafka_metadata(kafka->rk, 0, kafka->topics[t], &md, BROKER_TIMEOUT_MS);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && !md->topics[0].err)
+		return md;
+	if (kafka->error[0] == '\0')
+		snprintf(kafka->error, sizeof(kafka->error), "waiting for Kafka: %s \"%s\": %s",
+				 err ? "cannot read metadata of topic" : "topic", kafka->base.topic_names[t],
+				 rd_kafka_err2str(err ? err : md && md->topic_cnt == 1 ? md->topics[0].err :
+								  RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
+	if (md)
+		rd_kafka_metadata_destroy(md);
+	if (err)
+		*broker_away = true;
+	return NULL;
+}
+
+/*
+ * Position the partitions of topic t (metadata md) not known yet and list
+ * them in add, to assign.  A topic's new partitions are positioned all
+ * together or not at all, so a topic is either unknown (it starts per the
+ * spec) or every partition of it has a position that checkpoints keep:
+ * false when one could not be positioned.
+ */
+static bool
+add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *md,
+				   rd_kafka_topic_partition_list_t *add, bool *ends_unknown)
+{
+	int			first_new = kafka->nparts;
+
+	for (int p = 0; p < md->partition_cnt; p++)
 	{
-		KafkaPartition *kp = &ks->parts[i];
+		if (find_partition(kafka, t, md->partitions[p].id) >= 0)
+			continue;
+		if (!add_partition(kafka, t, md->partitions[p].id, ends_unknown))
+		{
+			/* Nothing of this topic: the next refresh tries all of it again. */
+			kafka->nparts = first_new;
+			return false;
+		}
+	}
+	for (int i = first_new; i < kafka->nparts; i++)
+	{
+		KafkaPartition *kp = &kafka->parts[i];
+
+		kp->metrics = i < JOB_SLOT_MAX_PARTITIONS ? i : -1;
+		rd_kafka_topic_partition_list_add(add, kafka->base.topic_names[t], kp->partition)->offset = kp->next;
+		rd_kafka_topic_partition_list_add(kafka->assigned, kafka->base.topic_names[t], kp->partition);
+	}
+	kafka->topic_known[t] = true;
+	return true;
+}
+
+/*
+ * Add a partition of topic t at its checkpointed position, or else where
+ * the spec starts; false when that takes the broker's answer and it fails
+ * (noted in kafka->error).  Its end offset is asked for too, unless an end
+ * query failed already (*ends_unknown; set when this one fails).
+ */
+static bool
+add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown)
+{
+	int64		offset = restored_offset(kafka, t, partition);
+	int64		low,
+				high = -1;
+	KafkaPartition *kp;
+
+	if (offset < 0 || !*ends_unknown)
+	{
+		rd_kafka_resp_err_t err;
+
+		CHECK_FOR_INTERRUPTS();
+		err = rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[t], partition,
+											   &low, &high, BROKER_TIMEOUT_MS);
+		if (err && offset < 0)
+		{
+			if (kafka->error[0] == '\0')
+				snprintf(kafka->error, sizeof(kafka->error),
+						 "waiting for Kafka: cannot read the offsets of %s partition %d: %s",
+						 kafka->base.topic_names[t], partition, rd_kafka_err2str(err));
+			return false;
+		}
+		/* A restored position needs no answer: the end offset only tells a backlog. */
+		if (err)
+		{
+			*ends_unknown = true;
+			high = -1;
+		}
+	}
+	if (offset < 0)
+	{
+		/*
+		 * Without a position: start per the spec.  A partition of a topic
+		 * positioned before (while the job ran, or in a checkpoint) is new:
+		 * all of it is to be read.
+		 */
+		bool		latest = kafka->spec->start_latest && !kafka->topic_known[t] &&
+			restored_topic(kafka, t) == NULL;
+
+		offset = latest ? high : low;
+		/* Until a checkpoint holds it, a restart would take a later "latest". */
+		if (latest)
+			kafka->base.unpinned = true;
+	}
+	if (kafka->nparts == kafka->parts_capacity)
+	{
+		kafka->parts_capacity = Max(16, kafka->parts_capacity * 2);
+		kafka->parts = kafka->parts ? repalloc(kafka->parts, sizeof(KafkaPartition) * kafka->parts_capacity) :
+			MemoryContextAlloc(kafka->ctx, sizeof(KafkaPartition) * kafka->parts_capacity);
+	}
+	kp = &kafka->parts[kafka->nparts++];
+	kp->topic = t;
+	kp->partition = partition;
+	kp->next = offset;
+	kp->mark = -1;
+	kp->assigned_end = high;
+	kp->out_of_range = false;
+	kp->range_offset = -1;
+	kp->metrics = -1;
+	return true;
+}
+
+/*
+ * An end offset still unknown (its query failed, no fetch since) counts
+ * as a backlog, so the partition is never idle: ask again until known.
+ * The first query that fails ends the round.
+ */
+static void
+query_unknown_ends(KafkaSource *kafka)
+{
+	for (int i = 0; i < kafka->nparts; i++)
+	{
+		KafkaPartition *kp = &kafka->parts[i];
 		int64		low,
 					high;
 
-		if (known_end(ks, kp) >= 0)
+		if (known_end(kafka, kp) >= 0)
 			continue;
 		CHECK_FOR_INTERRUPTS();
-		if (rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
+		if (rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
 											 &low, &high, BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
-			ends_unknown = true;
-		else
-			kp->assigned_end = high;
+			return;
+		kp->assigned_end = high;
 	}
+}
 
-	if (add->cnt > 0)
-	{
-		rd_kafka_error_t *error = rd_kafka_incremental_assign(ks->rk, add);
+/*
+ * Fetch the partitions of list from their offsets (unassign: ones fetched
+ * already, which librdkafka stopped), and destroy list.  ERROR when
+ * librdkafka refuses.
+ */
+static void
+assign_partitions(KafkaSource *kafka, rd_kafka_topic_partition_list_t *list, bool unassign)
+{
+	rd_kafka_error_t *error = NULL;
+	char		msg[512];
 
-		if (error)
-		{
-			char		msg[512];
-
-			strlcpy(msg, rd_kafka_error_string(error), sizeof(msg));
-			mask_secrets(ks, msg, sizeof(msg));
-			rd_kafka_error_destroy(error);
-			rd_kafka_topic_partition_list_destroy(add);
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not assign Kafka partitions: %s", msg)));
-		}
-	}
-	/* An idle job's end offsets and lag stay current too, not only when messages come. */
-	update_metrics(ks);
-	rd_kafka_topic_partition_list_destroy(add);
-	ks->next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												   failed ? METADATA_RETRY_MS : METADATA_INTERVAL_MS);
-	if (!failed)
-		ks->broker_error[0] = '\0';
-	ks->base.error = ks->error[0] ? ks->error : NULL;
-	if (!failed && ks->mark_pending)
-		take_marks(ks);
+	if (list->cnt > 0 && unassign)
+		error = rd_kafka_incremental_unassign(kafka->rk, list);
+	if (list->cnt > 0 && error == NULL)
+		error = rd_kafka_incremental_assign(kafka->rk, list);
+	rd_kafka_topic_partition_list_destroy(list);
+	if (error == NULL)
+		return;
+	strlcpy(msg, rd_kafka_error_string(error), sizeof(msg));
+	mask_secrets(kafka, msg, sizeof(msg));
+	rd_kafka_error_destroy(error);
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("could not assign Kafka partitions: %s", msg)));
 }
 
 /*
@@ -501,37 +550,28 @@ refresh_assignment(KafkaSource *ks)
  * (and the partition would hold the watermark forever), so the job fails.
  */
 static void
-check_restored_exist(KafkaSource *ks, int topic, const rd_kafka_metadata_topic_t *md)
+check_restored_exist(KafkaSource *kafka, int topic, const rd_kafka_metadata_topic_t *md)
 {
-	JsonbValue *restored = restored_topic(ks, topic);
+	JsonbValue *restored = restored_topic(kafka, topic);
 	JsonbIterator *it;
-	JsonbValue	k,
-				v;
-	JsonbIteratorToken tok;
+	char	   *key;
+	JsonbValue	position;
 
 	if (restored == NULL)
 		return;
 	it = JsonbIteratorInit(restored->val.binary.data);
-	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	while (next_unassigned_restored(kafka, topic, &it, &key, &position))
 	{
-		char	   *key;
-		int32		partition;
+		int32		partition = atoi(key);
 		bool		exists = false;
 
-		if (tok != WJB_KEY)
-			continue;
-		key = pnstrdup(k.val.string.val, k.val.string.len);
-		(void) JsonbIteratorNext(&it, &v, true);
-		partition = atoi(key);
-		if (v.type != jbvNumeric || find_partition(ks, topic, partition) >= 0)
-			continue;
 		for (int p = 0; p < md->partition_cnt && !exists; p++)
 			exists = md->partitions[p].id == partition;
 		if (!exists)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
 					 errmsg("partition %d of Kafka topic \"%s\" no longer exists, though the job's checkpoint holds its position",
-							partition, ks->base.topic_names[topic]),
+							partition, kafka->base.topic_names[topic]),
 					 errdetail("The topic has %d partitions now: it was deleted and created again with fewer, "
 							   "so the job's positions no longer fit it. To go on, restore a checkpoint "
 							   "whose positions the topic holds with mailer.restore_job, or drop the job "
@@ -540,33 +580,57 @@ check_restored_exist(KafkaSource *ks, int topic, const rd_kafka_metadata_topic_t
 	}
 }
 
-static int
-find_partition(KafkaSource *ks, int topic, int32 partition)
+/*
+ * Step it, over a topic's checkpointed positions, to the next partition
+ * that has a position and is not assigned (yet): its key (the partition
+ * number) and position.  false at the end.
+ */
+static bool
+next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterator **it, char **key,
+						 JsonbValue *position)
 {
-	for (int i = 0; i < ks->nparts; i++)
-		if (ks->parts[i].topic == topic && ks->parts[i].partition == partition)
+	JsonbValue	k;
+	JsonbIteratorToken tok;
+
+	while ((tok = JsonbIteratorNext(it, &k, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		*key = pnstrdup(k.val.string.val, k.val.string.len);
+		(void) JsonbIteratorNext(it, position, true);
+		if (position->type == jbvNumeric && find_partition(kafka, topic, atoi(*key)) < 0)
+			return true;
+	}
+	return false;
+}
+
+static int
+find_partition(KafkaSource *kafka, int topic, int32 partition)
+{
+	for (int i = 0; i < kafka->nparts; i++)
+		if (kafka->parts[i].topic == topic && kafka->parts[i].partition == partition)
 			return i;
 	return -1;
 }
 
 /* A topic's object of checkpointed positions, or NULL: never positioned. */
 static JsonbValue *
-restored_topic(KafkaSource *ks, int topic)
+restored_topic(KafkaSource *kafka, int topic)
 {
 	JsonbValue *t;
 
-	if (ks->restored == NULL)
+	if (kafka->restored == NULL)
 		return NULL;
-	t = getKeyJsonValueFromContainer(&ks->restored->root, ks->base.topic_names[topic],
-									 strlen(ks->base.topic_names[topic]), NULL);
+	t = getKeyJsonValueFromContainer(&kafka->restored->root, kafka->base.topic_names[topic],
+									 strlen(kafka->base.topic_names[topic]), NULL);
 	return t != NULL && t->type == jbvBinary ? t : NULL;
 }
 
 /* The checkpointed next offset of a partition, or -1. */
 static int64
-restored_offset(KafkaSource *ks, int topic, int32 partition)
+restored_offset(KafkaSource *kafka, int topic, int32 partition)
 {
-	JsonbValue *t = restored_topic(ks, topic);
+	JsonbValue *t = restored_topic(kafka, topic);
 	JsonbValue *p;
 	char		key[16];
 
@@ -582,23 +646,52 @@ restored_offset(KafkaSource *ks, int topic, int32 partition)
 static int
 kafka_poll(Source *src, SourceMessage *out, int max)
 {
-	KafkaSource *ks = (KafkaSource *) src;
-	ssize_t		got;
+	KafkaSource *kafka = (KafkaSource *) src;
+	int			got;
 	int			n = 0;
-	char		drain[64];
 	bool		moved;
 
-	drain_logs(ks);
-	rd_kafka_poll(ks->rk, 0);
-	release_batch(ks);
-	if (GetCurrentTimestamp() >= ks->next_refresh)
-		refresh_assignment(ks);
+	drain_logs(kafka);
+	rd_kafka_poll(kafka->rk, 0);
+	release_batch(kafka);
+	if (GetCurrentTimestamp() >= kafka->next_refresh)
+		refresh_assignment(kafka);
 
-	if (ks->batch_capacity < max)
+	got = consume_batch(kafka, max);
+	for (int i = 0; i < got; i++)
 	{
-		ks->batch = ks->batch ? repalloc(ks->batch, sizeof(rd_kafka_message_t *) * max) :
-			MemoryContextAlloc(ks->ctx, sizeof(rd_kafka_message_t *) * max);
-		ks->batch_capacity = max;
+		rd_kafka_message_t *m = kafka->batch[i];
+
+		if (hand_out(kafka, m, &out[n]))
+			kafka->batch[n++] = m;	/* kept until the next poll */
+	}
+	kafka->nbatch = n;
+	moved = take_positions(kafka);
+	if (kafka->any_out_of_range)
+		handle_out_of_range(kafka);
+	if (n > 0)
+		kafka->broker_error[0] = '\0';
+	if (n > 0 || got > 0 || moved)
+		update_metrics(kafka);
+	/* A batch is in hand, its partitions' metrics published (tests stop the broker here). */
+	if (n > 0)
+		TEST_POINT("kafka_polled");
+	publish_status(kafka);
+	return n;
+}
+
+/* Up to max messages of the consumer queue into kafka->batch, without waiting. */
+static int
+consume_batch(KafkaSource *kafka, int max)
+{
+	ssize_t		got;
+	char		drain[64];
+
+	if (kafka->batch_capacity < max)
+	{
+		kafka->batch = kafka->batch ? repalloc(kafka->batch, sizeof(rd_kafka_message_t *) * max) :
+			MemoryContextAlloc(kafka->ctx, sizeof(rd_kafka_message_t *) * max);
+		kafka->batch_capacity = max;
 	}
 	/*
 	 * The pipe only signals an empty queue becoming non-empty: drain it
@@ -606,101 +699,99 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 	 * signals anew (drained after, that wakeup would be lost).  A full
 	 * batch may leave messages queued that signal nothing: signal them.
 	 */
-	while (read(ks->pipe_fds[0], drain, sizeof(drain)) > 0)
+	while (read(kafka->pipe_fds[0], drain, sizeof(drain)) > 0)
 		;
-	got = rd_kafka_consume_batch_queue(ks->queue, 0, ks->batch, max);
+	got = rd_kafka_consume_batch_queue(kafka->queue, 0, kafka->batch, max);
 	if (got < 0)
 		got = 0;
 	if (got == max)
 	{
-		ssize_t		written = write(ks->pipe_fds[1], "1", 1);
+		ssize_t		written = write(kafka->pipe_fds[1], "1", 1);
 
 		(void) written;
 	}
+	return (int) got;
+}
 
-	for (int i = 0; i < got; i++)
-	{
-		rd_kafka_message_t *m = ks->batch[i];
-		int			t;
-		int			p;
-		rd_kafka_timestamp_type_t tstype;
-		int64		ms;
+/*
+ * Fill out with message m, and count it in its partition's metrics; false
+ * (m destroyed) for an error event, which is noted, and for a message that
+ * is not the job's or was handed out already.
+ */
+static bool
+hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out)
+{
+	int			t = 0;
+	int			p;
+	rd_kafka_timestamp_type_t tstype;
+	int64		ms;
 
-		t = 0;
-		while (m->rkt && t < ks->base.ntopics && ks->topics[t] != m->rkt &&
-			   strcmp(ks->base.topic_names[t], rd_kafka_topic_name(m->rkt)) != 0)
-			t++;
-		p = m->rkt ? find_partition(ks, t, m->partition) : -1;
-		if (m->err)
-		{
-			/* The partition has stopped: it goes on once mailer has judged its position. */
-			if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && p >= 0)
-			{
-				/*
-				 * Judged at the offset librdkafka fetched: control records
-				 * passed in this batch may have left next behind it.
-				 */
-				ks->parts[p].out_of_range = true;
-				ks->parts[p].range_offset = m->offset;
-				ks->any_out_of_range = true;
-			}
-			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-			{
-				snprintf(ks->broker_error, sizeof(ks->broker_error), "%s",
-						 rd_kafka_message_errstr(m));
-				mask_secrets(ks, ks->broker_error, sizeof(ks->broker_error));
-			}
-			rd_kafka_message_destroy(m);
-			continue;
-		}
-		if (p < 0 || m->offset < ks->parts[p].next)
-		{
-			/* Not ours, or already handed out: never twice. */
-			rd_kafka_message_destroy(m);
-			continue;
-		}
-		ks->parts[p].next = m->offset + 1;
-		ms = rd_kafka_message_timestamp(m, &tstype);
-		out[n].key = m->key;
-		out[n].key_len = m->key ? (int) m->key_len : 0;
-		out[n].value = m->payload;
-		out[n].value_len = m->payload ? (int) m->len : 0;
-		out[n].topic = t;
-		out[n].partition = m->partition;
-		out[n].offset = m->offset;
-		out[n].timestamp = ms >= 0 ? kafka_time(ms) : DT_NOBEGIN;
-		out[n].opaque = m;
-		ks->batch[n] = m;		/* kept until the next poll */
-		if (ks->parts[p].metrics >= 0)
-			src->slot->partitions[ks->parts[p].metrics].records_in++;
-		n++;
-	}
-	ks->nbatch = n;
-	moved = take_positions(ks);
-	if (ks->any_out_of_range)
-		handle_out_of_range(ks);
-	if (n > 0)
-		ks->broker_error[0] = '\0';
-	if (n > 0 || got > 0 || moved)
-		update_metrics(ks);
-	/* A batch is in hand, its partitions' metrics published (tests stop the broker here). */
-	if (n > 0)
-		TEST_POINT("kafka_polled");
-	if (ks->error[0] == '\0' && ks->broker_error[0] != '\0')
+	while (m->rkt && t < kafka->base.ntopics && kafka->topics[t] != m->rkt &&
+		   strcmp(kafka->base.topic_names[t], rd_kafka_topic_name(m->rkt)) != 0)
+		t++;
+	p = m->rkt ? find_partition(kafka, t, m->partition) : -1;
+	if (m->err)
 	{
-		snprintf(ks->status, sizeof(ks->status), "waiting for Kafka: %s", ks->broker_error);
-		src->error = ks->status;
+		/* The partition has stopped: it goes on once mailer has judged its position. */
+		if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && p >= 0)
+		{
+			/*
+			 * Judged at the offset librdkafka fetched: control records
+			 * passed in this batch may have left next behind it.
+			 */
+			kafka->parts[p].out_of_range = true;
+			kafka->parts[p].range_offset = m->offset;
+			kafka->any_out_of_range = true;
+		}
+		else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		{
+			snprintf(kafka->broker_error, sizeof(kafka->broker_error), "%s",
+					 rd_kafka_message_errstr(m));
+			mask_secrets(kafka, kafka->broker_error, sizeof(kafka->broker_error));
+		}
+		rd_kafka_message_destroy(m);
+		return false;
 	}
-	else if (ks->broker_error[0] != '\0')
+	if (p < 0 || m->offset < kafka->parts[p].next)
+	{
+		/* Not ours, or already handed out: never twice. */
+		rd_kafka_message_destroy(m);
+		return false;
+	}
+	kafka->parts[p].next = m->offset + 1;
+	ms = rd_kafka_message_timestamp(m, &tstype);
+	out->key = m->key;
+	out->key_len = m->key ? (int) m->key_len : 0;
+	out->value = m->payload;
+	out->value_len = m->payload ? (int) m->len : 0;
+	out->topic = t;
+	out->partition = m->partition;
+	out->offset = m->offset;
+	out->timestamp = ms >= 0 ? kafka_time(ms) : DT_NOBEGIN;
+	out->opaque = m;
+	if (kafka->parts[p].metrics >= 0)
+		kafka->base.slot->partitions[kafka->parts[p].metrics].records_in++;
+	return true;
+}
+
+/* What the source waits on, if anything: base.error. */
+static void
+publish_status(KafkaSource *kafka)
+{
+	if (kafka->error[0] == '\0' && kafka->broker_error[0] != '\0')
+	{
+		snprintf(kafka->status, sizeof(kafka->status), "waiting for Kafka: %s", kafka->broker_error);
+		kafka->base.error = kafka->status;
+	}
+	else if (kafka->broker_error[0] != '\0')
 	{
 		/* Why the metadata cannot be read (authentication, TLS) is the broker's error. */
-		snprintf(ks->status, sizeof(ks->status), "%s (the broker's last error: %s)",
-				 ks->error, ks->broker_error);
-		src->error = ks->status;
+		snprintf(kafka->status, sizeof(kafka->status), "%s (the broker's last error: %s)",
+				 kafka->error, kafka->broker_error);
+		kafka->base.error = kafka->status;
 	}
 	else
-		src->error = ks->error[0] ? ks->error : NULL;
-	return n;
+		kafka->base.error = kafka->error[0] ? kafka->error : NULL;
 }
 
 /*
@@ -710,22 +801,22 @@ kafka_poll(Source *src, SourceMessage *out, int max)
  * topic written by transactions would never be read to its end.
  */
 static bool
-take_positions(KafkaSource *ks)
+take_positions(KafkaSource *kafka)
 {
 	bool		moved = false;
 
-	if (ks->assigned->cnt == 0)
+	if (kafka->assigned->cnt == 0)
 		return false;
-	if (rd_kafka_position(ks->rk, ks->assigned) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (rd_kafka_position(kafka->rk, kafka->assigned) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		return false;
-	/* ks->assigned lists the partitions in the order of ks->parts. */
-	for (int i = 0; i < ks->assigned->cnt && i < ks->nparts; i++)
+	/* kafka->assigned lists the partitions in the order of kafka->parts. */
+	for (int i = 0; i < kafka->assigned->cnt && i < kafka->nparts; i++)
 	{
-		int64		pos = ks->assigned->elems[i].offset;
+		int64		pos = kafka->assigned->elems[i].offset;
 
-		if (pos >= 0 && pos > ks->parts[i].next && !ks->parts[i].out_of_range)
+		if (pos >= 0 && pos > kafka->parts[i].next && !kafka->parts[i].out_of_range)
 		{
-			ks->parts[i].next = pos;
+			kafka->parts[i].next = pos;
 			moved = true;
 		}
 	}
@@ -741,13 +832,13 @@ take_positions(KafkaSource *ks)
  * repeat records, so the job fails.
  */
 static void
-handle_out_of_range(KafkaSource *ks)
+handle_out_of_range(KafkaSource *kafka)
 {
-	ks->any_out_of_range = false;
-	for (int i = 0; i < ks->nparts; i++)
+	kafka->any_out_of_range = false;
+	for (int i = 0; i < kafka->nparts; i++)
 	{
-		KafkaPartition *kp = &ks->parts[i];
-		const char *topic = ks->base.topic_names[kp->topic];
+		KafkaPartition *kp = &kafka->parts[i];
+		const char *topic = kafka->base.topic_names[kp->topic];
 		int64		low,
 					high;
 		rd_kafka_resp_err_t err;
@@ -756,15 +847,15 @@ handle_out_of_range(KafkaSource *ks)
 			continue;
 		/* Each query blocks for up to BROKER_TIMEOUT_MS: answer SIGTERM between them. */
 		CHECK_FOR_INTERRUPTS();
-		err = rd_kafka_query_watermark_offsets(ks->rk, topic, kp->partition, &low, &high,
+		err = rd_kafka_query_watermark_offsets(kafka->rk, topic, kp->partition, &low, &high,
 											   BROKER_TIMEOUT_MS);
 		if (err)
 		{
 			/* The broker is away: the rest wait too, asked again at the next poll. */
-			snprintf(ks->broker_error, sizeof(ks->broker_error),
+			snprintf(kafka->broker_error, sizeof(kafka->broker_error),
 					 "cannot read the offsets of %s partition %d: %s",
 					 topic, kp->partition, rd_kafka_err2str(err));
-			ks->any_out_of_range = true;
+			kafka->any_out_of_range = true;
 			break;
 		}
 		if (kp->range_offset > kp->next)
@@ -787,12 +878,12 @@ handle_out_of_range(KafkaSource *ks)
 									   kp->partition, topic, kp->next, low - 1, low);
 
 			ereport(WARNING, (errmsg("%s", msg)));
-			job_slot_set_error(ks->base.slot, msg);
+			job_slot_set_error(kafka->base.slot, msg);
 			if (kp->metrics >= 0)
-				ks->base.slot->partitions[kp->metrics].offsets_skipped += low - kp->next;
+				kafka->base.slot->partitions[kp->metrics].offsets_skipped += low - kp->next;
 			kp->next = low;
 		}
-		reassign(ks, kp);
+		reassign(kafka, kp);
 		kp->out_of_range = false;
 		kp->range_offset = -1;
 	}
@@ -800,58 +891,43 @@ handle_out_of_range(KafkaSource *ks)
 
 /* Fetch a partition stopped by librdkafka again, from kp->next. */
 static void
-reassign(KafkaSource *ks, KafkaPartition *kp)
+reassign(KafkaSource *kafka, KafkaPartition *kp)
 {
 	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_error_t *error;
 
-	rd_kafka_topic_partition_list_add(list, ks->base.topic_names[kp->topic], kp->partition)->offset = kp->next;
-	error = rd_kafka_incremental_unassign(ks->rk, list);
-	if (error == NULL)
-		error = rd_kafka_incremental_assign(ks->rk, list);
-	rd_kafka_topic_partition_list_destroy(list);
-	if (error)
-	{
-		char		msg[512];
-
-		strlcpy(msg, rd_kafka_error_string(error), sizeof(msg));
-		mask_secrets(ks, msg, sizeof(msg));
-		rd_kafka_error_destroy(error);
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not assign Kafka partitions: %s", msg)));
-	}
+	rd_kafka_topic_partition_list_add(list, kafka->base.topic_names[kp->topic], kp->partition)->offset = kp->next;
+	assign_partitions(kafka, list, true);
 }
 
 static void
-release_batch(KafkaSource *ks)
+release_batch(KafkaSource *kafka)
 {
-	for (int i = 0; i < ks->nbatch; i++)
-		rd_kafka_message_destroy(ks->batch[i]);
-	ks->nbatch = 0;
+	for (int i = 0; i < kafka->nbatch; i++)
+		rd_kafka_message_destroy(kafka->batch[i]);
+	kafka->nbatch = 0;
 }
 
 static void
-update_metrics(KafkaSource *ks)
+update_metrics(KafkaSource *kafka)
 {
-	JobSlot    *slot = ks->base.slot;
+	JobSlot    *slot = kafka->base.slot;
 	int64		lag = 0;
 
-	for (int i = 0; i < ks->nparts; i++)
+	for (int i = 0; i < kafka->nparts; i++)
 	{
-		KafkaPartition *kp = &ks->parts[i];
-		int64		high = known_end(ks, kp);
+		KafkaPartition *kp = &kafka->parts[i];
+		int64		high = known_end(kafka, kp);
 
 		if (high >= 0)
 			lag += Max(high - kp->next, 0);
 		if (kp->metrics < 0)
 			continue;
-		strlcpy(slot->partitions[kp->metrics].topic, ks->base.topic_names[kp->topic], JOB_SLOT_TOPIC_LEN);
+		strlcpy(slot->partitions[kp->metrics].topic, kafka->base.topic_names[kp->topic], JOB_SLOT_TOPIC_LEN);
 		slot->partitions[kp->metrics].partition = kp->partition;
 		slot->partitions[kp->metrics].position = kp->next;
 		slot->partitions[kp->metrics].end_offset = high;
 	}
-	slot->npartitions = Min(ks->nparts, JOB_SLOT_MAX_PARTITIONS);
+	slot->npartitions = Min(kafka->nparts, JOB_SLOT_MAX_PARTITIONS);
 	slot->consumer_lag = lag;
 }
 
@@ -871,7 +947,6 @@ kafka_headers(Source *src, SourceMessage *msg)
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; i++)
 	{
-		JsonbValue	k;
 		JsonbValue	v;
 
 		/* A name must be text: a record whose name is not fails to decode (a dead letter). */
@@ -880,10 +955,7 @@ kafka_headers(Source *src, SourceMessage *msg)
 					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
 					 errmsg("a header name is not valid text in the database encoding"),
 					 errdetail("Header %zu of the message.", i + 1)));
-		k.type = jbvString;
-		k.val.string.val = (char *) name;
-		k.val.string.len = strlen(name);
-		pushJsonbValue(&state, WJB_KEY, &k);
+		push_key(&state, name);
 		/* A header value that is not text in the database encoding shows as null. */
 		if (value != NULL && memchr(value, '\0', size) == NULL &&
 			pg_verify_mbstr(GetDatabaseEncoding(), value, (int) size, true))
@@ -903,8 +975,8 @@ kafka_headers(Source *src, SourceMessage *msg)
 static long
 kafka_wait_ms(Source *src)
 {
-	KafkaSource *ks = (KafkaSource *) src;
-	long		until_refresh = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), ks->next_refresh);
+	KafkaSource *kafka = (KafkaSource *) src;
+	long		until_refresh = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), kafka->next_refresh);
 
 	return Max(until_refresh, 1);
 }
@@ -915,90 +987,87 @@ kafka_event_fd(Source *src)
 	return ((KafkaSource *) src)->pipe_fds[0];
 }
 
+/* {"topic": {"partition": next offset}}, for the checkpoint. */
 static Jsonb *
 kafka_positions(Source *src)
 {
-	KafkaSource *ks = (KafkaSource *) src;
-	StringInfoData buf;
-	bool		any_topic = false;
+	KafkaSource *kafka = (KafkaSource *) src;
+	JsonbParseState *state = NULL;
 
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '{');
-	for (int t = 0; t < ks->base.ntopics; t++)
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int t = 0; t < kafka->base.ntopics; t++)
 	{
-		bool		first = true;
-		JsonbValue *restored = restored_topic(ks, t);
+		JsonbValue *restored = restored_topic(kafka, t);
 
 		/*
 		 * A topic never positioned is left out, so that the next start
 		 * still starts it per the spec ("latest" included).
 		 */
-		if (!ks->topic_known[t] && restored == NULL)
+		if (!kafka->topic_known[t] && restored == NULL)
 			continue;
-		appendStringInfo(&buf, "%s", any_topic ? ", " : "");
-		any_topic = true;
-		escape_json(&buf, ks->base.topic_names[t]);
-		appendStringInfoString(&buf, ": {");
-		for (int i = 0; i < ks->nparts; i++)
+		push_key(&state, kafka->base.topic_names[t]);
+		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+		for (int i = 0; i < kafka->nparts; i++)
 		{
-			if (ks->parts[i].topic != t)
+			JsonbValue	next;
+
+			if (kafka->parts[i].topic != t)
 				continue;
-			appendStringInfo(&buf, "%s\"%d\": " INT64_FORMAT, first ? "" : ", ",
-							 ks->parts[i].partition, ks->parts[i].next);
-			first = false;
+			push_key(&state, psprintf("%d", kafka->parts[i].partition));
+			next.type = jbvNumeric;
+			next.val.numeric = int64_to_numeric(kafka->parts[i].next);
+			pushJsonbValue(&state, WJB_VALUE, &next);
 		}
 		/* A restored position stays until its partition is assigned again. */
 		if (restored != NULL)
 		{
 			JsonbIterator *it = JsonbIteratorInit(restored->val.binary.data);
-			JsonbValue	k,
-						v;
-			JsonbIteratorToken tok;
+			char	   *key;
+			JsonbValue	position;
 
-			while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+			while (next_unassigned_restored(kafka, t, &it, &key, &position))
 			{
-				char	   *key;
-
-				if (tok != WJB_KEY)
-					continue;
-				key = pnstrdup(k.val.string.val, k.val.string.len);
-				(void) JsonbIteratorNext(&it, &v, true);
-				if (v.type != jbvNumeric || find_partition(ks, t, atoi(key)) >= 0)
-					continue;
-				appendStringInfoString(&buf, first ? "" : ", ");
-				escape_json(&buf, key);
-				appendStringInfo(&buf, ": %s",
-								 DatumGetCString(DirectFunctionCall1(numeric_out,
-																	 NumericGetDatum(v.val.numeric))));
-				first = false;
+				push_key(&state, key);
+				pushJsonbValue(&state, WJB_VALUE, &position);
 			}
 		}
-		appendStringInfoChar(&buf, '}');
+		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
 	}
-	appendStringInfoChar(&buf, '}');
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+}
+
+/* An object's key, for pushJsonbValue: not copied, it must last until the jsonb is made. */
+static void
+push_key(JsonbParseState **state, const char *key)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	pushJsonbValue(state, WJB_KEY, &k);
 }
 
 /* Publish progress to the consumer group, for lag tools; never read back. */
 static void
 kafka_committed(Source *src)
 {
-	KafkaSource *ks = (KafkaSource *) src;
+	KafkaSource *kafka = (KafkaSource *) src;
 	rd_kafka_topic_partition_list_t *list;
 
 	/* The positions a "latest" start took are in the checkpoint now. */
 	src->unpinned = false;
-	if (ks->nparts == 0)
+	if (kafka->nparts == 0)
 		return;
-	list = rd_kafka_topic_partition_list_new(ks->nparts);
-	for (int i = 0; i < ks->nparts; i++)
-		rd_kafka_topic_partition_list_add(list, ks->base.topic_names[ks->parts[i].topic],
-										  ks->parts[i].partition)->offset = ks->parts[i].next;
-	(void) rd_kafka_commit(ks->rk, list, 1);
+	list = rd_kafka_topic_partition_list_new(kafka->nparts);
+	for (int i = 0; i < kafka->nparts; i++)
+		rd_kafka_topic_partition_list_add(list, kafka->base.topic_names[kafka->parts[i].topic],
+										  kafka->parts[i].partition)->offset = kafka->parts[i].next;
+	(void) rd_kafka_commit(kafka->rk, list, 1);
 	/* Committed again, and waited for, when the consumer closes. */
-	if (ks->last_commit)
-		rd_kafka_topic_partition_list_destroy(ks->last_commit);
-	ks->last_commit = list;
+	if (kafka->last_commit)
+		rd_kafka_topic_partition_list_destroy(kafka->last_commit);
+	kafka->last_commit = list;
 }
 
 static bool
@@ -1016,10 +1085,10 @@ kafka_partition_count(Source *src)
 static void
 kafka_partition_at(Source *src, int i, int *topic, int32 *partition)
 {
-	KafkaSource *ks = (KafkaSource *) src;
+	KafkaSource *kafka = (KafkaSource *) src;
 
-	*topic = ks->parts[i].topic;
-	*partition = ks->parts[i].partition;
+	*topic = kafka->parts[i].topic;
+	*partition = kafka->parts[i].partition;
 }
 
 /*
@@ -1030,93 +1099,88 @@ kafka_partition_at(Source *src, int i, int *topic, int32 *partition)
 static void
 kafka_mark_end(Source *src)
 {
-	KafkaSource *ks = (KafkaSource *) src;
+	KafkaSource *kafka = (KafkaSource *) src;
 
-	ks->mark_pending = true;
-	refresh_assignment(ks);
+	kafka->mark_pending = true;
+	refresh_assignment(kafka);
 }
 
 /* Take each partition's end offset now; until the broker answers, no mark. */
 static void
-take_marks(KafkaSource *ks)
+take_marks(KafkaSource *kafka)
 {
-	if (ks->error[0] != '\0')
+	if (kafka->error[0] != '\0')
 		return;
-	for (int i = 0; i < ks->nparts; i++)
+	for (int i = 0; i < kafka->nparts; i++)
 	{
 		int64		low,
 					high;
 
-		if (rd_kafka_query_watermark_offsets(ks->rk, ks->base.topic_names[ks->parts[i].topic],
-											 ks->parts[i].partition, &low, &high,
+		if (rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kafka->parts[i].topic],
+											 kafka->parts[i].partition, &low, &high,
 											 BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
 			return;				/* retried at the next refresh */
-		ks->parts[i].mark = high;
+		kafka->parts[i].mark = high;
 	}
-	ks->mark_pending = false;
+	kafka->mark_pending = false;
 }
 
 static bool
 kafka_reached_end(Source *src)
 {
-	KafkaSource *ks = (KafkaSource *) src;
+	KafkaSource *kafka = (KafkaSource *) src;
 
-	if (ks->mark_pending)
+	if (kafka->mark_pending)
 		return false;
-	for (int i = 0; i < ks->nparts; i++)
-		if (ks->parts[i].next < ks->parts[i].mark)
+	for (int i = 0; i < kafka->nparts; i++)
+		if (kafka->parts[i].next < kafka->parts[i].mark)
 			return false;
 	return true;
 }
 
 /*
- * Close the consumer, on every exit (kafka_exit): the asynchronous commit
+ * Close the consumer, on every exit (a before_shmem_exit callback, so an
+ * ERROR's exit too): the asynchronous commit
  * of the last checkpoint's offsets may not have reached the broker yet, so
  * commit them once more and wait for at most CLOSE_COMMIT_MS.  Partitions
  * are assigned, never subscribed: there is no group membership to leave,
  * and the consumer close that could wait on the broker is skipped.
  */
 static void
-kafka_close(Source *src)
+kafka_exit(int code, Datum arg)
 {
-	KafkaSource *ks = (KafkaSource *) src;
-	rd_kafka_t *rk = ks->rk;
+	KafkaSource *kafka = (KafkaSource *) DatumGetPointer(arg);
+	rd_kafka_t *rk = kafka->rk;
 	sigset_t	saved;
 
 	if (rk == NULL)
 		return;
-	ks->rk = NULL;
-	for (int i = 0; i < ks->nbatch; i++)
-		rd_kafka_message_destroy(ks->batch[i]);
-	ks->nbatch = 0;
-	if (ks->last_commit != NULL)
+	kafka->rk = NULL;
+	for (int i = 0; i < kafka->nbatch; i++)
+		rd_kafka_message_destroy(kafka->batch[i]);
+	kafka->nbatch = 0;
+	if (kafka->last_commit != NULL)
 	{
 		rd_kafka_queue_t *done = rd_kafka_queue_new(rk);
 		rd_kafka_event_t *ev;
 
-		if (rd_kafka_commit_queue(rk, ks->last_commit, done, NULL, NULL) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		if (rd_kafka_commit_queue(rk, kafka->last_commit, done, NULL, NULL) == RD_KAFKA_RESP_ERR_NO_ERROR &&
 			(ev = rd_kafka_queue_poll(done, CLOSE_COMMIT_MS)) != NULL)
 			rd_kafka_event_destroy(ev);
 		rd_kafka_queue_destroy(done);
-		rd_kafka_topic_partition_list_destroy(ks->last_commit);
-		ks->last_commit = NULL;
+		rd_kafka_topic_partition_list_destroy(kafka->last_commit);
+		kafka->last_commit = NULL;
 	}
-	for (int i = 0; i < ks->base.ntopics; i++)
-		rd_kafka_topic_destroy(ks->topics[i]);
-	rd_kafka_queue_destroy(ks->queue);
-	rd_kafka_queue_destroy(ks->logs);
+	for (int i = 0; i < kafka->base.ntopics; i++)
+		rd_kafka_topic_destroy(kafka->topics[i]);
+	rd_kafka_queue_destroy(kafka->queue);
+	rd_kafka_queue_destroy(kafka->logs);
 	mailer_block_signals(&saved);
 	rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 	mailer_restore_signals(&saved);
-	close(ks->pipe_fds[0]);
-	close(ks->pipe_fds[1]);
-	rd_kafka_topic_partition_list_destroy(ks->assigned);
-}
-
-static void
-kafka_exit(int code, Datum arg)
-{
-	kafka_close((Source *) DatumGetPointer(arg));
+	close(kafka->pipe_fds[0]);
+	close(kafka->pipe_fds[1]);
+	rd_kafka_topic_partition_list_destroy(kafka->assigned);
 }
 
 /*
@@ -1129,21 +1193,21 @@ kafka_exit(int code, Datum arg)
 static bool
 kafka_backlog(Source *src, int i)
 {
-	KafkaSource *ks = (KafkaSource *) src;
-	int64		high = known_end(ks, &ks->parts[i]);
+	KafkaSource *kafka = (KafkaSource *) src;
+	int64		high = known_end(kafka, &kafka->parts[i]);
 
 	/* Unknown (restored, its end query failed, never fetched): it may hold anything. */
-	return high < 0 || ks->parts[i].next < high;
+	return high < 0 || kafka->parts[i].next < high;
 }
 
 /* The broker's last word on a partition's end offset, or -1. */
 static int64
-known_end(KafkaSource *ks, KafkaPartition *kp)
+known_end(KafkaSource *kafka, KafkaPartition *kp)
 {
 	int64		low,
 				high = -1;
 
-	if (rd_kafka_get_watermark_offsets(ks->rk, ks->base.topic_names[kp->topic], kp->partition,
+	if (rd_kafka_get_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
 									   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR || high < 0)
 		high = kp->assigned_end;
 	return high;
@@ -1163,3 +1227,18 @@ kafka_time(int64 ms)
 	t = ms * 1000 - UNIX_OFFSET_US;
 	return IS_VALID_TIMESTAMP(t) ? t : DT_NOBEGIN;
 }
+
+static const SourceOps kafka_ops = {
+	.poll = kafka_poll,
+	.headers = kafka_headers,
+	.wait_ms = kafka_wait_ms,
+	.event_fd = kafka_event_fd,
+	.positions = kafka_positions,
+	.committed = kafka_committed,
+	.finished = kafka_finished,
+	.partition_count = kafka_partition_count,
+	.partition_at = kafka_partition_at,
+	.mark_end = kafka_mark_end,
+	.reached_end = kafka_reached_end,
+	.backlog = kafka_backlog,
+};

@@ -507,7 +507,7 @@ project_failed(void *arg, int i, ErrorData *edata)
 	}
 	if (job->spec->on_error == ON_ERROR_DEAD_LETTER)
 		dead_letter_add(job->dead_letters, NULL, -1, -1, NULL, -1, row, strlen(row), "sink",
-						error_text(edata));
+						guard_error_text(edata));
 }
 
 void

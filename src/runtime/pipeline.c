@@ -80,7 +80,7 @@ message_failed(void *arg, int i, ErrorData *edata)
 	ReScanExprContext(run->job->rt->econtext);
 	if (run->job->keyed)
 		keyed_abort_record(run->job->keyed);
-	job_record_failed(run->job, &run->msgs[i], run->job->stage, error_text(edata));
+	job_record_failed(run->job, &run->msgs[i], run->job->stage, guard_error_text(edata));
 }
 
 void
@@ -134,7 +134,6 @@ process_message(Job *job, SourceMessage *msg)
 	bool		filtered = false;
 	int			made = 0;
 
-	rec->origin = -1;
 	job->stage = "decode";
 	decode_message(job, msg, rec);
 	job->stage = "event_time";
