@@ -5,7 +5,10 @@
  *		job's spec picks the backend (RocksDB or memory).
  *
  * Writes between checkpoints need not be durable: recovery always restores
- * the state of the last committed checkpoint.
+ * the state of the last committed checkpoint.  A backend stores bytes; what
+ * they mean, and their format version, is the keyed stage's
+ * (operators/keyed_state.h).  A job's state lives as long as its worker:
+ * the process exit closes it.
  */
 #ifndef STATE_H
 #define STATE_H
@@ -61,8 +64,6 @@ typedef struct StateBackendOps
 
 	/* Bytes of state, roughly (for mailer.metrics). */
 	int64		(*size) (StateBackend *sb);
-
-	void		(*close) (StateBackend *sb);
 } StateBackendOps;
 
 struct StateBackend

@@ -58,16 +58,7 @@ typedef struct ChangedKey
 
 #define SH_PREFIX changed
 #define SH_ELEMENT_TYPE ChangedKey
-#define SH_KEY_TYPE StateKey
-#define SH_KEY key
-#define SH_HASH_KEY(tb, key) state_key_hash(key)
-#define SH_EQUAL(tb, a, b) state_key_equal(a, b)
-#define SH_STORE_HASH
-#define SH_GET_HASH(tb, a) a->hash
-#define SH_SCOPE static inline
-#define SH_DECLARE
-#define SH_DEFINE
-#include "lib/simplehash.h"
+#include "state/state_key_table.h"
 
 typedef struct MemoryState
 {
@@ -91,22 +82,7 @@ typedef struct MemoryIterator
 	bool		started;
 } MemoryIterator;
 
-static bool mem_get(StateBackend *sb, const char *key, int klen, StringInfo val);
-static void mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen);
-static void mem_delete(StateBackend *sb, const char *key, int klen);
-static StateIterator *mem_iterate(StateBackend *sb, const char *from, int flen,
-								  const char *to, int tlen);
-static bool mem_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen);
-static void mem_iterate_end(StateIterator *it);
-static char *mem_checkpoint(StateBackend *sb, int64 epoch);
-static void mem_committed(StateBackend *sb, int64 epoch, int64 keep_from);
-static int64 mem_size(StateBackend *sb);
-static void mem_close(StateBackend *sb);
-
-static const StateBackendOps memory_ops = {
-	mem_get, mem_put, mem_delete, mem_iterate, mem_next, mem_iterate_end,
-	mem_checkpoint, mem_committed, mem_size, mem_close
-};
+static const StateBackendOps memory_ops;
 
 static int
 compare_keys(const char *a, int alen, const char *b, int blen)
@@ -500,13 +476,14 @@ mem_size(StateBackend *sb)
 	return ((MemoryState *) sb)->bytes;
 }
 
-static void
-mem_close(StateBackend *sb)
-{
-	MemoryState *ms = (MemoryState *) sb;
-
-	if (ms->compact_plan)
-		SPI_freeplan(ms->compact_plan);
-	MemoryContextDelete(ms->ctx);
-	MemoryContextDelete(ms->changed_ctx);
-}
+static const StateBackendOps memory_ops = {
+	.get = mem_get,
+	.put = mem_put,
+	.delete = mem_delete,
+	.iterate = mem_iterate,
+	.next = mem_next,
+	.iterate_end = mem_iterate_end,
+	.checkpoint = mem_checkpoint,
+	.committed = mem_committed,
+	.size = mem_size,
+};

@@ -55,22 +55,7 @@ typedef struct RocksIterator
 	bool		started;
 } RocksIterator;
 
-static bool rocks_get(StateBackend *sb, const char *key, int klen, StringInfo val);
-static void rocks_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen);
-static void rocks_delete(StateBackend *sb, const char *key, int klen);
-static StateIterator *rocks_iterate(StateBackend *sb, const char *from, int flen,
-									const char *to, int tlen);
-static bool rocks_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen);
-static void rocks_iterate_end(StateIterator *it);
-static char *rocks_checkpoint(StateBackend *sb, int64 epoch);
-static void rocks_committed(StateBackend *sb, int64 epoch, int64 keep_from);
-static int64 rocks_size(StateBackend *sb);
-static void rocks_close(StateBackend *sb);
-
-static const StateBackendOps rocks_ops = {
-	rocks_get, rocks_put, rocks_delete, rocks_iterate, rocks_next, rocks_iterate_end,
-	rocks_checkpoint, rocks_committed, rocks_size, rocks_close
-};
+static const StateBackendOps rocks_ops;
 
 static rocksdb_env_t *rocks_env = NULL;
 
@@ -446,14 +431,14 @@ rocks_size(StateBackend *sb)
 	return total;
 }
 
-static void
-rocks_close(StateBackend *sb)
-{
-	RocksState *rs = (RocksState *) sb;
-
-	apply_writes(rs);
-	rocksdb_close(rs->db);
-	rs->db = NULL;
-	close(rs->lock_fd);
-	rs->lock_fd = -1;
-}
+static const StateBackendOps rocks_ops = {
+	.get = rocks_get,
+	.put = rocks_put,
+	.delete = rocks_delete,
+	.iterate = rocks_iterate,
+	.next = rocks_next,
+	.iterate_end = rocks_iterate_end,
+	.checkpoint = rocks_checkpoint,
+	.committed = rocks_committed,
+	.size = rocks_size,
+};
