@@ -50,62 +50,44 @@ aggregate_init(AggregateDef *agg, AggValue *value)
 void
 aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum arg, bool isnull)
 {
-	AggValue	r = *value;
+	AggValue	one = {0};
 
-	if (agg->impl == AGG_COUNT_STAR)
+	if (isnull && agg->impl != AGG_COUNT_STAR)
 	{
-		r.count++;
-		*next = r;
-		return;
-	}
-	if (isnull)
-	{
-		*next = r;
+		*next = *value;
 		return;
 	}
 
+	/* The running value of this one argument, merged in. */
+	one.count = 1;
 	switch (agg->impl)
 	{
 		case AGG_COUNT_STAR:
 		case AGG_COUNT:
 			break;
 		case AGG_SUM_INT:
-			add_int8(agg, &r.v.i64,
-					 agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg));
+			one.v.i64 = agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
 			break;
 		case AGG_SUM_INT8:
 		case AGG_AVG_INT:
-			r.v.i128 += agg->arg_type == INT8OID ? DatumGetInt64(arg) :
+			one.v.i128 = agg->arg_type == INT8OID ? DatumGetInt64(arg) :
 				agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
 			break;
-		case AGG_SUM_NUMERIC:
-		case AGG_AVG_NUMERIC:
-			r.v.datum = r.count == 0 ? arg :
-				DirectFunctionCall2(numeric_add, r.v.datum, arg);
-			break;
 		case AGG_SUM_FLOAT4:
-			r.v.f4 = float4_pl(r.v.f4, DatumGetFloat4(arg));
+			one.v.f4 = DatumGetFloat4(arg);
 			break;
 		case AGG_SUM_FLOAT8:
 		case AGG_AVG_FLOAT:
-			r.v.f8 = float8_pl(r.v.f8,
-							   agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg));
+			one.v.f8 = agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg);
 			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
 		case AGG_MIN:
 		case AGG_MAX:
-			if (r.count > 0)
-			{
-				int32		cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
-																  arg, r.v.datum));
-
-				if ((agg->impl == AGG_MIN && cmp >= 0) || (agg->impl == AGG_MAX && cmp <= 0))
-					break;
-			}
-			r.v.datum = arg;
+			one.v.datum = arg;
 			break;
 	}
-	r.count++;
-	*next = r;
+	aggregate_merge(agg, value, &one, next);
 }
 
 void

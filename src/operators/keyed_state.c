@@ -17,7 +17,9 @@
  * byte is not KEYED_STATE_FORMAT (written by a later release, or damaged)
  * is refused with an error naming the job, the key and the version,
  * instead of being read as garbage; so is a checkpoint whose layout names
- * a format this release does not know.
+ * a format this release does not know.  The format covers the keys too: a
+ * change to their layout (keyed_state.h) is a new format, with an upgrade
+ * step in keyed_upgrade_state.
  */
 #include "postgres.h"
 

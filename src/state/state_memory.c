@@ -253,9 +253,9 @@ state_memory_open(int64 job_id, int64 epoch)
 }
 
 static bool
-mem_get(StateBackend *sb, const char *key, int klen, StringInfo val)
+mem_get(StateBackend *backend, const char *key, int klen, StringInfo val)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *x = seek(ms, key, klen, NULL);
 
 	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
@@ -266,18 +266,18 @@ mem_get(StateBackend *sb, const char *key, int klen, StringInfo val)
 }
 
 static void
-mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen)
+mem_put(StateBackend *backend, const char *key, int klen, const char *val, int vlen)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 
 	map_put(ms, key, klen, val, vlen);
 	note_changed(ms, key, klen);
 }
 
 static void
-mem_delete(StateBackend *sb, const char *key, int klen)
+mem_delete(StateBackend *backend, const char *key, int klen)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *update[SKIP_MAX_LEVEL];
 	SkipNode   *x = seek(ms, key, klen, update);
 
@@ -294,9 +294,9 @@ mem_delete(StateBackend *sb, const char *key, int klen)
 }
 
 static StateIterator *
-mem_iterate(StateBackend *sb, const char *from, int flen, const char *to, int tlen)
+mem_iterate(StateBackend *backend, const char *from, int flen, const char *to, int tlen)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	MemoryIterator *mi = palloc0(sizeof(MemoryIterator));
 
 	mi->node = seek(ms, from, flen, NULL);
@@ -341,9 +341,9 @@ mem_iterate_end(StateIterator *it)
 
 /* Write the changed keys as versions of this epoch (inside its transaction). */
 static char *
-mem_checkpoint(StateBackend *sb, int64 epoch)
+mem_checkpoint(StateBackend *backend, int64 epoch)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	changed_iterator iter;
 	ChangedKey *ck;
 	int			n = 0;
@@ -418,9 +418,9 @@ static const char compact_sql[] =
  * its versions up to keep_from are only dropped late, never wrongly.
  */
 static void
-mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
+mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	MemoryContext old_ctx = ms->unsettled_ctx;
 	struct changed_hash *old = ms->unsettled;
 	changed_iterator iter;
@@ -471,9 +471,9 @@ mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
 }
 
 static int64
-mem_size(StateBackend *sb)
+mem_size(StateBackend *backend)
 {
-	return ((MemoryState *) sb)->bytes;
+	return ((MemoryState *) backend)->bytes;
 }
 
 static const StateBackendOps memory_ops = {
