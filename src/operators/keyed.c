@@ -13,6 +13,7 @@
 #include "utils/memutils.h"
 
 #include "base/guard.h"
+#include "operators/keyed.h"
 #include "operators/keyed_cache.h"
 #include "operators/window.h"
 #include "state/serial.h"

@@ -8,8 +8,13 @@
 #ifndef KEYED_CACHE_H
 #define KEYED_CACHE_H
 
-#include "operators/keyed.h"
+#include "connectors/dead_letter.h"
+#include "connectors/sink.h"
 #include "operators/keyed_state.h"
+#include "plan/plan.h"
+
+/* As keyed.h names it: this header does not include keyed.h, which is keyed.c's. */
+typedef struct KeyedStage KeyedStage;
 
 struct KeyedStage
 {
