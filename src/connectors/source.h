@@ -84,7 +84,4 @@ extern Source *generator_source_open(GeneratorSpec *spec, Jsonb *positions, JobS
 extern Source *kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 								 JobSlot *slot);
 
-/* ERROR (naming source.options.<name>) when librdkafka refuses a property. */
-extern void kafka_check_options(KafkaSourceSpec *spec);
-
 #endif							/* SOURCE_H */

@@ -111,15 +111,7 @@ static const SourceOps kafka_ops = {
 	kafka_backlog
 };
 
-/* Properties mailer sets itself: a spec may not override them. */
-static const char *const forced_properties[] = {
-	"enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
-	"log.queue", "group.id", "auto.offset.reset", NULL
-};
-
-static rd_kafka_conf_t *build_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_only);
 static void error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque);
-static void check_unsecured_jwt(List *options);
 static void drain_logs(KafkaSource *ks);
 static void refresh_assignment(KafkaSource *ks);
 static void check_restored_exist(KafkaSource *ks, int topic, const rd_kafka_metadata_topic_t *md);
@@ -137,14 +129,6 @@ static TimestampTz kafka_time(int64 ms);
 static void add_secret(KafkaSource *ks, char *text);
 static void mask_secrets(KafkaSource *ks, char *text, size_t size);
 static void kafka_exit(int code, Datum arg);
-
-void
-kafka_check_options(KafkaSourceSpec *spec)
-{
-	rd_kafka_conf_t *conf = build_conf(spec, "mailer-check", true);
-
-	rd_kafka_conf_destroy(conf);
-}
 
 /* One more text to mask in librdkafka's messages; the list grows as needed. */
 static void
@@ -164,7 +148,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 {
 	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
 	KafkaSource *ks = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
-	rd_kafka_conf_t *conf = build_conf(spec, spec->group_id ? spec->group_id : job_name, false);
+	rd_kafka_conf_t *conf = kafka_options_conf(spec, spec->group_id ? spec->group_id : job_name, false);
 	char		errstr[512];
 	sigset_t	saved;
 	ListCell   *lc;
@@ -251,140 +235,6 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	before_shmem_exit(kafka_exit, PointerGetDatum(ks));
 	refresh_assignment(ks);
 	return &ks->base;
-}
-
-/*
- * validate_only: for create_job and describe_job, in the caller's backend:
- * properties that load code (librdkafka dlopen()s a plugin as soon as it
- * is set) are judged by name only, and only the worker sets them.
- */
-static rd_kafka_conf_t *
-build_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_only)
-{
-	rd_kafka_conf_t *conf;
-	char		errstr[512];
-	ListCell   *lc;
-	struct
-	{
-		const char *name;
-		const char *value;
-	}			defaults[] = {
-		{"bootstrap.servers", spec->brokers},
-		{"isolation.level", "read_committed"},
-		{"auto.offset.reset", "earliest"},
-		{"fetch.wait.max.ms", "100"},
-		/*
-		 * The prefetch is bounded by size alone: librdkafka would prefetch
-		 * up to 64 MB, so bound what a worker holds (source.options may
-		 * raise it).  A count bound would starve the worker: librdkafka
-		 * 2.0 stops fetching a partition past it and looks again only
-		 * when its broker thread wakes, up to a second later, while
-		 * 100,000 records (its default) last a busy worker half that.
-		 */
-		{"queued.min.messages", "10000000"},
-		{"queued.max.messages.kbytes", "32768"},
-		{"enable.auto.commit", "false"},
-		{"enable.auto.offset.store", "false"},
-		{"enable.partition.eof", "false"},
-		{"log.queue", "true"},
-		{"group.id", group_id},
-	};
-
-	/* Before librdkafka sees a property: some act as soon as they are set. */
-	kafka_options_check(spec->options, spec->owner);
-	check_unsecured_jwt(spec->options);
-	conf = rd_kafka_conf_new();
-	for (int i = 0; i < lengthof(defaults); i++)
-		if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-			elog(ERROR, "librdkafka refused %s: %s", defaults[i].name, errstr);
-
-	foreach(lc, spec->options)
-	{
-		DefElem    *opt = lfirst(lc);
-
-		for (int i = 0; forced_properties[i]; i++)
-			if (strcmp(opt->defname, forced_properties[i]) == 0)
-			{
-				rd_kafka_conf_destroy(conf);
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("invalid job spec at source.options.%s: mailer sets this property itself", opt->defname),
-						 errhint("%s", strcmp(opt->defname, "group.id") == 0 ?
-								 "Use \"source.group_id\" to name the consumer group." :
-								 "Leave it out: mailer keeps its own offsets in its checkpoints.")));
-			}
-		if (validate_only && kafka_option_loads_code(opt->defname))
-			continue;
-		if (rd_kafka_conf_set(conf, opt->defname, strVal(opt->arg), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		{
-			rd_kafka_conf_destroy(conf);
-			/* librdkafka's message may quote the value: never show a secret. */
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid job spec at source.options.%s: %s", opt->defname,
-							spec_option_is_secret(opt->defname) ? "librdkafka refused the value" : errstr),
-					 errhint("source.options takes librdkafka consumer properties, as CONFIGURATION.md of librdkafka lists them.")));
-		}
-	}
-	return conf;
-}
-
-/*
- * librdkafka 2.0 crashes (a broker thread, so the whole server restarts)
- * some seconds after it fails to parse the sasl.oauthbearer.config of an
- * unsecured JWT: refuse, for every role, a config it would fail on.  Its
- * grammar: space-separated principal=, principalClaimName=, scope=,
- * lifeSeconds= (digits) and extension_NAME= settings, principal required.
- */
-static void
-check_unsecured_jwt(List *options)
-{
-	const char *config = NULL;
-	bool		unsecured = false;
-	bool		principal = false;
-	char	   *copy;
-	char	   *word;
-	char	   *save;
-	ListCell   *lc;
-
-	foreach(lc, options)
-	{
-		DefElem    *opt = lfirst(lc);
-
-		if (strcmp(opt->defname, "enable.sasl.oauthbearer.unsecure.jwt") == 0)
-			unsecured = pg_strcasecmp(strVal(opt->arg), "true") == 0 ||
-				strcmp(strVal(opt->arg), "1") == 0;
-		else if (strcmp(opt->defname, "sasl.oauthbearer.config") == 0)
-			config = strVal(opt->arg);
-	}
-	if (!unsecured || config == NULL)
-		return;
-	copy = pstrdup(config);
-	for (word = strtok_r(copy, " ", &save); word; word = strtok_r(NULL, " ", &save))
-	{
-		char	   *eq = strchr(word, '=');
-		bool		ok = eq != NULL && eq[1] != '\0';
-
-		if (ok)
-		{
-			*eq = '\0';
-			if (strcmp(word, "principal") == 0)
-				principal = true;
-			else if (strcmp(word, "lifeSeconds") == 0)
-				ok = strspn(eq + 1, "0123456789") == strlen(eq + 1);
-			else
-				ok = strcmp(word, "principalClaimName") == 0 || strcmp(word, "scope") == 0 ||
-					(strncmp(word, "extension_", 10) == 0 && word[10] != '\0');
-		}
-		if (!ok)
-			break;
-	}
-	if (word != NULL || !principal)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid job spec at source.options.sasl.oauthbearer.config: librdkafka cannot read it as an unsecured JWT's settings"),
-				 errdetail("With \"enable.sasl.oauthbearer.unsecure.jwt\", it is space-separated principal=, principalClaimName=, scope=, lifeSeconds= and extension_NAME= settings, principal required; librdkafka 2.0 fails on anything else."),
-				 errhint("Correct the value (it is not shown: it may be a secret).")));
 }
 
 /* Called from rd_kafka_poll(), on the worker's own thread. */

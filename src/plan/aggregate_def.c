@@ -12,13 +12,10 @@
 #include "catalog/pg_type.h"
 #include "nodes/parsenodes.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/typcache.h"
 
 #include "plan/aggregate_def.h"
-
-static void agg_error(const char *path, int code, const char *hint, const char *fmt,...)
-			pg_attribute_printf(4, 5) pg_attribute_noreturn();
+#include "plan/spec_error.h"
 
 static const char *const agg_hint =
 "An aggregate is count(*), count(e), sum(e), min(e), max(e) or avg(e), with e an SQL expression over the record's fields.";
@@ -35,14 +32,14 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
 	agg->name = pstrdup(name);
 	agg->text = pstrdup(text);
 	if (!IsA(raw, FuncCall))
-		agg_error(path, ERRCODE_SYNTAX_ERROR, agg_hint, "expected an aggregate call");
+		spec_error(path, ERRCODE_SYNTAX_ERROR, agg_hint, "expected an aggregate call");
 	call = (FuncCall *) raw;
 	if (list_length(call->funcname) != 1)
-		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate");
+		spec_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate");
 	fname = strVal(linitial(call->funcname));
 	if (call->agg_distinct || call->agg_filter || call->agg_order || call->over ||
 		call->agg_within_group || call->func_variadic)
-		agg_error(path, ERRCODE_FEATURE_NOT_SUPPORTED, agg_hint,
+		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED, agg_hint,
 				  "DISTINCT, FILTER, ORDER BY, OVER and VARIADIC are not supported in aggregates");
 
 	if (strcmp(fname, "count") == 0 && call->agg_star)
@@ -52,7 +49,7 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
 		return agg;
 	}
 	if (call->agg_star || list_length(call->args) != 1)
-		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "%s takes exactly one argument", fname);
+		spec_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "%s takes exactly one argument", fname);
 
 	agg->arg = expr_compile(psprintf("%s", text), linitial(call->args), path, scope, EXPR_SCALAR);
 	t = agg->arg->type;
@@ -93,7 +90,7 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
 				agg->result_type = FLOAT8OID;
 				break;
 			default:
-				agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
+				spec_error(path, ERRCODE_UNDEFINED_FUNCTION,
 						  "sum and avg take smallint, integer, bigint, numeric, real or double precision; cast the argument, e.g. (value->>'amount')::numeric.",
 						  "%s of this type is not supported", fname);
 		}
@@ -103,7 +100,7 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
 		TypeCacheEntry *tc = lookup_type_cache(t, TYPECACHE_CMP_PROC_FINFO);
 
 		if (!OidIsValid(tc->cmp_proc) || agg->arg_typlen == -2)
-			agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
+			spec_error(path, ERRCODE_UNDEFINED_FUNCTION,
 					  "min and max take a type with an ordering, such as numeric, text or timestamptz.",
 					  "%s needs an ordered type", fname);
 		fmgr_info_copy(&agg->cmp_proc, &tc->cmp_proc_finfo, TopMemoryContext);
@@ -111,31 +108,7 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
 		agg->result_type = t;
 	}
 	else
-		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate \"%s\"", fname);
+		spec_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate \"%s\"", fname);
 	return agg;
 }
 
-/* The format is always a literal: the message names what the spec got wrong. */
-static void
-agg_error(const char *path, int code, const char *hint, const char *fmt,...)
-{
-	StringInfoData msg;
-
-	initStringInfo(&msg);
-	for (;;)
-	{
-		va_list		args;
-		int			needed;
-
-		va_start(args, fmt);
-		needed = appendStringInfoVA(&msg, fmt, args);
-		va_end(args);
-		if (needed == 0)
-			break;
-		enlargeStringInfo(&msg, needed);
-	}
-	ereport(ERROR,
-			(errcode(code),
-			 errmsg("invalid job spec at %s: %s", path, msg.data),
-			 errhint("%s", hint)));
-}

@@ -23,6 +23,7 @@
 
 #include "base/mailer.h"
 #include "plan/expr.h"
+#include "plan/spec_error.h"
 
 static Node *field_ref_hook(ParseState *pstate, ColumnRef *cref);
 static Param *make_field_param(RecordSchema *schema, int slot, int location);
@@ -31,8 +32,8 @@ static ParamExternData *record_param_fetch(ParamListInfo params, int paramid,
 static void rethrow_with_path(MemoryContext ctx, const char *path, const char *text,
 							  FieldScope *scope) pg_attribute_noreturn();
 static char *describe_fields(FieldScope *scope);
-static void expr_error(const char *path, int code, const char *hint, const char *msg) pg_attribute_noreturn();
 static Node *faster_casts(Node *node, void *context);
+static void check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use);
 static Expr *plan_expr(Node *node);
 static bool in_job_worker(void);
 static Node *plan_without_running(Node *node, void *context);
@@ -57,7 +58,7 @@ expr_parse(const char *text, const char *path)
 	PG_END_TRY();
 
 	if (list_length(stmts) != 1)
-		expr_error(path, ERRCODE_SYNTAX_ERROR, "Write one SQL expression, with no semicolon.",
+		spec_error(path, ERRCODE_SYNTAX_ERROR, "Write one SQL expression, with no semicolon.",
 				   "expected one expression");
 	raw = linitial_node(RawStmt, stmts);
 	select = (SelectStmt *) raw->stmt;
@@ -68,16 +69,16 @@ expr_parse(const char *text, const char *path)
 		select->limitCount || select->limitOffset || select->distinctClause ||
 		select->intoClause || select->withClause || select->lockingClause ||
 		select->valuesLists)
-		expr_error(path, ERRCODE_SYNTAX_ERROR,
+		spec_error(path, ERRCODE_SYNTAX_ERROR,
 				   "Write one SQL expression over the record's fields, without FROM, WHERE or other clauses.",
 				   "expected a single expression");
 	target = linitial_node(ResTarget, select->targetList);
 	if (target->name != NULL)
-		expr_error(path, ERRCODE_SYNTAX_ERROR, "Leave out the AS: the field's name is its key in the spec.",
+		spec_error(path, ERRCODE_SYNTAX_ERROR, "Leave out the AS: the field's name is its key in the spec.",
 				   "an expression here cannot have an alias");
 	if (IsA(target->val, ColumnRef) &&
 		IsA(llast(((ColumnRef *) target->val)->fields), A_Star))
-		expr_error(path, ERRCODE_SYNTAX_ERROR, "Name the fields you need.", "* is not an expression");
+		spec_error(path, ERRCODE_SYNTAX_ERROR, "Name the fields you need.", "* is not an expression");
 	return target->val;
 }
 
@@ -124,30 +125,7 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 	}
 	PG_END_TRY();
 
-	if (pstate->p_hasAggs || pstate->p_hasWindowFuncs)
-		expr_error(path, ERRCODE_GROUPING_ERROR,
-				   "Aggregates belong in an \"aggregate\" step, after \"key_by\".",
-				   "aggregate and window functions are not allowed in this expression");
-	if (pstate->p_hasSubLinks)
-		expr_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "Put the query in a function and call the function.",
-				   "subqueries are not supported in job expressions");
-	if (use == EXPR_SET)
-	{
-		if (!((IsA(node, FuncExpr) && ((FuncExpr *) node)->funcretset) ||
-			  (IsA(node, OpExpr) && ((OpExpr *) node)->opretset)))
-			expr_error(path, ERRCODE_WRONG_OBJECT_TYPE,
-					   "A flat_map is a call of a set-returning function, such as jsonb_array_elements(value->'items').",
-					   "expected a call of a set-returning function");
-		if (type_is_rowtype(exprType(node)))
-			expr_error(path, ERRCODE_DATATYPE_MISMATCH,
-					   "Use a function that returns a set of scalar values, such as jsonb_array_elements or regexp_split_to_table.",
-					   "a flat_map function must return scalar values, not rows");
-	}
-	else if (pstate->p_hasTargetSRFs)
-		expr_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "Use a \"flat_map\" step to turn one record into several.",
-				   "set-returning functions are allowed only in flat_map");
+	check_expr_use(pstate, node, path, use);
 
 	/* In the worker, constant folding evaluates immutable calls now: 1/0 fails here. */
 	PG_TRY();
@@ -164,6 +142,36 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 	cexpr->typmod = exprTypmod((Node *) cexpr->expr);
 	cexpr->collation = exprCollation((Node *) cexpr->expr);
 	return cexpr;
+}
+
+/* What the expression may contain, for its use. */
+static void
+check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use)
+{
+	if (pstate->p_hasAggs || pstate->p_hasWindowFuncs)
+		spec_error(path, ERRCODE_GROUPING_ERROR,
+				   "Aggregates belong in an \"aggregate\" step, after \"key_by\".",
+				   "aggregate and window functions are not allowed in this expression");
+	if (pstate->p_hasSubLinks)
+		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Put the query in a function and call the function.",
+				   "subqueries are not supported in job expressions");
+	if (use == EXPR_SET)
+	{
+		if (!((IsA(node, FuncExpr) && ((FuncExpr *) node)->funcretset) ||
+			  (IsA(node, OpExpr) && ((OpExpr *) node)->opretset)))
+			spec_error(path, ERRCODE_WRONG_OBJECT_TYPE,
+					   "A flat_map is a call of a set-returning function, such as jsonb_array_elements(value->'items').",
+					   "expected a call of a set-returning function");
+		if (type_is_rowtype(exprType(node)))
+			spec_error(path, ERRCODE_DATATYPE_MISMATCH,
+					   "Use a function that returns a set of scalar values, such as jsonb_array_elements or regexp_split_to_table.",
+					   "a flat_map function must return scalar values, not rows");
+	}
+	else if (pstate->p_hasTargetSRFs)
+		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Use a \"flat_map\" step to turn one record into several.",
+				   "set-returning functions are allowed only in flat_map");
 }
 
 /*
@@ -189,7 +197,7 @@ static bool
 in_job_worker(void)
 {
 	return IsBackgroundWorker && MyBgworkerEntry != NULL &&
-		strcmp(MyBgworkerEntry->bgw_library_name, "mailer") == 0 &&
+		strcmp(MyBgworkerEntry->bgw_library_name, MAILER_SCHEMA) == 0 &&
 		strcmp(MyBgworkerEntry->bgw_function_name, "job_worker_main") == 0;
 }
 
@@ -233,13 +241,11 @@ expr_compile_cast(int slot, FieldScope *scope, Oid type, int32 typmod, const cha
 								 f->type, type, typmod,
 								 COERCION_EXPLICIT, COERCE_EXPLICIT_CAST, -1);
 	if (node == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("invalid job spec at %s: field \"%s\" of type %s cannot be cast to %s %s",
-						path, f->name, format_type_be(f->type), target_desc,
-						format_type_with_typemod(type, typmod)),
-				 errhint("Convert the value in the expression that makes the field, for example with ::%s.",
-						 format_type_be(type))));
+		spec_error(path, ERRCODE_DATATYPE_MISMATCH,
+				   psprintf("Convert the value in the expression that makes the field, for example with ::%s.",
+							format_type_be(type)),
+				   "field \"%s\" of type %s cannot be cast to %s %s",
+				   f->name, format_type_be(f->type), target_desc, format_type_with_typemod(type, typmod));
 	assign_expr_collations(pstate, node);
 	cexpr = palloc0(sizeof(CompiledExpr));
 	cexpr->text = psprintf("CAST(%s AS %s)", quote_identifier(f->name),
@@ -255,12 +261,14 @@ expr_compile_cast(int slot, FieldScope *scope, Oid type, int32 typmod, const cha
 /*
  * text::timestamptz becomes mailer._timestamptz_iso(text): the same result,
  * much sooner for the ISO 8601 text event times usually are (iso_time.c).
+ *
+ * The function is looked up at each cast found, never kept across
+ * compiles: its oid changes when the extension is dropped and created
+ * again, and one lookup per cast is nothing beside compiling the rest.
  */
 static Node *
 faster_casts(Node *node, void *context)
 {
-	static Oid	iso_func = InvalidOid;
-
 	if (node == NULL)
 		return NULL;
 	node = expression_tree_mutator(node, faster_casts, context);
@@ -268,16 +276,13 @@ faster_casts(Node *node, void *context)
 		exprType((Node *) ((CoerceViaIO *) node)->arg) == TEXTOID)
 	{
 		CoerceViaIO *cast = (CoerceViaIO *) node;
+		Oid			argtype = TEXTOID;
+		Oid			iso_func;
 
+		iso_func = LookupFuncName(list_make2(makeString(MAILER_SCHEMA), makeString("_timestamptz_iso")),
+								  1, &argtype, true);
 		if (!OidIsValid(iso_func))
-		{
-			Oid			argtype = TEXTOID;
-
-			iso_func = LookupFuncName(list_make2(makeString(MAILER_SCHEMA), makeString("_timestamptz_iso")),
-									  1, &argtype, true);
-			if (!OidIsValid(iso_func))
-				return node;
-		}
+			return node;
 		return (Node *) makeFuncExpr(iso_func, TIMESTAMPTZOID, list_make1(cast->arg),
 									 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
 	}
@@ -414,20 +419,11 @@ rethrow_with_path(MemoryContext ctx, const char *path, const char *text, FieldSc
 	FlushErrorState();
 	ereport(ERROR,
 			(errcode(edata->sqlerrcode),
-			 errmsg("invalid job spec at %s: %s", path, edata->message),
+			 spec_errmsg(path, "%s", edata->message),
 			 errdetail("The expression is: %s", text),
 			 edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ?
 			 errhint("A job's expressions run as its owner: grant EXECUTE on the function to the job's owner.") :
 			 edata->hint ? errhint("%s", edata->hint) :
 			 scope ? errhint("Expressions are SQL over the record's fields: %s.", describe_fields(scope)) :
 			 errhint("Write one SQL expression, as in a SELECT list.")));
-}
-
-static void
-expr_error(const char *path, int code, const char *hint, const char *msg)
-{
-	ereport(ERROR,
-			(errcode(code),
-			 errmsg("invalid job spec at %s: %s", path, msg),
-			 errhint("%s", hint)));
 }

@@ -1,65 +1,30 @@
 /*
  * json_fields.c
- *		Top-level JSON fields straight from the message text (json_fields.h).
+ *		Rewrite a plan to read top-level JSON fields straight from the
+ *		message text (json_fields.h).
  *
- * Building a jsonb for every message costs more than everything else a
- * simple job does per record, while most jobs read a few top-level fields.
- * The scanner below validates the JSON text as PostgreSQL's parser would
- * (RFC 8259 grammar; \u0000 refused) and keeps the last occurrence of each
- * wanted key, as jsonb does.  A field's value then becomes what ->> or ->
- * would give: strings unescaped, numbers as numeric prints them, nested
- * values through jsonb itself.
- *
- * Where the scanner could decide differently from jsonb_in, it declines and
- * the message goes through jsonb_in and the operators themselves: nesting
- * deeper than JSON_FIELDS_MAX_DEPTH (jsonb_in's stack depth limit is not
- * ours) and messages over JSON_FIELDS_MAX_LEN (jsonb's size limits).  The
- * differential fuzzer in test/fuzz holds the two to the same answers.
+ * When every use of the jsonb value is value->>'key' or value->'key' with
+ * a constant key, each such access becomes a field of its own, which the
+ * scanner (json_scan.c) fills from the text; the value itself is then never
+ * built.  Any other use keeps the plan as it is.
  */
 #include "postgres.h"
 
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
-#include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
-#include "utils/jsonb.h"
 
 #include "plan/json_fields.h"
 
-/* Deeper nesting is left to jsonb_in, whose stack depth limit then decides. */
-#define JSON_FIELDS_MAX_DEPTH 128
-
-/* Larger messages are left to jsonb_in: below this, no jsonb limit is reached. */
-#define JSON_FIELDS_MAX_LEN (16 * 1024 * 1024)
-
-/* Numbers longer than this may exceed numeric's weight or scale. */
-#define JSON_FIELDS_SAFE_NUMBER_LEN 1000
-
-/* A wanted field's value as found: [start, end) of its JSON text. */
-typedef struct FieldSpan
-{
-	const char *start;
-	const char *end;
-} FieldSpan;
-
-typedef struct Scanner
-{
-	const char *p;
-	const char *end;
-	const char *text;
-	int			len;
-	bool		declined;		/* too deep: leave the message to jsonb_in */
-} Scanner;
-
 typedef struct Analysis
 {
+	JobPlan    *plan;
 	bool		other_use;		/* the jsonb value is used whole somewhere */
 	JsonFields *jf;
 	RecordSchema *schema;
-	bool		rewrite;
 } Analysis;
 
 static bool analyse(Node *node, Analysis *a);
@@ -174,35 +139,32 @@ rewrite(Node *node, Analysis *a)
 	return expression_tree_mutator(node, rewrite, a);
 }
 
-/* Every expression over the record's fields, to look at or rewrite. */
-static void
-for_each_expr(JobPlan *plan, void (*fn) (CompiledExpr *e, Analysis *a), Analysis *a)
+/*
+ * Whether an expression reads the record the message becomes: a sink
+ * column's cast reads the output record, which is that one only without
+ * an aggregate.
+ */
+static bool
+reads_message(Analysis *a, bool over_output)
 {
-	fn(plan->event_time, a);
-	for (int i = 0; i < plan->nsteps; i++)
-	{
-		fn(plan->steps[i]->expr, a);
-		for (int j = 0; j < plan->steps[i]->nexprs; j++)
-			fn(plan->steps[i]->exprs[j], a);
-	}
-	for (int i = 0; i < plan->naggs; i++)
-		fn(plan->aggs[i]->arg, a);
-	if (plan->out_schema == plan->schema)
-		for (int i = 0; i < plan->sink->ncolumns; i++)
-			fn(plan->sink->columns[i].cast, a);
+	return !over_output || a->plan->out_schema == a->plan->schema;
 }
 
 static void
-analyse_expr(CompiledExpr *e, Analysis *a)
+analyse_expr(CompiledExpr *e, bool over_output, void *arg)
 {
-	if (e)
+	Analysis   *a = arg;
+
+	if (reads_message(a, over_output))
 		(void) analyse((Node *) e->expr, a);
 }
 
 static void
-rewrite_expr(CompiledExpr *e, Analysis *a)
+rewrite_expr(CompiledExpr *e, bool over_output, void *arg)
 {
-	if (e)
+	Analysis   *a = arg;
+
+	if (reads_message(a, over_output))
 		e->expr = (Expr *) rewrite((Node *) e->expr, a);
 }
 
@@ -214,8 +176,9 @@ json_fields_plan(JobPlan *plan)
 	/* \u escapes are decoded to UTF-8 here: other encodings take the jsonb path. */
 	if (plan->spec->source.format != FORMAT_JSON || GetDatabaseEncoding() != PG_UTF8)
 		return NULL;
+	a.plan = plan;
 	a.schema = plan->schema;
-	for_each_expr(plan, analyse_expr, &a);
+	plan_foreach_expr(plan, analyse_expr, &a);
 	/* A sink column fed the value itself needs the jsonb too. */
 	if (plan->out_schema == plan->schema)
 		for (int i = 0; i < plan->sink->ncolumns; i++)
@@ -224,523 +187,7 @@ json_fields_plan(JobPlan *plan)
 	if (a.other_use)
 		return NULL;
 	a.jf = palloc0(sizeof(JsonFields));
-	for_each_expr(plan, rewrite_expr, &a);
+	plan_foreach_expr(plan, rewrite_expr, &a);
 	plan->schema->fields[FIELD_VALUE].referenced = false;
 	return a.jf;
-}
-
-/*
- * The scanner
- */
-
-static void pg_attribute_noreturn()
-syntax_error(Scanner *s, const char *what)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-			 errmsg("invalid input syntax for type json"),
-			 errdetail("%s at byte %d of the message.", what, (int) (s->p - s->text))));
-}
-
-static inline void
-skip_space(Scanner *s)
-{
-	while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
-		s->p++;
-}
-
-static int
-hex_value(Scanner *s, const char *p)
-{
-	int			v = 0;
-
-	for (int i = 0; i < 4; i++)
-	{
-		char		c = p[i];
-
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= c - '0';
-		else if (c >= 'a' && c <= 'f')
-			v |= c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F')
-			v |= c - 'A' + 10;
-		else
-			syntax_error(s, "\"\\u\" must be followed by four hexadecimal digits");
-	}
-	return v;
-}
-
-/*
- * A string at s->p (the opening quote): validated and skipped; when out is
- * not NULL, its unescaped bytes are appended.
- */
-static void
-scan_string(Scanner *s, StringInfo out)
-{
-	const char *run;
-
-	s->p++;						/* the quote */
-	run = s->p;
-	for (;;)
-	{
-		unsigned char c;
-
-		if (s->p >= s->end)
-			syntax_error(s, "Unterminated string");
-		c = (unsigned char) *s->p;
-		if (c == '"')
-			break;
-		if (c < 0x20)
-			syntax_error(s, "Control characters must be escaped in strings");
-		if (c != '\\')
-		{
-			s->p++;
-			continue;
-		}
-		if (out)
-			appendBinaryStringInfo(out, run, s->p - run);
-		if (s->p + 1 >= s->end)
-			syntax_error(s, "Unterminated string");
-		switch (s->p[1])
-		{
-			case '"':
-			case '\\':
-			case '/':
-				if (out)
-					appendStringInfoChar(out, s->p[1]);
-				s->p += 2;
-				break;
-			case 'b':
-			case 'f':
-			case 'n':
-			case 'r':
-			case 't':
-				if (out)
-					appendStringInfoChar(out, s->p[1] == 'b' ? '\b' : s->p[1] == 'f' ? '\f' :
-										 s->p[1] == 'n' ? '\n' : s->p[1] == 'r' ? '\r' : '\t');
-				s->p += 2;
-				break;
-			case 'u':
-				{
-					pg_wchar	cp;
-
-					if (s->p + 6 > s->end)
-						syntax_error(s, "\"\\u\" must be followed by four hexadecimal digits");
-					cp = hex_value(s, s->p + 2);
-					s->p += 6;
-					if (cp >= 0xD800 && cp <= 0xDBFF)
-					{
-						int			low;
-
-						if (s->p + 6 > s->end || s->p[0] != '\\' || s->p[1] != 'u' ||
-							(low = hex_value(s, s->p + 2)) < 0xDC00 || low > 0xDFFF)
-							syntax_error(s, "Unicode high surrogate must not follow a high surrogate, and must be followed by a low one");
-						cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-						s->p += 6;
-					}
-					else if (cp >= 0xDC00 && cp <= 0xDFFF)
-						syntax_error(s, "Unicode low surrogate must follow a high surrogate");
-					if (cp == 0)
-						ereport(ERROR,
-								(errcode(ERRCODE_UNTRANSLATABLE_CHARACTER),
-								 errmsg("unsupported Unicode escape sequence"),
-								 errdetail("\\u0000 cannot be converted to text.")));
-					if (out)
-					{
-						unsigned char buf[8];
-
-						unicode_to_utf8(cp, buf);
-						appendBinaryStringInfo(out, (char *) buf, pg_utf_mblen(buf));
-					}
-				}
-				break;
-			default:
-				syntax_error(s, "Escape sequence is invalid");
-		}
-		run = s->p;
-	}
-	if (out)
-		appendBinaryStringInfo(out, run, s->p - run);
-	s->p++;						/* the quote */
-}
-
-static void
-scan_digits(Scanner *s)
-{
-	if (s->p >= s->end || *s->p < '0' || *s->p > '9')
-		syntax_error(s, "Number is invalid");
-	while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
-		s->p++;
-}
-
-/* The number at s->p: skipped if it is one by the JSON grammar. */
-static void
-scan_number(Scanner *s)
-{
-	if (*s->p == '-')
-		s->p++;
-	if (s->p < s->end && *s->p == '0')
-		s->p++;
-	else
-		scan_digits(s);
-	if (s->p < s->end && *s->p == '.')
-	{
-		s->p++;
-		scan_digits(s);
-	}
-	if (s->p < s->end && (*s->p == 'e' || *s->p == 'E'))
-	{
-		s->p++;
-		if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
-			s->p++;
-		scan_digits(s);
-	}
-}
-
-/* PostgreSQL's JSON_ALPHANUMERIC_CHAR: what its lexer reads as one word. */
-static inline bool
-is_word_char(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		c == '_' || IS_HIGHBIT_SET(c);
-}
-
-/*
- * Fail as PostgreSQL's lexer would on the token at s->p, without moving.
- * jsonb_in lexes the token after a number before it converts the number.
- */
-static void
-lex_next_token(Scanner *s)
-{
-	Scanner		t = *s;
-	const char *word;
-
-	skip_space(&t);
-	if (t.p >= t.end || (*t.p != '\0' && strchr("{}[],:", *t.p) != NULL))
-		return;
-	if (*t.p == '"')
-	{
-		scan_string(&t, NULL);
-		return;
-	}
-	if (*t.p == '-' || (*t.p >= '0' && *t.p <= '9'))
-	{
-		scan_number(&t);
-		if (t.p < t.end && is_word_char(*t.p))
-			syntax_error(&t, "Token is invalid");
-		return;
-	}
-	word = t.p;
-	while (t.p < t.end && is_word_char(*t.p))
-		t.p++;
-	if ((t.p - word == 4 && (memcmp(word, "true", 4) == 0 || memcmp(word, "null", 4) == 0)) ||
-		(t.p - word == 5 && memcmp(word, "false", 5) == 0))
-		return;
-	syntax_error(&t, "Token is invalid");
-}
-
-/*
- * A number, which jsonb_in converts to numeric: one with an exponent or
- * many digits may be out of numeric's range, and is converted here too, so
- * that it fails as it would there (and after the same next token).  As in
- * PostgreSQL's lexer, letters or digits right after it make it an invalid
- * token, before any conversion.
- */
-static void
-scan_numeric(Scanner *s)
-{
-	const char *start = s->p;
-	int			n;
-
-	scan_number(s);
-	if (s->p < s->end && is_word_char(*s->p))
-		syntax_error(s, "Token is invalid");
-	n = s->p - start;
-	if (n > JSON_FIELDS_SAFE_NUMBER_LEN || memchr(start, 'e', n) || memchr(start, 'E', n))
-	{
-		lex_next_token(s);
-		(void) DirectFunctionCall3(numeric_in, CStringGetDatum(pnstrdup(start, n)),
-								   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
-	}
-}
-
-/*
- * A token in the wrong place.  PostgreSQL's parser has lexed it before it
- * sees that, so an invalid token (\u0000 in a string is another SQLSTATE)
- * is the error reported.
- */
-static void pg_attribute_noreturn()
-grammar_error(Scanner *s, const char *what)
-{
-	lex_next_token(s);
-	syntax_error(s, what);
-}
-
-static void scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
-
-static void
-scan_literal(Scanner *s, const char *word)
-{
-	int			n = strlen(word);
-
-	if (s->end - s->p < n || memcmp(s->p, word, n) != 0)
-		syntax_error(s, "Token is invalid");
-	s->p += n;
-}
-
-/*
- * A value at s->p.  At depth 0, an object's members whose key is wanted
- * have their value's span noted in spans (the last one wins, as in jsonb).
- */
-static void
-scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
-{
-	StringInfoData key;
-
-	skip_space(s);
-	if (s->p >= s->end)
-		syntax_error(s, "The input string ended unexpectedly");
-	if (depth > JSON_FIELDS_MAX_DEPTH)
-	{
-		s->declined = true;
-		return;
-	}
-	check_stack_depth();
-	switch (*s->p)
-	{
-		case '{':
-			s->p++;
-			skip_space(s);
-			if (s->p < s->end && *s->p == '}')
-			{
-				s->p++;
-				return;
-			}
-			if (depth == 0)
-				initStringInfo(&key);
-			for (;;)
-			{
-				int			wanted = -1;
-				const char *start;
-
-				skip_space(s);
-				if (s->p >= s->end || *s->p != '"')
-					grammar_error(s, "Expected string");
-				if (depth == 0)
-				{
-					resetStringInfo(&key);
-					scan_string(s, &key);
-					for (int i = 0; i < jf->nfields; i++)
-						if (jf->fields[i].key_len == key.len &&
-							memcmp(jf->fields[i].key, key.data, key.len) == 0)
-							wanted = i;
-				}
-				else
-					scan_string(s, NULL);
-				skip_space(s);
-				if (s->p >= s->end || *s->p != ':')
-					grammar_error(s, "Expected \":\"");
-				s->p++;
-				skip_space(s);
-				start = s->p;
-				scan_value(s, depth + 1, jf, spans);
-				if (s->declined)
-					return;
-				if (wanted >= 0)
-				{
-					spans[wanted].start = start;
-					spans[wanted].end = s->p;
-				}
-				skip_space(s);
-				if (s->p < s->end && *s->p == ',')
-				{
-					s->p++;
-					continue;
-				}
-				if (s->p < s->end && *s->p == '}')
-				{
-					s->p++;
-					return;
-				}
-				grammar_error(s, "Expected \",\" or \"}\"");
-			}
-		case '[':
-			s->p++;
-			skip_space(s);
-			if (s->p < s->end && *s->p == ']')
-			{
-				s->p++;
-				return;
-			}
-			for (;;)
-			{
-				scan_value(s, depth + 1, jf, spans);
-				if (s->declined)
-					return;
-				skip_space(s);
-				if (s->p < s->end && *s->p == ',')
-				{
-					s->p++;
-					continue;
-				}
-				if (s->p < s->end && *s->p == ']')
-				{
-					s->p++;
-					return;
-				}
-				grammar_error(s, "Expected \",\" or \"]\"");
-			}
-		case '"':
-			scan_string(s, NULL);
-			return;
-		case 't':
-			scan_literal(s, "true");
-			return;
-		case 'f':
-			scan_literal(s, "false");
-			return;
-		case 'n':
-			scan_literal(s, "null");
-			return;
-		default:
-			if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))
-			{
-				scan_numeric(s);
-				return;
-			}
-			syntax_error(s, "Token is invalid");
-	}
-}
-
-static Datum
-span_jsonb(FieldSpan *span)
-{
-	return DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(span->start, span->end - span->start)));
-}
-
-/* What value->>'key' gives for a field's JSON text. */
-static Datum
-span_text(FieldSpan *span, bool *isnull)
-{
-	const char *p = span->start;
-	int			n = span->end - span->start;
-
-	*isnull = false;
-	switch (*p)
-	{
-		case '"':
-			{
-				StringInfoData buf;
-				Scanner		s = {p, span->end, p, n};
-
-				initStringInfo(&buf);
-				scan_string(&s, &buf);
-				return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
-			}
-		case 'n':
-			*isnull = true;
-			return (Datum) 0;
-		case 't':
-		case 'f':
-			return PointerGetDatum(cstring_to_text_with_len(p, n));
-		case '{':
-		case '[':
-			{
-				Jsonb	   *jb = DatumGetJsonbP(span_jsonb(span));
-
-				return PointerGetDatum(cstring_to_text(JsonbToCString(NULL, &jb->root, VARSIZE(jb))));
-			}
-		default:
-			/* A number: as numeric prints it, as jsonb stores numbers as numeric. */
-			if (memchr(p, 'e', n) || memchr(p, 'E', n) || (n > 1 && p[0] == '-' && p[1] == '0'))
-			{
-				Datum		num = DirectFunctionCall3(numeric_in, CStringGetDatum(pnstrdup(p, n)),
-													  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
-
-				return PointerGetDatum(cstring_to_text(DatumGetCString(DirectFunctionCall1(numeric_out, num))));
-			}
-			return PointerGetDatum(cstring_to_text_with_len(p, n));
-	}
-}
-
-/* fn(jb, key) as its SQL operator calls it: the result may be NULL. */
-static Datum
-call_field(PGFunction fn, Datum jb, JsonField *f, bool *isnull)
-{
-	LOCAL_FCINFO(fcinfo, 2);
-	Datum		result;
-
-	InitFunctionCallInfoData(*fcinfo, NULL, 2, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = jb;
-	fcinfo->args[0].isnull = false;
-	fcinfo->args[1].value = PointerGetDatum(cstring_to_text_with_len(f->key, f->key_len));
-	fcinfo->args[1].isnull = false;
-	result = fn(fcinfo);
-	*isnull = fcinfo->isnull;
-	return result;
-}
-
-/* The fields through jsonb_in and the operators, for what the scanner declines. */
-static void
-extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
-{
-	Datum		jb = DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(text, len)));
-
-	for (int i = 0; i < jf->nfields; i++)
-	{
-		JsonField  *f = &jf->fields[i];
-
-		if (f->text_slot >= 0)
-			rec->values[f->text_slot] = call_field(jsonb_object_field_text, jb, f,
-												   &rec->isnull[f->text_slot]);
-		if (f->jsonb_slot >= 0)
-			rec->values[f->jsonb_slot] = call_field(jsonb_object_field, jb, f,
-													&rec->isnull[f->jsonb_slot]);
-	}
-}
-
-void
-json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
-{
-	Scanner		s = {text, text + len, text, len, false};
-	FieldSpan  *spans;
-	bool		is_object;
-
-	if (len > JSON_FIELDS_MAX_LEN)
-	{
-		extract_with_jsonb(jf, text, len, rec);
-		return;
-	}
-	spans = palloc0(sizeof(FieldSpan) * Max(jf->nfields, 1));
-	skip_space(&s);
-	is_object = s.p < s.end && *s.p == '{';
-	scan_value(&s, 0, jf, spans);
-	if (s.declined)
-	{
-		extract_with_jsonb(jf, text, len, rec);
-		return;
-	}
-	skip_space(&s);
-	if (s.p != s.end)
-		grammar_error(&s, "Expected end of input");
-
-	for (int i = 0; i < jf->nfields; i++)
-	{
-		JsonField  *f = &jf->fields[i];
-		bool		found = is_object && spans[i].start != NULL;
-
-		if (f->text_slot >= 0)
-		{
-			rec->isnull[f->text_slot] = true;
-			if (found)
-				rec->values[f->text_slot] = span_text(&spans[i], &rec->isnull[f->text_slot]);
-		}
-		if (f->jsonb_slot >= 0)
-		{
-			rec->isnull[f->jsonb_slot] = !found;
-			if (found)
-				rec->values[f->jsonb_slot] = span_jsonb(&spans[i]);
-		}
-	}
 }

@@ -16,12 +16,15 @@
  */
 #include "postgres.h"
 
+#include <librdkafka/rdkafka.h>
+
 #include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "utils/acl.h"
 
 #include "plan/kafka_options.h"
+#include "plan/spec_error.h"
 
 /* What a property needs beyond being listed; 0: any role may set it. */
 #define NEEDS_EXECUTE	0x01	/* librdkafka runs a program with it */
@@ -138,13 +141,167 @@ static const char *const safe_mechanisms[] = {
 #define GSSAPI_DETAIL "The GSSAPI mechanism runs kinit through a shell as the database server's operating system user, and authenticates with the server's own Kerberos credentials."
 #define GSSAPI_HINT "Set \"sasl.mechanisms\" to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER, or grant pg_execute_server_program to the job's owner."
 
+/* Properties mailer sets itself: a spec may not override them. */
+static const char *const forced_properties[] = {
+	"enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
+	"log.queue", "group.id", "auto.offset.reset", NULL
+};
+
+static void check_privileges(List *options, Oid owner);
+static bool loads_code(const char *name);
+static void check_unsecured_jwt(List *options);
 static const KafkaOptionRule *find_rule(const char *name);
 static bool is_safe_mechanism(const char *value);
 static void refuse(const char *name, const char *detail, const char *hint) pg_attribute_noreturn();
 static void check_cap(const char *name, const char *value);
 
 void
-kafka_options_check(List *options, Oid owner)
+kafka_check_options(KafkaSourceSpec *spec)
+{
+	rd_kafka_conf_t *conf = kafka_options_conf(spec, "mailer-check", true);
+
+	rd_kafka_conf_destroy(conf);
+}
+
+/*
+ * validate_only: for create_job and describe_job, in the caller's backend:
+ * properties that load code (librdkafka dlopen()s a plugin as soon as it
+ * is set) are judged by name only, and only the worker sets them.
+ */
+rd_kafka_conf_t *
+kafka_options_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_only)
+{
+	rd_kafka_conf_t *conf;
+	char		errstr[512];
+	ListCell   *lc;
+	struct
+	{
+		const char *name;
+		const char *value;
+	}			defaults[] = {
+		{"bootstrap.servers", spec->brokers},
+		{"isolation.level", "read_committed"},
+		{"auto.offset.reset", "earliest"},
+		{"fetch.wait.max.ms", "100"},
+		/*
+		 * The prefetch is bounded by size alone: librdkafka would prefetch
+		 * up to 64 MB, so bound what a worker holds (source.options may
+		 * raise it).  A count bound would starve the worker: librdkafka
+		 * 2.0 stops fetching a partition past it and looks again only
+		 * when its broker thread wakes, up to a second later, while
+		 * 100,000 records (its default) last a busy worker half that.
+		 */
+		{"queued.min.messages", "10000000"},
+		{"queued.max.messages.kbytes", "32768"},
+		{"enable.auto.commit", "false"},
+		{"enable.auto.offset.store", "false"},
+		{"enable.partition.eof", "false"},
+		{"log.queue", "true"},
+		{"group.id", group_id},
+	};
+
+	/* Before librdkafka sees a property: some act as soon as they are set. */
+	check_privileges(spec->options, spec->owner);
+	check_unsecured_jwt(spec->options);
+	conf = rd_kafka_conf_new();
+	for (int i = 0; i < lengthof(defaults); i++)
+		if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+			elog(ERROR, "librdkafka refused %s: %s", defaults[i].name, errstr);
+
+	foreach(lc, spec->options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		for (int i = 0; forced_properties[i]; i++)
+			if (strcmp(opt->defname, forced_properties[i]) == 0)
+			{
+				rd_kafka_conf_destroy(conf);
+				spec_error(psprintf("source.options.%s", opt->defname), ERRCODE_INVALID_PARAMETER_VALUE,
+						   strcmp(opt->defname, "group.id") == 0 ?
+						   "Use \"source.group_id\" to name the consumer group." :
+						   "Leave it out: mailer keeps its own offsets in its checkpoints.",
+						   "mailer sets this property itself");
+			}
+		if (validate_only && loads_code(opt->defname))
+			continue;
+		if (rd_kafka_conf_set(conf, opt->defname, strVal(opt->arg), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		{
+			rd_kafka_conf_destroy(conf);
+			/* librdkafka's message may quote the value: never show a secret. */
+			spec_error(psprintf("source.options.%s", opt->defname), ERRCODE_INVALID_PARAMETER_VALUE,
+					   "source.options takes librdkafka consumer properties, as CONFIGURATION.md of librdkafka lists them.",
+					   "%s", spec_option_is_secret(opt->defname) ? "librdkafka refused the value" : errstr);
+		}
+	}
+	return conf;
+}
+
+/*
+ * librdkafka 2.0 crashes (a broker thread, so the whole server restarts)
+ * some seconds after it fails to parse the sasl.oauthbearer.config of an
+ * unsecured JWT: refuse, for every role, a config it would fail on.  Its
+ * grammar: space-separated principal=, principalClaimName=, scope=,
+ * lifeSeconds= (digits) and extension_NAME= settings, principal required.
+ */
+static void
+check_unsecured_jwt(List *options)
+{
+	const char *config = NULL;
+	bool		unsecured = false;
+	bool		principal = false;
+	char	   *copy;
+	char	   *word;
+	char	   *save;
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		if (strcmp(opt->defname, "enable.sasl.oauthbearer.unsecure.jwt") == 0)
+			unsecured = pg_strcasecmp(strVal(opt->arg), "true") == 0 ||
+				strcmp(strVal(opt->arg), "1") == 0;
+		else if (strcmp(opt->defname, "sasl.oauthbearer.config") == 0)
+			config = strVal(opt->arg);
+	}
+	if (!unsecured || config == NULL)
+		return;
+	copy = pstrdup(config);
+	for (word = strtok_r(copy, " ", &save); word; word = strtok_r(NULL, " ", &save))
+	{
+		char	   *eq = strchr(word, '=');
+		bool		ok = eq != NULL && eq[1] != '\0';
+
+		if (ok)
+		{
+			*eq = '\0';
+			if (strcmp(word, "principal") == 0)
+				principal = true;
+			else if (strcmp(word, "lifeSeconds") == 0)
+				ok = strspn(eq + 1, "0123456789") == strlen(eq + 1);
+			else
+				ok = strcmp(word, "principalClaimName") == 0 || strcmp(word, "scope") == 0 ||
+					(strncmp(word, "extension_", 10) == 0 && word[10] != '\0');
+		}
+		if (!ok)
+			break;
+	}
+	if (word != NULL || !principal)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 spec_errmsg("source.options.sasl.oauthbearer.config",
+							 "librdkafka cannot read it as an unsecured JWT's settings"),
+				 errdetail("With \"enable.sasl.oauthbearer.unsecure.jwt\", it is space-separated principal=, principalClaimName=, scope=, lifeSeconds= and extension_NAME= settings, principal required; librdkafka 2.0 fails on anything else."),
+				 errhint("Correct the value (it is not shown: it may be a secret).")));
+}
+
+/*
+ * Raise ERRCODE_INSUFFICIENT_PRIVILEGE at the first property of options (a
+ * list of DefElem with string values) that owner may not set.  Runs before
+ * librdkafka sees any of them; needs a transaction (role membership).
+ */
+static void
+check_privileges(List *options, Oid owner)
 {
 	bool		may_execute;
 	bool		may_read;
@@ -208,8 +365,12 @@ kafka_options_check(List *options, Oid owner)
 			   GSSAPI_HINT);
 }
 
-bool
-kafka_option_loads_code(const char *name)
+/*
+ * Whether librdkafka loads code for a property (a plugin, an OpenSSL engine
+ * or provider): validation outside the worker never hands it over.
+ */
+static bool
+loads_code(const char *name)
 {
 	const KafkaOptionRule *rule = find_rule(name);
 

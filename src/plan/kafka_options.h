@@ -1,6 +1,7 @@
 /*
  * kafka_options.h
- *		Which librdkafka properties (source.options) a job's owner may set.
+ *		The librdkafka configuration of a job's Kafka source, and which
+ *		properties (source.options) a job's owner may set.
  *
  * librdkafka acts on some properties as the server's OS user: it runs
  * programs, reads files and loads libraries.  A role gets from
@@ -9,19 +10,23 @@
 #ifndef KAFKA_OPTIONS_H
 #define KAFKA_OPTIONS_H
 
-#include "nodes/pg_list.h"
+#include "plan/spec.h"
+
+struct rd_kafka_conf_s;
 
 /*
- * Raise ERRCODE_INSUFFICIENT_PRIVILEGE at the first property of options (a
- * list of DefElem with string values) that owner may not set.  Runs before
- * librdkafka sees any of them; needs a transaction (role membership).
+ * ERROR (naming source.options.<name>) when the owner may not set a
+ * property or librdkafka refuses one.  create_job and describe_job judge a
+ * spec this way, in the caller's backend.
  */
-extern void kafka_options_check(List *options, Oid owner);
+extern void kafka_check_options(KafkaSourceSpec *spec);
 
 /*
- * Whether librdkafka loads code for a property (a plugin, an OpenSSL engine
- * or provider): validation outside the worker never hands it over.
+ * The consumer configuration of a Kafka source: mailer's settings, then
+ * source.options once judged.  validate_only: properties that load code
+ * are judged by name only and left out.
  */
-extern bool kafka_option_loads_code(const char *name);
+extern struct rd_kafka_conf_s *kafka_options_conf(KafkaSourceSpec *spec, const char *group_id,
+												  bool validate_only);
 
 #endif							/* KAFKA_OPTIONS_H */

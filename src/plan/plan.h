@@ -11,8 +11,8 @@
 
 #include "plan/aggregate_def.h"
 #include "plan/expr.h"
+#include "plan/sink_plan.h"
 #include "plan/spec.h"
-#include "storage/lockdefs.h"
 
 /* A filter, map, flat_map or key_by step. */
 typedef struct StatelessStep
@@ -24,40 +24,6 @@ typedef struct StatelessStep
 	CompiledExpr **exprs;
 	int		   *slots;			/* where each map/key_by field, or flat_map's value, goes */
 } StatelessStep;
-
-/* A sink column that receives an output field. */
-typedef struct SinkColumn
-{
-	char	   *name;
-	Oid			type;
-	int32		typmod;
-	int			slot;			/* output field slot */
-	CompiledExpr *cast;			/* NULL when the field has the column's type */
-	bool		is_key;			/* a conflict column of an upsert */
-	/* is_key: the conflict index's equality, a hash that agrees with it (or InvalidOid), its collation */
-	Oid			key_eq_op;
-	Oid			key_eq_proc;
-	Oid			key_hash_proc;
-	Oid			key_collation;
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-} SinkColumn;
-
-typedef struct SinkPlan
-{
-	Oid			relid;
-	char	   *relname;		/* schema-qualified, quoted */
-	bool		upsert;
-	int			ncolumns;
-	SinkColumn *columns;
-	int			nkeys;			/* upsert: conflict columns among columns */
-	bool		key_nulls_distinct;	/* the conflict index never matches a null key */
-	Oid			key_index;		/* upsert: the conflict index the keys are compared by */
-	char	   *insert_sql;		/* $n are arrays, one per column */
-	char	   *delete_sql;		/* upsert: delete the rows of keys given as the insert's $n */
-	Oid		   *param_types;
-} SinkPlan;
 
 typedef struct JobPlan
 {
@@ -98,30 +64,21 @@ typedef struct JobPlan
 extern JobPlan *plan_compile(JobSpec *spec, bool prepare_executor);
 
 /*
- * The sink's part of the plan compiled again against the table its name
- * names now (the sink table may have been dropped and made again).
+ * Call fn for every expression of the plan (none is NULL).  over_output:
+ * the expression reads the record the sink sees (out_schema), not the
+ * record of the stateless steps (schema); without an aggregate the two are
+ * one record.
  */
-extern SinkPlan *plan_sink_again(JobPlan *plan);
+typedef void (*PlanExprFn) (CompiledExpr *expr, bool over_output, void *arg);
+extern void plan_foreach_expr(JobPlan *plan, PlanExprFn fn, void *arg);
 
 /*
- * The sink table the spec names, locked in lockmode, or InvalidOid when no
- * table has that name now.
+ * Build the executor state of every expression: rt is over the plan's
+ * schema, out_rt over its out_schema.
  */
-extern Oid	plan_sink_relid(SinkSpec *spec, LOCKMODE lockmode);
+extern void plan_prepare_exprs(JobPlan *plan, ExprRuntime *rt, ExprRuntime *out_rt);
 
-/*
- * The unique index an upsert into table relid (locked) arbitrates on now,
- * or InvalidOid when it has none.
- */
-extern Oid	plan_sink_key_index(SinkSpec *spec, Oid relid);
-
-/*
- * The spec as create_job stores it: sink.table schema-qualified as it
- * resolved, and sink.mode as it resolved when the spec left it out.
- */
-extern Jsonb *plan_pin_sink(Jsonb *doc, JobPlan *plan);
-
-/* The plan as a person reads it (describe_job). */
+/* The plan as a person reads it (describe_job; describe.c). */
 extern char *plan_describe(JobPlan *plan);
 
 #endif							/* PLAN_H */

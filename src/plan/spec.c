@@ -1,6 +1,6 @@
 /*
  * spec.c
- *		Parse and check a job spec (DESIGN.md section 2).
+ *		Parse and check a job spec (spec.h).
  *
  * Strict by design: every object's fields are checked against the fields
  * it accepts, every value against its type, and an error names the JSON
@@ -20,9 +20,45 @@
 #include "utils/timestamp.h"
 
 #include "plan/spec.h"
+#include "plan/spec_error.h"
 
 const char *const step_kind_names[] = {
-	"filter", "map", "flat_map", "key_by", "window", "aggregate"
+	[STEP_FILTER] = "filter",
+	[STEP_MAP] = "map",
+	[STEP_FLAT_MAP] = "flat_map",
+	[STEP_KEY_BY] = "key_by",
+	[STEP_WINDOW] = "window",
+	[STEP_AGGREGATE] = "aggregate"
+};
+StaticAssertDecl(lengthof(step_kind_names) == STEP_AGGREGATE + 1,
+				 "every step kind has a name");
+
+const SpecChoice spec_source_types[] = {
+	{"kafka", SOURCE_KAFKA}, {"generator", SOURCE_GENERATOR}, {NULL}
+};
+const SpecChoice spec_formats[] = {
+	{"json", FORMAT_JSON}, {"text", FORMAT_TEXT}, {"bytes", FORMAT_BYTES}, {NULL}
+};
+const SpecChoice spec_kafka_starts[] = {
+	{"earliest", false}, {"latest", true}, {NULL}
+};
+const SpecChoice spec_window_types[] = {
+	{"tumbling", WINDOW_TUMBLING}, {"sliding", WINDOW_SLIDING}, {"session", WINDOW_SESSION}, {NULL}
+};
+const SpecChoice spec_window_emits[] = {
+	{"final", false}, {"update", true}, {NULL}
+};
+const SpecChoice spec_sink_types[] = {
+	{"table", SINK_TABLE}, {"kafka", SINK_KAFKA}, {NULL}
+};
+const SpecChoice spec_sink_modes[] = {
+	{"upsert", SINK_MODE_UPSERT}, {"append", SINK_MODE_APPEND}, {NULL}
+};
+const SpecChoice spec_state_backends[] = {
+	{"rocksdb", STATE_ROCKSDB}, {"memory", STATE_MEMORY}, {NULL}
+};
+const SpecChoice spec_on_errors[] = {
+	{"dead_letter", ON_ERROR_DEAD_LETTER}, {"skip", ON_ERROR_SKIP}, {"fail", ON_ERROR_FAIL}, {NULL}
 };
 
 /* A JSON object being read, with its path for error messages. */
@@ -64,13 +100,14 @@ static const char *const checkpoint_fields[] = {"interval", "retain", NULL};
 #define SPEC_MAX_RATE 1e9
 static const char *const state_fields[] = {"backend", NULL};
 
-static void spec_error(const char *path, const char *hint, const char *fmt,...)
-			pg_attribute_printf(3, 4) pg_attribute_noreturn();
 static char *join_names(const char *const *names);
+static char *join_choices(const SpecChoice *choices);
+static bool next_member(JsonbIterator **it, char **name, JsonbValue *key, JsonbValue *value);
 static char *child_path(const char *path, const char *key);
 static void check_fields(JsonObject *obj, const char *const *allowed);
 static bool get_value(JsonObject *obj, const char *key, JsonbValue *out);
-static JsonObject get_object(JsonObject *obj, const char *key, bool required, bool *found);
+static JsonObject get_object(JsonObject *obj, const char *key, bool *found);
+static JsonObject required_object(JsonObject *obj, const char *key, const char *hint);
 static JsonObject as_object(JsonbValue *v, const char *path);
 static char *get_string(JsonObject *obj, const char *key, bool required, const char *hint);
 static List *get_string_array(JsonObject *obj, const char *key, const char *hint);
@@ -78,8 +115,11 @@ static int64 get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min
 						 bool *is_null);
 static double get_number(JsonObject *obj, const char *key, double dflt, bool *is_null);
 static int64 get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero);
-static int	get_choice(JsonObject *obj, const char *key, const char *const *choices, int dflt);
+static int	get_choice(JsonObject *obj, const char *key, const SpecChoice *choices, int dflt);
 static const char *json_type_name(JsonbValue *v);
+static void parse_watermark(JsonObject *top, JobSpec *spec);
+static void parse_checkpoint(JsonObject *top, JobSpec *spec);
+static void parse_state(JsonObject *top, JobSpec *spec);
 static void parse_source(JsonObject *top, SourceSpec *source);
 static void parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka);
 static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
@@ -89,24 +129,15 @@ static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates)
 static void parse_window(JsonObject *obj, WindowSpec *w);
 static void parse_sink(JsonObject *top, SinkSpec *sink);
 
-static const char *const format_names[] = {"json", "text", "bytes", NULL};
-
-const char *
-format_name(ValueFormat format)
-{
-	return format_names[format];
-}
-
 JobSpec *
 spec_parse(Jsonb *jb)
 {
 	JobSpec    *spec = palloc0(sizeof(JobSpec));
 	JsonObject	top;
 	JsonbValue	v;
-	bool		found;
 
 	if (!JB_ROOT_IS_OBJECT(jb))
-		spec_error("$", "A job spec is a JSON object with at least \"source\" and \"sink\".",
+		spec_error("$", ERRCODE_INVALID_PARAMETER_VALUE, "A job spec is a JSON object with at least \"source\" and \"sink\".",
 				   "a job spec must be a JSON object");
 	top.path = "";
 	top.container = &jb->root;
@@ -114,85 +145,81 @@ spec_parse(Jsonb *jb)
 
 	if (get_value(&top, "version", &v) &&
 		!(v.type == jbvNumeric && get_integer(&top, "version", 1, 1, 1, NULL) == 1))
-		spec_error("version", "The only spec version is 1.", "unsupported spec version");
+		spec_error("version", ERRCODE_INVALID_PARAMETER_VALUE, "The only spec version is 1.", "unsupported spec version");
 
 	parse_source(&top, &spec->source);
 	spec->event_time = get_string(&top, "event_time", false,
 								  "An SQL expression giving the record's timestamptz, such as \"(value->>'ts')::timestamptz\".");
 
-	{
-		JsonObject	wm = get_object(&top, "watermark", false, &found);
-
-		spec->max_out_of_orderness_us = 0;
-		spec->idle_timeout_us = -1;
-		if (found)
-		{
-			check_fields(&wm, watermark_fields);
-			spec->max_out_of_orderness_us = get_interval(&wm, "max_out_of_orderness", 0, true);
-			spec->idle_timeout_us = get_interval(&wm, "idle_timeout", -1, false);
-		}
-	}
-
+	parse_watermark(&top, spec);
 	spec->steps = parse_steps(&top);
 	parse_sink(&top, &spec->sink);
-
-	{
-		JsonObject	ck = get_object(&top, "checkpoint", false, &found);
-
-		spec->checkpoint_interval_us = USECS_PER_SEC;
-		spec->checkpoint_retain = 10;
-		if (found)
-		{
-			check_fields(&ck, checkpoint_fields);
-			spec->checkpoint_interval_us = get_interval(&ck, "interval", USECS_PER_SEC, false);
-			spec->checkpoint_retain = get_integer(&ck, "retain", 10, 1, 10000, NULL);
-			if (spec->checkpoint_interval_us < 10 * 1000)
-				spec_error("checkpoint.interval", "Use an interval of at least 10 milliseconds.",
-						   "checkpoint interval is too short");
-		}
-	}
-
-	{
-		JsonObject	st = get_object(&top, "state", false, &found);
-		static const char *const backends[] = {"rocksdb", "memory", NULL};
-
-		spec->state_backend = STATE_ROCKSDB;
-		if (found)
-		{
-			check_fields(&st, state_fields);
-			spec->state_backend = get_choice(&st, "backend", backends, STATE_ROCKSDB);
-		}
-	}
-
-	{
-		static const char *const policies[] = {"dead_letter", "skip", "fail", NULL};
-
-		spec->on_error = get_choice(&top, "on_error", policies, ON_ERROR_DEAD_LETTER);
-	}
+	parse_checkpoint(&top, spec);
+	parse_state(&top, spec);
+	spec->on_error = get_choice(&top, "on_error", spec_on_errors, ON_ERROR_DEAD_LETTER);
 
 	spec->parallelism = get_integer(&top, "parallelism", 1, 1, 1024, NULL);
 	if (spec->parallelism != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("invalid job spec at parallelism: this version runs each job in one worker"),
-				 errhint("Use \"parallelism\": 1; to spread a topic over several workers, create one job per set of partitions.")));
+		spec_error("parallelism", ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Use \"parallelism\": 1; to spread a topic over several workers, create one job per set of partitions.",
+				   "this version runs each job in one worker");
 	return spec;
+}
+
+static void
+parse_watermark(JsonObject *top, JobSpec *spec)
+{
+	bool		found;
+	JsonObject	wm = get_object(top, "watermark", &found);
+
+	spec->max_out_of_orderness_us = 0;
+	spec->idle_timeout_us = -1;
+	if (!found)
+		return;
+	check_fields(&wm, watermark_fields);
+	spec->max_out_of_orderness_us = get_interval(&wm, "max_out_of_orderness", 0, true);
+	spec->idle_timeout_us = get_interval(&wm, "idle_timeout", -1, false);
+}
+
+static void
+parse_checkpoint(JsonObject *top, JobSpec *spec)
+{
+	bool		found;
+	JsonObject	ck = get_object(top, "checkpoint", &found);
+
+	spec->checkpoint_interval_us = USECS_PER_SEC;
+	spec->checkpoint_retain = 10;
+	if (!found)
+		return;
+	check_fields(&ck, checkpoint_fields);
+	spec->checkpoint_interval_us = get_interval(&ck, "interval", USECS_PER_SEC, false);
+	spec->checkpoint_retain = get_integer(&ck, "retain", 10, 1, 10000, NULL);
+	if (spec->checkpoint_interval_us < 10 * 1000)
+		spec_error("checkpoint.interval", ERRCODE_INVALID_PARAMETER_VALUE, "Use an interval of at least 10 milliseconds.",
+				   "checkpoint interval is too short");
+}
+
+static void
+parse_state(JsonObject *top, JobSpec *spec)
+{
+	bool		found;
+	JsonObject	st = get_object(top, "state", &found);
+
+	spec->state_backend = STATE_ROCKSDB;
+	if (!found)
+		return;
+	check_fields(&st, state_fields);
+	spec->state_backend = get_choice(&st, "backend", spec_state_backends, STATE_ROCKSDB);
 }
 
 static void
 parse_source(JsonObject *top, SourceSpec *source)
 {
-	static const char *const types[] = {"kafka", "generator", NULL};
-	JsonbValue	v;
-	JsonObject	obj;
+	JsonObject	obj = required_object(top, "source",
+									  "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.");
 
-	if (!get_value(top, "source", &v))
-		spec_error("source", "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.",
-				   "required field is missing");
-	obj = get_object(top, "source", true, NULL);
-
-	source->type = get_choice(&obj, "type", types, -1);
-	source->format = get_choice(&obj, "format", format_names, FORMAT_JSON);
+	source->type = get_choice(&obj, "type", spec_source_types, -1);
+	source->format = get_choice(&obj, "format", spec_formats, FORMAT_JSON);
 	if (source->type == SOURCE_KAFKA)
 	{
 		check_fields(&obj, kafka_fields);
@@ -208,7 +235,6 @@ parse_source(JsonObject *top, SourceSpec *source)
 static void
 parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 {
-	static const char *const starts[] = {"earliest", "latest", NULL};
 	JsonbValue	v;
 	bool		found;
 	JsonObject	opts;
@@ -216,36 +242,31 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 	kafka->brokers = get_string(obj, "brokers", true,
 								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
 	if (get_value(obj, "topic", &v) && get_value(obj, "topics", &v))
-		spec_error(child_path(obj->path, "topics"), "Give either \"topic\" (one name) or \"topics\" (an array of names).",
+		spec_error(child_path(obj->path, "topics"), ERRCODE_INVALID_PARAMETER_VALUE, "Give either \"topic\" (one name) or \"topics\" (an array of names).",
 				   "\"topic\" and \"topics\" are exclusive");
 	if (get_value(obj, "topic", &v))
 		kafka->topics = list_make1(get_string(obj, "topic", true, "A topic name."));
 	else if (get_value(obj, "topics", &v))
 		kafka->topics = get_string_array(obj, "topics", "An array of topic names, such as [\"orders\", \"refunds\"].");
 	else
-		spec_error(child_path(obj->path, "topic"), "Give \"topic\": \"name\" or \"topics\": [\"a\", \"b\"].",
+		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_PARAMETER_VALUE, "Give \"topic\": \"name\" or \"topics\": [\"a\", \"b\"].",
 				   "a Kafka source needs a topic");
 
-	kafka->start_latest = get_choice(obj, "start", starts, 0) == 1;
+	kafka->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
 	kafka->group_id = get_string(obj, "group_id", false, "A consumer group name.");
 
-	opts = get_object(obj, "options", false, &found);
+	opts = get_object(obj, "options", &found);
 	if (found)
 	{
 		JsonbIterator *it = JsonbIteratorInit(opts.container);
 		JsonbValue	key,
 					val;
-		JsonbIteratorToken tok;
+		char	   *name;
 
-		while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+		while (next_member(&it, &name, &key, &val))
 		{
-			char	   *name;
 			char	   *value;
 
-			if (tok != WJB_KEY)
-				continue;
-			name = pnstrdup(key.val.string.val, key.val.string.len);
-			tok = JsonbIteratorNext(&it, &val, true);
 			if (val.type == jbvString)
 				value = pnstrdup(val.val.string.val, val.val.string.len);
 			else if (val.type == jbvNumeric)
@@ -253,7 +274,7 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 			else if (val.type == jbvBool)
 				value = pstrdup(val.val.boolean ? "true" : "false");
 			else
-				spec_error(child_path(opts.path, name),
+				spec_error(child_path(opts.path, name), ERRCODE_INVALID_PARAMETER_VALUE,
 						   "librdkafka properties take strings, numbers or booleans, e.g. \"security.protocol\": \"SASL_SSL\".",
 						   "expected a string, found %s", json_type_name(&val));
 			kafka->options = lappend(kafka->options, makeDefElem(name, (Node *) makeString(value), -1));
@@ -274,10 +295,10 @@ parse_generator(JsonObject *obj, GeneratorSpec *gen)
 	if (is_null)
 		gen->rate = 0;
 	else if (gen->rate <= 0)
-		spec_error(child_path(obj->path, "rate"), "A positive number of events per second, or null for as fast as possible.",
+		spec_error(child_path(obj->path, "rate"), ERRCODE_INVALID_PARAMETER_VALUE, "A positive number of events per second, or null for as fast as possible.",
 				   "rate must be positive");
 	else if (gen->rate > SPEC_MAX_RATE)
-		spec_error(child_path(obj->path, "rate"), "At most 1000000000 events per second, or null for as fast as possible.",
+		spec_error(child_path(obj->path, "rate"), ERRCODE_INVALID_PARAMETER_VALUE, "At most 1000000000 events per second, or null for as fast as possible.",
 				   "rate is more than 1000000000 events per second");
 	gen->keys = get_integer(obj, "keys", 100, 1, PG_INT32_MAX, NULL);
 	gen->seed = get_integer(obj, "seed", 1, PG_INT64_MIN, PG_INT64_MAX, NULL);
@@ -300,7 +321,7 @@ parse_generator(JsonObject *obj, GeneratorSpec *gen)
 		PG_CATCH();
 		{
 			FlushErrorState();
-			spec_error(path, "A timestamptz such as \"2025-01-01 00:00:00+00\".",
+			spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "A timestamptz such as \"2025-01-01 00:00:00+00\".",
 					   "\"%s\" is not a timestamp", s);
 		}
 		PG_END_TRY();
@@ -320,7 +341,7 @@ parse_steps(JsonObject *top)
 	if (!get_value(top, "steps", &v))
 		return NIL;
 	if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
-		spec_error("steps", "An array of steps, each an object with one key: filter, map, flat_map, key_by, window or aggregate.",
+		spec_error("steps", ERRCODE_INVALID_PARAMETER_VALUE, "An array of steps, each an object with one key: filter, map, flat_map, key_by, window or aggregate.",
 				   "expected an array, found %s", json_type_name(&v));
 	it = JsonbIteratorInit(v.val.binary.data);
 	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
@@ -336,38 +357,27 @@ parse_steps(JsonObject *top)
 static StepSpec *
 parse_step(JsonbValue *v, const char *path)
 {
-	static const char *const kinds[] = {
-		"filter", "map", "flat_map", "key_by", "window", "aggregate", NULL
-	};
 	StepSpec   *step = palloc0(sizeof(StepSpec));
 	JsonObject	obj = as_object(v, path);
-	JsonbIterator *it;
+	JsonbIterator *it = JsonbIteratorInit(obj.container);
 	JsonbValue	key,
 				val;
-	JsonbIteratorToken tok;
 	int			nkeys = 0;
 	char	   *kind = NULL;
 
-	it = JsonbIteratorInit(obj.container);
-	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
-	{
-		if (tok != WJB_KEY)
-			continue;
+	while (next_member(&it, &kind, &key, &val))
 		nkeys++;
-		kind = pnstrdup(key.val.string.val, key.val.string.len);
-		(void) JsonbIteratorNext(&it, &val, true);
-	}
 	if (nkeys != 1)
-		spec_error(path, "Each step is an object with exactly one key: filter, map, flat_map, key_by, window or aggregate.",
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "Each step is an object with exactly one key: filter, map, flat_map, key_by, window or aggregate.",
 				   "a step must have exactly one key, found %d", nkeys);
 
 	step->path = pstrdup(path);
 	step->kind = -1;
-	for (int k = 0; kinds[k]; k++)
-		if (strcmp(kinds[k], kind) == 0)
+	for (int k = 0; k < lengthof(step_kind_names); k++)
+		if (strcmp(step_kind_names[k], kind) == 0)
 			step->kind = k;
 	if ((int) step->kind < 0)
-		spec_error(child_path(path, kind), "A step is one of: filter, map, flat_map, key_by, window, aggregate.",
+		spec_error(child_path(path, kind), ERRCODE_INVALID_PARAMETER_VALUE, "A step is one of: filter, map, flat_map, key_by, window, aggregate.",
 				   "unknown step \"%s\"", kind);
 
 	switch (step->kind)
@@ -388,7 +398,7 @@ parse_step(JsonbValue *v, const char *path)
 			break;
 		case STEP_WINDOW:
 			{
-				JsonObject	w = get_object(&obj, "window", true, NULL);
+				JsonObject	w = required_object(&obj, "window", NULL);
 
 				check_fields(&w, window_fields);
 				parse_window(&w, &step->window);
@@ -405,23 +415,19 @@ parse_named_exprs(JsonbValue *v, const char *path, bool aggregates)
 	JsonbIterator *it = JsonbIteratorInit(obj.container);
 	JsonbValue	key,
 				val;
-	JsonbIteratorToken tok;
+	char	   *name;
 	List	   *result = NIL;
 
-	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	while (next_member(&it, &name, &key, &val))
 	{
-		NamedExprSpec *ne;
+		NamedExprSpec *ne = palloc0(sizeof(NamedExprSpec));
 
-		if (tok != WJB_KEY)
-			continue;
-		(void) JsonbIteratorNext(&it, &val, true);
-		ne = palloc0(sizeof(NamedExprSpec));
-		ne->name = pnstrdup(key.val.string.val, key.val.string.len);
+		ne->name = name;
 		ne->path = child_path(path, ne->name);
 		if (ne->name[0] == '\0')
-			spec_error(path, "Field names are non-empty strings.", "empty field name");
+			spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "Field names are non-empty strings.", "empty field name");
 		if (val.type != jbvString)
-			spec_error(ne->path,
+			spec_error(ne->path, ERRCODE_INVALID_PARAMETER_VALUE,
 					   aggregates ? "An aggregate: count(*), count(e), sum(e), min(e), max(e) or avg(e)." :
 					   "An SQL expression over the record's fields, as a string.",
 					   "expected a string, found %s", json_type_name(&val));
@@ -429,18 +435,16 @@ parse_named_exprs(JsonbValue *v, const char *path, bool aggregates)
 		result = lappend(result, ne);
 	}
 	if (result == NIL)
-		spec_error(path, "Name at least one field: {\"name\": \"expression\"}.", "no fields");
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "Name at least one field: {\"name\": \"expression\"}.", "no fields");
 	return result;
 }
 
 static void
 parse_window(JsonObject *obj, WindowSpec *w)
 {
-	static const char *const types[] = {"tumbling", "sliding", "session", NULL};
-	static const char *const emits[] = {"final", "update", NULL};
 	JsonbValue	v;
 
-	w->type = get_choice(obj, "type", types, -1);
+	w->type = get_choice(obj, "type", spec_window_types, -1);
 	switch (w->type)
 	{
 		case WINDOW_TUMBLING:
@@ -451,13 +455,13 @@ parse_window(JsonObject *obj, WindowSpec *w)
 			w->size_us = get_interval(obj, "size", -1, false);
 			w->slide_us = get_interval(obj, "slide", -1, false);
 			if (w->slide_us > w->size_us)
-				spec_error(child_path(obj->path, "slide"), "A slide no longer than the window's size.",
+				spec_error(child_path(obj->path, "slide"), ERRCODE_INVALID_PARAMETER_VALUE, "A slide no longer than the window's size.",
 						   "slide is longer than size");
 			if (w->size_us % w->slide_us != 0)
-				spec_error(child_path(obj->path, "slide"), "A slide that divides the size, such as size '1 minute' with slide '10 seconds'.",
+				spec_error(child_path(obj->path, "slide"), ERRCODE_INVALID_PARAMETER_VALUE, "A slide that divides the size, such as size '1 minute' with slide '10 seconds'.",
 						   "size is not a multiple of slide");
 			if (w->size_us / w->slide_us > SPEC_MAX_WINDOWS_PER_RECORD)
-				spec_error(child_path(obj->path, "slide"),
+				spec_error(child_path(obj->path, "slide"), ERRCODE_INVALID_PARAMETER_VALUE,
 						   psprintf("A slide of at least 1/%d of the size: each record goes into size/slide windows.",
 									SPEC_MAX_WINDOWS_PER_RECORD),
 						   "size/slide is " INT64_FORMAT ", more than %d windows per record",
@@ -468,47 +472,37 @@ parse_window(JsonObject *obj, WindowSpec *w)
 			break;
 	}
 	if (w->type != WINDOW_SESSION && get_value(obj, "gap", &v))
-		spec_error(child_path(obj->path, "gap"), "\"gap\" belongs to session windows; tumbling takes \"size\", sliding \"size\" and \"slide\".",
-				   "unexpected field for a %s window", types[w->type]);
+		spec_error(child_path(obj->path, "gap"), ERRCODE_INVALID_PARAMETER_VALUE, "\"gap\" belongs to session windows; tumbling takes \"size\", sliding \"size\" and \"slide\".",
+				   "unexpected field for a %s window", spec_choice_name(spec_window_types, w->type));
 	if (w->type != WINDOW_SLIDING && get_value(obj, "slide", &v))
-		spec_error(child_path(obj->path, "slide"), "\"slide\" belongs to sliding windows.",
-				   "unexpected field for a %s window", types[w->type]);
+		spec_error(child_path(obj->path, "slide"), ERRCODE_INVALID_PARAMETER_VALUE, "\"slide\" belongs to sliding windows.",
+				   "unexpected field for a %s window", spec_choice_name(spec_window_types, w->type));
 	if (w->type == WINDOW_SESSION && get_value(obj, "size", &v))
-		spec_error(child_path(obj->path, "size"), "A session window takes \"gap\", not \"size\".",
+		spec_error(child_path(obj->path, "size"), ERRCODE_INVALID_PARAMETER_VALUE, "A session window takes \"gap\", not \"size\".",
 				   "unexpected field for a session window");
 	w->allowed_lateness_us = get_interval(obj, "allowed_lateness", 0, true);
-	w->emit_update = get_choice(obj, "emit", emits, 0) == 1;
+	w->emit_update = get_choice(obj, "emit", spec_window_emits, false);
 }
 
 static void
 parse_sink(JsonObject *top, SinkSpec *sink)
 {
-	static const char *const types[] = {"table", "kafka", NULL};
-	static const char *const modes[] = {"upsert", "append", NULL};
-	JsonObject	obj;
+	JsonObject	obj = required_object(top, "sink",
+									  "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}.");
 	JsonbValue	v;
 
-	if (!get_value(top, "sink", &v))
-		spec_error("sink", "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}.",
-				   "required field is missing");
-	obj = get_object(top, "sink", true, NULL);
-
-	if (get_choice(&obj, "type", types, -1) == 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("invalid job spec at sink.type: the kafka sink is not available in this version"),
-				 errhint("Use \"type\": \"table\".")));
-	sink->type = SINK_TABLE;
+	sink->type = get_choice(&obj, "type", spec_sink_types, -1);
+	if (sink->type == SINK_KAFKA)
+		spec_error("sink.type", ERRCODE_FEATURE_NOT_SUPPORTED, "Use \"type\": \"table\".",
+				   "the kafka sink is not available in this version");
 	check_fields(&obj, table_sink_fields);
 	sink->table = get_string(&obj, "table", true, "A table name, optionally schema-qualified: \"public.totals\".");
-	sink->mode = SINK_MODE_DEFAULT;
-	if (get_value(&obj, "mode", &v))
-		sink->mode = get_choice(&obj, "mode", modes, -1) == 0 ? SINK_MODE_UPSERT : SINK_MODE_APPEND;
+	sink->mode = get_choice(&obj, "mode", spec_sink_modes, SINK_MODE_DEFAULT);
 	if (get_value(&obj, "key", &v))
 	{
 		sink->key = get_string_array(&obj, "key", "An array of column names, such as [\"customer_id\", \"window_start\"].");
 		if (sink->mode == SINK_MODE_APPEND)
-			spec_error("sink.key", "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
+			spec_error("sink.key", ERRCODE_INVALID_PARAMETER_VALUE, "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
 	}
 }
 
@@ -536,22 +530,33 @@ spec_option_is_secret(const char *name)
 static Jsonb *
 set_option(Jsonb *doc, const char *name, Jsonb *value)
 {
-	Datum		elems[3];
-	ArrayType  *path;
+	const char *path[] = {"source", "options", name};
 
-	elems[0] = CStringGetTextDatum("source");
-	elems[1] = CStringGetTextDatum("options");
-	elems[2] = CStringGetTextDatum(name);
-	path = construct_array(elems, 3, TEXTOID, -1, false, TYPALIGN_INT);
-	return DatumGetJsonbP(DirectFunctionCall4(jsonb_set, JsonbPGetDatum(doc),
-											  PointerGetDatum(path), JsonbPGetDatum(value),
-											  BoolGetDatum(false)));
+	return spec_jsonb_set(doc, path, lengthof(path), value, false);
 }
 
-static Jsonb *
-jsonb_from_cstring(const char *s)
+Jsonb *
+spec_jsonb_set(Jsonb *doc, const char *const *path, int npath, Jsonb *value, bool create)
 {
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s)));
+	Datum	   *elems = palloc(sizeof(Datum) * npath);
+
+	for (int i = 0; i < npath; i++)
+		elems[i] = CStringGetTextDatum(path[i]);
+	return DatumGetJsonbP(DirectFunctionCall4(jsonb_set, JsonbPGetDatum(doc),
+											  PointerGetDatum(construct_array(elems, npath, TEXTOID, -1, false,
+																			  TYPALIGN_INT)),
+											  JsonbPGetDatum(value), BoolGetDatum(create)));
+}
+
+Jsonb *
+spec_jsonb_string(const char *s)
+{
+	JsonbValue	v;
+
+	v.type = jbvString;
+	v.val.string.val = (char *) s;
+	v.val.string.len = strlen(s);
+	return JsonbValueToJsonb(&v);
 }
 
 Jsonb *
@@ -578,21 +583,15 @@ spec_redact(Jsonb *spec, Jsonb **secrets)
 	{
 		JsonbIterator *it = JsonbIteratorInit(options->val.binary.data);
 		JsonbValue	key;
-		JsonbIteratorToken tok;
+		char	   *name;
 
-		while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+		while (next_member(&it, &name, &key, &v))
 		{
-			char	   *name;
-
-			if (tok != WJB_KEY)
-				continue;
-			(void) JsonbIteratorNext(&it, &v, true);
-			name = pnstrdup(key.val.string.val, key.val.string.len);
 			if (!spec_option_is_secret(name))
 				continue;
 			pushJsonbValue(&state, WJB_KEY, &key);
 			pushJsonbValue(&state, WJB_VALUE, &v);
-			result = set_option(result, name, jsonb_from_cstring("\"********\""));
+			result = set_option(result, name, spec_jsonb_string("********"));
 			any = true;
 		}
 	}
@@ -608,41 +607,20 @@ spec_unredact(Jsonb *redacted, Jsonb *secrets)
 	JsonbIterator *it;
 	JsonbValue	key,
 				v;
-	JsonbIteratorToken tok;
+	char	   *name;
 	Jsonb	   *result = redacted;
 
 	if (secrets == NULL)
 		return redacted;
 	it = JsonbIteratorInit(&secrets->root);
-	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
-	{
-		if (tok != WJB_KEY)
-			continue;
-		(void) JsonbIteratorNext(&it, &v, true);
-		result = set_option(result, pnstrdup(key.val.string.val, key.val.string.len),
-							JsonbValueToJsonb(&v));
-	}
+	while (next_member(&it, &name, &key, &v))
+		result = set_option(result, name, JsonbValueToJsonb(&v));
 	return result;
 }
 
 /*
  * Reading JSON with paths
  */
-
-static void
-spec_error(const char *path, const char *hint, const char *fmt,...)
-{
-	char		buf[1024];
-	va_list		args;
-
-	va_start(args, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, args);
-	va_end(args);
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid job spec at %s: %s", path[0] ? path : "$", buf),
-			 hint ? errhint("%s", hint) : 0));
-}
 
 static char *
 child_path(const char *path, const char *key)
@@ -659,6 +637,40 @@ join_names(const char *const *names)
 	for (int i = 0; names[i]; i++)
 		appendStringInfo(&buf, "%s%s", i ? ", " : "", names[i]);
 	return buf.data;
+}
+
+static char *
+join_choices(const SpecChoice *choices)
+{
+	int			n = 0;
+	const char **names;
+
+	while (choices[n].name)
+		n++;
+	names = palloc(sizeof(char *) * (n + 1));
+	for (int i = 0; i <= n; i++)
+		names[i] = choices[i].name;
+	return join_names(names);
+}
+
+/*
+ * The next member of the object that it walks, false past the last; *name
+ * is a copy of its key.
+ */
+static bool
+next_member(JsonbIterator **it, char **name, JsonbValue *key, JsonbValue *value)
+{
+	JsonbIteratorToken tok;
+
+	while ((tok = JsonbIteratorNext(it, key, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		*name = pnstrdup(key->val.string.val, key->val.string.len);
+		(void) JsonbIteratorNext(it, value, true);
+		return true;
+	}
+	return false;
 }
 
 static const char *
@@ -685,22 +697,19 @@ static void
 check_fields(JsonObject *obj, const char *const *allowed)
 {
 	JsonbIterator *it = JsonbIteratorInit(obj->container);
-	JsonbValue	key;
-	JsonbIteratorToken tok;
+	JsonbValue	key,
+				val;
+	char	   *name;
 
-	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	while (next_member(&it, &name, &key, &val))
 	{
-		char	   *name;
 		bool		ok = false;
 
-		if (tok != WJB_KEY)
-			continue;
-		name = pnstrdup(key.val.string.val, key.val.string.len);
 		for (int i = 0; allowed[i]; i++)
 			if (strcmp(allowed[i], name) == 0)
 				ok = true;
 		if (!ok)
-			spec_error(child_path(obj->path, name),
+			spec_error(child_path(obj->path, name), ERRCODE_INVALID_PARAMETER_VALUE,
 					   psprintf("Fields accepted %s%s: %s.", obj->path[0] ? "in " : "at the top level",
 								obj->path, join_names(allowed)),
 					   "unknown field \"%s\"", name);
@@ -719,28 +728,33 @@ as_object(JsonbValue *v, const char *path)
 	JsonObject	obj;
 
 	if (v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
-		spec_error(path, "A JSON object.", "expected an object, found %s", json_type_name(v));
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "A JSON object.", "expected an object, found %s", json_type_name(v));
 	obj.path = path;
 	obj.container = v->val.binary.data;
 	return obj;
 }
 
+/* An optional object: *found says whether it is there. */
 static JsonObject
-get_object(JsonObject *obj, const char *key, bool required, bool *found)
+get_object(JsonObject *obj, const char *key, bool *found)
 {
 	JsonbValue	v;
 	JsonObject	result = {NULL, NULL};
 
-	if (!get_value(obj, key, &v))
-	{
-		if (required)
-			spec_error(child_path(obj->path, key), NULL, "required field is missing");
-		if (found)
-			*found = false;
+	*found = get_value(obj, key, &v);
+	if (!*found)
 		return result;
-	}
-	if (found)
-		*found = true;
+	return as_object(&v, child_path(obj->path, key));
+}
+
+static JsonObject
+required_object(JsonObject *obj, const char *key, const char *hint)
+{
+	JsonbValue	v;
+
+	if (!get_value(obj, key, &v))
+		spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, hint,
+				   "required field is missing");
 	return as_object(&v, child_path(obj->path, key));
 }
 
@@ -752,13 +766,13 @@ get_string(JsonObject *obj, const char *key, bool required, const char *hint)
 	if (!get_value(obj, key, &v))
 	{
 		if (required)
-			spec_error(child_path(obj->path, key), hint, "required field is missing");
+			spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, hint, "required field is missing");
 		return NULL;
 	}
 	if (v.type != jbvString)
-		spec_error(child_path(obj->path, key), hint, "expected a string, found %s", json_type_name(&v));
+		spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, hint, "expected a string, found %s", json_type_name(&v));
 	if (v.val.string.len == 0)
-		spec_error(child_path(obj->path, key), hint, "empty string");
+		spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, hint, "empty string");
 	return pnstrdup(v.val.string.val, v.val.string.len);
 }
 
@@ -775,22 +789,22 @@ get_string_array(JsonObject *obj, const char *key, const char *hint)
 	int			i = 0;
 
 	if (!get_value(obj, key, &v))
-		spec_error(path, hint, "required field is missing");
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "required field is missing");
 	if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
-		spec_error(path, hint, "expected an array, found %s", json_type_name(&v));
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "expected an array, found %s", json_type_name(&v));
 	it = JsonbIteratorInit(v.val.binary.data);
 	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
 	{
 		if (tok != WJB_ELEM)
 			continue;
 		if (elem.type != jbvString || elem.val.string.len == 0)
-			spec_error(psprintf("%s[%d]", path, i), hint,
+			spec_error(psprintf("%s[%d]", path, i), ERRCODE_INVALID_PARAMETER_VALUE, hint,
 					   "expected a non-empty string, found %s", json_type_name(&elem));
 		result = lappend(result, pnstrdup(elem.val.string.val, elem.val.string.len));
 		i++;
 	}
 	if (result == NIL)
-		spec_error(path, hint, "empty array");
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "empty array");
 	return result;
 }
 
@@ -818,12 +832,12 @@ get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min, int64 max, 
 		return dflt;
 	}
 	if (v.type != jbvNumeric)
-		spec_error(path, hint, "expected an integer, found %s", json_type_name(&v));
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "expected an integer, found %s", json_type_name(&v));
 	num = v.val.numeric;
 	if (!DatumGetBool(DirectFunctionCall2(numeric_eq, NumericGetDatum(num),
 										  DirectFunctionCall2(numeric_trunc, NumericGetDatum(num),
 															  Int32GetDatum(0)))))
-		spec_error(path, hint, "expected an integer, found a fraction");
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "expected an integer, found a fraction");
 	PG_TRY();
 	{
 		result = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(num)));
@@ -832,11 +846,11 @@ get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min, int64 max, 
 	{
 		FlushErrorState();
 		result = PG_INT64_MAX;
-		spec_error(path, hint, "integer out of range");
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "integer out of range");
 	}
 	PG_END_TRY();
 	if (result < min || result > max)
-		spec_error(path, hint, INT64_FORMAT " is out of range", result);
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, INT64_FORMAT " is out of range", result);
 	return result;
 }
 
@@ -858,7 +872,7 @@ get_number(JsonObject *obj, const char *key, double dflt, bool *is_null)
 		return dflt;
 	}
 	if (v.type != jbvNumeric)
-		spec_error(child_path(obj->path, key), "A number, or null.", "expected a number, found %s",
+		spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, "A number, or null.", "expected a number, found %s",
 				   json_type_name(&v));
 	PG_TRY();
 	{
@@ -868,7 +882,7 @@ get_number(JsonObject *obj, const char *key, double dflt, bool *is_null)
 	{
 		FlushErrorState();
 		result = 0;
-		spec_error(child_path(obj->path, key), "A number within the range of double precision, or null.",
+		spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, "A number within the range of double precision, or null.",
 				   "number out of range");
 	}
 	PG_END_TRY();
@@ -893,11 +907,11 @@ get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero)
 	if (!get_value(obj, key, &v))
 	{
 		if (dflt == -1 && strcmp(key, "idle_timeout") != 0)
-			spec_error(path, hint, "required field is missing");
+			spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "required field is missing");
 		return dflt;
 	}
 	if (v.type != jbvString)
-		spec_error(path, hint, "expected an interval string, found %s", json_type_name(&v));
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "expected an interval string, found %s", json_type_name(&v));
 	s = pnstrdup(v.val.string.val, v.val.string.len);
 	PG_TRY();
 	{
@@ -911,39 +925,48 @@ get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero)
 	}
 	PG_END_TRY();
 	if (iv == NULL)
-		spec_error(path, hint, "\"%s\" is not an interval", s);
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "\"%s\" is not an interval", s);
 	if (iv->month != 0)
-		spec_error(path, "Use days, hours, minutes or seconds: months and years have no fixed length.",
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "Use days, hours, minutes or seconds: months and years have no fixed length.",
 				   "\"%s\" has months or years", s);
 	if (pg_mul_s64_overflow((int64) iv->day, USECS_PER_DAY, &us) ||
 		pg_add_s64_overflow(us, iv->time, &us))
 		us = iv->day < 0 ? -1 : PG_INT64_MAX;
 	if (us > SPEC_MAX_DURATION_DAYS * USECS_PER_DAY)
-		spec_error(path, "Use at most 36525 days (100 years).", "\"%s\" is longer than 100 years", s);
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "Use at most 36525 days (100 years).", "\"%s\" is longer than 100 years", s);
 	if (us < 0 || (us == 0 && !allow_zero))
-		spec_error(path, hint, "\"%s\" must be %s", s, allow_zero ? "zero or positive" : "positive");
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "\"%s\" must be %s", s, allow_zero ? "zero or positive" : "positive");
 	return us;
 }
 
 static int
-get_choice(JsonObject *obj, const char *key, const char *const *choices, int dflt)
+get_choice(JsonObject *obj, const char *key, const SpecChoice *choices, int dflt)
 {
 	JsonbValue	v;
 	char	   *path = child_path(obj->path, key);
-	char	   *hint = psprintf("One of: %s.", join_names(choices));
+	char	   *hint = psprintf("One of: %s.", join_choices(choices));
 	char	   *s;
 
 	if (!get_value(obj, key, &v))
 	{
 		if (dflt < 0)
-			spec_error(path, hint, "required field is missing");
+			spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "required field is missing");
 		return dflt;
 	}
 	if (v.type != jbvString)
-		spec_error(path, hint, "expected a string, found %s", json_type_name(&v));
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "expected a string, found %s", json_type_name(&v));
 	s = pnstrdup(v.val.string.val, v.val.string.len);
-	for (int i = 0; choices[i]; i++)
-		if (strcmp(choices[i], s) == 0)
-			return i;
-	spec_error(path, hint, "unknown value \"%s\"", s);
+	for (int i = 0; choices[i].name; i++)
+		if (strcmp(choices[i].name, s) == 0)
+			return choices[i].value;
+	spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, "unknown value \"%s\"", s);
+}
+
+const char *
+spec_choice_name(const SpecChoice *choices, int value)
+{
+	for (int i = 0; choices[i].name; i++)
+		if (choices[i].value == value)
+			return choices[i].name;
+	elog(ERROR, "no name for spec choice %d", value);
 }

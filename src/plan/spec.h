@@ -1,6 +1,6 @@
 /*
  * spec.h
- *		The job spec (DESIGN.md section 2) parsed from its JSON document.
+ *		The job spec parsed from its JSON document.
  *
  * Parsing checks the document's shape strictly: unknown fields, wrong types
  * and bad values are errors naming the JSON path.  Expressions are kept as
@@ -64,6 +64,7 @@ typedef enum StepKind
 	STEP_AGGREGATE
 } StepKind;
 
+/* Indexed by StepKind; the spec names a step by its one key. */
 extern const char *const step_kind_names[];
 
 /* A named expression: a map or key_by field, or an aggregate. */
@@ -102,7 +103,8 @@ typedef struct StepSpec
 
 typedef enum SinkType
 {
-	SINK_TABLE
+	SINK_TABLE,
+	SINK_KAFKA					/* a name the spec knows, refused in this version */
 } SinkType;
 
 typedef enum SinkMode
@@ -160,9 +162,38 @@ extern Jsonb *spec_redact(Jsonb *spec, Jsonb **secrets);
 /* The inverse of spec_redact: put the secrets back. */
 extern Jsonb *spec_unredact(Jsonb *redacted, Jsonb *secrets);
 
+/* doc with the value at path (jsonb_set); create: as jsonb_set's create_missing. */
+extern Jsonb *spec_jsonb_set(Jsonb *doc, const char *const *path, int npath, Jsonb *value,
+							 bool create);
+
+/* A jsonb string, as jsonb_in reads a JSON string literal. */
+extern Jsonb *spec_jsonb_string(const char *s);
+
 /* True for an option name whose value must never be shown. */
 extern bool spec_option_is_secret(const char *name);
 
-extern const char *format_name(ValueFormat format);
+/*
+ * A value a spec field may name, and what it stands for.  One table per
+ * choice, ending with a NULL name, in the order the hint lists them: the
+ * parser reads the spec through it and describe_job prints through it.
+ */
+typedef struct SpecChoice
+{
+	const char *name;
+	int			value;
+} SpecChoice;
+
+extern const SpecChoice spec_source_types[];	/* SourceType */
+extern const SpecChoice spec_formats[]; /* ValueFormat */
+extern const SpecChoice spec_kafka_starts[];	/* KafkaSourceSpec.start_latest */
+extern const SpecChoice spec_window_types[];	/* WindowType */
+extern const SpecChoice spec_window_emits[];	/* WindowSpec.emit_update */
+extern const SpecChoice spec_sink_types[];	/* SinkType */
+extern const SpecChoice spec_sink_modes[];	/* SinkMode but SINK_MODE_DEFAULT */
+extern const SpecChoice spec_state_backends[];	/* StateBackendType */
+extern const SpecChoice spec_on_errors[];	/* OnError */
+
+/* The name of value in choices. */
+extern const char *spec_choice_name(const SpecChoice *choices, int value);
 
 #endif							/* SPEC_H */

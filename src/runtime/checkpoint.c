@@ -26,12 +26,15 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "base/mailer.h"
+#include "base/test_point.h"
+#include "base/work_xact.h"
 #include "jobs/catalog.h"
-#include "runtime/checkpoint.h"
 #include "operators/keyed.h"
 #include "operators/keyed_state.h"
-#include "base/test_point.h"
 #include "operators/watermark.h"
+#include "runtime/accounting.h"
+#include "runtime/checkpoint.h"
 
 /*
  * How long a checkpoint's statements wait for a lock another transaction
@@ -41,8 +44,24 @@
  */
 #define CHECKPOINT_LOCK_TIMEOUT		"3s"
 
+/* One checkpoint being taken. */
+typedef struct CheckpointRun
+{
+	Job		   *job;
+	int64		epoch;
+	bool		final;
+	TimestampTz start;
+	TimestampTz watermark;		/* as it was when the checkpoint began */
+	double		state_ms;		/* the state's share of the time taken */
+	char	   *state_ref;		/* the state snapshot's reference, if any */
+} CheckpointRun;
+
 static void counters_from_jsonb(Job *job, Jsonb *counters);
-static bool bind_sink(Job *job, bool *lock_busy);
+static void checkpoint_begin(Job *job);
+static bool bind_sink(Job *job);
+static void flush_outputs(CheckpointRun *run);
+static void insert_checkpoint_row(CheckpointRun *run);
+static void checkpoint_committed(CheckpointRun *run);
 
 static double
 ms_since(TimestampTz start)
@@ -66,7 +85,7 @@ checkpoint_restore(Job *job)
 	SPI_connect();
 	catalog_exec("SELECT epoch, positions, counters, state_ref, watermark, partition_watermarks, "
 				 "state_layout "
-				 "FROM mailer.checkpoints "
+				 "FROM " MAILER_SCHEMA ".checkpoints "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY epoch DESC LIMIT 1",
 				 1, &type, &value, NULL, true);
 	job->epoch = 0;
@@ -127,24 +146,44 @@ checkpoint_restore(Job *job)
 bool
 checkpoint_take(Job *job, bool final)
 {
-	int64		epoch = job->epoch + 1;
-	TimestampTz start = GetCurrentTimestamp();
-	double		state_ms = 0;
-	char	   *state_ref = NULL;
-	int64		written;
-	int64		rejected;
-	TimestampTz watermark = watermark_current(job->watermarks);
-	Oid			types[10] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
-	TIMESTAMPTZOID, JSONBOID, TEXTOID};
-	Datum		values[10];
-	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	char	   *state_layout;
-	Jsonb	   *positions;
-	int			retain = job->spec->checkpoint_retain;
-	bool		lock_busy;
+	CheckpointRun run = {0};
+
+	run.job = job;
+	run.epoch = job->epoch + 1;
+	run.final = final;
+	run.start = GetCurrentTimestamp();
+	run.watermark = watermark_current(job->watermarks);
 
 	job->stage = "checkpoint";
-	job_transaction_begin();
+	checkpoint_begin(job);
+
+	/*
+	 * The spec names the sink table: its name is resolved at each
+	 * checkpoint.  While it names no table nothing commits, so the rows and
+	 * the positions wait for it, and a table made again under the name
+	 * receives them.
+	 */
+	if (!bind_sink(job))
+	{
+		job->stage = NULL;
+		return false;
+	}
+	flush_outputs(&run);
+	insert_checkpoint_row(&run);
+	work_xact_end();
+	checkpoint_committed(&run);
+	job->stage = NULL;
+	return true;
+}
+
+/*
+ * The checkpoint's transaction, in which the extension the job belongs to
+ * is known to stand until the commit.
+ */
+static void
+checkpoint_begin(Job *job)
+{
+	work_xact_begin();
 
 	/*
 	 * The commit must be durable before the older snapshots are deleted
@@ -170,36 +209,28 @@ checkpoint_take(Job *job, bool final)
 				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),
 				 errdetail("The job's worker exits without a last checkpoint.")));
 	TEST_POINT("checkpoint_after_ext_check");
+}
 
-	/*
-	 * The spec names the sink table: its name is resolved at each
-	 * checkpoint.  While it names no table nothing commits, so the rows and
-	 * the positions wait for it, and a table made again under the name
-	 * receives them.
-	 */
-	if (!bind_sink(job, &lock_busy))
-	{
-		if (lock_busy)
-		{
-			job->stage = NULL;
-			return false;
-		}
-		job_transaction_end();
-		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
-							 psprintf("waiting for the sink table: table \"%s\" does not exist",
-									  job->spec->sink.table));
-		job->stage = NULL;
-		return false;
-	}
+/*
+ * What the epoch commits, written in its transaction: the keyed stage's due
+ * rows and changed state, the sink rows, the dead letters and the state's
+ * snapshot.
+ */
+static void
+flush_outputs(CheckpointRun *run)
+{
+	Job		   *job = run->job;
+	int64		written;
+	int64		rejected;
 
 	/* The state's share of the checkpoint, as mailer.metrics shows it */
 	if (job->keyed)
 	{
 		keyed_prepare_checkpoint(job->keyed);
-		state_ms = ms_since(start);
+		run->state_ms = ms_since(run->start);
 	}
 	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error,
-								final && job->source->ops->finished(job->source), &rejected);
+								run->final && job->source->ops->finished(job->source), &rejected);
 	job->counters[JC_RECORDS_OUT] += written;
 	if (!job->plan->aggregated)
 	{
@@ -208,40 +239,54 @@ checkpoint_take(Job *job, bool final)
 		job->counters[job->spec->on_error == ON_ERROR_SKIP ?
 					  JC_RECORDS_SKIPPED : JC_RECORDS_DEAD_LETTERED] += rejected;
 	}
-	dead_letter_flush(job->dead_letters, job->job_id, epoch);
+	dead_letter_flush(job->dead_letters, job->job_id, run->epoch);
 	if (job->state)
 	{
 		TimestampTz snapshot_start = GetCurrentTimestamp();
 
-		state_ref = job->state->ops->checkpoint(job->state, epoch);
-		state_ms += ms_since(snapshot_start);
+		run->state_ref = job->state->ops->checkpoint(job->state, run->epoch);
+		run->state_ms += ms_since(snapshot_start);
 	}
 	job->counters[JC_CHECKPOINTS]++;
+}
 
-	positions = job->source->ops->positions(job->source);
+/*
+ * The row of mailer.checkpoints that makes the epoch restorable, and the
+ * end of those past checkpoint.retain.
+ */
+static void
+insert_checkpoint_row(CheckpointRun *run)
+{
+	Job		   *job = run->job;
+	Oid			types[10] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID, TEXTOID};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	char	   *state_layout;
+
 	values[0] = Int64GetDatum(job->job_id);
-	values[1] = Int64GetDatum(epoch);
-	values[2] = JsonbPGetDatum(positions);
-	values[3] = state_ref ? CStringGetTextDatum(state_ref) : (Datum) 0;
-	nulls[3] = state_ref ? ' ' : 'n';
+	values[1] = Int64GetDatum(run->epoch);
+	values[2] = JsonbPGetDatum(job->source->ops->positions(job->source));
+	values[3] = run->state_ref ? CStringGetTextDatum(run->state_ref) : (Datum) 0;
+	nulls[3] = run->state_ref ? ' ' : 'n';
 	values[4] = job_counters_jsonb(job->counters);
-	values[5] = Float8GetDatum(ms_since(start));
-	values[6] = BoolGetDatum(final);
-	values[7] = TimestampTzGetDatum(watermark);
-	nulls[7] = TIMESTAMP_NOT_FINITE(watermark) ? 'n' : ' ';
+	values[5] = Float8GetDatum(ms_since(run->start));
+	values[6] = BoolGetDatum(run->final);
+	values[7] = TimestampTzGetDatum(run->watermark);
+	nulls[7] = TIMESTAMP_NOT_FINITE(run->watermark) ? 'n' : ' ';
 	values[8] = JsonbPGetDatum(watermark_save(job->watermarks, job->source));
 	state_layout = keyed_state_layout(job->plan);
 	values[9] = state_layout ? CStringGetTextDatum(state_layout) : (Datum) 0;
 	nulls[9] = state_layout ? ' ' : 'n';
 
 	SPI_connect();
-	catalog_exec("INSERT INTO mailer.checkpoints (job_id, epoch, positions, state_ref, counters, "
-				 "duration_ms, final, watermark, partition_watermarks, state_layout) "
+	catalog_exec("INSERT INTO " MAILER_SCHEMA ".checkpoints (job_id, epoch, positions, state_ref, "
+				 "counters, duration_ms, final, watermark, partition_watermarks, state_layout) "
 				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 				 10, types, values, nulls, false);
 	/* Only the newest checkpoint.retain checkpoints stay restorable. */
-	values[1] = Int64GetDatum(epoch - retain);
-	catalog_exec("DELETE FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+	values[1] = Int64GetDatum(run->epoch - job->spec->checkpoint_retain);
+	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
 				 "AND epoch OPERATOR(pg_catalog.<=) $2",
 				 2, types, values, NULL, false);
 	/*
@@ -249,23 +294,31 @@ checkpoint_take(Job *job, bool final)
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
 	 * the launcher has seen the worker exit.
 	 */
-	if (final && job->source->ops->finished(job->source))
-		catalog_exec("UPDATE mailer.job_status SET state = 'finished', pid = NULL, "
+	if (run->final && job->source->ops->finished(job->source))
+		catalog_exec("UPDATE " MAILER_SCHEMA ".job_status SET state = 'finished', pid = NULL, "
 					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
 					 1, types, values, NULL, false);
 	SPI_finish();
+}
 
-	job_transaction_end();
+/*
+ * Committed: the epoch is what a restart resumes from.  Only now may the
+ * state drop its older snapshots and the source publish its offsets.
+ */
+static void
+checkpoint_committed(CheckpointRun *run)
+{
+	Job		   *job = run->job;
 
-	/* Committed: epoch is now what a restart resumes from. */
-	job->epoch = epoch;
+	job->epoch = run->epoch;
 	job->uncommitted = 0;
 	if (job->state)
 	{
 		TimestampTz release_start = GetCurrentTimestamp();
 
-		job->state->ops->committed(job->state, epoch, epoch - retain + 1);
-		state_ms += ms_since(release_start);
+		job->state->ops->committed(job->state, run->epoch,
+								   run->epoch - job->spec->checkpoint_retain + 1);
+		run->state_ms += ms_since(release_start);
 	}
 	job->source->ops->committed(job->source);
 	/* Committed, and the snapshots it replaced removed. */
@@ -278,31 +331,28 @@ checkpoint_take(Job *job, bool final)
 	malloc_trim(0);
 
 	job->last_checkpoint = GetCurrentTimestamp();
-	job->slot->last_checkpoint_epoch = epoch;
+	job->slot->last_checkpoint_epoch = run->epoch;
 	job->slot->last_checkpoint_at = job->last_checkpoint;
-	job->slot->last_checkpoint_ms = (job->last_checkpoint - start) / 1000;
+	job->slot->last_checkpoint_ms = (job->last_checkpoint - run->start) / 1000;
 	job->slot->state_bytes = job->state ? job->state->ops->size(job->state) : -1;
-	job->slot->state_checkpoint_ms = job->state ? state_ms : -1;
+	job->slot->state_checkpoint_ms = job->state ? run->state_ms : -1;
 	job_publish_counters(job);
-	job->stage = NULL;
-	return true;
 }
 
 /*
  * Resolve the sink table's name and lock the table for the checkpoint's
  * writes (sink_buffer_bind).  The first thing the checkpoint does, before
- * it takes rows from the buffers: when another transaction holds the table
- * past lock_timeout, the transaction is rolled back, the job waits for
- * 'lock' keeping everything it holds, and *lock_busy says so.
+ * it takes rows from the buffers.  False, the transaction ended and the job
+ * waiting, keeping everything it holds: no table has the name, or another
+ * transaction holds the table past lock_timeout.
  */
 static bool
-bind_sink(Job *job, bool *lock_busy)
+bind_sink(Job *job)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool bound = false;
 	ErrorData  *volatile busy = NULL;
 
-	*lock_busy = false;
 	PG_TRY();
 	{
 		bound = sink_buffer_bind(job->sink, job->plan);
@@ -318,13 +368,19 @@ bind_sink(Job *job, bool *lock_busy)
 	PG_END_TRY();
 	if (busy)
 	{
-		job_transaction_abort();
+		work_xact_abort();
 		job_slot_set_waiting(job->slot, JOB_WAIT_LOCK,
 							 psprintf("waiting for a lock on the sink table \"%s\": another transaction holds it (%s)",
 									  job->spec->sink.table, busy->message));
 		FreeErrorData(busy);
-		*lock_busy = true;
 		return false;
+	}
+	if (!bound)
+	{
+		work_xact_end();
+		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
+							 psprintf("waiting for the sink table: table \"%s\" does not exist",
+									  job->spec->sink.table));
 	}
 	return bound;
 }

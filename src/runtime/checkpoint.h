@@ -1,7 +1,7 @@
 /*
  * checkpoint.h
  *		Checkpoints: state, source positions and output committed together
- *		in one PostgreSQL transaction (DESIGN.md section 5).
+ *		in one PostgreSQL transaction.
  */
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
@@ -16,8 +16,9 @@ extern void checkpoint_restore(Job *job);
 
 /*
  * Take checkpoint epoch + 1.  final: the worker is about to stop cleanly.
- * false, and nothing taken: no table has the sink table's name now (the
- * job's slot says it waits for it); the rows and positions are kept.
+ * false, and nothing taken: no table has the sink table's name now, or
+ * another transaction holds that table too long (the job's slot says it
+ * waits for it); the rows and positions are kept.
  */
 extern bool checkpoint_take(Job *job, bool final);
 

@@ -56,30 +56,4 @@ typedef struct Job
 	TimestampTz rate_at;
 } Job;
 
-/*
- * A transaction (with a snapshot) for the worker's own work; unlike
- * StartTransactionCommand, the caller's memory context stays current, so
- * what is allocated in it outlives the transaction.
- */
-extern void job_transaction_begin(void);
-extern void job_transaction_end(void);
-/* Roll back the worker's transaction (after an error it caught). */
-extern void job_transaction_abort(void);
-
-/* Publish the job's counters to its slot. */
-extern void job_publish_counters(Job *job);
-
-/* Process a batch of messages through every stage (pipeline.c). */
-extern void pipeline_process(Job *job, SourceMessage *msgs, int n);
-
-/*
- * A record failed: dead-letter it, count it as skipped, or raise the error
- * that fails the job, per the spec's on_error.
- */
-extern void job_record_failed(Job *job, SourceMessage *msg, const char *stage,
-							  const char *error);
-
-/* A record too late for any window: a dead letter of stage "late". */
-extern void job_record_late(Job *job, SourceMessage *msg, TimestampTz event_time);
-
 #endif							/* JOB_H */

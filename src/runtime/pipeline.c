@@ -6,8 +6,9 @@
  *
  * A batch runs under guard_each: a record that raises an error alone is
  * dead-lettered (or skipped, or fails the job, per on_error) and the batch
- * goes on with the next: a bad record never costs its neighbours.  Nothing a record does reaches the sink or the keyed state
- * before the record has passed every stateless step.
+ * goes on with the next: a bad record never costs its neighbours.  Nothing
+ * a record does reaches the sink or the keyed state before the record has
+ * passed every stateless step.
  */
 #include "postgres.h"
 
@@ -20,15 +21,26 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
-#include "base/mailer.h"
-#include "runtime/job.h"
 #include "base/guard.h"
-#include "plan/json_fields.h"
+#include "base/mailer.h"
 #include "operators/keyed.h"
 #include "operators/watermark.h"
+#include "plan/json_fields.h"
+#include "runtime/accounting.h"
+#include "runtime/pipeline.h"
+
+/* The values of a record's outputs, one row an output. */
+typedef struct OutputRows
+{
+	Datum	  **values;
+	bool	  **nulls;
+} OutputRows;
 
 static TimestampTz process_message(Job *job, SourceMessage *msg);
 static void decode_message(Job *job, SourceMessage *msg, Record *rec);
+static TimestampTz event_time_of(Job *job, SourceMessage *msg, Record *rec);
+static bool add_to_windows(Job *job, List *outputs);
+static void add_to_sink(Job *job, SourceMessage *msg, List *outputs);
 static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered,
 					  int *made);
 
@@ -116,42 +128,16 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 static TimestampTz
 process_message(Job *job, SourceMessage *msg)
 {
-	JobPlan    *plan = job->plan;
-	Record	   *rec = record_alloc(plan->schema);
+	Record	   *rec = record_alloc(job->plan->schema);
 	List	   *outputs = NIL;
 	bool		filtered = false;
 	int			made = 0;
-	ListCell   *lc;
 
 	rec->origin = -1;
 	job->stage = "decode";
 	decode_message(job, msg, rec);
-
 	job->stage = "event_time";
-	if (plan->event_time)
-	{
-		bool		isnull;
-		Datum		t = expr_eval(plan->event_time, job->rt, rec, &isnull);
-
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("event_time is NULL")));
-		rec->event_time = DatumGetTimestampTz(t);
-		if (TIMESTAMP_NOT_FINITE(rec->event_time))
-			ereport(ERROR,
-					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-					 errmsg("event_time is not finite")));
-	}
-	else
-	{
-		rec->event_time = msg->timestamp;
-		/* Only a window needs an event time; other jobs take messages without one. */
-		if (TIMESTAMP_NOT_FINITE(rec->event_time) && plan->window)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("the message has no timestamp and the job has no event_time")));
-	}
+	rec->event_time = event_time_of(job, msg, rec);
 	run_steps(job, rec, 0, &outputs, &filtered, &made);
 	if (outputs == NIL && filtered)
 	{
@@ -159,66 +145,105 @@ process_message(Job *job, SourceMessage *msg)
 		return rec->event_time;
 	}
 
-	if (plan->aggregated)
+	if (job->plan->aggregated)
 	{
-		bool		in_a_window = false;
-		int			nargs = Max(plan->naggs, 1);
-		Datum	  **args = palloc(sizeof(Datum *) * list_length(outputs));
-		bool	  **nulls = palloc(sizeof(bool *) * list_length(outputs));
-
-		/* Every output's arguments first: one that fails changes no state. */
-		job->stage = "aggregate";
-		foreach(lc, outputs)
-		{
-			int			i = foreach_current_index(lc);
-
-			args[i] = palloc(sizeof(Datum) * nargs);
-			nulls[i] = palloc(sizeof(bool) * nargs);
-			keyed_eval_args(job->keyed, lfirst(lc), args[i], nulls[i]);
-		}
-		/* Several outputs: one that fails (an overflow) undoes the others. */
-		if (list_length(outputs) > 1)
-			keyed_begin_record(job->keyed);
-		foreach(lc, outputs)
-		{
-			int			i = foreach_current_index(lc);
-
-			in_a_window |= keyed_add(job->keyed, lfirst(lc), args[i], nulls[i]);
-		}
-		if (list_length(outputs) > 1)
-			keyed_end_record(job->keyed);
-		if (!in_a_window)
+		if (!add_to_windows(job, outputs))
 		{
 			job_record_late(job, msg, rec->event_time);
 			return rec->event_time;
 		}
 	}
 	else
-	{
-		int			ncols = plan->sink->ncolumns;
-		Datum	  **values = palloc(sizeof(Datum *) * list_length(outputs));
-		bool	  **nulls = palloc(sizeof(bool *) * list_length(outputs));
-
-		/* Cast every output first: a cast that fails sends nothing on. */
-		job->stage = "sink";
-		foreach(lc, outputs)
-		{
-			int			i = foreach_current_index(lc);
-
-			values[i] = palloc(sizeof(Datum) * ncols);
-			nulls[i] = palloc(sizeof(bool) * ncols);
-			sink_project(job->sink, job->out_rt, lfirst(lc), values[i], nulls[i]);
-		}
-		foreach(lc, outputs)
-		{
-			int			i = foreach_current_index(lc);
-
-			sink_buffer_add(job->sink, values[i], nulls[i], job->source->topic_names[msg->topic],
-							msg->partition, msg->offset);
-		}
-	}
+		add_to_sink(job, msg, outputs);
 	job->counters[JC_RECORDS_ACCEPTED]++;
 	return rec->event_time;
+}
+
+/* The record's event time: the spec's event_time, else the message's timestamp. */
+static TimestampTz
+event_time_of(Job *job, SourceMessage *msg, Record *rec)
+{
+	bool		isnull;
+	Datum		d;
+	TimestampTz t;
+
+	if (job->plan->event_time == NULL)
+	{
+		/* Only a window needs an event time; other jobs take messages without one. */
+		if (TIMESTAMP_NOT_FINITE(msg->timestamp) && job->plan->window)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("the message has no timestamp and the job has no event_time")));
+		return msg->timestamp;
+	}
+	d = expr_eval(job->plan->event_time, job->rt, rec, &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("event_time is NULL")));
+	t = DatumGetTimestampTz(d);
+	if (TIMESTAMP_NOT_FINITE(t))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("event_time is not finite")));
+	return t;
+}
+
+/* An array of n rows of width values, allocated in the current context. */
+static OutputRows
+output_rows_alloc(int n, int width)
+{
+	OutputRows	rows;
+
+	rows.values = palloc(sizeof(Datum *) * n);
+	rows.nulls = palloc(sizeof(bool *) * n);
+	for (int i = 0; i < n; i++)
+	{
+		rows.values[i] = palloc(sizeof(Datum) * width);
+		rows.nulls[i] = palloc(sizeof(bool) * width);
+	}
+	return rows;
+}
+
+/*
+ * The keyed stage's share of a record: its outputs' aggregate arguments
+ * into their keys' windows.  False: the record was too late for any window.
+ */
+static bool
+add_to_windows(Job *job, List *outputs)
+{
+	int			n = list_length(outputs);
+	OutputRows	args = output_rows_alloc(n, Max(job->plan->naggs, 1));
+	bool		in_a_window = false;
+
+	/* Every output's arguments first: one that fails changes no state. */
+	job->stage = "aggregate";
+	for (int i = 0; i < n; i++)
+		keyed_eval_args(job->keyed, list_nth(outputs, i), args.values[i], args.nulls[i]);
+	/* Several outputs: one that fails (an overflow) undoes the others. */
+	if (n > 1)
+		keyed_begin_record(job->keyed);
+	for (int i = 0; i < n; i++)
+		in_a_window |= keyed_add(job->keyed, list_nth(outputs, i), args.values[i], args.nulls[i]);
+	if (n > 1)
+		keyed_end_record(job->keyed);
+	return in_a_window;
+}
+
+/* A stateless job's share of a record: its outputs, cast, into the sink's buffer. */
+static void
+add_to_sink(Job *job, SourceMessage *msg, List *outputs)
+{
+	int			n = list_length(outputs);
+	OutputRows	rows = output_rows_alloc(n, job->plan->sink->ncolumns);
+
+	/* Cast every output first: a cast that fails sends nothing on. */
+	job->stage = "sink";
+	for (int i = 0; i < n; i++)
+		sink_project(job->sink, job->out_rt, list_nth(outputs, i), rows.values[i], rows.nulls[i]);
+	for (int i = 0; i < n; i++)
+		sink_buffer_add(job->sink, rows.values[i], rows.nulls[i],
+						job->source->topic_names[msg->topic], msg->partition, msg->offset);
 }
 
 static void

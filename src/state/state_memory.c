@@ -26,8 +26,8 @@
 #include "utils/snapmgr.h"
 
 #include "base/mailer.h"
+#include "base/work_xact.h"
 #include "jobs/catalog.h"
-#include "runtime/job.h"
 #include "state/state.h"
 
 #define SKIP_MAX_LEVEL	24
@@ -430,7 +430,7 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 
 	if (epoch % COMPACT_EVERY != 0 || keep_from <= 1)
 		return;
-	job_transaction_begin();
+	work_xact_begin();
 	SPI_connect();
 	catalog_enter(&access);
 	/* Were the plan made anew (the table changed), no sequential scan for it */
@@ -466,7 +466,7 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 	}
 	catalog_leave(&access);
 	SPI_finish();
-	job_transaction_end();
+	work_xact_end();
 	MemoryContextDelete(old_ctx);
 }
 

@@ -1,7 +1,7 @@
 /*
  * mailer_fuzz.c
  *		Differential fuzzing of mailer's two hand-written parsers against
- *		PostgreSQL's own: the JSON field scanner (src/plan/json_fields.c) against
+ *		PostgreSQL's own: the JSON field scanner (src/plan/json_scan.c) against
  *		jsonb_in with ->> and ->, and the ISO 8601 fast path (src/base/iso_time.c)
  *		against timestamptz_in.
  *
@@ -18,7 +18,7 @@
  * jsonb) or the timestamp exactly as PostgreSQL does, or the same error
  * (same SQLSTATE), or (times only) declines and leaves it to timestamptz_in.
  */
-#include "../../src/plan/json_fields.c"
+#include "../../src/plan/json_scan.c"
 #include "../../src/base/iso_time.c"
 
 #include "common/pg_prng.h"
@@ -66,14 +66,6 @@ const char *
 __asan_default_options(void)
 {
 	return "verify_asan_link_order=0:detect_leaks=0:halt_on_error=1";
-}
-
-/* json_fields.c's planner half needs this; the harness never plans. */
-int
-record_schema_add(RecordSchema *schema, const char *name, Oid type, int32 typmod, Oid collation)
-{
-	elog(ERROR, "record_schema_add is not part of the fuzz harness");
-	return -1;
 }
 
 /*

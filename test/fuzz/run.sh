@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Differential fuzzing of src/plan/json_fields.c and src/base/iso_time.c against
+# Differential fuzzing of src/plan/json_scan.c and src/base/iso_time.c against
 # jsonb_in/->>/-> and timestamptz_in, under AddressSanitizer.
 #
 #   test/fuzz/run.sh [SECONDS [SEED]]

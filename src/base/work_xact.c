@@ -1,0 +1,59 @@
+/*
+ * work_xact.c
+ *		The transaction a job worker does a piece of its work in
+ *		(work_xact.h).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "base/work_xact.h"
+
+/* The timeout that ticks while a work transaction is open, and how often. */
+static TimeoutId work_timer;
+static int	work_timer_tick_ms;
+
+void
+work_xact_set_timer(TimeoutId id, int tick_ms)
+{
+	work_timer = id;
+	work_timer_tick_ms = tick_ms;
+}
+
+void
+work_xact_begin(void)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	MemoryContextSwitchTo(ctx);
+	/* Work in progress: a SIGTERM now gives it mailer.termination_grace to end. */
+	enable_timeout_every(work_timer,
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), work_timer_tick_ms),
+						 work_timer_tick_ms);
+}
+
+void
+work_xact_abort(void)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	AbortCurrentTransaction();
+	MemoryContextSwitchTo(ctx);
+	disable_timeout(work_timer, false);
+}
+
+void
+work_xact_end(void)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(ctx);
+	disable_timeout(work_timer, false);
+}

@@ -1,0 +1,281 @@
+/*
+ * batch_loop.c
+ *		The job worker's loop over batches (batch_loop.h).
+ *
+ * A round: answer a stop request, take up wait_job tickets, read a batch
+ * and run it through the pipeline in a transaction of its own, move the
+ * watermark, checkpoint when one is due, and sleep when there was nothing
+ * to read.  While the sink table's name names no table, nothing more is
+ * read and each round tries the checkpoint again.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/interrupt.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "base/mailer.h"
+#include "base/work_xact.h"
+#include "operators/keyed.h"
+#include "operators/watermark.h"
+#include "runtime/accounting.h"
+#include "runtime/batch_loop.h"
+#include "runtime/checkpoint.h"
+#include "runtime/pipeline.h"
+#include "runtime/termination.h"
+#include "runtime/wait_marks.h"
+
+typedef struct BatchLoop
+{
+	Job		   *job;
+	SourceMessage *msgs;		/* the batch read */
+	int			capacity;		/* how many msgs holds */
+	int64		interval_ms;	/* checkpoint.interval */
+	bool		sink_waiting;	/* a checkpoint found no sink table: read nothing */
+} BatchLoop;
+
+static void stop(BatchLoop *loop);
+static bool retry_sink(BatchLoop *loop);
+static int	read_batch(BatchLoop *loop, bool finished);
+static void advance_watermark(Job *job, bool finished);
+static bool finish(BatchLoop *loop);
+static bool checkpoint_due(BatchLoop *loop, long since);
+static void wait_for_input(BatchLoop *loop, long since);
+static bool waiting_for_lock(JobSlot *slot);
+
+void
+batch_loop_run(Job *job)
+{
+	BatchLoop	loop;
+	MemoryContext loop_context = AllocSetContextCreate(job->job_context, "mailer loop",
+													   ALLOCSET_DEFAULT_SIZES);
+
+	loop.job = job;
+	loop.msgs = MemoryContextAlloc(job->job_context, sizeof(SourceMessage) * mailer_batch_size);
+	loop.capacity = mailer_batch_size;
+	loop.interval_ms = job->spec->checkpoint_interval_us / 1000;
+	loop.sink_waiting = false;
+
+	for (;;)
+	{
+		int			n;
+		bool		finished;
+		long		since;
+
+		/* Whatever one round allocates in passing goes with it. */
+		MemoryContextSwitchTo(loop_context);
+		MemoryContextReset(loop_context);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (job_stop_requested(job->slot))
+		{
+			stop(&loop);
+			return;
+		}
+		wait_marks_take(job);
+		if (loop.sink_waiting && !retry_sink(&loop))
+		{
+			job_pause_briefly();
+			continue;
+		}
+
+		finished = job->source->ops->finished(job->source);
+		n = read_batch(&loop, finished);
+		advance_watermark(job, finished);
+		if (finished)
+		{
+			if (finish(&loop))
+				return;
+			continue;
+		}
+
+		since = TimestampDifferenceMilliseconds(job->last_checkpoint, GetCurrentTimestamp());
+		if (checkpoint_due(&loop, since) && !checkpoint_take(job, false))
+		{
+			loop.sink_waiting = true;
+			continue;
+		}
+		wait_marks_answer(job);
+		if (n == 0)
+			wait_for_input(&loop, since);
+	}
+}
+
+/* Asked to stop: the final checkpoint, then the worker exits. */
+static void
+stop(BatchLoop *loop)
+{
+	Job		   *job = loop->job;
+
+	/*
+	 * Waiting for a lock on the sink table: a final checkpoint would wait
+	 * again.  The last checkpoint stands; the job resumes there.  Otherwise
+	 * the final checkpoint has a grace of its own, after the batch's.
+	 */
+	termination_restart_grace();
+	if (!loop->sink_waiting || !waiting_for_lock(job->slot))
+		checkpoint_take(job, true);
+	wait_marks_answer(job);
+	SpinLockAcquire(&job->slot->mutex);
+	job->slot->exit_kind = JOB_EXIT_STOPPED;
+	SpinLockRelease(&job->slot->mutex);
+}
+
+/*
+ * The sink table's name names no table: read nothing more, and try the
+ * checkpoint again until a table has the name.  True once it has.
+ */
+static bool
+retry_sink(BatchLoop *loop)
+{
+	Job		   *job = loop->job;
+
+	if (!checkpoint_take(job, false))
+		return false;
+	loop->sink_waiting = false;
+	job_slot_set_waiting(job->slot, JOB_WAIT_NONE, NULL);
+	wait_marks_answer(job);
+	return true;
+}
+
+/* Read a batch, unless the source is finished, and process it; how many read. */
+static int
+read_batch(BatchLoop *loop, bool finished)
+{
+	Job		   *job = loop->job;
+	int			n = 0;
+
+	if (loop->capacity < mailer_batch_size)
+	{
+		loop->msgs = repalloc(loop->msgs, sizeof(SourceMessage) * mailer_batch_size);
+		loop->capacity = mailer_batch_size;
+	}
+	if (!finished)
+		n = job->source->ops->poll(job->source, loop->msgs, Min(loop->capacity, mailer_batch_size));
+
+	/*
+	 * Waiting on the broker shows in the state until it clears; the error
+	 * stays as the job's last one.
+	 */
+	job_slot_set_waiting(job->slot, job->source->error ? JOB_WAIT_BROKER : JOB_WAIT_NONE,
+						 job->source->error);
+	if (n > 0)
+	{
+		work_xact_begin();
+		pipeline_process(job, loop->msgs, n);
+		work_xact_end();
+		job->uncommitted += n;
+		job_publish_counters(job);
+	}
+	return n;
+}
+
+/*
+ * Move the watermark (idle partitions stop holding it back as time passes)
+ * and let the keyed stage fire the windows it passed.  A finished bounded
+ * source moves it past every window.
+ */
+static void
+advance_watermark(Job *job, bool finished)
+{
+	TimestampTz before = watermark_current(job->watermarks);
+	TimestampTz wm;
+
+	/* Partitions restored from the checkpoint show their watermarks before any record. */
+	watermark_sync_partitions(job->watermarks, job->source);
+	if (finished)
+		watermark_finish(job->watermarks);
+	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
+	if (job->keyed && job->plan->window && wm > before)
+	{
+		work_xact_begin();
+		keyed_advance_watermark(job->keyed, wm);
+		work_xact_end();
+	}
+	watermark_publish(job->watermarks, job->slot);
+}
+
+/*
+ * Everything a bounded source holds is read: commit it all and end.  False:
+ * the sink table is missing, and the loop waits for it.
+ */
+static bool
+finish(BatchLoop *loop)
+{
+	Job		   *job = loop->job;
+
+	if (!checkpoint_take(job, true))
+	{
+		loop->sink_waiting = true;
+		return false;
+	}
+	SpinLockAcquire(&job->slot->mutex);
+	job->slot->live_state = JOB_LIVE_FINISHED;
+	job->slot->exit_kind = JOB_EXIT_FINISHED;
+	SpinLockRelease(&job->slot->mutex);
+	wait_marks_answer(job);
+	return true;
+}
+
+/* since: milliseconds since the last checkpoint. */
+static bool
+checkpoint_due(BatchLoop *loop, long since)
+{
+	Job		   *job = loop->job;
+	bool		due;
+
+	/* Windows the watermark fired without new input (idle partitions) are output too. */
+	due = (job->uncommitted > 0 || (job->keyed && keyed_pending(job->keyed) > 0)) &&
+		since >= loop->interval_ms;
+	if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
+		(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows ||
+		dead_letter_full(job->dead_letters) || sink_buffer_full(job->sink))
+		due = true;
+	/* A "latest" start resolved while the job runs (the broker was away) is pinned at once too. */
+	if (job->source->unpinned)
+		due = true;
+	return due;
+}
+
+/*
+ * Nothing was read: sleep until the source has input, the next checkpoint
+ * is due, or the latch is set (a stop request, a wait_job ticket).
+ */
+static void
+wait_for_input(BatchLoop *loop, long since)
+{
+	Job		   *job = loop->job;
+	long		timeout = 1000;
+	long		source_wait = job->source->ops->wait_ms(job->source);
+	pgsocket	fd = job->source->ops->event_fd(job->source);
+	int			events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
+
+	if (job->uncommitted > 0)
+		timeout = Max(loop->interval_ms - since, 0);
+	if (source_wait >= 0)
+		timeout = Min(timeout, source_wait);
+	if (fd != PGINVALID_SOCKET)
+		events |= WL_SOCKET_READABLE;
+	if (timeout > 0)
+		(void) WaitLatchOrSocket(MyLatch, events, fd, timeout, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+}
+
+static bool
+waiting_for_lock(JobSlot *slot)
+{
+	bool		waiting;
+
+	SpinLockAcquire(&slot->mutex);
+	waiting = slot->live_state == JOB_LIVE_WAITING && slot->waiting_for == JOB_WAIT_LOCK;
+	SpinLockRelease(&slot->mutex);
+	return waiting;
+}
