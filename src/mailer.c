@@ -9,8 +9,6 @@
  */
 #include "postgres.h"
 
-#include <pthread.h>
-
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
@@ -18,10 +16,11 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
+#include "api/api.h"
 #include "base/mailer.h"
+#include "base/test_point.h"
 #include "jobs/job_slots.h"
 #include "runtime/launcher.h"
-#include "base/test_point.h"
 
 PG_MODULE_MAGIC;
 
@@ -37,24 +36,25 @@ int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
 int			mailer_termination_grace_ms = 10000;
 int			mailer_max_outputs_per_record = 100000;
-bool		mailer_preloaded = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static void mailer_shmem_request(void);
 static void mailer_shmem_startup(void);
+static void define_server_settings(void);
 static void define_settings(void);
 
 void
 _PG_init(void)
 {
+	if (process_shared_preload_libraries_in_progress)
+		define_server_settings();
 	define_settings();
 	api_install_hooks();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;
-	mailer_preloaded = true;
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = mailer_shmem_request;
@@ -64,43 +64,13 @@ _PG_init(void)
 	launcher_register();
 }
 
-void
-mailer_require_preload(void)
-{
-	if (mailer_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("mailer is not loaded through shared_preload_libraries"),
-				 errhint("Add 'mailer' to shared_preload_libraries in postgresql.conf and restart the server.")));
-}
-
-void
-mailer_block_signals(sigset_t *saved)
-{
-	sigset_t	all;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, saved);
-}
-
-void
-mailer_restore_signals(sigset_t *saved)
-{
-	pthread_sigmask(SIG_SETMASK, saved, NULL);
-}
-
-bytea *
-mailer_bytea(const char *data, int len)
-{
-	bytea	   *b = palloc(len + VARHDRSZ);
-
-	SET_VARSIZE(b, len + VARHDRSZ);
-	memcpy(VARDATA(b), data, len);
-	return b;
-}
-
+/*
+ * The settings of the launcher and of shared memory (PGC_POSTMASTER): only
+ * while preloading, as a library loaded into one session could never use
+ * them.
+ */
 static void
-define_settings(void)
+define_server_settings(void)
 {
 	DefineCustomStringVariable("mailer.database",
 							   "Database in which the launcher runs jobs; the extension lives there.",
@@ -119,7 +89,11 @@ define_settings(void)
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
+}
 
+static void
+define_settings(void)
+{
 	DefineCustomIntVariable("mailer.batch_size",
 							"Maximum number of records a job worker reads from its source at once.",
 							NULL,
@@ -201,7 +175,7 @@ define_settings(void)
 							0,
 							NULL, NULL, NULL);
 
-	MarkGUCPrefixReserved("mailer");
+	MarkGUCPrefixReserved(MAILER_EXTENSION);
 }
 
 static void
@@ -210,7 +184,7 @@ mailer_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(job_slots_shmem_size());
-	RequestNamedLWLockTranche("mailer", 1);
+	RequestNamedLWLockTranche(MAILER_EXTENSION, 1);
 }
 
 static void

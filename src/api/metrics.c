@@ -22,122 +22,179 @@
 PG_FUNCTION_INFO_V1(mailer_live_jobs);
 PG_FUNCTION_INFO_V1(mailer_live_partitions);
 
-static const char *const live_state_names[] = {NULL, "starting", "running", "waiting", "finished"};
+/* The columns of mailer._live_jobs (OUT parameters, in order). */
+#define Anum_live_job_id				1
+#define Anum_live_live_state			2
+#define Anum_live_pid					3
+#define Anum_live_error					4
+#define Anum_live_error_at				5
+#define Anum_live_counters				6
+#define Anum_live_input_rate			7
+#define Anum_live_last_checkpoint_epoch 8
+#define Anum_live_last_checkpoint_at	9
+#define Anum_live_last_checkpoint_ms	10
+#define Anum_live_watermark				11
+#define Anum_live_state_bytes			12
+#define Anum_live_consumer_lag			13
+#define Anum_live_state_checkpoint_ms	14
+#define Anum_live_state_restore_ms		15
+#define Anum_live_waiting_for			16
+#define Natts_live_jobs					16
 
-static int64 *jobs_of_caller(int *n);
-static bool job_in(int64 job_id, int64 *jobs, int n);
+/* The columns of mailer._live_partitions. */
+#define Anum_live_partition_job_id		1
+#define Anum_live_partition_topic		2
+#define Anum_live_partition_partition	3
+#define Anum_live_partition_position	4
+#define Anum_live_partition_end_offset	5
+#define Anum_live_partition_records_in	6
+#define Anum_live_partition_watermark	7
+#define Anum_live_partition_idle		8
+#define Anum_live_partition_offsets_skipped 9
+#define Natts_live_partitions			9
+
+/* The columns of jobs_of_caller's statement. */
+#define Anum_caller_job_id				1
+#define Anum_caller_owner				2
+
+/* A column's value (or null) in a row being built: by attribute number. */
+#define SET_COLUMN(values, nulls, anum, datum, isnull) \
+	do { \
+		(values)[(anum) - 1] = (datum); \
+		(nulls)[(anum) - 1] = (isnull); \
+	} while (0)
+
+/* The jobs whose live error the caller may see. */
+typedef struct VisibleJobs
+{
+	bool		all;			/* a superuser's: every job */
+	int			n;
+	int64	   *ids;			/* sorted */
+} VisibleJobs;
+
+static void jobs_of_caller(VisibleJobs *visible);
+static bool job_visible(int64 job_id, const VisibleJobs *visible);
 
 /*
- * The jobs whose owner the caller has the privileges of (n -1: all): the
- * live error of others (it may quote a record) is masked, as mailer.jobs
- * masks last_error.  Read before taking the slots' lock: no SPI under an
- * LWLock.  A job created since is masked.
+ * The jobs whose owner the caller has the privileges of: the live error of
+ * others (it may quote a record) is masked, as mailer.jobs masks
+ * last_error.  Read before taking the slots' lock: no SPI under an LWLock.
+ * A job created since is masked.
  */
-static int64 *
-jobs_of_caller(int *n)
+static void
+jobs_of_caller(VisibleJobs *visible)
 {
 	MemoryContext ctx = CurrentMemoryContext;
-	int64	   *jobs = NULL;
 
-	*n = -1;
-	if (superuser())
-		return NULL;
-	*n = 0;
+	visible->all = superuser();
+	visible->n = 0;
+	visible->ids = NULL;
+	if (visible->all)
+		return;
 	SPI_connect();
-	catalog_exec("SELECT job_id, owner::pg_catalog.oid FROM mailer.job", 0, NULL, NULL, NULL, true);
-	jobs = MemoryContextAlloc(ctx, sizeof(int64) * (SPI_processed + 1));
-	for (uint64 i = 0; i < SPI_processed; i++)
+	catalog_exec("SELECT job_id, owner::pg_catalog.oid FROM mailer.job ORDER BY job_id",
+				 0, NULL, NULL, NULL, true);
+	visible->ids = MemoryContextAlloc(ctx, sizeof(int64) * (SPI_processed + 1));
+	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		bool		isnull;
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		Oid			owner = DatumGetObjectId(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull));
+		Oid			owner = DatumGetObjectId(catalog_value(r, Anum_caller_owner, NULL));
 
 		if (has_privs_of_role(GetUserId(), owner))
-			jobs[(*n)++] = DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+			visible->ids[visible->n++] = DatumGetInt64(catalog_value(r, Anum_caller_job_id, NULL));
 	}
 	SPI_finish();
-	return jobs;
+}
+
+static int
+compare_job_ids(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y;
 }
 
 static bool
-job_in(int64 job_id, int64 *jobs, int n)
+job_visible(int64 job_id, const VisibleJobs *visible)
 {
-	if (n < 0)
-		return true;
-	for (int i = 0; i < n; i++)
-		if (jobs[i] == job_id)
-			return true;
-	return false;
+	return visible->all ||
+		bsearch(&job_id, visible->ids, visible->n, sizeof(int64), compare_job_ids) != NULL;
 }
 
 Datum
 mailer_live_jobs(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			ext_oid = get_extension_oid("mailer", false);
-	int			nvisible;
-	int64	   *visible;
+	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, false);
+	VisibleJobs visible;
+	JobSlot    *slot;
+	int			pos = -1;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (mailer_shared == NULL)
 		return (Datum) 0;
 
-	visible = jobs_of_caller(&nvisible);
+	jobs_of_caller(&visible);
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	for (int i = 0; i < mailer_shared->nslots; i++)
+	while ((slot = job_slots_next(ext_oid, &pos)) != NULL)
 	{
-		JobSlot    *slot = &mailer_shared->slots[i];
-		Datum		values[16];
-		bool		nulls[16] = {0};
+		Datum		values[Natts_live_jobs] = {0};
+		bool		nulls[Natts_live_jobs] = {0};
 		uint64		counters[JC_NUM_COUNTERS];
 		JobSlot		copy;
+		bool		live;
+		bool		no_error;
+		bool		no_checkpoint;
 
-		/* Free, or a worker of a dropped installation of mailer. */
-		if (slot->job_id == 0 || slot->ext_oid != ext_oid)
-			continue;
 		SpinLockAcquire(&slot->mutex);
 		memcpy(&copy, slot, offsetof(JobSlot, counters));
 		SpinLockRelease(&slot->mutex);
 		for (int c = 0; c < JC_NUM_COUNTERS; c++)
 			counters[c] = pg_atomic_read_u64(&slot->counters[c]);
 
-		values[0] = Int64GetDatum(copy.job_id);
 		/* A finished worker may be gone before the launcher records it. */
-		if (copy.live_state != JOB_LIVE_NONE && (copy.pid != 0 || copy.live_state == JOB_LIVE_FINISHED))
-			values[1] = CStringGetTextDatum(live_state_names[copy.live_state]);
-		else
-			nulls[1] = true;
-		values[2] = Int32GetDatum(copy.pid);
-		nulls[2] = copy.pid == 0;
-		values[3] = CStringGetTextDatum(job_in(copy.job_id, visible, nvisible) ?
-										copy.error : "<insufficient privilege>");
+		live = copy.live_state != JOB_LIVE_NONE &&
+			(copy.pid != 0 || copy.live_state == JOB_LIVE_FINISHED);
 		/* A worker's last error (it may quote a record) is the launcher's to record. */
-		nulls[3] = copy.error[0] == '\0' || copy.pid == 0 || copy.exit_kind != JOB_EXIT_NONE;
-		values[4] = TimestampTzGetDatum(copy.error_at);
-		nulls[4] = nulls[3];
-		values[5] = job_counters_jsonb(counters);
-		values[6] = Float8GetDatum(slot->input_rate);
-		values[7] = Int64GetDatum(slot->last_checkpoint_epoch);
-		nulls[7] = slot->last_checkpoint_epoch == 0;
-		values[8] = TimestampTzGetDatum(slot->last_checkpoint_at);
-		nulls[8] = nulls[7];
-		values[9] = Int64GetDatum(slot->last_checkpoint_ms);
-		nulls[9] = nulls[7];
-		values[10] = TimestampTzGetDatum(slot->watermark);
-		nulls[10] = TIMESTAMP_NOT_FINITE(slot->watermark);
-		values[11] = Int64GetDatum(slot->state_bytes);
-		nulls[11] = slot->state_bytes < 0;
-		values[12] = Int64GetDatum(slot->consumer_lag);
-		nulls[12] = slot->consumer_lag < 0;
-		values[13] = Float8GetDatum(slot->state_checkpoint_ms);
-		nulls[13] = slot->state_checkpoint_ms < 0;
-		values[14] = Float8GetDatum(slot->state_restore_ms);
-		nulls[14] = slot->state_restore_ms < 0;
+		no_error = copy.error[0] == '\0' || copy.pid == 0 || copy.exit_kind != JOB_EXIT_NONE;
+		no_checkpoint = slot->last_checkpoint_epoch == 0;
+
+		SET_COLUMN(values, nulls, Anum_live_job_id, Int64GetDatum(copy.job_id), false);
+		if (live)
+			SET_COLUMN(values, nulls, Anum_live_live_state,
+					   CStringGetTextDatum(job_state_name((JobState) copy.live_state)), false);
+		else
+			SET_COLUMN(values, nulls, Anum_live_live_state, (Datum) 0, true);
+		SET_COLUMN(values, nulls, Anum_live_pid, Int32GetDatum(copy.pid), copy.pid == 0);
+		SET_COLUMN(values, nulls, Anum_live_error,
+				   CStringGetTextDatum(job_visible(copy.job_id, &visible) ?
+									   copy.error : "<insufficient privilege>"),
+				   no_error);
+		SET_COLUMN(values, nulls, Anum_live_error_at, TimestampTzGetDatum(copy.error_at), no_error);
+		SET_COLUMN(values, nulls, Anum_live_counters, job_counters_jsonb(counters), false);
+		SET_COLUMN(values, nulls, Anum_live_input_rate, Float8GetDatum(slot->input_rate), false);
+		SET_COLUMN(values, nulls, Anum_live_last_checkpoint_epoch,
+				   Int64GetDatum(slot->last_checkpoint_epoch), no_checkpoint);
+		SET_COLUMN(values, nulls, Anum_live_last_checkpoint_at,
+				   TimestampTzGetDatum(slot->last_checkpoint_at), no_checkpoint);
+		SET_COLUMN(values, nulls, Anum_live_last_checkpoint_ms,
+				   Int64GetDatum(slot->last_checkpoint_ms), no_checkpoint);
+		SET_COLUMN(values, nulls, Anum_live_watermark, TimestampTzGetDatum(slot->watermark),
+				   TIMESTAMP_NOT_FINITE(slot->watermark));
+		SET_COLUMN(values, nulls, Anum_live_state_bytes, Int64GetDatum(slot->state_bytes),
+				   slot->state_bytes < 0);
+		SET_COLUMN(values, nulls, Anum_live_consumer_lag, Int64GetDatum(slot->consumer_lag),
+				   slot->consumer_lag < 0);
+		SET_COLUMN(values, nulls, Anum_live_state_checkpoint_ms,
+				   Float8GetDatum(slot->state_checkpoint_ms), slot->state_checkpoint_ms < 0);
+		SET_COLUMN(values, nulls, Anum_live_state_restore_ms,
+				   Float8GetDatum(slot->state_restore_ms), slot->state_restore_ms < 0);
 		/* What it waits for, only while it does */
-		nulls[15] = nulls[1] || copy.live_state != JOB_LIVE_WAITING ||
-			copy.waiting_for == JOB_WAIT_NONE;
-		if (!nulls[15])
-			values[15] = CStringGetTextDatum(job_wait_for_names[copy.waiting_for]);
+		if (live && copy.live_state == JOB_LIVE_WAITING && copy.waiting_for != JOB_WAIT_NONE)
+			SET_COLUMN(values, nulls, Anum_live_waiting_for,
+					   CStringGetTextDatum(job_wait_for_names[copy.waiting_for]), false);
+		else
+			SET_COLUMN(values, nulls, Anum_live_waiting_for, (Datum) 0, true);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(mailer_shared->lock);
@@ -148,38 +205,40 @@ Datum
 mailer_live_partitions(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			ext_oid = get_extension_oid("mailer", false);
+	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, false);
+	JobSlot    *slot;
+	int			pos = -1;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (mailer_shared == NULL)
 		return (Datum) 0;
 
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	for (int i = 0; i < mailer_shared->nslots; i++)
+	while ((slot = job_slots_next(ext_oid, &pos)) != NULL)
 	{
-		JobSlot    *slot = &mailer_shared->slots[i];
-
-		if (slot->job_id == 0 || slot->ext_oid != ext_oid || slot->pid == 0)
+		if (slot->pid == 0)
 			continue;
 		for (int p = 0; p < slot->npartitions && p < JOB_SLOT_MAX_PARTITIONS; p++)
 		{
 			PartitionMetrics *pm = &slot->partitions[p];
-			Datum		values[9];
-			bool		nulls[9] = {0};
+			Datum		values[Natts_live_partitions] = {0};
+			bool		nulls[Natts_live_partitions] = {0};
 
-			values[0] = Int64GetDatum(slot->job_id);
-			values[1] = CStringGetTextDatum(pm->topic);
-			values[2] = Int32GetDatum(pm->partition);
-			values[3] = Int64GetDatum(pm->position);
-			nulls[3] = pm->position < 0;
-			values[4] = Int64GetDatum(pm->end_offset);
-			nulls[4] = pm->end_offset < 0;
-			values[5] = Int64GetDatum(pm->records_in);
-			values[6] = TimestampTzGetDatum(pm->watermark);
-			nulls[6] = TIMESTAMP_NOT_FINITE(pm->watermark);
-			values[7] = BoolGetDatum(pm->idle);
+			SET_COLUMN(values, nulls, Anum_live_partition_job_id, Int64GetDatum(slot->job_id), false);
+			SET_COLUMN(values, nulls, Anum_live_partition_topic, CStringGetTextDatum(pm->topic), false);
+			SET_COLUMN(values, nulls, Anum_live_partition_partition, Int32GetDatum(pm->partition), false);
+			SET_COLUMN(values, nulls, Anum_live_partition_position, Int64GetDatum(pm->position),
+					   pm->position < 0);
+			SET_COLUMN(values, nulls, Anum_live_partition_end_offset, Int64GetDatum(pm->end_offset),
+					   pm->end_offset < 0);
+			SET_COLUMN(values, nulls, Anum_live_partition_records_in, Int64GetDatum(pm->records_in),
+					   false);
+			SET_COLUMN(values, nulls, Anum_live_partition_watermark, TimestampTzGetDatum(pm->watermark),
+					   TIMESTAMP_NOT_FINITE(pm->watermark));
+			SET_COLUMN(values, nulls, Anum_live_partition_idle, BoolGetDatum(pm->idle), false);
 			/* Read only where the SQL function declares it (0.2.0 on). */
-			values[8] = Int64GetDatum(pm->offsets_skipped);
+			SET_COLUMN(values, nulls, Anum_live_partition_offsets_skipped,
+					   Int64GetDatum(pm->offsets_skipped), false);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}

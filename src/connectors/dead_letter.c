@@ -19,6 +19,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "base/bytea.h"
 #include "base/mailer.h"
 #include "jobs/catalog.h"
 #include "connectors/dead_letter.h"

@@ -38,6 +38,7 @@
 
 #include "plan/kafka_options.h"
 #include "base/mailer.h"
+#include "base/signals.h"
 #include "connectors/source.h"
 #include "base/test_point.h"
 

@@ -16,6 +16,7 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "base/mailer.h"
 #include "jobs/catalog.h"
 #include "plan/spec.h"
 
@@ -52,25 +53,50 @@ catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *
 	return rc;
 }
 
+Datum
+catalog_value(uint64 row, int attnum, bool *isnull)
+{
+	bool		null;
+	Datum		value = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, attnum, &null);
+
+	if (isnull)
+		*isnull = null;
+	return value;
+}
+
+char *
+catalog_text(uint64 row, int attnum)
+{
+	return SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, attnum);
+}
+
+/* The columns of get_job's statement. */
+#define Anum_job_row_job_id			1
+#define Anum_job_row_name			2
+#define Anum_job_row_owner			3
+#define Anum_job_row_spec			4
+#define Anum_job_row_desired_state	5
+#define Anum_job_row_state			6
+#define Anum_job_row_search_path	7
+#define Anum_job_row_secrets		8
+
 /* The job in the first row of SPI's result, copied into ctx. */
 static JobRow *
 job_from_tuple(MemoryContext ctx, bool with_secrets)
 {
-	HeapTuple	tup = SPI_tuptable->vals[0];
-	TupleDesc	desc = SPI_tuptable->tupdesc;
 	MemoryContext old = MemoryContextSwitchTo(ctx);
 	JobRow	   *job = palloc0(sizeof(JobRow));
 	bool		isnull;
 	Datum		secrets;
 
-	job->job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	job->name = SPI_getvalue(tup, desc, 2);
-	job->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
-	job->spec = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 4, &isnull));
-	job->desired_state = SPI_getvalue(tup, desc, 5);
-	job->state = SPI_getvalue(tup, desc, 6);
-	job->search_path = SPI_getvalue(tup, desc, 7);
-	secrets = SPI_getbinval(tup, desc, 8, &isnull);
+	job->job_id = DatumGetInt64(catalog_value(0, Anum_job_row_job_id, NULL));
+	job->name = catalog_text(0, Anum_job_row_name);
+	job->owner = DatumGetObjectId(catalog_value(0, Anum_job_row_owner, NULL));
+	job->spec = DatumGetJsonbPCopy(catalog_value(0, Anum_job_row_spec, NULL));
+	job->desired_state = job_state_from_name(catalog_text(0, Anum_job_row_desired_state));
+	job->state = job_state_from_name(catalog_text(0, Anum_job_row_state));
+	job->search_path = catalog_text(0, Anum_job_row_search_path);
+	secrets = catalog_value(0, Anum_job_row_secrets, &isnull);
 	if (with_secrets && !isnull)
 		job->spec = spec_unredact(job->spec, DatumGetJsonbP(secrets));
 	MemoryContextSwitchTo(old);
@@ -144,11 +170,8 @@ catalog_check_owner(JobRow *job, const char *action)
 			 errhint("Only the job's owner, a member of the owning role, or a superuser may %s it.", action)));
 }
 
-bool
-catalog_extension_exists(void)
-{
-	return OidIsValid(get_extension_oid("mailer", true));
-}
+/* The column of catalog_version_matches' statement. */
+#define Anum_installed_extversion	1
 
 bool
 catalog_version_matches(void)
@@ -157,9 +180,9 @@ catalog_version_matches(void)
 	char	   *installed;
 	bool		matches;
 
-	catalog_exec("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'mailer'",
+	catalog_exec("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) '" MAILER_EXTENSION "'",
 				 0, NULL, NULL, NULL, true);
-	installed = SPI_processed == 1 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+	installed = SPI_processed == 1 ? catalog_text(0, Anum_installed_extversion) : NULL;
 	matches = installed != NULL && strcmp(installed, MAILER_VERSION) == 0;
 	if (!matches && !warned)
 		ereport(WARNING,

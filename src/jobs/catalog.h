@@ -14,6 +14,8 @@
 #include "executor/spi.h"
 #include "utils/jsonb.h"
 
+#include "jobs/job_state.h"
+
 typedef struct CatalogAccess
 {
 	Oid			saved_user;
@@ -32,14 +34,23 @@ extern void catalog_leave(CatalogAccess *access);
 extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 						 const char *nulls, bool read_only);
 
+/*
+ * Column attnum of row row of SPI's last result (isnull may be NULL for a
+ * column that is never null), and the column as text (NULL when null), in
+ * the current memory context.
+ */
+extern Datum catalog_value(uint64 row, int attnum, bool *isnull);
+extern char *catalog_text(uint64 row, int attnum);
+
+/* A job as mailer.job and mailer.job_status record it (one row of each). */
 typedef struct JobRow
 {
 	int64		job_id;
 	char	   *name;
 	Oid			owner;
 	Jsonb	   *spec;			/* with secrets put back when asked for */
-	char	   *desired_state;
-	char	   *state;			/* job_status.state */
+	JobState	desired_state;	/* running or stopped */
+	JobState	state;			/* job_status.state */
 	char	   *search_path;
 } JobRow;
 
@@ -49,9 +60,6 @@ extern JobRow *catalog_get_job(int64 job_id, bool with_secrets, bool missing_ok)
 
 /* ERROR unless the current user owns the job (or is a superuser). */
 extern void catalog_check_owner(JobRow *job, const char *action);
-
-/* Does the extension exist in this database?  (The launcher asks.) */
-extern bool catalog_extension_exists(void);
 
 /*
  * Is the installed extension the version this library was built for?

@@ -5,43 +5,26 @@
  */
 #include "postgres.h"
 
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lock.h"
 #include "storage/shmem.h"
-#include "utils/fmgrprotos.h"
 
 #include "base/mailer.h"
 #include "jobs/job_slots.h"
 
 MailerShared *mailer_shared = NULL;
 
-const char *const job_counter_names[JC_NUM_COUNTERS] = {
-	"records_in",
-	"records_accepted",
-	"records_filtered",
-	"records_dead_lettered",
-	"records_skipped",
-	"records_late",
-	"records_out",
-	"checkpoints"
-};
-
 const char *const job_wait_for_names[] = {NULL, "broker", "table", "lock"};
 
-Datum
-job_counters_jsonb(const uint64 *counters)
+void
+mailer_require_preload(void)
 {
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '{');
-	for (int c = 0; c < JC_NUM_COUNTERS; c++)
-		appendStringInfo(&buf, "%s\"%s\": " UINT64_FORMAT, c ? ", " : "", job_counter_names[c],
-						 counters[c]);
-	appendStringInfoChar(&buf, '}');
-	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+	if (mailer_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("mailer is not loaded through shared_preload_libraries"),
+				 errhint("Add 'mailer' to shared_preload_libraries in postgresql.conf and restart the server.")));
 }
 
 Size
@@ -57,11 +40,11 @@ job_slots_shmem_init(void)
 	bool		found;
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	mailer_shared = ShmemInitStruct("mailer", job_slots_shmem_size(), &found);
+	mailer_shared = ShmemInitStruct(MAILER_EXTENSION, job_slots_shmem_size(), &found);
 	if (!found)
 	{
 		memset(mailer_shared, 0, job_slots_shmem_size());
-		mailer_shared->lock = &(GetNamedLWLockTranche("mailer"))->lock;
+		mailer_shared->lock = &(GetNamedLWLockTranche(MAILER_EXTENSION))->lock;
 		mailer_shared->nslots = mailer_max_jobs;
 		for (int i = 0; i < mailer_max_jobs; i++)
 		{
@@ -86,6 +69,96 @@ job_slots_find(int64 job_id, Oid ext_oid)
 			return &mailer_shared->slots[i];
 	}
 	return NULL;
+}
+
+JobSlot *
+job_slot_lock(int64 job_id, Oid ext_oid)
+{
+	JobSlot    *slot;
+
+	LWLockAcquire(mailer_shared->lock, LW_SHARED);
+	slot = job_slots_find(job_id, ext_oid);
+	if (slot == NULL)
+	{
+		LWLockRelease(mailer_shared->lock);
+		return NULL;
+	}
+	SpinLockAcquire(&slot->mutex);
+	return slot;
+}
+
+void
+job_slot_unlock(JobSlot *slot)
+{
+	SpinLockRelease(&slot->mutex);
+	LWLockRelease(mailer_shared->lock);
+}
+
+JobSlot *
+job_slots_next(Oid ext_oid, int *pos)
+{
+	while (++(*pos) < mailer_shared->nslots)
+	{
+		JobSlot    *slot = &mailer_shared->slots[*pos];
+
+		/* Free slots, and workers of a dropped installation of mailer, are skipped. */
+		if (slot->job_id != 0 && slot->ext_oid == ext_oid)
+			return slot;
+	}
+	return NULL;
+}
+
+int
+job_slots_claim(int64 job_id, Oid ext_oid)
+{
+	int			found = -1;
+
+	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < mailer_shared->nslots && found < 0; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		if (slot->job_id != 0)
+			continue;
+		found = i;
+		slot->job_id = job_id;
+		slot->ext_oid = ext_oid;
+		slot->pid = 0;
+		slot->latch = NULL;
+		slot->live_state = JOB_LIVE_NONE;
+		slot->exit_kind = JOB_EXIT_NONE;
+		slot->stop_requested = false;
+		slot->registered = false;
+		slot->error[0] = '\0';
+		slot->wait_requested = slot->wait_answered = 0;
+		slot->npartitions = 0;
+		slot->last_checkpoint_epoch = 0;
+		slot->watermark = DT_NOBEGIN;
+		slot->state_bytes = -1;
+		slot->state_checkpoint_ms = slot->state_restore_ms = -1;
+		slot->consumer_lag = -1;
+		slot->input_rate = 0;
+		for (int c = 0; c < JC_NUM_COUNTERS; c++)
+			pg_atomic_write_u64(&slot->counters[c], 0);
+	}
+	LWLockRelease(mailer_shared->lock);
+	return found;
+}
+
+void
+job_slot_request_stop(JobSlot *slot, TransactionId xid)
+{
+	slot->stop_requested = true;
+	slot->stop_xid = xid;
+	if (slot->latch)
+		SetLatch(slot->latch);
+}
+
+void
+job_slot_changed(JobSlot *slot)
+{
+	ConditionVariableBroadcast(&slot->progress_cv);
+	job_slots_wake_launcher();
 }
 
 void
@@ -134,10 +207,7 @@ job_slot_set_waiting(JobSlot *slot, JobWaitFor what, const char *why)
 	}
 	SpinLockRelease(&slot->mutex);
 	if (changed)
-	{
-		ConditionVariableBroadcast(&slot->progress_cv);
-		job_slots_wake_launcher();
-	}
+		job_slot_changed(slot);
 }
 
 bool

@@ -18,18 +18,25 @@
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
+#include "jobs/job_counters.h"
+#include "jobs/job_state.h"
+
 #define JOB_SLOT_ERROR_LEN		1024
 #define JOB_SLOT_MAX_PARTITIONS 256
 #define JOB_SLOT_TOPIC_LEN		128
 
-/* What the worker is doing, as seen by everyone else. */
+/*
+ * What the worker is doing, as seen by everyone else: the states of
+ * job_state.h a worker reports itself (job_state_name names them); the
+ * launcher records the others in the catalog.
+ */
 typedef enum JobLiveState
 {
-	JOB_LIVE_NONE = 0,			/* no worker */
-	JOB_LIVE_STARTING,			/* launched, restoring its checkpoint */
-	JOB_LIVE_RUNNING,
-	JOB_LIVE_WAITING,			/* running, but blocked on an outside fault */
-	JOB_LIVE_FINISHED			/* bounded source done, last checkpoint committed */
+	JOB_LIVE_NONE = JOB_STATE_NONE, /* no worker */
+	JOB_LIVE_STARTING = JOB_STATE_STARTING, /* launched, restoring its checkpoint */
+	JOB_LIVE_RUNNING = JOB_STATE_RUNNING,
+	JOB_LIVE_WAITING = JOB_STATE_WAITING,	/* running, but blocked on an outside fault */
+	JOB_LIVE_FINISHED = JOB_STATE_FINISHED	/* bounded source done, last checkpoint committed */
 } JobLiveState;
 
 /* What a waiting worker waits for (mailer.jobs.waiting_for). */
@@ -54,25 +61,6 @@ typedef enum JobExitKind
 	JOB_EXIT_BUSY				/* another process held the job's lock: did nothing */
 } JobExitKind;
 
-/* The counters a job keeps; they survive restarts through checkpoints. */
-typedef enum JobCounter
-{
-	JC_RECORDS_IN = 0,
-	JC_RECORDS_ACCEPTED,
-	JC_RECORDS_FILTERED,
-	JC_RECORDS_DEAD_LETTERED,
-	JC_RECORDS_SKIPPED,
-	JC_RECORDS_LATE,
-	JC_RECORDS_OUT,
-	JC_CHECKPOINTS,
-	JC_NUM_COUNTERS
-} JobCounter;
-
-extern const char *const job_counter_names[JC_NUM_COUNTERS];
-
-/* Counters as a jsonb object {"records_in": n, ...}. */
-extern Datum job_counters_jsonb(const uint64 *counters);
-
 typedef struct PartitionMetrics
 {
 	char		topic[JOB_SLOT_TOPIC_LEN];
@@ -85,6 +73,7 @@ typedef struct PartitionMetrics
 	int64		offsets_skipped;	/* deleted (retention) before this worker read them */
 } PartitionMetrics;
 
+/* A running job as the launcher, its worker and the SQL functions share it. */
 typedef struct JobSlot
 {
 	/* Set by the launcher when it assigns the slot; 0 means free. */
@@ -138,6 +127,9 @@ typedef struct MailerShared
 
 extern MailerShared *mailer_shared;
 
+/* Raise an error telling the user to preload the library, if it is not. */
+extern void mailer_require_preload(void);
+
 extern Size job_slots_shmem_size(void);
 extern void job_slots_shmem_init(void);
 
@@ -149,8 +141,40 @@ extern void job_slots_shmem_init(void);
  */
 extern JobSlot *job_slots_find(int64 job_id, Oid ext_oid);
 
+/*
+ * The job's slot as job_slots_find finds it, returned with
+ * mailer_shared->lock held shared and the slot's spinlock held, so that it
+ * stays the job's while the caller reads or writes it; job_slot_unlock
+ * releases both.  NULL (and no lock held) when the job has no slot.
+ */
+extern JobSlot *job_slot_lock(int64 job_id, Oid ext_oid);
+extern void job_slot_unlock(JobSlot *slot);
+
+/*
+ * The next slot after *pos (start with -1) that holds a job of the
+ * installation ext_oid, or NULL; caller holds mailer_shared->lock.
+ */
+extern JobSlot *job_slots_next(Oid ext_oid, int *pos);
+
+/*
+ * Give a free slot to the job, with its shared fields reset (the
+ * launcher's, under mailer_shared->lock taken here): its index, or -1 when
+ * every slot is taken.
+ */
+extern int	job_slots_claim(int64 job_id, Oid ext_oid);
+
 /* Wake the launcher now (from any backend). */
 extern void job_slots_wake_launcher(void);
+
+/*
+ * Ask the slot's worker to take a final checkpoint and exit (on behalf of
+ * the stop_job transaction xid, or of no one: InvalidTransactionId), and
+ * wake it.  Caller holds the slot's spinlock.
+ */
+extern void job_slot_request_stop(JobSlot *slot, TransactionId xid);
+
+/* The slot's state changed: wake those waiting on it, and the launcher. */
+extern void job_slot_changed(JobSlot *slot);
 
 /* Set a slot's error text and time (under its spinlock). */
 extern void job_slot_set_error(JobSlot *slot, const char *msg);

@@ -9,6 +9,12 @@
  * that should not to stop.  SQL functions wake it through its latch after
  * they commit; workers wake it when their state changes; otherwise it
  * looks again every second.
+ *
+ * A round is three steps, each over what read_jobs read: after a server
+ * restart, recover_after_restart marks the jobs whose worker stopped
+ * abruptly; tend_slots looks after the slots of the jobs that have one;
+ * start_waiting_jobs gives a slot and a worker to the jobs that should run
+ * and have none.
  */
 #include "postgres.h"
 
@@ -32,28 +38,45 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "base/mailer.h"
-#include "jobs/catalog.h"
 #include "base/guard.h"
+#include "base/mailer.h"
+#include "base/test_point.h"
+#include "jobs/catalog.h"
 #include "jobs/job_slots.h"
+#include "jobs/job_state.h"
 #include "runtime/job_worker.h"
 #include "runtime/launcher.h"
 #include "state/state.h"
-#include "base/test_point.h"
 
-/* A job as the launcher reads it each round. */
-typedef struct JobEntry
+/* A job as the launcher reads it each round (read_jobs). */
+typedef struct LauncherJob
 {
 	int64		job_id;
 	char	   *name;
 	Oid			owner;
 	bool		want_running;
-	char	   *state;
+	JobState	state;
 	bool		last_checkpoint_final;
 	int			failures;		/* consecutive failed runs, for the backoff */
 	TimestampTz changed_at;		/* when the state was last recorded */
 	bool		has_slot;
-} JobEntry;
+} LauncherJob;
+
+/* The columns of read_jobs' statement. */
+#define Anum_launcher_job_id			1
+#define Anum_launcher_job_name			2
+#define Anum_launcher_job_owner			3
+#define Anum_launcher_job_want_running	4
+#define Anum_launcher_job_state			5
+#define Anum_launcher_job_final			6
+#define Anum_launcher_job_failures		7
+#define Anum_launcher_job_changed_at	8
+
+/* Whether the job wants to run, as committed: one boolean column. */
+#define WANTS_RUNNING_SQL \
+	"SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM " MAILER_SCHEMA ".job " \
+	"WHERE job_id OPERATOR(pg_catalog.=) $1"
+#define Anum_wants_running				1
 
 /* What the launcher remembers of each slot, beyond shared memory. */
 typedef struct LauncherSlot
@@ -71,20 +94,32 @@ typedef struct LauncherSlot
 
 static LauncherSlot *lslots;
 static bool first_round = true;
+static volatile sig_atomic_t in_round = false;
 
+static void launcher_sigterm(SIGNAL_ARGS);
+static void adopt_slots(void);
 static void reconcile(long *timeout_ms);
+static void recover_after_restart(List *jobs, Oid ext_oid);
+static void tend_slots(List *jobs, Oid ext_oid, TimestampTz now, long *timeout_ms);
+static void tend_live_worker(int i, LauncherJob *job, bool stop_requested);
+static void tend_exited_worker(int i, LauncherJob *job, bool stop_requested, TimestampTz now,
+							   long *timeout_ms);
+static void start_waiting_jobs(List *jobs, Oid ext_oid, TimestampTz now, long *timeout_ms);
+static void remove_orphan_state(List *jobs);
 static List *read_jobs(void);
-static JobEntry *find_job(List *jobs, int64 job_id);
-static bool handle_exit(int i, JobEntry *job);
-static void start_worker(int i, JobEntry *job);
-static bool set_status(int64 job_id, const char *state, int pid, int add_restarts,
+static LauncherJob *find_job(List *jobs, int64 job_id);
+static bool handle_exit(int i, LauncherJob *job);
+static void start_worker(int i, LauncherJob *job);
+static bool set_status(int64 job_id, JobState state, int pid, int add_restarts,
 					   const char *error, int failures);
 static bool exec_own_subxact(int64 job_id, const char *what, const char *sql, int nargs,
 							 Oid *types, Datum *values, const char *nulls, bool *result);
+static bool wants_running_result(void);
 static void round_committed(void);
 static void round_aborted(void);
-static bool may_start(JobEntry *job, TimestampTz now, long *timeout_ms);
+static bool may_start(LauncherJob *job, TimestampTz now, long *timeout_ms);
 static void stop_all_workers(void);
+static void forget_worker(int i);
 static bool worker_alive(int i);
 static bool waiting_error(JobSlot *slot, char *recorded);
 static void ask_to_stop(JobSlot *slot);
@@ -101,18 +136,33 @@ launcher_register(void)
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 5;
-	strlcpy(worker.bgw_library_name, "mailer", BGW_MAXLEN);
+	strlcpy(worker.bgw_library_name, MAILER_EXTENSION, BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "launcher_main", BGW_MAXLEN);
 	strlcpy(worker.bgw_name, "mailer launcher", BGW_MAXLEN);
 	strlcpy(worker.bgw_type, "mailer launcher", BGW_MAXLEN);
 	RegisterBackgroundWorker(&worker);
 }
 
+/*
+ * SIGTERM.  Between rounds: the shutdown request that the main loop checks
+ * (ShutdownRequestPending).  While a round runs, as die(): a lock wait or a
+ * test point in the round ends at once, the round's transaction rolls back
+ * and the launcher exits.
+ */
+static void
+launcher_sigterm(SIGNAL_ARGS)
+{
+	if (in_round)
+		die(postgres_signal_arg);
+	else
+		SignalHandlerForShutdownRequest(postgres_signal_arg);
+}
+
 void
 launcher_main(Datum main_arg)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, launcher_sigterm);
 	BackgroundWorkerUnblockSignals();
 
 	BackgroundWorkerInitializeConnection(mailer_database, NULL, 0);
@@ -121,15 +171,63 @@ launcher_main(Datum main_arg)
 	SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
 
 	lslots = MemoryContextAllocZero(TopMemoryContext, sizeof(LauncherSlot) * mailer_shared->nslots);
+	adopt_slots();
+
+	for (;;)
+	{
+		long		timeout_ms = 1000;
+
+		in_round = true;
+
+		/*
+		 * Exit 1, as die() would: the postmaster starts a launcher again
+		 * unless it is shutting down.
+		 */
+		if (ShutdownRequestPending)
+			proc_exit(1);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		PG_TRY();
+		{
+			reconcile(&timeout_ms);
+		}
+		PG_CATCH();
+		{
+			/* Report, roll back, and try again in a moment. */
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			round_aborted();
+			timeout_ms = 1000;
+		}
+		PG_END_TRY();
+
+		in_round = false;
+		/* A SIGTERM that came during the round. */
+		CHECK_FOR_INTERRUPTS();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(timeout_ms, 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * If only the launcher restarted, its workers still run: adopt them and
+ * watch their pid.  Slots without a worker are forgotten, and a worker
+ * registered for one but not started yet must not claim it when it
+ * starts: a new generation tells it the slot is no longer its own.
+ */
+static void
+adopt_slots(void)
+{
 	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
 	mailer_shared->launcher_pid = MyProcPid;
 	mailer_shared->launcher_latch = &MyProc->procLatch;
-	/*
-	 * If only the launcher restarted, its workers still run: adopt them and
-	 * watch their pid.  Slots without a worker are forgotten, and a worker
-	 * registered for one but not started yet must not claim it when it
-	 * starts: a new generation tells it the slot is no longer its own.
-	 */
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
 		JobSlot    *slot = &mailer_shared->slots[i];
@@ -153,53 +251,20 @@ launcher_main(Datum main_arg)
 		SpinLockRelease(&slot->mutex);
 	}
 	LWLockRelease(mailer_shared->lock);
-
-	for (;;)
-	{
-		long		timeout_ms = 1000;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-
-		PG_TRY();
-		{
-			reconcile(&timeout_ms);
-		}
-		PG_CATCH();
-		{
-			/* Report, roll back, and try again in a moment. */
-			EmitErrorReport();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			round_aborted();
-			timeout_ms = 1000;
-		}
-		PG_END_TRY();
-
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Max(timeout_ms, 10), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
 }
 
+/* One round, in one transaction. */
 static void
 reconcile(long *timeout_ms)
 {
 	List	   *jobs;
-	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
-	int64	   *live_ids;
-	int			nlive = 0;
 	Oid			ext_oid;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	ext_oid = get_extension_oid("mailer", true);
+	ext_oid = get_extension_oid(MAILER_EXTENSION, true);
 	if (!OidIsValid(ext_oid))
 	{
 		stop_all_workers();
@@ -226,37 +291,63 @@ reconcile(long *timeout_ms)
 	}
 	jobs = read_jobs();
 
-	/* After a server restart: a job that was running and did not stop cleanly crashed. */
 	if (first_round)
+		recover_after_restart(jobs, ext_oid);
+	tend_slots(jobs, ext_oid, now, timeout_ms);
+	start_waiting_jobs(jobs, ext_oid, now, timeout_ms);
+	remove_orphan_state(jobs);
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	round_committed();
+	first_round = false;
+}
+
+/*
+ * After a server restart: a job that was running and did not stop cleanly
+ * crashed.
+ */
+static void
+recover_after_restart(List *jobs, Oid ext_oid)
+{
+	ListCell   *lc;
+
+	foreach(lc, jobs)
 	{
-		foreach(lc, jobs)
+		LauncherJob *job = lfirst(lc);
+		JobSlot    *slot = job_slot_lock(job->job_id, ext_oid);
+
+		if (slot != NULL)
 		{
-			JobEntry   *job = lfirst(lc);
-
-			JobSlot    *slot;
-
-			LWLockAcquire(mailer_shared->lock, LW_SHARED);
-			slot = job_slots_find(job->job_id, ext_oid);
-			LWLockRelease(mailer_shared->lock);
-			if (slot == NULL && job->want_running && !job->last_checkpoint_final &&
-				strcmp(job->state, "running") == 0)
-			{
-				/* Counted as a failure too: a job that crashes the server backs off. */
-				job->failures++;
-				job->changed_at = GetCurrentTimestamp();
-				job->state = "restarting";
-				set_status(job->job_id, "restarting", 0, 1,
-						   "the server or the job worker stopped abruptly; the job resumes from its last checkpoint",
-						   job->failures);
-			}
+			job_slot_unlock(slot);
+			continue;
+		}
+		if (job->want_running && !job->last_checkpoint_final && job->state == JOB_STATE_RUNNING)
+		{
+			/* Counted as a failure too: a job that crashes the server backs off. */
+			job->failures++;
+			job->changed_at = GetCurrentTimestamp();
+			job->state = JOB_STATE_RESTARTING;
+			set_status(job->job_id, JOB_STATE_RESTARTING, 0, 1,
+					   "the server or the job worker stopped abruptly; the job resumes from its last checkpoint",
+					   job->failures);
 		}
 	}
+}
 
-	/* Workers we know of. */
+/*
+ * The slots the launcher knows of: record what their workers do, ask the
+ * workers of jobs that should not run to stop, record the exits and start
+ * a worker again where the job should run on.
+ */
+static void
+tend_slots(List *jobs, Oid ext_oid, TimestampTz now, long *timeout_ms)
+{
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
 		JobSlot    *slot = &mailer_shared->slots[i];
-		JobEntry   *job;
+		LauncherJob *job;
 		bool		stop_requested;
 
 		if (slot->job_id == 0)
@@ -270,158 +361,150 @@ reconcile(long *timeout_ms)
 		SpinLockRelease(&slot->mutex);
 
 		if (worker_alive(i))
+			tend_live_worker(i, job, stop_requested);
+		else
+			tend_exited_worker(i, job, stop_requested, now, timeout_ms);
+	}
+}
+
+/* The slot's worker runs: record its state, or ask it to stop. */
+static void
+tend_live_worker(int i, LauncherJob *job, bool stop_requested)
+{
+	JobSlot    *slot = &mailer_shared->slots[i];
+
+	/* Dropped, or stopped by some other way than stop_job: ask it to stop. */
+	if (job == NULL || (!job->want_running && !stop_requested))
+		ask_to_stop(slot);
+	else if (!lslots[i].recorded_running && slot->live_state == JOB_LIVE_RUNNING)
+	{
+		if (set_status(job->job_id, JOB_STATE_RUNNING, slot->pid, 0, NULL, -1))
 		{
-			/* Dropped, or stopped by some other way than stop_job: ask it to stop. */
-			if (job == NULL || (!job->want_running && !stop_requested))
-				ask_to_stop(slot);
-			else if (job && !lslots[i].recorded_running && slot->live_state == JOB_LIVE_RUNNING)
-			{
-				if (set_status(job->job_id, "running", slot->pid, 0, NULL, -1))
-				{
-					lslots[i].recorded_running = true;
-					lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
-				}
-			}
-			else if (job && waiting_error(slot, lslots[i].recorded_error))
-			{
-				/*
-				 * What a running worker waited for is the job's last error,
-				 * even once the wait is over (its state says what is true now).
-				 */
-				if (!set_status(job->job_id, job->state, slot->pid, 0, lslots[i].recorded_error, -1))
-					lslots[i].recorded_error[0] = '\0';
-			}
-			else if (job && lslots[i].recorded_running && job->failures > 0 &&
-					 slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
-			{
-				/* It has committed a checkpoint since it started: healthy again. */
-				if (set_status(job->job_id, "running", slot->pid, 0, NULL, 0))
-					job->failures = 0;
-			}
-			continue;
+			lslots[i].recorded_running = true;
+			lslots[i].epoch_when_running = slot->last_checkpoint_epoch;
 		}
+	}
+	else if (waiting_error(slot, lslots[i].recorded_error))
+	{
+		/*
+		 * What a running worker waited for is the job's last error, even
+		 * once the wait is over (its state says what is true now).
+		 */
+		if (!set_status(job->job_id, job->state, slot->pid, 0, lslots[i].recorded_error, -1))
+			lslots[i].recorded_error[0] = '\0';
+	}
+	else if (lslots[i].recorded_running && job->failures > 0 &&
+			 slot->last_checkpoint_epoch > lslots[i].epoch_when_running)
+	{
+		/* It has committed a checkpoint since it started: healthy again. */
+		if (set_status(job->job_id, JOB_STATE_RUNNING, slot->pid, 0, NULL, 0))
+			job->failures = 0;
+	}
+}
 
-		if ((lslots[i].handle || lslots[i].adopted) && !lslots[i].exit_recorded)
+/*
+ * The slot has no worker (any more): record the last one's exit, then free
+ * the slot or start a worker again.
+ */
+static void
+tend_exited_worker(int i, LauncherJob *job, bool stop_requested, TimestampTz now,
+				   long *timeout_ms)
+{
+	JobSlot    *slot = &mailer_shared->slots[i];
+
+	if ((lslots[i].handle || lslots[i].adopted) && !lslots[i].exit_recorded)
+	{
+		/*
+		 * The exit of a worker that a stop_job or drop_job not yet
+		 * committed stopped is recorded once that has ended: until then the
+		 * job's rows may be locked by it.  The worker is gone.
+		 */
+		if (stop_requested && stop_in_progress(slot))
 		{
-			/*
-			 * The exit of a worker that a stop_job or drop_job not yet
-			 * committed stopped is recorded once that has ended: until then
-			 * the job's rows may be locked by it.  The worker is gone.
-			 */
-			if (stop_requested && stop_in_progress(slot))
-			{
-				SpinLockAcquire(&slot->mutex);
-				slot->registered = false;
-				SpinLockRelease(&slot->mutex);
-				ConditionVariableBroadcast(&slot->progress_cv);
-				continue;
-			}
-			/* Not recorded (its row is locked): the same exit next round. */
-			if (!handle_exit(i, job))
-				continue;
-			lslots[i].exit_recorded = true;
-		}
-
-		if (job && job->want_running && stop_requested)
-		{
-			if (stop_in_progress(slot))
-				continue;		/* a stop_job in progress: wait for it to commit or abort */
-
-			/*
-			 * The stop_job ended after we read the jobs, or a start_job came
-			 * after it: the request is done with, and what the job wants now
-			 * decides.  (Waiting on the request instead would wait forever
-			 * for a job started again before we looked.)
-			 */
 			SpinLockAcquire(&slot->mutex);
-			slot->stop_requested = false;
+			slot->registered = false;
 			SpinLockRelease(&slot->mutex);
-			job->want_running = job_wants_to_run(job->job_id);
+			ConditionVariableBroadcast(&slot->progress_cv);
+			return;
 		}
-		if (job == NULL || !job->want_running)
-		{
-			if (job &&
-				!set_status(job->job_id, strcmp(job->state, "finished") == 0 ||
-							strcmp(job->state, "failed") == 0 ? job->state : "stopped", 0, 0, NULL, 0))
-				continue;
-			lslots[i].free_slot = true;
-			continue;
-		}
-		if (strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
-		{
-			lslots[i].free_slot = true;
-			continue;
-		}
-		if (lslots[i].retry_at > now)
-			*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, lslots[i].retry_at));
-		else if (may_start(job, now, timeout_ms))
-			start_worker(i, job);
+		/* Not recorded (its row is locked): the same exit next round. */
+		if (!handle_exit(i, job))
+			return;
+		lslots[i].exit_recorded = true;
 	}
 
-	/* Jobs that should run and have no worker yet. */
+	if (job && job->want_running && stop_requested)
+	{
+		if (stop_in_progress(slot))
+			return;				/* a stop_job in progress: wait for it to commit or abort */
+
+		/*
+		 * The stop_job ended after we read the jobs, or a start_job came
+		 * after it: the request is done with, and what the job wants now
+		 * decides.  (Waiting on the request instead would wait forever for
+		 * a job started again before we looked.)
+		 */
+		SpinLockAcquire(&slot->mutex);
+		slot->stop_requested = false;
+		SpinLockRelease(&slot->mutex);
+		job->want_running = job_wants_to_run(job->job_id);
+	}
+	if (job == NULL || !job->want_running)
+	{
+		if (job && !set_status(job->job_id, job_state_after_stop(job->state), 0, 0, NULL, 0))
+			return;
+		lslots[i].free_slot = true;
+		return;
+	}
+	if (job_state_is_terminal(job->state))
+	{
+		lslots[i].free_slot = true;
+		return;
+	}
+	if (lslots[i].retry_at > now)
+		*timeout_ms = Min(*timeout_ms, TimestampDifferenceMilliseconds(now, lslots[i].retry_at));
+	else if (may_start(job, now, timeout_ms))
+		start_worker(i, job);
+}
+
+/* Jobs that should run and have no worker yet: a slot and a worker each. */
+static void
+start_waiting_jobs(List *jobs, Oid ext_oid, TimestampTz now, long *timeout_ms)
+{
+	ListCell   *lc;
+
 	foreach(lc, jobs)
 	{
-		JobEntry   *job = lfirst(lc);
-		int			free_slot = -1;
+		LauncherJob *job = lfirst(lc);
+		int			free_slot;
 
-		if (job->has_slot || !job->want_running ||
-			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ||
+		if (job->has_slot || !job->want_running || job_state_is_terminal(job->state) ||
 			!may_start(job, now, timeout_ms))
 			continue;
 		TEST_POINT("launcher_before_slot");
-		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
-		for (int i = 0; i < mailer_shared->nslots && free_slot < 0; i++)
-		{
-			if (mailer_shared->slots[i].job_id == 0)
-			{
-				JobSlot    *slot = &mailer_shared->slots[i];
-
-				free_slot = i;
-				slot->job_id = job->job_id;
-				slot->ext_oid = ext_oid;
-				slot->pid = 0;
-				slot->latch = NULL;
-				slot->live_state = JOB_LIVE_NONE;
-				slot->exit_kind = JOB_EXIT_NONE;
-				slot->stop_requested = false;
-				slot->registered = false;
-				slot->error[0] = '\0';
-				slot->wait_requested = slot->wait_answered = 0;
-				slot->npartitions = 0;
-				slot->last_checkpoint_epoch = 0;
-				slot->watermark = DT_NOBEGIN;
-				slot->state_bytes = -1;
-				slot->state_checkpoint_ms = slot->state_restore_ms = -1;
-				slot->consumer_lag = -1;
-				slot->input_rate = 0;
-				for (int c = 0; c < JC_NUM_COUNTERS; c++)
-					pg_atomic_write_u64(&slot->counters[c], 0);
-			}
-		}
-		LWLockRelease(mailer_shared->lock);
+		free_slot = job_slots_claim(job->job_id, ext_oid);
 		if (free_slot < 0)
 		{
-			set_status(job->job_id, "starting", 0, 0,
+			set_status(job->job_id, JOB_STATE_STARTING, 0, 0,
 					   psprintf("no free job slot: mailer.max_jobs (%d) jobs are running", mailer_max_jobs), -1);
 			continue;
 		}
 		memset(&lslots[free_slot], 0, sizeof(LauncherSlot));
 		start_worker(free_slot, job);
 	}
+}
+
+/* Remove the state files of jobs that no longer exist. */
+static void
+remove_orphan_state(List *jobs)
+{
+	int64	   *live_ids = palloc(sizeof(int64) * (list_length(jobs) + 1));
+	int			nlive = 0;
+	ListCell   *lc;
 
 	foreach(lc, jobs)
-		nlive++;
-	live_ids = palloc(sizeof(int64) * (nlive + 1));
-	nlive = 0;
-	foreach(lc, jobs)
-		live_ids[nlive++] = ((JobEntry *) lfirst(lc))->job_id;
+		live_ids[nlive++] = ((LauncherJob *) lfirst(lc))->job_id;
 	state_remove_orphans(live_ids, nlive);
-
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	round_committed();
-	first_round = false;
 }
 
 /*
@@ -445,12 +528,7 @@ round_committed(void)
 			slot->registered = false;
 			SpinLockRelease(&slot->mutex);
 			ConditionVariableBroadcast(&slot->progress_cv);
-			if (lslots[i].handle)
-				pfree(lslots[i].handle);
-			lslots[i].handle = NULL;
-			lslots[i].adopted = false;
-			lslots[i].recorded_running = false;
-			lslots[i].exit_recorded = false;
+			forget_worker(i);
 		}
 		if (lslots[i].free_slot)
 		{
@@ -478,6 +556,7 @@ read_jobs(void)
 {
 	List	   *jobs = NIL;
 
+	/* Columns: Anum_launcher_job_* */
 	catalog_exec("SELECT j.job_id, j.name, j.owner::pg_catalog.oid, "
 				 "j.desired_state OPERATOR(pg_catalog.=) 'running', s.state, "
 				 /* stopped cleanly: a final checkpoint since the current worker was recorded */
@@ -489,32 +568,29 @@ read_jobs(void)
 				 0, NULL, NULL, NULL, true);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		JobEntry   *job = palloc0(sizeof(JobEntry));
-		bool		isnull;
+		LauncherJob *job = palloc0(sizeof(LauncherJob));
 
-		job->job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		job->name = SPI_getvalue(tup, desc, 2);
-		job->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
-		job->want_running = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
-		job->state = SPI_getvalue(tup, desc, 5);
-		job->last_checkpoint_final = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
-		job->failures = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
-		job->changed_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 8, &isnull));
+		job->job_id = DatumGetInt64(catalog_value(r, Anum_launcher_job_id, NULL));
+		job->name = catalog_text(r, Anum_launcher_job_name);
+		job->owner = DatumGetObjectId(catalog_value(r, Anum_launcher_job_owner, NULL));
+		job->want_running = DatumGetBool(catalog_value(r, Anum_launcher_job_want_running, NULL));
+		job->state = job_state_from_name(catalog_text(r, Anum_launcher_job_state));
+		job->last_checkpoint_final = DatumGetBool(catalog_value(r, Anum_launcher_job_final, NULL));
+		job->failures = DatumGetInt32(catalog_value(r, Anum_launcher_job_failures, NULL));
+		job->changed_at = DatumGetTimestampTz(catalog_value(r, Anum_launcher_job_changed_at, NULL));
 		jobs = lappend(jobs, job);
 	}
 	return jobs;
 }
 
-static JobEntry *
+static LauncherJob *
 find_job(List *jobs, int64 job_id)
 {
 	ListCell   *lc;
 
 	foreach(lc, jobs)
 	{
-		JobEntry   *job = lfirst(lc);
+		LauncherJob *job = lfirst(lc);
 
 		if (job->job_id == job_id)
 			return job;
@@ -529,7 +605,7 @@ find_job(List *jobs, int64 job_id)
  * once the round commits (round_committed).
  */
 static bool
-handle_exit(int i, JobEntry *job)
+handle_exit(int i, LauncherJob *job)
 {
 	JobSlot    *slot = &mailer_shared->slots[i];
 	JobExitKind kind;
@@ -553,26 +629,26 @@ handle_exit(int i, JobEntry *job)
 	switch (kind)
 	{
 		case JOB_EXIT_FINISHED:
-			if (!set_status(job->job_id, "finished", 0, 0, NULL, 0))
+			if (!set_status(job->job_id, JOB_STATE_FINISHED, 0, 0, NULL, 0))
 				return false;
-			job->state = "finished";
+			job->state = JOB_STATE_FINISHED;
 			break;
 		case JOB_EXIT_FAILED:
-			if (!set_status(job->job_id, "failed", 0, 0, error, 0))
+			if (!set_status(job->job_id, JOB_STATE_FAILED, 0, 0, error, 0))
 				return false;
-			job->state = "failed";
+			job->state = JOB_STATE_FAILED;
 			break;
 		case JOB_EXIT_STOPPED:
 			if (job->want_running && !stop_requested)
 			{
 				/* Terminated by someone else (pg_terminate_backend): run again now. */
-				if (!set_status(job->job_id, "restarting", 0, 1, "the job worker was terminated",
+				if (!set_status(job->job_id, JOB_STATE_RESTARTING, 0, 1, "the job worker was terminated",
 								failures))
 					return false;
-				job->state = "restarting";
+				job->state = JOB_STATE_RESTARTING;
 				job->changed_at = 0;
 			}
-			else if (!set_status(job->job_id, job->want_running ? job->state : "stopped", 0, 0, NULL, 0))
+			else if (!set_status(job->job_id, job->want_running ? job->state : JOB_STATE_STOPPED, 0, 0, NULL, 0))
 				return false;
 			break;
 		case JOB_EXIT_BUSY:
@@ -586,12 +662,12 @@ handle_exit(int i, JobEntry *job)
 		case JOB_EXIT_ERROR:
 		case JOB_EXIT_NONE:
 			failures++;
-			if (!set_status(job->job_id, "restarting", 0, 1,
+			if (!set_status(job->job_id, JOB_STATE_RESTARTING, 0, 1,
 							kind == JOB_EXIT_ERROR && error[0] ? error : "the job worker exited unexpectedly",
 							failures))
 				return false;
 			job->changed_at = GetCurrentTimestamp();
-			job->state = "restarting";
+			job->state = JOB_STATE_RESTARTING;
 			break;
 	}
 	job->failures = failures;
@@ -600,11 +676,11 @@ handle_exit(int i, JobEntry *job)
 
 /* A restarting job waits out its backoff: restart_backoff_min, doubling per failure. */
 static bool
-may_start(JobEntry *job, TimestampTz now, long *timeout_ms)
+may_start(LauncherJob *job, TimestampTz now, long *timeout_ms)
 {
 	TimestampTz due;
 
-	if (strcmp(job->state, "restarting") != 0 || job->failures == 0)
+	if (job->state != JOB_STATE_RESTARTING || job->failures == 0)
 		return true;
 	due = TimestampTzPlusMilliseconds(job->changed_at, backoff_ms(job->failures));
 	if (now >= due)
@@ -614,7 +690,7 @@ may_start(JobEntry *job, TimestampTz now, long *timeout_ms)
 }
 
 static void
-start_worker(int i, JobEntry *job)
+start_worker(int i, LauncherJob *job)
 {
 	BackgroundWorker worker;
 	JobWorkerArgs args;
@@ -628,7 +704,7 @@ start_worker(int i, JobEntry *job)
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	worker.bgw_notify_pid = MyProcPid;
 	worker.bgw_main_arg = Int32GetDatum(i);
-	strlcpy(worker.bgw_library_name, "mailer", BGW_MAXLEN);
+	strlcpy(worker.bgw_library_name, MAILER_EXTENSION, BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "job_worker_main", BGW_MAXLEN);
 	snprintf(worker.bgw_name, BGW_MAXLEN, "mailer job %s", job->name);
 	strlcpy(worker.bgw_type, "mailer job", BGW_MAXLEN);
@@ -645,10 +721,10 @@ start_worker(int i, JobEntry *job)
 	 */
 	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->owner)))
 	{
-		if (set_status(job->job_id, "failed", 0, 0,
+		if (set_status(job->job_id, JOB_STATE_FAILED, 0, 0,
 					   psprintf("the job's owner role (oid %u) was dropped: no worker can run the job; "
 								"a superuser drops it with mailer.drop_job('%s')", job->owner, job->name), 0))
-			job->state = "failed";
+			job->state = JOB_STATE_FAILED;
 		return;
 	}
 
@@ -666,8 +742,7 @@ start_worker(int i, JobEntry *job)
 		bool		wants = false;
 
 		if (!exec_own_subxact(job->job_id, "read the desired state",
-							  "SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM mailer.job "
-							  "WHERE job_id OPERATOR(pg_catalog.=) $1 FOR SHARE NOWAIT",
+							  WANTS_RUNNING_SQL " FOR SHARE NOWAIT",
 							  1, &type, &value, NULL, &wants) || !wants)
 			return;
 	}
@@ -700,20 +775,16 @@ start_worker(int i, JobEntry *job)
 		SpinLockRelease(&slot->mutex);
 		job->failures++;
 		job->changed_at = GetCurrentTimestamp();
-		set_status(job->job_id, "restarting", 0, 0,
+		set_status(job->job_id, JOB_STATE_RESTARTING, 0, 0,
 				   "could not start a background worker: raise max_worker_processes", job->failures);
 		return;
 	}
 	MemoryContextSwitchTo(old);
 	/* A new worker: the last one's exit, recorded in this round, is done with. */
-	if (lslots[i].handle)
-		pfree(lslots[i].handle);
+	forget_worker(i);
 	lslots[i].handle = handle;
-	lslots[i].adopted = false;
-	lslots[i].recorded_running = false;
-	lslots[i].exit_recorded = false;
-	if (strcmp(job->state, "running") != 0)
-		set_status(job->job_id, strcmp(job->state, "restarting") == 0 ? "restarting" : "starting",
+	if (job->state != JOB_STATE_RUNNING)
+		set_status(job->job_id, job->state == JOB_STATE_RESTARTING ? JOB_STATE_RESTARTING : JOB_STATE_STARTING,
 				   0, 0, NULL, -1);
 }
 
@@ -723,7 +794,7 @@ start_worker(int i, JobEntry *job)
  * locked (a drop_job not committed yet) or the like.
  */
 static bool
-set_status(int64 job_id, const char *state, int pid, int add_restarts, const char *error,
+set_status(int64 job_id, JobState state, int pid, int add_restarts, const char *error,
 		   int failures)
 {
 	Oid			types[6] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT4OID};
@@ -731,7 +802,7 @@ set_status(int64 job_id, const char *state, int pid, int add_restarts, const cha
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(job_id);
-	values[1] = CStringGetTextDatum(state);
+	values[1] = CStringGetTextDatum(job_state_name(state));
 	values[2] = Int32GetDatum(pid);
 	nulls[2] = pid == 0 ? 'n' : ' ';
 	values[3] = Int32GetDatum(add_restarts);
@@ -756,7 +827,7 @@ set_status(int64 job_id, const char *state, int pid, int add_restarts, const cha
  * Run one statement about one job in a subtransaction of its own: an error
  * (a row another transaction holds past lock_timeout) is logged and costs
  * only this job's step this round, never the round.  result, if given:
- * the first column of the first row (false without a row).
+ * wants_running_result of a WANTS_RUNNING_SQL statement.
  */
 typedef struct OwnSubxact
 {
@@ -775,13 +846,17 @@ run_own_subxact(void *arg)
 
 	catalog_exec(st->sql, st->nargs, st->types, st->values, st->nulls, false);
 	if (st->result)
-	{
-		bool		isnull = true;
+		*st->result = wants_running_result();
+}
 
-		*st->result = SPI_processed == 1 &&
-			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
-			!isnull;
-	}
+/* The answer of a WANTS_RUNNING_SQL statement: false without a row. */
+static bool
+wants_running_result(void)
+{
+	bool		isnull = true;
+
+	return SPI_processed == 1 &&
+		DatumGetBool(catalog_value(0, Anum_wants_running, &isnull)) && !isnull;
 }
 
 static bool
@@ -816,10 +891,7 @@ stop_all_workers(void)
 			ask_to_stop(slot);
 			continue;
 		}
-		if (lslots[i].handle)
-			pfree(lslots[i].handle);
-		lslots[i].handle = NULL;
-		lslots[i].adopted = false;
+		forget_worker(i);
 		LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
 		SpinLockAcquire(&slot->mutex);
 		slot->registered = false;
@@ -827,6 +899,18 @@ stop_all_workers(void)
 		slot->job_id = 0;
 		LWLockRelease(mailer_shared->lock);
 	}
+}
+
+/* The launcher's memory of the slot's worker, gone. */
+static void
+forget_worker(int i)
+{
+	if (lslots[i].handle)
+		pfree(lslots[i].handle);
+	lslots[i].handle = NULL;
+	lslots[i].adopted = false;
+	lslots[i].recorded_running = false;
+	lslots[i].exit_recorded = false;
 }
 
 static bool
@@ -867,10 +951,7 @@ static void
 ask_to_stop(JobSlot *slot)
 {
 	SpinLockAcquire(&slot->mutex);
-	slot->stop_requested = true;
-	slot->stop_xid = InvalidTransactionId;
-	if (slot->latch)
-		SetLatch(slot->latch);
+	job_slot_request_stop(slot, InvalidTransactionId);
 	SpinLockRelease(&slot->mutex);
 }
 
@@ -892,13 +973,10 @@ job_wants_to_run(int64 job_id)
 {
 	Oid			type = INT8OID;
 	Datum		value = Int64GetDatum(job_id);
-	bool		isnull;
 
 	/* Not read-only: the statement takes a snapshot of its own. */
-	catalog_exec("SELECT desired_state OPERATOR(pg_catalog.=) 'running' FROM mailer.job "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, &type, &value, NULL, false);
-	return SPI_processed == 1 &&
-		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	catalog_exec(WANTS_RUNNING_SQL, 1, &type, &value, NULL, false);
+	return wants_running_result();
 }
 
 static long

@@ -21,6 +21,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "base/bytea.h"
 #include "base/guard.h"
 #include "base/mailer.h"
 #include "operators/keyed.h"

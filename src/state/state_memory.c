@@ -25,6 +25,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "base/bytea.h"
 #include "base/mailer.h"
 #include "base/work_xact.h"
 #include "jobs/catalog.h"

@@ -31,6 +31,7 @@
 #include "storage/fd.h"
 
 #include "base/mailer.h"
+#include "base/signals.h"
 #include "state/state.h"
 
 typedef struct RocksState

@@ -1,7 +1,7 @@
 /*
- * api.c
- *		The SQL functions that define and control jobs (mailer.create_job
- *		and friends).
+ * job_functions.c
+ *		The SQL functions that define and control jobs (mailer.create_job,
+ *		describe_job, start_job, stop_job, drop_job, restore_job, wait_job).
  *
  * They run as the caller: a spec is validated with the caller's privileges
  * and the caller becomes the owner.  They write mailer's tables through
@@ -10,7 +10,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
@@ -18,18 +17,18 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "storage/lwlock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "api/job_control.h"
 #include "base/mailer.h"
+#include "base/test_point.h"
 #include "jobs/catalog.h"
 #include "jobs/job_slots.h"
 #include "plan/plan.h"
 #include "plan/spec.h"
-#include "base/test_point.h"
 
 PG_FUNCTION_INFO_V1(mailer_create_job);
 PG_FUNCTION_INFO_V1(mailer_describe_job);
@@ -39,25 +38,16 @@ PG_FUNCTION_INFO_V1(mailer_drop_job);
 PG_FUNCTION_INFO_V1(mailer_restore_job);
 PG_FUNCTION_INFO_V1(mailer_wait_job);
 
-static bool wake_launcher_at_commit = false;
-static bool reading_spec = false;	/* a spec (maybe with secrets) is the statement's text */
-static emit_log_hook_type prev_emit_log_hook = NULL;
-static bool xact_callback_registered = false;
-static List *stops_to_undo = NIL;	/* (int64 *) job ids whose stop request an abort withdraws */
-static bool controlled_jobs = false;	/* this transaction created, started, stopped, ... a job */
-static Oid	stops_ext_oid = InvalidOid;	/* the installation those jobs are of */
+/* The column of create_job's statement. */
+#define Anum_created_job_id			1
 
-static void api_xact_callback(XactEvent event, void *arg);
-static void hide_spec_statement(ErrorData *edata);
-static void begin_reading_spec(void);
-static void wake_launcher_after_commit(void);
-static void note_job_control(void);
+/* The columns of restore_job's statement. */
+#define Anum_retained_epochs		1
+#define Anum_retained_epoch_found	2
+
 static void check_job_name(const char *name);
-static void request_stop_and_wait(JobRow *job, long timeout_ms);
-static void wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
-static bool lock_job(JobRow *job, Oid ext_oid, long timeout_ms);
 
 Datum
 mailer_create_job(PG_FUNCTION_ARGS)
@@ -69,7 +59,6 @@ mailer_create_job(PG_FUNCTION_ARGS)
 	Jsonb	   *secrets;
 	HeapTuple	role;
 	bool		can_login;
-	bool		isnull;
 	int64		job_id;
 	Oid			types[5] = {TEXTOID, OIDOID, JSONBOID, TEXTOID, JSONBOID};
 	Datum		values[5];
@@ -135,11 +124,11 @@ mailer_create_job(PG_FUNCTION_ARGS)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	job_id = DatumGetInt64(catalog_value(0, Anum_created_job_id, NULL));
 	SPI_finish();
 
-	wake_launcher_after_commit();
-	reading_spec = false;
+	job_control_wake_launcher_after_commit();
+	end_reading_spec();
 	PG_RETURN_INT64(job_id);
 }
 
@@ -157,7 +146,7 @@ mailer_describe_job(PG_FUNCTION_ARGS)
 	spec->source.kafka.owner = GetUserId();
 	plan = plan_compile(spec, true);
 	result = cstring_to_text(plan_describe(plan));
-	reading_spec = false;
+	end_reading_spec();
 	PG_RETURN_TEXT_P(result);
 }
 
@@ -175,12 +164,12 @@ mailer_start_job(PG_FUNCTION_ARGS)
 	exec_job_update("UPDATE mailer.job_status SET state = 'starting', changed_at = pg_catalog.now() "
 					"WHERE job_id OPERATOR(pg_catalog.=) $1 "
 					"AND state OPERATOR(pg_catalog.=) ANY ('{stopped,finished,failed}')", job->job_id);
-	wake_launcher_after_commit();
-	PG_RETURN_TEXT_P(cstring_to_text(strcmp(job->desired_state, "running") == 0 &&
-									 strcmp(job->state, "stopped") != 0 &&
-									 strcmp(job->state, "finished") != 0 &&
-									 strcmp(job->state, "failed") != 0 ?
-									 job->state : "starting"));
+	job_control_wake_launcher_after_commit();
+	/* A job that was meant to run and has not ended is what it was. */
+	PG_RETURN_TEXT_P(cstring_to_text(job_state_name(job->desired_state == JOB_STATE_RUNNING &&
+													job->state != JOB_STATE_STOPPED &&
+													!job_state_is_terminal(job->state) ?
+													job->state : JOB_STATE_STARTING)));
 }
 
 Datum
@@ -194,10 +183,8 @@ mailer_stop_job(PG_FUNCTION_ARGS)
 	exec_job_update("UPDATE mailer.job SET desired_state = 'stopped' "
 					"WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	request_stop_and_wait(job, timeout_ms);
-	wake_launcher_after_commit();
-	PG_RETURN_TEXT_P(cstring_to_text(strcmp(job->state, "finished") == 0 ||
-									 strcmp(job->state, "failed") == 0 ?
-									 job->state : "stopped"));
+	job_control_wake_launcher_after_commit();
+	PG_RETURN_TEXT_P(cstring_to_text(job_state_name(job_state_after_stop(job->state))));
 }
 
 Datum
@@ -209,7 +196,7 @@ mailer_drop_job(PG_FUNCTION_ARGS)
 	catalog_check_owner(job, "drop");
 	request_stop_and_wait(job, 60 * 1000L);
 	/* No worker of the job runs from here on: none could write after the rows are gone. */
-	if (!lock_job(job, get_extension_oid("mailer", false), 60 * 1000L))
+	if (!lock_job(job, get_extension_oid(MAILER_EXTENSION, false), 60 * 1000L))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job \"%s\" cannot be dropped while a worker of it runs", job->name),
@@ -217,7 +204,7 @@ mailer_drop_job(PG_FUNCTION_ARGS)
 	/* Checkpoints, dead letters and state rows go with it; the launcher removes its files. */
 	exec_job_update("DELETE FROM mailer.job WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	exec_job_update("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
-	wake_launcher_after_commit();
+	job_control_wake_launcher_after_commit();
 	PG_RETURN_INT64(job->job_id);
 }
 
@@ -228,40 +215,27 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 	int64		epoch = PG_GETARG_INT64(1);
 	Oid			types[2] = {INT8OID, INT8OID};
 	Datum		values[2];
-	bool		worker_alive = false;
 	bool		isnull;
 	char	   *retained;
 	Oid			ext_oid;
 
 	mailer_require_preload();
 	catalog_check_owner(job, "restore");
-	if (strcmp(job->desired_state, "stopped") != 0)
+	if (job->desired_state != JOB_STATE_STOPPED)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job \"%s\" must be stopped to be restored", job->name),
 				 errhint("SELECT mailer.stop_job('%s') first.", job->name)));
 	wait_for_launcher_to_settle(job, false, 60 * 1000L);
-	ext_oid = get_extension_oid("mailer", false);
-	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	{
-		JobSlot    *slot = job_slots_find(job->job_id, ext_oid);
-
-		if (slot)
-		{
-			SpinLockAcquire(&slot->mutex);
-			worker_alive = slot->pid != 0 || slot->registered;
-			SpinLockRelease(&slot->mutex);
-		}
-	}
-	LWLockRelease(mailer_shared->lock);
+	ext_oid = get_extension_oid(MAILER_EXTENSION, false);
 
 	/*
 	 * Hold the job's lock until we commit: a worker that starts meanwhile
 	 * (a start_job racing with us) exits at once, instead of taking a final
 	 * checkpoint of what it read before the rewind.
 	 */
-	note_job_control();
-	if (worker_alive || !lock_job(job, ext_oid, 0))
+	job_control_note();
+	if (job_worker_alive(job, ext_oid) || !lock_job(job, ext_oid, 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job \"%s\" must be stopped to be restored", job->name),
@@ -274,8 +248,8 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 				 "pg_catalog.bool_or(epoch OPERATOR(pg_catalog.=) $2) "
 				 "FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1",
 				 2, types, values, NULL, false);
-	retained = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)) || isnull)
+	retained = catalog_text(0, Anum_retained_epochs);
+	if (!DatumGetBool(catalog_value(0, Anum_retained_epoch_found, &isnull)) || isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("job \"%s\" has no retained checkpoint " INT64_FORMAT, job->name, epoch),
@@ -314,8 +288,8 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 	JobRow	   *job = catalog_get_job_by_name(name, false);
 	JobSlot    *ticket_slot = NULL;
 	uint64		ticket = 0;
-	char	   *state = NULL;
-	Oid			ext_oid = get_extension_oid("mailer", false);
+	JobState	state = JOB_STATE_NONE;
+	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, false);
 
 	mailer_require_preload();
 	/* Waiting makes the job's worker query its source: the owner's business. */
@@ -335,20 +309,16 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 					 errmsg("job \"%s\" was dropped while waiting", name),
 					 errdetail("A mailer.drop_job of the job committed while mailer.wait_job waited for it."),
 					 errhint("Create the job again with mailer.create_job to run it.")));
-		if (strcmp(job->desired_state, "stopped") == 0 ||
-			strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0)
+		if (job->desired_state == JOB_STATE_STOPPED || job_state_is_terminal(job->state))
 		{
 			/* The launcher may not have recorded a stop yet: desired_state says it. */
-			state = strcmp(job->state, "finished") == 0 || strcmp(job->state, "failed") == 0 ?
-				job->state : "stopped";
+			state = job_state_after_stop(job->state);
 			break;
 		}
 
-		LWLockAcquire(mailer_shared->lock, LW_SHARED);
-		slot = job_slots_find(job->job_id, ext_oid);
+		slot = job_slot_lock(job->job_id, ext_oid);
 		if (slot)
 		{
-			SpinLockAcquire(&slot->mutex);
 			/*
 			 * A new ticket for a slot new to us, or given anew to the job
 			 * (its counters start again at 0): the old one would never be
@@ -363,12 +333,11 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 			}
 			answered = slot->wait_answered >= ticket;
 			finished = slot->live_state == JOB_LIVE_FINISHED;
-			SpinLockRelease(&slot->mutex);
+			job_slot_unlock(slot);
 		}
-		LWLockRelease(mailer_shared->lock);
 		if (answered)
 		{
-			state = finished ? "finished" : "running";
+			state = finished ? JOB_STATE_FINISHED : JOB_STATE_RUNNING;
 			break;
 		}
 		TEST_POINT("wait_job_waiting");
@@ -378,7 +347,7 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_QUERY_CANCELED),
 					 errmsg("job \"%s\" did not commit its available input within %ld ms", name, timeout_ms),
-					 errdetail("The job is %s.", job->state),
+					 errdetail("The job is %s.", job_state_name(job->state)),
 					 errhint("SELECT state, last_error FROM mailer.jobs WHERE name = '%s' says why; or wait longer: mailer.wait_job('%s', '5 minutes').",
 							 name, name)));
 		if (slot)
@@ -392,12 +361,9 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		}
 	}
 	ConditionVariableCancelSleep();
-	PG_RETURN_TEXT_P(cstring_to_text(state));
+	PG_RETURN_TEXT_P(cstring_to_text(job_state_name(state)));
 }
 
-/*
- * Helpers
- */
 
 static void
 exec_job_update(const char *sql, int64 job_id)
@@ -408,27 +374,6 @@ exec_job_update(const char *sql, int64 job_id)
 	SPI_connect();
 	catalog_exec(sql, 1, &type, &value, NULL, false);
 	SPI_finish();
-}
-
-/*
- * Take the job's lock (job_lock_try) until the transaction ends, waiting
- * up to timeout_ms for a worker of the job to release it.
- */
-static bool
-lock_job(JobRow *job, Oid ext_oid, long timeout_ms)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-
-	while (!job_lock_try(ext_oid, job->job_id, false))
-	{
-		if (TimestampDifferenceExceeds(deadline, GetCurrentTimestamp(), 0))
-			return false;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
-						 PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-	return true;
 }
 
 static void
@@ -444,243 +389,6 @@ check_job_name(const char *name)
 				(errcode(ERRCODE_INVALID_NAME),
 				 errmsg("invalid job name \"%s\"", name),
 				 errhint("A job name has 1 to 63 letters, digits, '_', '-' or '.'.")));
-}
-
-/*
- * Ask the job's worker to take a final checkpoint and exit, and wait until
- * it has.  If our transaction aborts, the request is withdrawn and the
- * launcher lets the job run on.
- */
-static void
-request_stop_and_wait(JobRow *job, long timeout_ms)
-{
-	JobSlot    *slot;
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	MemoryContext old;
-	Oid			ext_oid = get_extension_oid("mailer", false);
-
-	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	slot = job_slots_find(job->job_id, ext_oid);
-	if (slot)
-	{
-		TransactionId xid = GetTopTransactionId();
-
-		SpinLockAcquire(&slot->mutex);
-		slot->stop_requested = true;
-		slot->stop_xid = xid;
-		if (slot->latch)
-			SetLatch(slot->latch);
-		SpinLockRelease(&slot->mutex);
-	}
-	LWLockRelease(mailer_shared->lock);
-	if (slot == NULL)
-		return;
-
-	old = MemoryContextSwitchTo(TopTransactionContext);
-	{
-		int64	   *id = palloc(sizeof(int64));
-
-		*id = job->job_id;
-		stops_to_undo = lappend(stops_to_undo, id);
-	}
-	stops_ext_oid = ext_oid;
-	MemoryContextSwitchTo(old);
-	wake_launcher_after_commit();
-
-	for (;;)
-	{
-		bool		alive;
-		long		remaining;
-
-		/* A worker registered but not started yet could still run: wait for it too. */
-		SpinLockAcquire(&slot->mutex);
-		alive = slot->job_id == job->job_id && slot->ext_oid == ext_oid &&
-			(slot->pid != 0 || slot->registered);
-		SpinLockRelease(&slot->mutex);
-		if (!alive)
-			break;
-		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		if (remaining <= 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_QUERY_CANCELED),
-					 errmsg("job \"%s\" did not stop within %ld ms", job->name, timeout_ms),
-					 errhint("Its final checkpoint may be slow; try again with a longer timeout: mailer.stop_job('%s', '5 minutes').",
-							 job->name)));
-		(void) ConditionVariableTimedSleep(&slot->progress_cv, Min(remaining, 1000),
-										   PG_WAIT_EXTENSION);
-		CHECK_FOR_INTERRUPTS();
-	}
-	ConditionVariableCancelSleep();
-}
-
-/*
- * A worker that has exited leaves its slot as it was until the launcher has
- * recorded why it exited.  Were start_job to commit first, the launcher
- * would then record the old exit over it ('finished' or 'failed': the job
- * never starts again) or, after a stop, could not tell the stop request
- * left in the slot from a stop_job still in progress and would keep the
- * slot, with no worker, for good.  So wait for the launcher here, before
- * writing anything it would have to wait for.  A stop requested in this
- * very transaction cannot finish before it commits: starting the job again
- * withdraws it.  restore_job waits the same way for a worker's exit to be
- * recorded (or the launcher would write 'finished' over the restored job's
- * 'stopped'), but leaves stop requests alone.
- */
-static void
-wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	Oid			ext_oid = get_extension_oid("mailer", false);
-	ListCell   *lc;
-	bool		ours = false;
-
-	foreach(lc, stops_to_undo)
-		if (starting && *(int64 *) lfirst(lc) == job->job_id)
-			ours = true;
-
-	for (;;)
-	{
-		JobSlot    *slot;
-		bool		leftover = false;
-
-		LWLockAcquire(mailer_shared->lock, LW_SHARED);
-		slot = job_slots_find(job->job_id, ext_oid);
-		if (slot)
-		{
-			SpinLockAcquire(&slot->mutex);
-			if (ours)
-				slot->stop_requested = false;
-			/*
-			 * A worker that has finished is about to exit: that exit, too.
-			 * Before a restore, so is one registered and not started yet.
-			 */
-			leftover = slot->live_state == JOB_LIVE_FINISHED ||
-				(!starting && slot->registered) ||
-				(slot->pid == 0 &&
-				 ((starting && slot->stop_requested) || slot->live_state != JOB_LIVE_NONE ||
-				  slot->exit_kind != JOB_EXIT_NONE));
-			SpinLockRelease(&slot->mutex);
-		}
-		LWLockRelease(mailer_shared->lock);
-		if (!leftover)
-			return;
-		if (TimestampDifferenceExceeds(deadline, GetCurrentTimestamp(), 0))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("job \"%s\" cannot be %s yet", job->name, starting ? "started" : "restored"),
-					 errdetail("Its last worker has exited but the launcher has not recorded it, or a stop of the job has not committed."),
-					 errhint("Commit any transaction that stops the job, check that the mailer launcher runs, then try again.")));
-		job_slots_wake_launcher();
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
-						 PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/*
- * While create_job or describe_job runs, the statement's text may hold
- * secrets (source.options): errors raised meanwhile are logged without it.
- */
-void
-api_install_hooks(void)
-{
-	prev_emit_log_hook = emit_log_hook;
-	emit_log_hook = hide_spec_statement;
-}
-
-static void
-hide_spec_statement(ErrorData *edata)
-{
-	if (reading_spec)
-		edata->hide_stmt = true;
-	if (prev_emit_log_hook)
-		prev_emit_log_hook(edata);
-}
-
-static void
-begin_reading_spec(void)
-{
-	reading_spec = true;
-	/* The abort callback resets the flag when an error ends the statement. */
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(api_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-}
-
-static void
-wake_launcher_after_commit(void)
-{
-	note_job_control();
-	wake_launcher_at_commit = true;
-}
-
-/*
- * This transaction controls a job: what it asked of the launcher and the
- * workers lives in this backend until it ends, so it may not be prepared.
- */
-static void
-note_job_control(void)
-{
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(api_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-	controlled_jobs = true;
-}
-
-static void
-api_xact_callback(XactEvent event, void *arg)
-{
-	ListCell   *lc;
-
-	switch (event)
-	{
-		case XACT_EVENT_PRE_PREPARE:
-			if (controlled_jobs)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has created, started, stopped, restored or dropped a mailer job"),
-						 errdetail("The launcher and the job's worker act on what mailer's functions did only once this session's transaction ends."),
-						 errhint("Call mailer's job functions in a transaction of their own.")));
-			return;
-		case XACT_EVENT_PREPARE:
-			/* Nothing to undo or wake from this session any more. */
-			break;
-		case XACT_EVENT_COMMIT:
-			if (wake_launcher_at_commit && mailer_shared)
-				job_slots_wake_launcher();
-			break;
-		case XACT_EVENT_ABORT:
-			if (mailer_shared && stops_to_undo != NIL)
-			{
-				LWLockAcquire(mailer_shared->lock, LW_SHARED);
-				foreach(lc, stops_to_undo)
-				{
-					JobSlot    *slot = job_slots_find(*(int64 *) lfirst(lc), stops_ext_oid);
-
-					if (slot)
-					{
-						SpinLockAcquire(&slot->mutex);
-						slot->stop_requested = false;
-						SpinLockRelease(&slot->mutex);
-					}
-				}
-				LWLockRelease(mailer_shared->lock);
-				job_slots_wake_launcher();
-			}
-			break;
-		default:
-			return;
-	}
-	wake_launcher_at_commit = false;
-	controlled_jobs = false;
-	stops_to_undo = NIL;
-	stops_ext_oid = InvalidOid;
-	reading_spec = false;
 }
 
 static long
