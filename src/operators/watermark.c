@@ -45,11 +45,6 @@ struct WatermarkTracker
 	bool		finished;
 };
 
-/* base/mailer.h defines it once the jobs helper's change is in: then this copy goes. */
-#ifndef UNIX_OFFSET_US
-#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
-#endif
-
 WatermarkTracker *
 watermark_create(int64 max_out_of_orderness_us, int64 idle_timeout_us)
 {

@@ -22,11 +22,6 @@
 #include "base/mailer.h"
 #include "operators/window.h"
 
-/* base/mailer.h defines it once the jobs helper's change is in: then this copy goes. */
-#ifndef UNIX_OFFSET_US
-#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
-#endif
-
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
 static void purge_timer(KeyedStage *stage, const char *key, int klen);
