@@ -42,10 +42,6 @@ my @LAYERS = qw(base plan jobs state connectors operators runtime api);
 # short: a pair belongs here only when splitting it would just hide the
 # cycle (behind callbacks, say), not remove it.
 my %ALLOWED_PAIRS = (
-	'src/operators/keyed.c src/operators/window.c' =>
-	  'window.c is the window half of the keyed stage: keyed.c hands each '
-	  . 'record and watermark to it, and it updates the keyed cache and '
-	  . 'emits rows through keyed.c (keyed_internal.h is their shared part)',
 );
 
 my $verbose = 0;

@@ -11,7 +11,6 @@
 
 #include "catalog/pg_type.h"
 #include "common/int.h"
-#include "nodes/parsenodes.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/float.h"
@@ -23,117 +22,22 @@
 #include "state/serial.h"
 
 static bool state_is_datum(AggregateDef *agg);
-static void agg_error(const char *path, int code, const char *hint, const char *msg,
-					  const char *arg) pg_attribute_noreturn();
 static Datum int128_to_numeric_datum(int128 v);
 
-static const char *const agg_hint =
-"An aggregate is count(*), count(e), sum(e), min(e), max(e) or avg(e), with e an SQL expression over the record's fields.";
-
-AggregateDef *
-aggregate_compile(const char *name, const char *text, const char *path, FieldScope *scope)
+/* sum of int2 and int4 is a bigint, as in PostgreSQL: an overflow is an ERROR. */
+static inline void
+add_int8(AggregateDef *agg, int64 *sum, int64 v)
 {
-	AggregateDef *agg = palloc0(sizeof(AggregateDef));
-	Node	   *raw = expr_parse(text, path);
-	FuncCall   *call;
-	char	   *fname;
-	Oid			t;
-
-	agg->name = pstrdup(name);
-	agg->text = pstrdup(text);
-	if (!IsA(raw, FuncCall))
-		agg_error(path, ERRCODE_SYNTAX_ERROR, agg_hint, "expected an aggregate call", NULL);
-	call = (FuncCall *) raw;
-	if (list_length(call->funcname) != 1)
-		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate", NULL);
-	fname = strVal(linitial(call->funcname));
-	if (call->agg_distinct || call->agg_filter || call->agg_order || call->over ||
-		call->agg_within_group || call->func_variadic)
-		agg_error(path, ERRCODE_FEATURE_NOT_SUPPORTED, agg_hint,
-				  "DISTINCT, FILTER, ORDER BY, OVER and VARIADIC are not supported in aggregates", NULL);
-
-	if (strcmp(fname, "count") == 0 && call->agg_star)
-	{
-		agg->impl = AGG_COUNT_STAR;
-		agg->result_type = INT8OID;
-		return agg;
-	}
-	if (call->agg_star || list_length(call->args) != 1)
-		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "%s takes exactly one argument", fname);
-
-	agg->arg = expr_compile(psprintf("%s", text), linitial(call->args), path, scope, EXPR_SCALAR);
-	t = agg->arg->type;
-	agg->arg_type = t;
-	agg->arg_collation = agg->arg->collation;
-	get_typlenbyval(t, &agg->arg_typlen, &agg->arg_typbyval);
-
-	if (strcmp(fname, "count") == 0)
-	{
-		agg->impl = AGG_COUNT;
-		agg->result_type = INT8OID;
-	}
-	else if (strcmp(fname, "sum") == 0 || strcmp(fname, "avg") == 0)
-	{
-		bool		is_sum = fname[0] == 's';
-
-		switch (t)
-		{
-			case INT2OID:
-			case INT4OID:
-				agg->impl = is_sum ? AGG_SUM_INT : AGG_AVG_INT;
-				agg->result_type = is_sum ? INT8OID : NUMERICOID;
-				break;
-			case INT8OID:
-				agg->impl = is_sum ? AGG_SUM_INT8 : AGG_AVG_INT;
-				agg->result_type = NUMERICOID;
-				break;
-			case NUMERICOID:
-				agg->impl = is_sum ? AGG_SUM_NUMERIC : AGG_AVG_NUMERIC;
-				agg->result_type = NUMERICOID;
-				break;
-			case FLOAT4OID:
-				agg->impl = is_sum ? AGG_SUM_FLOAT4 : AGG_AVG_FLOAT;
-				agg->result_type = is_sum ? FLOAT4OID : FLOAT8OID;
-				break;
-			case FLOAT8OID:
-				agg->impl = is_sum ? AGG_SUM_FLOAT8 : AGG_AVG_FLOAT;
-				agg->result_type = FLOAT8OID;
-				break;
-			default:
-				agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
-						  "sum and avg take smallint, integer, bigint, numeric, real or double precision; cast the argument, e.g. (value->>'amount')::numeric.",
-						  "%s of this type is not supported", fname);
-		}
-	}
-	else if (strcmp(fname, "min") == 0 || strcmp(fname, "max") == 0)
-	{
-		TypeCacheEntry *tc = lookup_type_cache(t, TYPECACHE_CMP_PROC_FINFO);
-
-		if (!OidIsValid(tc->cmp_proc) || agg->arg_typlen == -2)
-			agg_error(path, ERRCODE_UNDEFINED_FUNCTION,
-					  "min and max take a type with an ordering, such as numeric, text or timestamptz.",
-					  "%s needs an ordered type", fname);
-		fmgr_info_copy(&agg->cmp_proc, &tc->cmp_proc_finfo, TopMemoryContext);
-		agg->impl = fname[1] == 'i' ? AGG_MIN : AGG_MAX;
-		agg->result_type = t;
-	}
-	else
-		agg_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate \"%s\"", fname);
-	return agg;
+	if (pg_add_s64_overflow(*sum, v, sum))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range in %s", agg->text)));
 }
 
 void
 aggregate_init(AggregateDef *agg, AggValue *value)
 {
 	memset(value, 0, sizeof(AggValue));
-}
-
-void
-aggregate_free(AggregateDef *agg, AggValue *value)
-{
-	if (state_is_datum(agg) && value->count > 0 && !agg->arg_typbyval)
-		pfree(DatumGetPointer(value->v.datum));
-	value->count = 0;
 }
 
 /*
@@ -146,66 +50,44 @@ aggregate_free(AggregateDef *agg, AggValue *value)
 void
 aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum arg, bool isnull)
 {
-	AggValue	r = *value;
+	AggValue	one = {0};
 
-	if (agg->impl == AGG_COUNT_STAR)
+	if (isnull && agg->impl != AGG_COUNT_STAR)
 	{
-		r.count++;
-		*next = r;
-		return;
-	}
-	if (isnull)
-	{
-		*next = r;
+		*next = *value;
 		return;
 	}
 
+	/* The running value of this one argument, merged in. */
+	one.count = 1;
 	switch (agg->impl)
 	{
 		case AGG_COUNT_STAR:
 		case AGG_COUNT:
 			break;
 		case AGG_SUM_INT:
-			if (pg_add_s64_overflow(r.v.i64,
-									agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg),
-									&r.v.i64))
-				ereport(ERROR,
-						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-						 errmsg("bigint out of range in %s", agg->text)));
+			one.v.i64 = agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
 			break;
 		case AGG_SUM_INT8:
 		case AGG_AVG_INT:
-			r.v.i128 += agg->arg_type == INT8OID ? DatumGetInt64(arg) :
+			one.v.i128 = agg->arg_type == INT8OID ? DatumGetInt64(arg) :
 				agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
 			break;
-		case AGG_SUM_NUMERIC:
-		case AGG_AVG_NUMERIC:
-			r.v.datum = r.count == 0 ? arg :
-				DirectFunctionCall2(numeric_add, r.v.datum, arg);
-			break;
 		case AGG_SUM_FLOAT4:
-			r.v.f4 = float4_pl(r.v.f4, DatumGetFloat4(arg));
+			one.v.f4 = DatumGetFloat4(arg);
 			break;
 		case AGG_SUM_FLOAT8:
 		case AGG_AVG_FLOAT:
-			r.v.f8 = float8_pl(r.v.f8,
-							   agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg));
+			one.v.f8 = agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg);
 			break;
+		case AGG_SUM_NUMERIC:
+		case AGG_AVG_NUMERIC:
 		case AGG_MIN:
 		case AGG_MAX:
-			if (r.count > 0)
-			{
-				int32		cmp = DatumGetInt32(FunctionCall2Coll(&agg->cmp_proc, agg->arg_collation,
-																  arg, r.v.datum));
-
-				if ((agg->impl == AGG_MIN && cmp >= 0) || (agg->impl == AGG_MAX && cmp <= 0))
-					break;
-			}
-			r.v.datum = arg;
+			one.v.datum = arg;
 			break;
 	}
-	r.count++;
-	*next = r;
+	aggregate_merge(agg, value, &one, next);
 }
 
 void
@@ -229,10 +111,7 @@ aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from, A
 		case AGG_COUNT:
 			break;
 		case AGG_SUM_INT:
-			if (pg_add_s64_overflow(r.v.i64, from->v.i64, &r.v.i64))
-				ereport(ERROR,
-						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-						 errmsg("bigint out of range in %s", agg->text)));
+			add_int8(agg, &r.v.i64, from->v.i64);
 			break;
 		case AGG_SUM_INT8:
 		case AGG_AVG_INT:
@@ -420,13 +299,4 @@ int128_to_numeric_datum(int128 v)
 		*--p = '-';
 	return DirectFunctionCall3(numeric_in, CStringGetDatum(p), ObjectIdGetDatum(InvalidOid),
 							   Int32GetDatum(-1));
-}
-
-static void
-agg_error(const char *path, int code, const char *hint, const char *msg, const char *arg)
-{
-	ereport(ERROR,
-			(errcode(code),
-			 errmsg("invalid job spec at %s: %s", path, arg ? psprintf(msg, arg) : msg),
-			 errhint("%s", hint)));
 }

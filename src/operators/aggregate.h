@@ -1,46 +1,16 @@
 /*
  * aggregate.h
- *		The aggregates of an "aggregate" step: count(*), count(e), sum, min,
- *		max and avg, with PostgreSQL's result types, as per-key running
- *		values that serialize to bytes for the state backend.
+ *		Running the aggregates of an "aggregate" step (as the plan compiled
+ *		them, plan/aggregate_def.h): count(*), count(e), sum, min, max and
+ *		avg, as per-key running values that serialize to bytes for the
+ *		state backend.
  */
 #ifndef AGGREGATE_H
 #define AGGREGATE_H
 
 #include "lib/stringinfo.h"
 
-#include "plan/expr.h"
-
-typedef enum AggImpl
-{
-	AGG_COUNT_STAR,
-	AGG_COUNT,					/* non-null values */
-	AGG_SUM_INT,				/* int2, int4 -> int8 */
-	AGG_SUM_INT8,				/* int8 -> numeric, 128-bit running sum */
-	AGG_SUM_NUMERIC,
-	AGG_SUM_FLOAT4,
-	AGG_SUM_FLOAT8,
-	AGG_AVG_INT,				/* int2, int4, int8 -> numeric */
-	AGG_AVG_NUMERIC,
-	AGG_AVG_FLOAT,				/* float4, float8 -> float8 */
-	AGG_MIN,
-	AGG_MAX
-} AggImpl;
-
-typedef struct AggregateDef
-{
-	char	   *name;			/* output field */
-	char	   *text;			/* as written: "sum((value->>'amount')::numeric)" */
-	AggImpl		impl;
-	CompiledExpr *arg;			/* NULL for count(*) */
-	Oid			result_type;
-	/* min/max: the argument type's comparison and storage */
-	Oid			arg_type;
-	Oid			arg_collation;
-	int16		arg_typlen;
-	bool		arg_typbyval;
-	FmgrInfo	cmp_proc;
-} AggregateDef;
+#include "plan/aggregate_def.h"
 
 /* One aggregate's running value for one key (and window). */
 typedef struct AggValue
@@ -55,10 +25,6 @@ typedef struct AggValue
 		Datum		datum;		/* numeric sum, min, max: owned by the value */
 	}			v;
 } AggValue;
-
-/* Parse and type-check "sum(e)" etc.; ERROR naming path when invalid. */
-extern AggregateDef *aggregate_compile(const char *name, const char *text, const char *path,
-									   FieldScope *scope);
 
 /* Make the value empty (no rows). */
 extern void aggregate_init(AggregateDef *agg, AggValue *value);
@@ -85,9 +51,6 @@ extern void aggregate_store(AggregateDef *agg, AggValue *value, const AggValue *
 
 /* The result as PostgreSQL would give it, allocated in the current context. */
 extern Datum aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull);
-
-/* Release what the value owns. */
-extern void aggregate_free(AggregateDef *agg, AggValue *value);
 
 /*
  * Append a value's bytes; read them back (advancing *pos, within the len

@@ -2,27 +2,53 @@
  * keyed.h
  *		The keyed stage: per-key aggregates, with or without event-time
  *		windows, kept in a state backend.
+ *
+ * Inside: keyed.c (this interface) drives window.c (window assignment,
+ * timers, sessions) and keyed_cache.c (the decoded entries, undo, output
+ * rows), which build on keyed_state.c (the state's bytes and format).
  */
 #ifndef KEYED_H
 #define KEYED_H
 
-#include "runtime/job.h"
+#include "base/record.h"
+#include "connectors/dead_letter.h"
+#include "connectors/sink.h"
+#include "plan/plan.h"
+#include "state/state.h"
 
-extern KeyedStage *keyed_create(Job *job);
+typedef struct KeyedStage KeyedStage;
+
+/* What the keyed stage is given of its job; the stage keeps the pointers. */
+typedef struct KeyedStageArgs
+{
+	const char *job_name;		/* for errors */
+	JobPlan    *plan;
+	StateBackend *state;		/* opened at the restored checkpoint */
+	ExprRuntime *rt;			/* evaluates the aggregates' arguments */
+	ExprRuntime *out_rt;		/* evaluates over the output's fields (the sink's casts) */
+	SinkBuffer *sink;			/* receives the output rows at each checkpoint */
+	DeadLetterBuffer *dead_letters;
+	OnError		on_error;
+	bool	   *failing;		/* set when on_error "fail" fails the job */
+	TimestampTz watermark;		/* restored with the checkpoint */
+	MemoryContext context;		/* lives as long as the stage */
+} KeyedStageArgs;
+
+extern KeyedStage *keyed_create(const KeyedStageArgs *args);
 
 /*
  * The aggregates' arguments for one record, into args and nulls (one entry
  * per aggregate): evaluated for every record a flat_map made before any is
  * folded in, so that one that fails leaves the state as it was.
  */
-extern void keyed_eval_args(KeyedStage *ks, Record *rec, Datum *args, bool *nulls);
+extern void keyed_eval_args(KeyedStage *stage, Record *rec, Datum *args, bool *nulls);
 
 /*
  * Fold one record, with its arguments, into its key's (and windows')
  * aggregates.  false: the record is late (every window it belongs to is
  * past its allowed lateness).
  */
-extern bool keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool *nulls);
+extern bool keyed_add(KeyedStage *stage, Record *rec, const Datum *args, const bool *nulls);
 
 /*
  * A record a flat_map made into several outputs is folded in whole or not
@@ -31,20 +57,20 @@ extern bool keyed_add(KeyedStage *ks, Record *rec, const Datum *args, const bool
  * A record of one output needs none of it: keyed_add itself changes
  * nothing when it fails.
  */
-extern void keyed_begin_record(KeyedStage *ks);
-extern void keyed_end_record(KeyedStage *ks);
-extern void keyed_abort_record(KeyedStage *ks);
+extern void keyed_begin_record(KeyedStage *stage);
+extern void keyed_end_record(KeyedStage *stage);
+extern void keyed_abort_record(KeyedStage *stage);
 
 /* The watermark moved: fire the windows it passed, purge the expired. */
-extern void keyed_advance_watermark(KeyedStage *ks, TimestampTz watermark);
+extern void keyed_advance_watermark(KeyedStage *stage, TimestampTz watermark);
 
 /*
  * Before a checkpoint: hand the rows due to the sink (changed keys, fired
  * windows) and write changed state to the backend.
  */
-extern void keyed_prepare_checkpoint(KeyedStage *ks);
+extern void keyed_prepare_checkpoint(KeyedStage *stage);
 
 /* Entries changed since the last checkpoint (to bound memory). */
-extern int64 keyed_pending(KeyedStage *ks);
+extern int64 keyed_pending(KeyedStage *stage);
 
 #endif							/* KEYED_H */

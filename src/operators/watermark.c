@@ -15,8 +15,9 @@
 
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
-#include "utils/json.h"
+#include "utils/numeric.h"
 
+#include "base/mailer.h"
 #include "operators/watermark.h"
 
 typedef struct PartitionWatermark
@@ -43,8 +44,6 @@ struct WatermarkTracker
 	TimestampTz watermark;
 	bool		finished;
 };
-
-#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
 WatermarkTracker *
 watermark_create(int64 max_out_of_orderness_us, int64 idle_timeout_us)
@@ -173,36 +172,46 @@ watermark_current(WatermarkTracker *wt)
 	return wt->watermark;
 }
 
-/* {"topic": {"partition": largest event time in microseconds since 1970}} */
+/* A string key or value for pushJsonbValue. */
+static JsonbValue *
+jsonb_string(JsonbValue *v, const char *str)
+{
+	v->type = jbvString;
+	v->val.string.val = (char *) str;
+	v->val.string.len = strlen(str);
+	return v;
+}
+
+/*
+ * {"topic": {"partition": largest event time in microseconds since 1970}}.
+ * Built as a JsonbValue: the same jsonb that parsing its text gave (keys
+ * sorted, a later duplicate topic name winning).
+ */
 Jsonb *
 watermark_save(WatermarkTracker *wt, Source *src)
 {
-	StringInfoData buf;
+	JsonbParseState *state = NULL;
+	JsonbValue	v;
 
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '{');
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	for (int t = 0; t < src->ntopics; t++)
 	{
-		bool		first = true;
-
-		if (t > 0)
-			appendStringInfoString(&buf, ", ");
-		escape_json(&buf, src->topic_names[t]);
-		appendStringInfoString(&buf, ": {");
+		pushJsonbValue(&state, WJB_KEY, jsonb_string(&v, src->topic_names[t]));
+		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 		for (int i = 0; i < wt->n; i++)
 		{
 			PartitionWatermark *p = &wt->parts[i];
 
 			if (p->topic != t || p->max_event == DT_NOBEGIN)
 				continue;
-			appendStringInfo(&buf, "%s\"%d\": " INT64_FORMAT, first ? "" : ", ", p->partition,
-							 p->max_event + UNIX_OFFSET_US);
-			first = false;
+			pushJsonbValue(&state, WJB_KEY, jsonb_string(&v, psprintf("%d", p->partition)));
+			v.type = jbvNumeric;
+			v.val.numeric = int64_to_numeric(p->max_event + UNIX_OFFSET_US);
+			pushJsonbValue(&state, WJB_VALUE, &v);
 		}
-		appendStringInfoChar(&buf, '}');
+		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
 	}
-	appendStringInfoChar(&buf, '}');
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
 void

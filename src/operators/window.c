@@ -2,8 +2,8 @@
  * window.c
  *		Event-time windows of the keyed stage: tumbling and sliding windows
  *		aligned to the Unix epoch, session windows per key, their timers,
- *		firing, allowed lateness and purging (see keyed_internal.h for the
- *		state layout).
+ *		firing, allowed lateness and purging (window.h; the state layout is
+ *		in keyed_state.h).
  *
  * A window fires when the watermark reaches its end: its row is emitted
  * then (emit "final"), and also at each checkpoint while it changes (emit
@@ -19,22 +19,20 @@
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
-#include "operators/keyed_internal.h"
-#include "state/serial.h"
+#include "base/mailer.h"
+#include "operators/window.h"
 
-#define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
-
-static bool session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len);
-static void fire_timer(KeyedStage *ks, const char *key, int klen);
-static void purge_timer(KeyedStage *ks, const char *key, int klen);
-static void schedule_purge(KeyedStage *ks, const char *group, int group_len,
+static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
+static void fire_timer(KeyedStage *stage, const char *key, int klen);
+static void purge_timer(KeyedStage *stage, const char *key, int klen);
+static void schedule_purge(KeyedStage *stage, const char *group, int group_len,
 						   TimestampTz start, TimestampTz end);
-static void put_timer(KeyedStage *ks, char kind, TimestampTz when, const char *group,
+static void put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group,
 					  int group_len, TimestampTz start);
-static List *due_timers(KeyedStage *ks, char kind, TimestampTz after, TimestampTz watermark);
-static bool timer_window(KeyedStage *ks, const char *key, int klen, KeyedEntry **e,
+static List *due_timers(KeyedStage *stage, char kind, TimestampTz after, TimestampTz watermark);
+static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e,
 						 Session **session);
-static KeyedEntry *lookup_window(KeyedStage *ks, char kind, const char *group, int group_len,
+static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
 
@@ -54,11 +52,11 @@ floor_div(int128 a, int64 b)
  * the watermark is infinite (the end of a bounded stream).
  */
 static TimestampTz
-purge_time(KeyedStage *ks, TimestampTz end)
+purge_time(KeyedStage *stage, TimestampTz end)
 {
 	TimestampTz when;
 
-	if (pg_add_s64_overflow(end, ks->plan->window->allowed_lateness_us, &when))
+	if (pg_add_s64_overflow(end, stage->plan->window->allowed_lateness_us, &when))
 		return DT_NOEND;
 	return when;
 }
@@ -81,17 +79,17 @@ check_window_range(TimestampTz t, int128 start, int128 end)
  * changed nothing; then windows and timers are made and the values stored.
  */
 bool
-window_add(KeyedStage *ks, Record *rec, const char *group, int group_len)
+window_add(KeyedStage *stage, Record *rec, const char *group, int group_len)
 {
-	WindowSpec *w = ks->plan->window;
+	WindowSpec *w = stage->plan->window;
 	TimestampTz t = rec->event_time;
 	int128		first;
 	int			nwindows;
-	int			naggs = Max(ks->naggs, 1);
+	int			naggs = Max(stage->naggs, 1);
 	int			n = 0;
 
 	if (w->type == WINDOW_SESSION)
-		return session_add(ks, t, group, group_len);
+		return session_add(stage, t, group, group_len);
 
 	/*
 	 * Every window [start, start + size) holding t, start aligned to slide:
@@ -101,7 +99,7 @@ window_add(KeyedStage *ks, Record *rec, const char *group, int group_len)
 	nwindows = (int) (w->size_us / w->slide_us);
 	first = floor_div((int128) t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
 	check_window_range(t, first - (int128) (nwindows - 1) * w->slide_us, first + w->size_us);
-	keyed_scratch(ks, nwindows);
+	keyed_scratch(stage, nwindows);
 	for (int i = 0; i < nwindows; i++)
 	{
 		TimestampTz start = (TimestampTz) (first - (int128) i * w->slide_us);
@@ -109,32 +107,32 @@ window_add(KeyedStage *ks, Record *rec, const char *group, int group_len)
 		KeyedEntry *e;
 
 		CHECK_FOR_INTERRUPTS();
-		if (purge_time(ks, end) <= ks->watermark)
+		if (purge_time(stage, end) <= stage->watermark)
 			break;				/* purged, or would be, as every older one */
-		e = lookup_window(ks, 'W', group, group_len, start, true);
+		e = lookup_window(stage, 'W', group, group_len, start, true);
 		/* A window not made yet (start DT_NOBEGIN) has the values of no rows. */
-		keyed_compute(ks, e->values, &ks->next[n * naggs]);
-		ks->windows[n++] = e;
+		keyed_compute(stage, e->values, &stage->next[n * naggs]);
+		stage->windows[n++] = e;
 	}
 	for (int i = 0; i < n; i++)
 	{
-		KeyedEntry *e = ks->windows[i];
+		KeyedEntry *e = stage->windows[i];
 
 		if (e->start == DT_NOBEGIN)
 		{
 			e->start = (TimestampTz) (first - (int128) i * w->slide_us);
 			e->end = e->start + w->size_us;
-			if (e->end <= ks->watermark)
+			if (e->end <= stage->watermark)
 			{
 				e->fired = true;
-				schedule_purge(ks, group, group_len, e->start, e->end);
+				schedule_purge(stage, group, group_len, e->start, e->end);
 			}
 			else
-				put_timer(ks, 'F', e->end, group, group_len, e->start);
+				put_timer(stage, 'F', e->end, group, group_len, e->start);
 		}
-		keyed_store(ks, e->values, &ks->next[i * naggs]);
+		keyed_store(stage, e->values, &stage->next[i * naggs]);
 		e->unemitted = true;
-		keyed_mark_dirty(ks, e);
+		keyed_mark_dirty(stage, e);
 	}
 	return n > 0;
 }
@@ -146,9 +144,9 @@ window_add(KeyedStage *ks, Record *rec, const char *group, int group_len)
  * the merged values are computed before anything changes.
  */
 static bool
-session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
+session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 {
-	WindowSpec *w = ks->plan->window;
+	WindowSpec *w = stage->plan->window;
 	KeyedEntry *e;
 	List	   *overlap = NIL;
 	ListCell   *lc;
@@ -160,7 +158,7 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 
 	check_window_range(t, t, (int128) t + w->gap_us);
 	end = t + w->gap_us;
-	e = lookup_window(ks, 'S', group, group_len, 0, true);
+	e = lookup_window(stage, 'S', group, group_len, 0, true);
 	foreach(lc, e->sessions)
 	{
 		Session    *s = lfirst(lc);
@@ -168,15 +166,15 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 		if (s->start < end && t < s->end)
 			overlap = lappend(overlap, s);
 	}
-	if (overlap == NIL && purge_time(ks, end) <= ks->watermark)
+	if (overlap == NIL && purge_time(stage, end) <= stage->watermark)
 		return false;
 
 	if (overlap == NIL)
-		keyed_compute(ks, ks->empty, ks->next);
+		keyed_compute(stage, stage->empty, stage->next);
 	else
 	{
 		target = linitial(overlap);
-		keyed_compute(ks, target->values, ks->next);
+		keyed_compute(stage, target->values, stage->next);
 		foreach(lc, overlap)
 		{
 			Session    *s = lfirst(lc);
@@ -186,19 +184,19 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 			if (s == target)
 				continue;
 			CHECK_FOR_INTERRUPTS();
-			for (int a = 0; a < ks->naggs; a++)
-				aggregate_merge(ks->aggs[a], &ks->next[a], &s->values[a], &ks->next[a]);
+			for (int a = 0; a < stage->naggs; a++)
+				aggregate_merge(stage->aggs[a], &stage->next[a], &s->values[a], &stage->next[a]);
 		}
 	}
 
 	/* Nothing fails from here on. */
 	/* The key's last session was purged since the checkpoint: the key lives on. */
 	e->deleted = false;
-	old = MemoryContextSwitchTo(ks->cache_context);
+	old = MemoryContextSwitchTo(stage->cache_context);
 	if (overlap == NIL)
 	{
 		target = palloc0(sizeof(Session));
-		target->values = keyed_new_values(ks);
+		target->values = keyed_values_new(&stage->codec);
 		target->emitted_start = DT_NOBEGIN;
 		target->start = t;
 		target->end = end;
@@ -206,7 +204,7 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 	}
 	else
 		target = linitial(overlap);
-	keyed_store(ks, target->values, ks->next);
+	keyed_store(stage, target->values, stage->next);
 
 	foreach(lc, overlap)
 	{
@@ -216,7 +214,7 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 		if (s->emitted_start != DT_NOBEGIN)
 		{
 			if (s->emitted_start != start)
-				keyed_emit(ks, group, group_len, s->emitted_start, s->end, s->values, true);
+				keyed_emit(stage, group, group_len, s->emitted_start, s->end, s->values, true);
 			else
 				kept_row = true;
 		}
@@ -228,50 +226,47 @@ session_add(KeyedStage *ks, TimestampTz t, const char *group, int group_len)
 	/* Timers are keyed by the session's start too: a new start needs new timers. */
 	if (end != target->end || start != target->start || overlap == NIL)
 	{
-		if (end <= ks->watermark)
-			schedule_purge(ks, group, group_len, start, end);
+		if (end <= stage->watermark)
+			schedule_purge(stage, group, group_len, start, end);
 		else
-			put_timer(ks, 'F', end, group, group_len, start);
+			put_timer(stage, 'F', end, group, group_len, start);
 	}
 	target->emitted_start = kept_row ? start : DT_NOBEGIN;
 	target->start = start;
 	target->end = end;
-	target->fired = end <= ks->watermark;
+	target->fired = end <= stage->watermark;
 	target->unemitted = true;
-	keyed_mark_dirty(ks, e);
+	keyed_mark_dirty(stage, e);
 	return true;
 }
 
 void
-window_fire(KeyedStage *ks, TimestampTz previous, TimestampTz watermark)
+window_fire(KeyedStage *stage, TimestampTz previous, TimestampTz watermark)
 {
-	MemoryContext old = MemoryContextSwitchTo(ks->job->batch_context);
 	List	   *timers;
 	ListCell   *lc;
 
-	timers = due_timers(ks, 'F', previous, watermark);
+	timers = due_timers(stage, 'F', previous, watermark);
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
-		fire_timer(ks, k->data, k->len);
+		fire_timer(stage, k->data, k->len);
 	}
-	timers = due_timers(ks, 'P', previous, watermark);
+	timers = due_timers(stage, 'P', previous, watermark);
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
-		purge_timer(ks, k->data, k->len);
+		purge_timer(stage, k->data, k->len);
 	}
-	MemoryContextSwitchTo(old);
-	MemoryContextReset(ks->job->batch_context);
 }
 
 /* The timers of a kind due at watermark, copied (the caller changes state). */
 static List *
-due_timers(KeyedStage *ks, char kind, TimestampTz after, TimestampTz watermark)
+due_timers(KeyedStage *stage, char kind, TimestampTz after, TimestampTz watermark)
 {
 	StringInfoData from;
 	StringInfoData to;
@@ -299,8 +294,8 @@ due_timers(KeyedStage *ks, char kind, TimestampTz after, TimestampTz watermark)
 		appendStringInfoChar(&to, kind);
 		keyed_key_append_time(&to, watermark + 1);
 	}
-	it = ks->state->ops->iterate(ks->state, from.data, from.len, to.data, to.len);
-	while (ks->state->ops->next(it, &key, &klen, &val, &vlen))
+	it = stage->state->ops->iterate(stage->state, from.data, from.len, to.data, to.len);
+	while (stage->state->ops->next(it, &key, &klen, &val, &vlen))
 	{
 		StateKey   *k = palloc(sizeof(StateKey));
 		char	   *copy = palloc(klen);
@@ -310,11 +305,22 @@ due_timers(KeyedStage *ks, char kind, TimestampTz after, TimestampTz watermark)
 		k->len = klen;
 		due = lappend(due, k);
 	}
-	ks->state->ops->iterate_end(it);
+	stage->state->ops->iterate_end(it);
 	return due;
 }
 
 /* Timer keys: kind, time, group key, window start. */
+static void
+timer_key(StringInfo key, char kind, TimestampTz when, const char *group, int group_len,
+		  TimestampTz start)
+{
+	initStringInfo(key);
+	appendStringInfoChar(key, kind);
+	keyed_key_append_time(key, when);
+	appendBinaryStringInfo(key, group, group_len);
+	keyed_key_append_time(key, start);
+}
+
 #define TIMER_GROUP(key) ((key) + 9)
 #define TIMER_GROUP_LEN(klen) ((klen) - 17)
 #define TIMER_START(key, klen) keyed_key_read_time((key) + (klen) - 8)
@@ -325,28 +331,28 @@ due_timers(KeyedStage *ks, char kind, TimestampTz after, TimestampTz watermark)
  * itself is deleted: it is due.
  */
 static bool
-timer_window(KeyedStage *ks, const char *key, int klen, KeyedEntry **e, Session **session)
+timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e, Session **session)
 {
 	const char *group = TIMER_GROUP(key);
 	int			group_len = TIMER_GROUP_LEN(klen);
 	TimestampTz start = TIMER_START(key, klen);
 
-	keyed_undo_timer(ks, key, klen, false);
-	ks->state->ops->delete(ks->state, key, klen);
+	keyed_undo_timer(stage, key, klen, false);
+	stage->state->ops->delete(stage->state, key, klen);
 	*session = NULL;
-	if (ks->plan->window->type == WINDOW_SESSION)
+	if (stage->plan->window->type == WINDOW_SESSION)
 	{
-		*e = lookup_window(ks, 'S', group, group_len, 0, false);
+		*e = lookup_window(stage, 'S', group, group_len, 0, false);
 		*session = *e ? find_session(*e, start) : NULL;
 		return *session != NULL;
 	}
-	*e = lookup_window(ks, 'W', group, group_len, start, false);
+	*e = lookup_window(stage, 'W', group, group_len, start, false);
 	/* A window a failed record looked up but never made has no timers; be sure. */
 	return *e != NULL && !(*e)->deleted && (*e)->start != DT_NOBEGIN;
 }
 
 static void
-fire_timer(KeyedStage *ks, const char *key, int klen)
+fire_timer(KeyedStage *stage, const char *key, int klen)
 {
 	const char *group = TIMER_GROUP(key);
 	int			group_len = TIMER_GROUP_LEN(klen);
@@ -356,14 +362,14 @@ fire_timer(KeyedStage *ks, const char *key, int klen)
 	Session    *s;
 	bool	   *fired;
 
-	if (!timer_window(ks, key, klen, &e, &s))
+	if (!timer_window(stage, key, klen, &e, &s))
 		return;
 	if (s && s->end != end)
 		return;					/* merged or extended since: another timer is due */
 	fired = s ? &s->fired : &e->fired;
 	if (!*fired)
 	{
-		keyed_emit(ks, group, group_len, start, end, s ? s->values : e->values, false);
+		keyed_emit(stage, group, group_len, start, end, s ? s->values : e->values, false);
 		*fired = true;
 		if (s)
 		{
@@ -372,48 +378,44 @@ fire_timer(KeyedStage *ks, const char *key, int klen)
 		}
 		else
 			e->unemitted = false;
-		keyed_mark_dirty(ks, e);
+		keyed_mark_dirty(stage, e);
 	}
-	schedule_purge(ks, group, group_len, start, end);
+	schedule_purge(stage, group, group_len, start, end);
 }
 
 /* Purge now if the watermark is past end + lateness, else set a timer. */
 static void
-schedule_purge(KeyedStage *ks, const char *group, int group_len, TimestampTz start, TimestampTz end)
+schedule_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start, TimestampTz end)
 {
-	TimestampTz when = purge_time(ks, end);
+	TimestampTz when = purge_time(stage, end);
 	StringInfoData key;
 
-	if (when > ks->watermark)
+	if (when > stage->watermark)
 	{
-		put_timer(ks, 'P', when, group, group_len, start);
+		put_timer(stage, 'P', when, group, group_len, start);
 		return;
 	}
-	initStringInfo(&key);
-	appendStringInfoChar(&key, 'P');
-	keyed_key_append_time(&key, when);
-	appendBinaryStringInfo(&key, group, group_len);
-	keyed_key_append_time(&key, start);
-	purge_timer(ks, key.data, key.len);
+	timer_key(&key, 'P', when, group, group_len, start);
+	purge_timer(stage, key.data, key.len);
 }
 
 static void
-purge_timer(KeyedStage *ks, const char *key, int klen)
+purge_timer(KeyedStage *stage, const char *key, int klen)
 {
 	const char *group = TIMER_GROUP(key);
 	int			group_len = TIMER_GROUP_LEN(klen);
 	KeyedEntry *e;
 	Session    *s;
 
-	if (!timer_window(ks, key, klen, &e, &s))
+	if (!timer_window(stage, key, klen, &e, &s))
 		return;
 	if (s)
 	{
-		if (purge_time(ks, s->end) > ks->watermark)
+		if (purge_time(stage, s->end) > stage->watermark)
 			return;				/* extended since: purged later */
 		/* Updated within lateness since its row was written: write it before it goes. */
 		if (s->unemitted)
-			keyed_emit(ks, group, group_len, s->start, s->end, s->values, false);
+			keyed_emit(stage, group, group_len, s->start, s->end, s->values, false);
 		e->sessions = list_delete_ptr(e->sessions, s);
 		if (e->sessions == NIL)
 			e->deleted = true;
@@ -422,18 +424,18 @@ purge_timer(KeyedStage *ks, const char *key, int klen)
 	{
 		if (e->unemitted)
 		{
-			keyed_emit(ks, group, group_len, e->start, e->end, e->values, false);
+			keyed_emit(stage, group, group_len, e->start, e->end, e->values, false);
 			e->unemitted = false;
 		}
 		e->deleted = true;
 	}
-	keyed_mark_dirty(ks, e);
+	keyed_mark_dirty(stage, e);
 }
 
 void
-window_emit_changed(KeyedStage *ks, KeyedEntry *e)
+window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 {
-	bool		update = ks->plan->window->emit_update;
+	bool		update = stage->plan->window->emit_update;
 	const char *group = e->key.data + e->group_offset;
 	ListCell   *lc;
 
@@ -441,7 +443,7 @@ window_emit_changed(KeyedStage *ks, KeyedEntry *e)
 	{
 		if (e->unemitted && (update || e->fired))
 		{
-			keyed_emit(ks, group, e->group_len, e->start, e->end, e->values, false);
+			keyed_emit(stage, group, e->group_len, e->start, e->end, e->values, false);
 			e->unemitted = false;
 		}
 		return;
@@ -452,7 +454,7 @@ window_emit_changed(KeyedStage *ks, KeyedEntry *e)
 
 		if (s->unemitted && (update || s->fired))
 		{
-			keyed_emit(ks, group, e->group_len, s->start, s->end, s->values, false);
+			keyed_emit(stage, group, e->group_len, s->start, s->end, s->values, false);
 			s->unemitted = false;
 			s->emitted_start = s->start;
 		}
@@ -460,30 +462,26 @@ window_emit_changed(KeyedStage *ks, KeyedEntry *e)
 }
 
 static void
-put_timer(KeyedStage *ks, char kind, TimestampTz when, const char *group, int group_len,
+put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group, int group_len,
 		  TimestampTz start)
 {
 	StringInfoData key;
 
-	initStringInfo(&key);
-	appendStringInfoChar(&key, kind);
-	keyed_key_append_time(&key, when);
-	appendBinaryStringInfo(&key, group, group_len);
-	keyed_key_append_time(&key, start);
-	keyed_undo_timer(ks, key.data, key.len, true);
-	ks->state->ops->put(ks->state, key.data, key.len, "", 0);
+	timer_key(&key, kind, when, group, group_len, start);
+	keyed_undo_timer(stage, key.data, key.len, true);
+	keyed_timer_put(stage->state, key.data, key.len);
 	pfree(key.data);
 }
 
 static KeyedEntry *
-lookup_window(KeyedStage *ks, char kind, const char *group, int group_len, TimestampTz start,
+lookup_window(KeyedStage *stage, char kind, const char *group, int group_len, TimestampTz start,
 			  bool create)
 {
-	keyed_key_begin(ks, kind);
-	appendBinaryStringInfo(&ks->key, group, group_len);
+	keyed_key_begin(stage, kind);
+	appendBinaryStringInfo(&stage->key, group, group_len);
 	if (kind == 'W')
-		keyed_key_append_time(&ks->key, start);
-	return keyed_lookup(ks, ks->key.data, ks->key.len, create);
+		keyed_key_append_time(&stage->key, start);
+	return keyed_lookup(stage, stage->key.data, stage->key.len, create);
 }
 
 static Session *
@@ -499,85 +497,4 @@ find_session(KeyedEntry *e, TimestampTz start)
 			return s;
 	}
 	return NULL;
-}
-
-/*
- * Serialized forms:
- *		'W': start, end, fired, unemitted, aggregates
- *		'S': count, then per session: start, end, fired, unemitted,
- *			 emitted_start, aggregates
- */
-void
-window_serialize(KeyedStage *ks, KeyedEntry *e, StringInfo buf)
-{
-	ListCell   *lc;
-
-	if (e->key.data[0] == 'W')
-	{
-		serial_put(buf, &e->start, sizeof(TimestampTz));
-		serial_put(buf, &e->end, sizeof(TimestampTz));
-		serial_put(buf, &e->fired, sizeof(bool));
-		serial_put(buf, &e->unemitted, sizeof(bool));
-		for (int a = 0; a < ks->naggs; a++)
-			aggregate_serialize(ks->aggs[a], &e->values[a], buf);
-		return;
-	}
-	{
-		int32		n = list_length(e->sessions);
-
-		serial_put(buf, &n, sizeof(int32));
-	}
-	foreach(lc, e->sessions)
-	{
-		Session    *s = lfirst(lc);
-
-		serial_put(buf, &s->start, sizeof(TimestampTz));
-		serial_put(buf, &s->end, sizeof(TimestampTz));
-		serial_put(buf, &s->fired, sizeof(bool));
-		serial_put(buf, &s->unemitted, sizeof(bool));
-		serial_put(buf, &s->emitted_start, sizeof(TimestampTz));
-		for (int a = 0; a < ks->naggs; a++)
-			aggregate_serialize(ks->aggs[a], &s->values[a], buf);
-	}
-}
-
-void
-window_deserialize(KeyedStage *ks, KeyedEntry *e, const char *data, int len)
-{
-	MemoryContext old = MemoryContextSwitchTo(ks->cache_context);
-	int			pos = 0;
-
-	if (e->key.data[0] == 'W')
-	{
-		serial_get(data, len, &pos, &e->start, sizeof(TimestampTz));
-		serial_get(data, len, &pos, &e->end, sizeof(TimestampTz));
-		serial_get(data, len, &pos, &e->fired, sizeof(bool));
-		serial_get(data, len, &pos, &e->unemitted, sizeof(bool));
-		/* e->values is the entry's own (keyed_lookup) */
-		for (int a = 0; a < ks->naggs; a++)
-			aggregate_deserialize(ks->aggs[a], &e->values[a], data, len, &pos, ks->cache_context);
-	}
-	else
-	{
-		int32		n;
-
-		serial_get(data, len, &pos, &n, sizeof(int32));
-		for (int i = 0; i < n; i++)
-		{
-			Session    *s = palloc0(sizeof(Session));
-
-			serial_get(data, len, &pos, &s->start, sizeof(TimestampTz));
-			serial_get(data, len, &pos, &s->end, sizeof(TimestampTz));
-			serial_get(data, len, &pos, &s->fired, sizeof(bool));
-			serial_get(data, len, &pos, &s->unemitted, sizeof(bool));
-			serial_get(data, len, &pos, &s->emitted_start, sizeof(TimestampTz));
-			s->values = keyed_new_values(ks);
-			for (int a = 0; a < ks->naggs; a++)
-				aggregate_deserialize(ks->aggs[a], &s->values[a], data, len, &pos,
-									  ks->cache_context);
-			e->sessions = lappend(e->sessions, s);
-		}
-	}
-	serial_check_end(len, pos);
-	MemoryContextSwitchTo(old);
 }

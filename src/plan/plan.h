@@ -9,7 +9,7 @@
 #ifndef PLAN_H
 #define PLAN_H
 
-#include "operators/aggregate.h"
+#include "plan/aggregate_def.h"
 #include "plan/expr.h"
 #include "plan/sink_plan.h"
 #include "plan/spec.h"

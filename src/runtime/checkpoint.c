@@ -31,10 +31,10 @@
 #include "base/work_xact.h"
 #include "jobs/catalog.h"
 #include "operators/keyed.h"
+#include "operators/keyed_state.h"
 #include "operators/watermark.h"
 #include "runtime/accounting.h"
 #include "runtime/checkpoint.h"
-#include "state/serial.h"
 
 /*
  * How long a checkpoint's statements wait for a lock another transaction
@@ -118,15 +118,15 @@ checkpoint_restore(Job *job)
 
 		/*
 		 * The expressions were resolved again by name: state written with
-		 * other types must not be read as today's.  A checkpoint of 0.1.0
-		 * recorded no layout.
+		 * other types must not be read as today's.  The layout also says
+		 * the state's format version: state of 0.1.0 is upgraded.
 		 */
-		if (state_layout != NULL)
-			serial_check_state_layout(job->name, state_layout, serial_state_layout(job->plan));
+		int			format = keyed_check_state_layout(job->name, state_layout, job->plan);
 
 		job->state = job->spec->state_backend == STATE_ROCKSDB ?
 			state_rocksdb_open(job->job_id, job->epoch, state_ref) :
 			state_memory_open(job->job_id, job->epoch);
+		keyed_upgrade_state(job->state, format);
 		job->slot->state_restore_ms = ms_since(open_start);
 	}
 
@@ -275,7 +275,7 @@ insert_checkpoint_row(CheckpointRun *run)
 	values[7] = TimestampTzGetDatum(run->watermark);
 	nulls[7] = TIMESTAMP_NOT_FINITE(run->watermark) ? 'n' : ' ';
 	values[8] = JsonbPGetDatum(watermark_save(job->watermarks, job->source));
-	state_layout = serial_state_layout(job->plan);
+	state_layout = keyed_state_layout(job->plan);
 	values[9] = state_layout ? CStringGetTextDatum(state_layout) : (Datum) 0;
 	nulls[9] = state_layout ? ' ' : 'n';
 

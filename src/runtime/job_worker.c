@@ -43,6 +43,7 @@
 #include "base/work_xact.h"
 #include "jobs/catalog.h"
 #include "operators/keyed.h"
+#include "operators/watermark.h"
 #include "runtime/batch_loop.h"
 #include "runtime/checkpoint.h"
 #include "runtime/job.h"
@@ -297,7 +298,23 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	for (int i = 0; i < job->source->ntopics; i++)
 		job->topic_datums[i] = CStringGetTextDatum(job->source->topic_names[i]);
 	if (job->plan->aggregated)
-		job->keyed = keyed_create(job);
+	{
+		KeyedStageArgs keyed = {
+			.job_name = job->name,
+			.plan = job->plan,
+			.state = job->state,
+			.rt = job->rt,
+			.out_rt = job->out_rt,
+			.sink = job->sink,
+			.dead_letters = job->dead_letters,
+			.on_error = job->spec->on_error,
+			.failing = &job->failing,
+			.watermark = watermark_current(job->watermarks),
+			.context = job_context,
+		};
+
+		job->keyed = keyed_create(&keyed);
+	}
 	work_xact_end();
 
 	/*

@@ -1,7 +1,7 @@
 /*
  * serial.c
- *		Datums as bytes for keyed state, and the layout that says what the
- *		bytes of a job's state mean (serial.h).
+ *		Datums as bytes for keyed state, and the comparison of the layouts
+ *		that say what the bytes of a job's state mean (serial.h).
  */
 #include "postgres.h"
 
@@ -9,10 +9,8 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-#include "plan/plan.h"
 #include "state/serial.h"
 
-static void layout_add(StringInfo buf, const char *fingerprint, const char *what, Oid type);
 static char *layout_field(const char *line, int field);
 
 void
@@ -85,37 +83,6 @@ serial_get_datum(const char *data, int len, int *pos, int16 typlen, bool typbyva
 	return d;
 }
 
-/*
- * One line per key field and aggregate: "fingerprint<TAB>what<TAB>type".
- * Only the fingerprint is compared; the rest names the entry and its type
- * in an error, as they were when the state was written.
- */
-char *
-serial_state_layout(JobPlan *plan)
-{
-	StringInfoData buf;
-
-	if (!plan->keyed || !plan->aggregated)
-		return NULL;
-	initStringInfo(&buf);
-	for (int i = 0; i < plan->nkeys; i++)
-	{
-		RecordField *f = &plan->schema->fields[plan->key_slots[i]];
-
-		layout_add(&buf, psprintf("key %u %d %c", f->type, f->typlen, f->typbyval ? 't' : 'f'),
-				   psprintf("key field \"%s\"", f->name), f->type);
-	}
-	for (int a = 0; a < plan->naggs; a++)
-	{
-		AggregateDef *agg = plan->aggs[a];
-
-		layout_add(&buf, psprintf("aggregate %d %u %d %c", (int) agg->impl, agg->arg_type,
-								  agg->arg_typlen, agg->arg_typbyval ? 't' : 'f'),
-				   psprintf("aggregate \"%s\" (%s)", agg->name, agg->text), agg->arg_type);
-	}
-	return buf.data;
-}
-
 void
 serial_check_state_layout(const char *job_name, const char *stored, const char *now)
 {
@@ -151,22 +118,6 @@ serial_check_state_layout(const char *job_name, const char *stored, const char *
 			 errmsg("the state of job \"%s\" was written with other types", job_name),
 			 errdetail("%s", detail),
 			 errhint("Restore the function's old signature (or the type the expression had), or drop and create the job.")));
-}
-
-static void
-layout_add(StringInfo buf, const char *fingerprint, const char *what, Oid type)
-{
-	char	   *w = pstrdup(what);
-	char	   *t = pstrdup(OidIsValid(type) ? format_type_be(type) : "none");
-
-	/* Tabs and newlines separate the layout's fields and lines. */
-	for (char *p = w; *p; p++)
-		if (*p == '\t' || *p == '\n')
-			*p = ' ';
-	for (char *p = t; *p; p++)
-		if (*p == '\t' || *p == '\n')
-			*p = ' ';
-	appendStringInfo(buf, "%s%s\t%s\t%s", buf->len > 0 ? "\n" : "", fingerprint, w, t);
 }
 
 /* The field-th tab-separated part of a layout line ("" when missing). */

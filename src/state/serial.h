@@ -8,14 +8,13 @@
  * value that ends early or claims more than it holds is an ERROR
  * (ERRCODE_DATA_CORRUPTED), never a read past the buffer.  What the bytes
  * mean (the key fields' and aggregates' types) is checked once per
- * restore, against the layout the checkpoint recorded (serial_state_layout).
+ * restore, against the layout the checkpoint recorded
+ * (operators/keyed_state.h builds it).
  */
 #ifndef SERIAL_H
 #define SERIAL_H
 
 #include "lib/stringinfo.h"
-
-struct JobPlan;
 
 /* ERROR: a read of n bytes at pos of a len-byte value */
 extern void serial_corrupted(int len, int pos, int n) pg_attribute_noreturn();
@@ -52,16 +51,9 @@ extern Datum serial_get_datum(const char *data, int len, int *pos, int16 typlen,
 							  MemoryContext ctx);
 
 /*
- * What a plan's keyed state bytes mean: per key field and aggregate, its
- * type (OID, typlen, typbyval) and the aggregate's implementation, one line
- * each.  NULL when the plan keeps no keyed state.  Stored with every
- * checkpoint (mailer.checkpoints.state_layout).
- */
-extern char *serial_state_layout(struct JobPlan *plan);
-
-/*
  * ERROR (ERRCODE_DATA_CORRUPTED) unless state written with layout stored
- * can be read with the plan's layout now.
+ * can be read with the plan's layout now: lines "fingerprint<TAB>what<TAB>
+ * type", of which the fingerprints are compared.
  */
 extern void serial_check_state_layout(const char *job_name, const char *stored, const char *now);
 

@@ -5,7 +5,10 @@
  *		job's spec picks the backend (RocksDB or memory).
  *
  * Writes between checkpoints need not be durable: recovery always restores
- * the state of the last committed checkpoint.
+ * the state of the last committed checkpoint.  A backend stores bytes; what
+ * they mean, and their format version, is the keyed stage's
+ * (operators/keyed_state.h).  A job's state lives as long as its worker:
+ * the process exit closes it.
  */
 #ifndef STATE_H
 #define STATE_H
@@ -39,12 +42,12 @@ typedef struct StateIterator StateIterator;
 typedef struct StateBackendOps
 {
 	/* Value of key into val (reset first); false when absent. */
-	bool		(*get) (StateBackend *sb, const char *key, int klen, StringInfo val);
-	void		(*put) (StateBackend *sb, const char *key, int klen, const char *val, int vlen);
-	void		(*delete) (StateBackend *sb, const char *key, int klen);
+	bool		(*get) (StateBackend *backend, const char *key, int klen, StringInfo val);
+	void		(*put) (StateBackend *backend, const char *key, int klen, const char *val, int vlen);
+	void		(*delete) (StateBackend *backend, const char *key, int klen);
 
 	/* Keys in [from, to), in byte order; to NULL means to the end. */
-	StateIterator *(*iterate) (StateBackend *sb, const char *from, int flen,
+	StateIterator *(*iterate) (StateBackend *backend, const char *from, int flen,
 							   const char *to, int tlen);
 	bool		(*next) (StateIterator *it, const char **key, int *klen,
 						 const char **val, int *vlen);
@@ -54,15 +57,13 @@ typedef struct StateBackendOps
 	 * Called inside the checkpoint transaction: make epoch's snapshot and
 	 * return a reference to it, stored in mailer.checkpoints.state_ref.
 	 */
-	char	   *(*checkpoint) (StateBackend *sb, int64 epoch);
+	char	   *(*checkpoint) (StateBackend *backend, int64 epoch);
 
 	/* After the checkpoint committed: forget snapshots older than keep_from. */
-	void		(*committed) (StateBackend *sb, int64 epoch, int64 keep_from);
+	void		(*committed) (StateBackend *backend, int64 epoch, int64 keep_from);
 
 	/* Bytes of state, roughly (for mailer.metrics). */
-	int64		(*size) (StateBackend *sb);
-
-	void		(*close) (StateBackend *sb);
+	int64		(*size) (StateBackend *backend);
 } StateBackendOps;
 
 struct StateBackend

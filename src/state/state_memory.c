@@ -59,16 +59,7 @@ typedef struct ChangedKey
 
 #define SH_PREFIX changed
 #define SH_ELEMENT_TYPE ChangedKey
-#define SH_KEY_TYPE StateKey
-#define SH_KEY key
-#define SH_HASH_KEY(tb, key) state_key_hash(key)
-#define SH_EQUAL(tb, a, b) state_key_equal(a, b)
-#define SH_STORE_HASH
-#define SH_GET_HASH(tb, a) a->hash
-#define SH_SCOPE static inline
-#define SH_DECLARE
-#define SH_DEFINE
-#include "lib/simplehash.h"
+#include "state/state_key_table.h"
 
 typedef struct MemoryState
 {
@@ -92,22 +83,7 @@ typedef struct MemoryIterator
 	bool		started;
 } MemoryIterator;
 
-static bool mem_get(StateBackend *sb, const char *key, int klen, StringInfo val);
-static void mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen);
-static void mem_delete(StateBackend *sb, const char *key, int klen);
-static StateIterator *mem_iterate(StateBackend *sb, const char *from, int flen,
-								  const char *to, int tlen);
-static bool mem_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen);
-static void mem_iterate_end(StateIterator *it);
-static char *mem_checkpoint(StateBackend *sb, int64 epoch);
-static void mem_committed(StateBackend *sb, int64 epoch, int64 keep_from);
-static int64 mem_size(StateBackend *sb);
-static void mem_close(StateBackend *sb);
-
-static const StateBackendOps memory_ops = {
-	mem_get, mem_put, mem_delete, mem_iterate, mem_next, mem_iterate_end,
-	mem_checkpoint, mem_committed, mem_size, mem_close
-};
+static const StateBackendOps memory_ops;
 
 static int
 compare_keys(const char *a, int alen, const char *b, int blen)
@@ -278,9 +254,9 @@ state_memory_open(int64 job_id, int64 epoch)
 }
 
 static bool
-mem_get(StateBackend *sb, const char *key, int klen, StringInfo val)
+mem_get(StateBackend *backend, const char *key, int klen, StringInfo val)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *x = seek(ms, key, klen, NULL);
 
 	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
@@ -291,18 +267,18 @@ mem_get(StateBackend *sb, const char *key, int klen, StringInfo val)
 }
 
 static void
-mem_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen)
+mem_put(StateBackend *backend, const char *key, int klen, const char *val, int vlen)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 
 	map_put(ms, key, klen, val, vlen);
 	note_changed(ms, key, klen);
 }
 
 static void
-mem_delete(StateBackend *sb, const char *key, int klen)
+mem_delete(StateBackend *backend, const char *key, int klen)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *update[SKIP_MAX_LEVEL];
 	SkipNode   *x = seek(ms, key, klen, update);
 
@@ -319,9 +295,9 @@ mem_delete(StateBackend *sb, const char *key, int klen)
 }
 
 static StateIterator *
-mem_iterate(StateBackend *sb, const char *from, int flen, const char *to, int tlen)
+mem_iterate(StateBackend *backend, const char *from, int flen, const char *to, int tlen)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	MemoryIterator *mi = palloc0(sizeof(MemoryIterator));
 
 	mi->node = seek(ms, from, flen, NULL);
@@ -366,9 +342,9 @@ mem_iterate_end(StateIterator *it)
 
 /* Write the changed keys as versions of this epoch (inside its transaction). */
 static char *
-mem_checkpoint(StateBackend *sb, int64 epoch)
+mem_checkpoint(StateBackend *backend, int64 epoch)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	changed_iterator iter;
 	ChangedKey *ck;
 	int			n = 0;
@@ -443,9 +419,9 @@ static const char compact_sql[] =
  * its versions up to keep_from are only dropped late, never wrongly.
  */
 static void
-mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
+mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 {
-	MemoryState *ms = (MemoryState *) sb;
+	MemoryState *ms = (MemoryState *) backend;
 	MemoryContext old_ctx = ms->unsettled_ctx;
 	struct changed_hash *old = ms->unsettled;
 	changed_iterator iter;
@@ -496,18 +472,19 @@ mem_committed(StateBackend *sb, int64 epoch, int64 keep_from)
 }
 
 static int64
-mem_size(StateBackend *sb)
+mem_size(StateBackend *backend)
 {
-	return ((MemoryState *) sb)->bytes;
+	return ((MemoryState *) backend)->bytes;
 }
 
-static void
-mem_close(StateBackend *sb)
-{
-	MemoryState *ms = (MemoryState *) sb;
-
-	if (ms->compact_plan)
-		SPI_freeplan(ms->compact_plan);
-	MemoryContextDelete(ms->ctx);
-	MemoryContextDelete(ms->changed_ctx);
-}
+static const StateBackendOps memory_ops = {
+	.get = mem_get,
+	.put = mem_put,
+	.delete = mem_delete,
+	.iterate = mem_iterate,
+	.next = mem_next,
+	.iterate_end = mem_iterate_end,
+	.checkpoint = mem_checkpoint,
+	.committed = mem_committed,
+	.size = mem_size,
+};

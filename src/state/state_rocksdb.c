@@ -56,22 +56,7 @@ typedef struct RocksIterator
 	bool		started;
 } RocksIterator;
 
-static bool rocks_get(StateBackend *sb, const char *key, int klen, StringInfo val);
-static void rocks_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen);
-static void rocks_delete(StateBackend *sb, const char *key, int klen);
-static StateIterator *rocks_iterate(StateBackend *sb, const char *from, int flen,
-									const char *to, int tlen);
-static bool rocks_next(StateIterator *it, const char **key, int *klen, const char **val, int *vlen);
-static void rocks_iterate_end(StateIterator *it);
-static char *rocks_checkpoint(StateBackend *sb, int64 epoch);
-static void rocks_committed(StateBackend *sb, int64 epoch, int64 keep_from);
-static int64 rocks_size(StateBackend *sb);
-static void rocks_close(StateBackend *sb);
-
-static const StateBackendOps rocks_ops = {
-	rocks_get, rocks_put, rocks_delete, rocks_iterate, rocks_next, rocks_iterate_end,
-	rocks_checkpoint, rocks_committed, rocks_size, rocks_close
-};
+static const StateBackendOps rocks_ops;
 
 static rocksdb_env_t *rocks_env = NULL;
 
@@ -294,9 +279,9 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 }
 
 static bool
-rocks_get(StateBackend *sb, const char *key, int klen, StringInfo val)
+rocks_get(StateBackend *backend, const char *key, int klen, StringInfo val)
 {
-	RocksState *rs = (RocksState *) sb;
+	RocksState *rs = (RocksState *) backend;
 	char	   *err = NULL;
 	rocksdb_pinnableslice_t *v;
 	const char *data;
@@ -315,25 +300,25 @@ rocks_get(StateBackend *sb, const char *key, int klen, StringInfo val)
 }
 
 static void
-rocks_put(StateBackend *sb, const char *key, int klen, const char *val, int vlen)
+rocks_put(StateBackend *backend, const char *key, int klen, const char *val, int vlen)
 {
-	RocksState *rs = (RocksState *) sb;
+	RocksState *rs = (RocksState *) backend;
 
 	rocksdb_writebatch_put(rs->batch, key, klen, val, vlen);
 }
 
 static void
-rocks_delete(StateBackend *sb, const char *key, int klen)
+rocks_delete(StateBackend *backend, const char *key, int klen)
 {
-	RocksState *rs = (RocksState *) sb;
+	RocksState *rs = (RocksState *) backend;
 
 	rocksdb_writebatch_delete(rs->batch, key, klen);
 }
 
 static StateIterator *
-rocks_iterate(StateBackend *sb, const char *from, int flen, const char *to, int tlen)
+rocks_iterate(StateBackend *backend, const char *from, int flen, const char *to, int tlen)
 {
-	RocksState *rs = (RocksState *) sb;
+	RocksState *rs = (RocksState *) backend;
 	RocksIterator *ri = palloc0(sizeof(RocksIterator));
 
 	apply_writes(rs);
@@ -389,9 +374,9 @@ rocks_iterate_end(StateIterator *it)
 }
 
 static char *
-rocks_checkpoint(StateBackend *sb, int64 epoch)
+rocks_checkpoint(StateBackend *backend, int64 epoch)
 {
-	RocksState *rs = (RocksState *) sb;
+	RocksState *rs = (RocksState *) backend;
 	char	   *name = psprintf("ckpt-" INT64_FORMAT, epoch);
 	char	   *path = psprintf("%s/%s", rs->dir, name);
 	char	   *err = NULL;
@@ -419,17 +404,17 @@ rocks_checkpoint(StateBackend *sb, int64 epoch)
 }
 
 static void
-rocks_committed(StateBackend *sb, int64 epoch, int64 keep_from)
+rocks_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 {
-	RocksState *rs = (RocksState *) sb;
+	RocksState *rs = (RocksState *) backend;
 
 	remove_checkpoints(rs->dir, keep_from, epoch);
 }
 
 static int64
-rocks_size(StateBackend *sb)
+rocks_size(StateBackend *backend)
 {
-	RocksState *rs = (RocksState *) sb;
+	RocksState *rs = (RocksState *) backend;
 	int64		total = 0;
 	const char *props[] = {"rocksdb.total-sst-files-size", "rocksdb.cur-size-all-mem-tables"};
 
@@ -447,14 +432,14 @@ rocks_size(StateBackend *sb)
 	return total;
 }
 
-static void
-rocks_close(StateBackend *sb)
-{
-	RocksState *rs = (RocksState *) sb;
-
-	apply_writes(rs);
-	rocksdb_close(rs->db);
-	rs->db = NULL;
-	close(rs->lock_fd);
-	rs->lock_fd = -1;
-}
+static const StateBackendOps rocks_ops = {
+	.get = rocks_get,
+	.put = rocks_put,
+	.delete = rocks_delete,
+	.iterate = rocks_iterate,
+	.next = rocks_next,
+	.iterate_end = rocks_iterate_end,
+	.checkpoint = rocks_checkpoint,
+	.committed = rocks_committed,
+	.size = rocks_size,
+};

@@ -1,0 +1,254 @@
+/*
+ * keyed_cache.c
+ *		The keyed stage's cache of decoded entries, its undo and its
+ *		output rows (keyed_cache.h).
+ *
+ * Entries touched since the last checkpoint live in a cache, decoded; the
+ * backend holds them serialized.  At a checkpoint every changed entry is
+ * written to the backend and, when the cache has grown past
+ * mailer.state_cache_entries, the cache is let go: memory stays bounded by
+ * what changes between checkpoints, not by the number of keys.
+ */
+#include "postgres.h"
+
+#include "utils/memutils.h"
+
+#include "base/mailer.h"
+#include "operators/keyed_cache.h"
+#include "state/serial.h"
+
+typedef struct CacheSlot
+{
+	StateKey	key;
+	uint32		hash;
+	char		status;
+	KeyedEntry *entry;
+} CacheSlot;
+
+#define SH_PREFIX kcache
+#define SH_ELEMENT_TYPE CacheSlot
+#include "state/state_key_table.h"
+
+static void undo_save(KeyedStage *stage, KeyedEntry *e);
+
+void
+keyed_cache_create(KeyedStage *stage)
+{
+	stage->cache = kcache_create(stage->cache_context, 1024, NULL);
+	stage->dirty = NULL;
+	stage->dirty_capacity = 0;
+}
+
+void
+keyed_key_begin(KeyedStage *stage, char kind)
+{
+	resetStringInfo(&stage->key);
+	appendStringInfoChar(&stage->key, kind);
+}
+
+KeyedEntry *
+keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
+{
+	StateKey	probe = {key, klen};
+	CacheSlot  *slot = kcache_lookup(stage->cache, probe);
+	KeyedEntry *e;
+	bool		stored;
+	bool		found;
+	char	   *chunk;
+	char	   *copy;
+	Size		vsize;
+	char		kind = key[0];
+
+	if (slot)
+	{
+		if (stage->undo_active && !slot->entry->undo_saved)
+			undo_save(stage, slot->entry);
+		return slot->entry;
+	}
+	stored = stage->state->ops->get(stage->state, key, klen, &stage->value);
+	if (!stored && !create)
+		return NULL;
+
+	/* One chunk for the entry, its aggregates and its key: keeps many entries small. */
+	vsize = (kind == 'A' || kind == 'W') ? MAXALIGN(sizeof(AggValue) * stage->naggs) : 0;
+	chunk = MemoryContextAllocZero(stage->cache_context, MAXALIGN(sizeof(KeyedEntry)) + vsize + klen);
+	e = (KeyedEntry *) chunk;
+	if (vsize > 0)
+		e->values = (AggValue *) (chunk + MAXALIGN(sizeof(KeyedEntry)));
+	copy = chunk + MAXALIGN(sizeof(KeyedEntry)) + vsize;
+	memcpy(copy, key, klen);
+	e->key.data = copy;
+	e->key.len = klen;
+	e->stored = stored;
+	e->group_offset = 1;
+	e->group_len = klen - 1 - (kind == 'W' ? 8 : 0);
+	if (stored)
+		keyed_entry_deserialize(&stage->codec, e, stage->value.data, stage->value.len);
+	else if (kind == 'W')
+		e->start = e->end = DT_NOBEGIN;
+
+	slot = kcache_insert(stage->cache, e->key, &found);
+	slot->entry = e;
+	if (stage->undo_active)
+		undo_save(stage, e);
+	return e;
+}
+
+static void
+undo_save(KeyedStage *stage, KeyedEntry *e)
+{
+	MemoryContext old = MemoryContextSwitchTo(stage->undo_context);
+	KeyedUndo  *u = palloc0(sizeof(KeyedUndo));
+
+	u->entry = e;
+	u->saved = *e;
+	initStringInfo(&u->data);
+	keyed_entry_serialize(&stage->codec, e, &u->data);
+	stage->undo_entries = lappend(stage->undo_entries, u);
+	e->undo_saved = true;
+	MemoryContextSwitchTo(old);
+}
+
+void
+keyed_undo_timer(KeyedStage *stage, const char *key, int klen, bool put)
+{
+	MemoryContext old;
+	KeyedUndo  *u;
+
+	if (!stage->undo_active || stage->state->ops->get(stage->state, key, klen, &stage->value) == put)
+		return;
+	old = MemoryContextSwitchTo(stage->undo_context);
+	u = palloc0(sizeof(KeyedUndo));
+	initStringInfo(&u->data);
+	appendBinaryStringInfo(&u->data, key, klen);
+	u->put = put;
+	stage->undo_timers = lappend(stage->undo_timers, u);
+	MemoryContextSwitchTo(old);
+}
+
+void
+keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e)
+{
+	if (e->dirty)
+		return;
+	if (stage->ndirty == stage->dirty_capacity)
+	{
+		int			cap = Max(1024, stage->dirty_capacity * 2);
+
+		stage->dirty = stage->dirty ? repalloc(stage->dirty, sizeof(KeyedEntry *) * cap) :
+			MemoryContextAlloc(stage->cache_context, sizeof(KeyedEntry *) * cap);
+		stage->dirty_capacity = cap;
+	}
+	stage->dirty[stage->ndirty++] = e;
+	e->dirty = true;
+}
+
+void
+keyed_scratch(KeyedStage *stage, int nwindows)
+{
+	if (nwindows <= stage->scratch_windows)
+		return;
+	if (stage->next)
+	{
+		pfree(stage->next);
+		pfree(stage->windows);
+	}
+	stage->next = MemoryContextAlloc(stage->context,
+									 sizeof(AggValue) * Max(stage->naggs, 1) * nwindows);
+	stage->windows = MemoryContextAlloc(stage->context, sizeof(KeyedEntry *) * nwindows);
+	stage->scratch_windows = nwindows;
+}
+
+void
+keyed_compute(KeyedStage *stage, const AggValue *values, AggValue *next)
+{
+	for (int a = 0; a < stage->naggs; a++)
+		aggregate_next(stage->aggs[a], &values[a], &next[a], stage->args[a], stage->argnulls[a]);
+}
+
+void
+keyed_store(KeyedStage *stage, AggValue *values, const AggValue *next)
+{
+	for (int a = 0; a < stage->naggs; a++)
+		aggregate_store(stage->aggs[a], &values[a], &next[a], stage->cache_context);
+}
+
+/* Key fields back from their bytes, into the first slots of an output record. */
+static void
+decode_group(KeyedStage *stage, const char *data, int len, Record *out)
+{
+	RecordSchema *schema = stage->plan->schema;
+	int			pos = 0;
+
+	for (int i = 0; i < stage->plan->nkeys; i++)
+	{
+		RecordField *f = &schema->fields[stage->plan->key_slots[i]];
+
+		out->values[i] = serial_get_datum(data, len, &pos, f->typlen, f->typbyval, CurrentMemoryContext);
+		out->isnull[i] = false;
+	}
+	serial_check_end(len, pos);
+}
+
+void
+keyed_emit(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+		   TimestampTz end, AggValue *values, bool delete)
+{
+	JobPlan    *plan = stage->plan;
+	MemoryContext old = MemoryContextSwitchTo(stage->out_context);
+	Record	   *out = record_alloc(plan->out_schema);
+	int			n = plan->nkeys;
+
+	decode_group(stage, group, group_len, out);
+	if (plan->window)
+	{
+		out->values[n] = TimestampTzGetDatum(start);
+		out->isnull[n++] = false;
+		out->values[n] = TimestampTzGetDatum(end);
+		out->isnull[n++] = false;
+	}
+	for (int a = 0; a < stage->naggs && !delete; a++, n++)
+		out->values[n] = aggregate_result(stage->aggs[a], &values[a], &out->isnull[n]);
+	/* One list, so that the sink sees rows and deletes of a key in their order. */
+	stage->out_rows = lappend(stage->out_rows, out);
+	stage->out_deletes = lappend_int(stage->out_deletes, delete ? 1 : 0);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+write_entry(KeyedStage *stage, KeyedEntry *e)
+{
+	e->dirty = false;
+	if (e->deleted)
+	{
+		/* A window that came and went between two checkpoints never reaches the backend. */
+		if (e->stored)
+			stage->state->ops->delete(stage->state, e->key.data, e->key.len);
+		kcache_delete(stage->cache, e->key);
+		return;
+	}
+	e->stored = true;
+	resetStringInfo(&stage->value);
+	keyed_entry_serialize(&stage->codec, e, &stage->value);
+	stage->state->ops->put(stage->state, e->key.data, e->key.len, stage->value.data,
+						   stage->value.len);
+}
+
+/*
+ * Once every entry is in the backend, a cache grown past
+ * mailer.state_cache_entries starts afresh.  Resetting the context gives
+ * all its memory back at once, where freeing entries one by one would
+ * leave it fragmented.
+ */
+void
+keyed_write_dirty(KeyedStage *stage)
+{
+	for (int i = 0; i < stage->ndirty; i++)
+		write_entry(stage, stage->dirty[i]);
+	stage->ndirty = 0;
+	if (stage->cache->members > mailer_state_cache_entries)
+	{
+		MemoryContextReset(stage->cache_context);
+		keyed_cache_create(stage);
+	}
+}

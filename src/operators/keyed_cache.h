@@ -1,0 +1,111 @@
+/*
+ * keyed_cache.h
+ *		The keyed stage's working set: the entries decoded from the state
+ *		backend, the undo of the current record, and the rows waiting for
+ *		the checkpoint.  What keyed.c and window.c share; keyed_cache.c
+ *		calls neither of them.
+ */
+#ifndef KEYED_CACHE_H
+#define KEYED_CACHE_H
+
+#include "connectors/dead_letter.h"
+#include "connectors/sink.h"
+#include "operators/keyed_state.h"
+#include "plan/plan.h"
+
+/* As keyed.h names it: this header does not include keyed.h, which is keyed.c's. */
+typedef struct KeyedStage KeyedStage;
+
+struct KeyedStage
+{
+	/* Given at creation (KeyedStageArgs) */
+	const char *job_name;
+	JobPlan    *plan;
+	StateBackend *state;
+	ExprRuntime *rt;
+	ExprRuntime *out_rt;
+	SinkBuffer *sink;
+	DeadLetterBuffer *dead_letters;
+	OnError		on_error;
+	bool	   *failing;
+
+	int			naggs;
+	AggregateDef **aggs;
+	KeyedCodec	codec;			/* values read into cache_context */
+	MemoryContext context;		/* the stage's own: scratch arrays */
+	MemoryContext work_context; /* one watermark step or checkpoint; keyed.c resets it */
+	MemoryContext cache_context;	/* entries; reset when the cache is dropped */
+	struct kcache_hash *cache;
+	KeyedEntry **dirty;
+	int			ndirty;
+	int			dirty_capacity;
+	MemoryContext out_context;	/* rows waiting for the checkpoint */
+	List	   *out_rows;		/* Records of the output schema, in emission order */
+	List	   *out_deletes;	/* parallel to out_rows: 1 for a row to delete */
+	StringInfoData group;		/* scratch: the current record's group key */
+	StringInfoData key;			/* scratch */
+	StringInfoData value;		/* scratch */
+	Datum	   *args;			/* the current record's aggregate arguments */
+	bool	   *argnulls;
+	AggValue   *next;			/* scratch: the record's new values, naggs per window */
+	KeyedEntry **windows;		/* scratch: the windows the record goes into */
+	int			scratch_windows;	/* windows the scratch arrays hold */
+	AggValue   *empty;			/* naggs values of no rows */
+	/* Between keyed_begin_record and keyed_end_record: how to undo the record. */
+	bool		undo_active;
+	MemoryContext undo_context;	/* reset at each keyed_begin_record */
+	List	   *undo_entries;	/* of KeyedUndo: entries as they were */
+	List	   *undo_timers;	/* of KeyedUndo: timers put or deleted, in order */
+	int			undo_ndirty;
+	int			undo_nout;
+	TimestampTz watermark;
+};
+
+/* An entry as it was before the current record, or a timer it put or deleted. */
+typedef struct KeyedUndo
+{
+	KeyedEntry *entry;
+	KeyedEntry	saved;
+	StringInfoData data;		/* the entry's serialized state, or the timer's key */
+	bool		put;			/* a timer: put (else deleted) */
+} KeyedUndo;
+
+/* The cache, empty, in cache_context. */
+extern void keyed_cache_create(KeyedStage *stage);
+
+/* stage->key := kind, to append the rest of a state key to. */
+extern void keyed_key_begin(KeyedStage *stage, char kind);
+
+/*
+ * The cached entry of a state key, read from the backend on a miss; NULL
+ * when it exists nowhere and create is false.
+ */
+extern KeyedEntry *keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create);
+extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
+
+/* A timer is about to be put or deleted: remember it if that changes the backend. */
+extern void keyed_undo_timer(KeyedStage *stage, const char *key, int klen, bool put);
+
+/* Scratch arrays for a record that goes into nwindows windows. */
+extern void keyed_scratch(KeyedStage *stage, int nwindows);
+
+/*
+ * The values that folding the current record's arguments into values give,
+ * into next, values left as they are: an ERROR here (an overflow) leaves
+ * the state as it was.  keyed_store makes values the next computed (or
+ * merged).
+ */
+extern void keyed_compute(KeyedStage *stage, const AggValue *values, AggValue *next);
+extern void keyed_store(KeyedStage *stage, AggValue *values, const AggValue *next);
+
+/* An output row (or, with delete, a row to delete) for the next checkpoint. */
+extern void keyed_emit(KeyedStage *stage, const char *group, int group_len,
+					   TimestampTz start, TimestampTz end, AggValue *values, bool delete);
+
+/*
+ * Write every dirty entry to the backend; drop the cache when it has grown
+ * past mailer.state_cache_entries.
+ */
+extern void keyed_write_dirty(KeyedStage *stage);
+
+#endif							/* KEYED_CACHE_H */

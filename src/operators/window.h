@@ -1,0 +1,23 @@
+/*
+ * window.h
+ *		Event-time windows of the keyed stage, for keyed.c: window
+ *		assignment, timers, firing, sessions.  Built on keyed_cache.h.
+ */
+#ifndef WINDOW_H
+#define WINDOW_H
+
+#include "operators/keyed_cache.h"
+
+/* Fold the current record (stage->args) into its windows; false: it is late. */
+extern bool window_add(KeyedStage *stage, Record *rec, const char *group, int group_len);
+
+/*
+ * The watermark moved from previous to watermark: fire and purge what it
+ * passed.  Allocates in the current memory context, which the caller resets.
+ */
+extern void window_fire(KeyedStage *stage, TimestampTz previous, TimestampTz watermark);
+
+/* A checkpoint is due: emit the rows of the entry's windows that changed. */
+extern void window_emit_changed(KeyedStage *stage, KeyedEntry *e);
+
+#endif							/* WINDOW_H */
