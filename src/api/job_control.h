@@ -26,9 +26,6 @@ extern void job_control_remember_stop(int64 job_id, Oid ext_oid);
 /* Did this transaction ask the job to stop? */
 extern bool job_control_stopped_here(int64 job_id);
 
-/* Register the transaction callback of this session, once. */
-extern void job_control_register_callback(void);
-
 /* spec_logging.c: while a statement's text may hold a spec's secrets. */
 
 /* From here until end_reading_spec or the transaction's end, log errors without the statement. */
@@ -55,7 +52,7 @@ extern void wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout
  * Take the job's lock (job_lock_try) until the transaction ends, waiting
  * up to timeout_ms for a worker of the job to release it.
  */
-extern bool lock_job(JobRow *job, Oid ext_oid, long timeout_ms);
+extern bool job_lock_wait(JobRow *job, Oid ext_oid, long timeout_ms);
 
 /* Whether a worker of the job runs, or was started and has not exited yet. */
 extern bool job_worker_alive(JobRow *job, Oid ext_oid);

@@ -22,10 +22,11 @@ static bool controlled_jobs = false;	/* this transaction created, started, stopp
 static List *stops_to_undo = NIL;	/* (int64 *) job ids whose stop request an abort withdraws */
 static Oid	stops_ext_oid = InvalidOid;	/* the installation those jobs are of */
 
+static void job_control_register_callback(void);
 static void job_control_xact_callback(XactEvent event, void *arg);
 static void withdraw_stops(void);
 
-void
+static void
 job_control_register_callback(void)
 {
 	if (!xact_callback_registered)
@@ -103,7 +104,6 @@ job_control_xact_callback(XactEvent event, void *arg)
 	controlled_jobs = false;
 	stops_to_undo = NIL;
 	stops_ext_oid = InvalidOid;
-	end_reading_spec();
 }
 
 /* The transaction aborted: the workers it asked to stop run on. */

@@ -196,7 +196,7 @@ mailer_drop_job(PG_FUNCTION_ARGS)
 	catalog_check_owner(job, "drop");
 	request_stop_and_wait(job, 60 * 1000L);
 	/* No worker of the job runs from here on: none could write after the rows are gone. */
-	if (!lock_job(job, get_extension_oid(MAILER_EXTENSION, false), 60 * 1000L))
+	if (!job_lock_wait(job, get_extension_oid(MAILER_EXTENSION, false), 60 * 1000L))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job \"%s\" cannot be dropped while a worker of it runs", job->name),
@@ -235,7 +235,7 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 	 * checkpoint of what it read before the rewind.
 	 */
 	job_control_note();
-	if (job_worker_alive(job, ext_oid) || !lock_job(job, ext_oid, 0))
+	if (job_worker_alive(job, ext_oid) || !job_lock_wait(job, ext_oid, 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job \"%s\" must be stopped to be restored", job->name),

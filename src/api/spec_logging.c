@@ -4,10 +4,12 @@
  *
  * While create_job or describe_job runs, the statement's text may hold
  * secrets (source.options): errors raised meanwhile are logged without it.
- * The transaction callback (job_control_xact.c) ends this when an error
- * ends the statement.
+ * A transaction callback of this file's own ends this when an error ends
+ * the statement.
  */
 #include "postgres.h"
+
+#include "access/xact.h"
 
 #include "api/api.h"
 #include "api/job_control.h"
@@ -16,6 +18,7 @@ static bool reading_spec = false;	/* a spec (maybe with secrets) is the statemen
 static emit_log_hook_type prev_emit_log_hook = NULL;
 
 static void hide_spec_statement(ErrorData *edata);
+static void spec_logging_xact_callback(XactEvent event, void *arg);
 
 void
 api_install_hooks(void)
@@ -36,9 +39,22 @@ hide_spec_statement(ErrorData *edata)
 void
 begin_reading_spec(void)
 {
+	static bool callback_registered = false;
+
 	reading_spec = true;
-	/* The abort callback resets the flag when an error ends the statement. */
-	job_control_register_callback();
+	/* The transaction's end resets the flag, also when an error ends the statement. */
+	if (!callback_registered)
+	{
+		RegisterXactCallback(spec_logging_xact_callback, NULL);
+		callback_registered = true;
+	}
+}
+
+static void
+spec_logging_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+		end_reading_spec();
 }
 
 void

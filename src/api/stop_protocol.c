@@ -121,7 +121,7 @@ wait_for_launcher_to_settle(JobRow *job, bool starting, long timeout_ms)
 }
 
 bool
-lock_job(JobRow *job, Oid ext_oid, long timeout_ms)
+job_lock_wait(JobRow *job, Oid ext_oid, long timeout_ms)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 

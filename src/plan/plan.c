@@ -45,7 +45,6 @@ static void compile_key_by(CompileState *cs, StepSpec *step, StatelessStep *st);
 static void compile_aggregate(CompileState *cs, StepSpec *step);
 static void check_field_type(const char *path, Oid type, const char *what);
 static void build_output(JobPlan *plan, List *agg_paths, const char *window_path);
-static void prepare_expr(CompiledExpr *expr, bool over_output, void *arg);
 
 JobPlan *
 plan_compile(JobSpec *spec, bool prepare_executor)
@@ -83,51 +82,6 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 		plan_prepare_exprs(plan, expr_runtime_create(plan->schema),
 						   expr_runtime_create(plan->out_schema));
 	return plan;
-}
-
-void
-plan_foreach_expr(JobPlan *plan, PlanExprFn fn, void *arg)
-{
-	if (plan->event_time)
-		fn(plan->event_time, false, arg);
-	for (int i = 0; i < plan->nsteps; i++)
-	{
-		StatelessStep *st = plan->steps[i];
-
-		if (st->expr)
-			fn(st->expr, false, arg);
-		for (int j = 0; j < st->nexprs; j++)
-			fn(st->exprs[j], false, arg);
-	}
-	for (int i = 0; i < plan->naggs; i++)
-		if (plan->aggs[i]->arg)
-			fn(plan->aggs[i]->arg, false, arg);
-	for (int i = 0; i < plan->sink->ncolumns; i++)
-		if (plan->sink->columns[i].cast)
-			fn(plan->sink->columns[i].cast, true, arg);
-}
-
-/* The runtimes plan_prepare_exprs prepares for. */
-typedef struct PlanRuntimes
-{
-	ExprRuntime *rt;
-	ExprRuntime *out_rt;
-} PlanRuntimes;
-
-void
-plan_prepare_exprs(JobPlan *plan, ExprRuntime *rt, ExprRuntime *out_rt)
-{
-	PlanRuntimes runtimes = {rt, out_rt};
-
-	plan_foreach_expr(plan, prepare_expr, &runtimes);
-}
-
-static void
-prepare_expr(CompiledExpr *expr, bool over_output, void *arg)
-{
-	PlanRuntimes *runtimes = arg;
-
-	expr_prepare(expr, over_output ? runtimes->out_rt : runtimes->rt);
 }
 
 static void
