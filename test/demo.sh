@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: the order-totals job of DESIGN.md section 1, end to end, on a
+# `make demo`: the order-totals job of the README's tour, end to end, on a
 # local PostgreSQL and a local Kafka broker.  Installs what is missing,
 # builds, starts the services (leaving them running for you to explore),
 # produces sample orders to the topic "orders", runs the job and prints the
