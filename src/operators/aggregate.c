@@ -73,12 +73,16 @@ aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum a
 			one.v.i128 = agg->arg_type == INT8OID ? DatumGetInt64(arg) :
 				agg->arg_type == INT2OID ? DatumGetInt16(arg) : DatumGetInt32(arg);
 			break;
+		/*
+		 * A running float sum starts from zero: 0 + x, so that a first value
+		 * of -0 sums to 0 as it always has (merge would copy it as is).
+		 */
 		case AGG_SUM_FLOAT4:
-			one.v.f4 = DatumGetFloat4(arg);
+			one.v.f4 = float4_pl(0.0f, DatumGetFloat4(arg));
 			break;
 		case AGG_SUM_FLOAT8:
 		case AGG_AVG_FLOAT:
-			one.v.f8 = agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg);
+			one.v.f8 = float8_pl(0.0, agg->arg_type == FLOAT4OID ? DatumGetFloat4(arg) : DatumGetFloat8(arg));
 			break;
 		case AGG_SUM_NUMERIC:
 		case AGG_AVG_NUMERIC:

@@ -23,6 +23,7 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -253,6 +254,24 @@ layout_add(StringInfo buf, const char *fingerprint, const char *what, Oid type)
 	appendStringInfo(buf, "\n%s\t%s\t%s", fingerprint, w, t);
 }
 
+/*
+ * The number after the format line's prefix, which a tab ends; -1 when it is
+ * not a number (a damaged row), which the caller refuses like any unknown
+ * format rather than taking it for format 0 and upgrading format-1 values.
+ */
+static int
+layout_format_number(const char *text)
+{
+	char	   *end;
+	long		n;
+
+	errno = 0;
+	n = strtol(text, &end, 10);
+	if (end == text || *end != '\t' || errno != 0 || n < 0 || n > INT_MAX)
+		return -1;
+	return (int) n;
+}
+
 /* The format of a layout, and where its type lines start. */
 static int
 layout_format(const char *layout, const char **types)
@@ -264,7 +283,7 @@ layout_format(const char *layout, const char **types)
 		return 0;
 	nl = strchr(layout, '\n');
 	*types = nl ? nl + 1 : "";
-	return atoi(layout + strlen(LAYOUT_FORMAT_LINE));
+	return layout_format_number(layout + strlen(LAYOUT_FORMAT_LINE));
 }
 
 int
@@ -331,6 +350,8 @@ keyed_upgrade_state(StateBackend *state, int format)
 			StringInfo	nv = makeStringInfo();
 			char		version = KEYED_STATE_FORMAT;
 
+			/* A large store takes a while: stop_job and shutdown may end it (the next start redoes it). */
+			CHECK_FOR_INTERRUPTS();
 			appendBinaryStringInfo(k, key, klen);
 			appendBinaryStringInfo(nv, &version, 1);
 			appendBinaryStringInfo(nv, v, vlen);

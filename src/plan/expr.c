@@ -197,7 +197,7 @@ static bool
 in_job_worker(void)
 {
 	return IsBackgroundWorker && MyBgworkerEntry != NULL &&
-		strcmp(MyBgworkerEntry->bgw_library_name, MAILER_SCHEMA) == 0 &&
+		strcmp(MyBgworkerEntry->bgw_library_name, MAILER_EXTENSION) == 0 &&
 		strcmp(MyBgworkerEntry->bgw_function_name, "job_worker_main") == 0;
 }
 
