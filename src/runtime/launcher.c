@@ -94,7 +94,8 @@ typedef struct LauncherSlot
 
 static LauncherSlot *lslots;
 static bool first_round = true;
-static volatile sig_atomic_t in_round = false;
+/* SIGTERM acts as die() while true: from the start (connecting, adopting slots) and in each round. */
+static volatile sig_atomic_t in_round = true;
 
 static void launcher_sigterm(SIGNAL_ARGS);
 static void adopt_slots(void);
@@ -145,9 +146,9 @@ launcher_register(void)
 
 /*
  * SIGTERM.  Between rounds: the shutdown request that the main loop checks
- * (ShutdownRequestPending).  While a round runs, as die(): a lock wait or a
- * test point in the round ends at once, the round's transaction rolls back
- * and the launcher exits.
+ * (ShutdownRequestPending).  While the launcher connects, adopts the slots
+ * or runs a round, as die(): a lock wait or a test point there ends at once,
+ * the round's transaction rolls back and the launcher exits.
  */
 static void
 launcher_sigterm(SIGNAL_ARGS)
