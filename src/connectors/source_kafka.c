@@ -212,9 +212,13 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	kafka->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	mailer_restore_signals(&saved);
 	if (kafka->rk == NULL)
+	{
+		/* librdkafka may quote an option's value here, as in its logs. */
+		mask_secrets(kafka, errstr, sizeof(errstr));
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not create a Kafka consumer: %s", errstr)));
+	}
 
 	kafka->logs = rd_kafka_queue_new(kafka->rk);
 	rd_kafka_set_log_queue(kafka->rk, kafka->logs);
