@@ -9,7 +9,7 @@ package MailerUpgradeTest;
 use strict;
 use warnings;
 use Exporter 'import';
-use File::Basename qw(dirname);
+use File::Basename qw(basename dirname);
 use File::Path qw(make_path remove_tree);
 use File::Temp ();
 use IPC::Run ();
@@ -18,7 +18,8 @@ use MailerTest;
 
 our @EXPORT = qw(upgrade_workdir release_commit private_pg_install build_release
   install_current_tree private_cluster_init private_cluster_start private_cluster_env
-  private_cluster_stop private_log_size private_log_since kafka_parallel);
+  private_cluster_stop private_log_size private_log_since kafka_start kafka_finish
+  kafka_parallel);
 
 # initdb refuses root: then clusters belong to postgres (as in
 # test/services/env.sh).
@@ -96,7 +97,7 @@ sub _capture
 sub release_commit
 {
 	my ($tag, $commit) = @_;
-	my $git = sub { _capture('git', '-C', $ROOT, @_) };
+	my $git = sub { _capture('git', '-c', 'safe.directory=*', '-C', $ROOT, @_) };
 	defined $git->('rev-parse', '--git-dir')
 	  or die "$ROOT is not a git checkout: the release $tag cannot be built from it\n";
 	for my $ref ("refs/tags/$tag", $commit)
@@ -138,11 +139,17 @@ sub private_pg_install
 		!grep { $_ ne $t && index("$t/", "$_/") == 0 } @trees
 	} @trees;
 
+	# Hard links where the file system allows them (a copy is slow on a busy
+	# disk): no file of the copy is ever written to, and the mailer files
+	# that get installed are unlinked first, below.
 	my $root = upgrade_workdir() . '/pg';
 	for my $t (@trees)
 	{
-		make_path("$root" . dirname($t));
-		_run([ 'cp', '-a', $t, "$root" . dirname($t) . '/' ], "copying $t");
+		my $to = $root . dirname($t);
+		make_path($to);
+		next if IPC::Run::run([ 'cp', '-al', $t, "$to/" ], '<', \undef, '>', \my $out, '2>', \my $err);
+		remove_tree("$to/" . basename($t));
+		_run([ 'cp', '-a', $t, "$to/" ], "copying $t");
 	}
 	my %pg = (root => $root, pg_config => "$root$dir{bindir}/pg_config");
 	for my $what (qw(bindir sharedir pkglibdir))
@@ -152,9 +159,10 @@ sub private_pg_install
 		  or die "the copied pg_config reports $what $pg{$what}, not $root$dir{$what}: "
 		  . "this PostgreSQL installation does not relocate\n";
 	}
-	unlink "$pg{pkglibdir}/mailer.so", glob("$pg{sharedir}/extension/mailer[.-]*");
-	remove_tree("$pg{pkglibdir}/bitcode/mailer");
-	unlink "$pg{pkglibdir}/bitcode/mailer.index.bc";
+	my @mailer = grep { -e } ("$pg{pkglibdir}/mailer.so", glob("$pg{sharedir}/extension/mailer[.-]*"),
+		"$pg{pkglibdir}/bitcode/mailer", "$pg{pkglibdir}/bitcode/mailer.index.bc");
+	remove_tree(@mailer) if @mailer;
+	!grep { -e } @mailer or die "could not remove mailer from the copy of PostgreSQL: @mailer\n";
 	return \%pg;
 }
 
@@ -166,7 +174,7 @@ sub build_release
 	my $src = upgrade_workdir() . "/src-$commit";
 	make_path($src);
 	my $err = '';
-	IPC::Run::run([ 'git', '-C', $ROOT, 'archive', '--format=tar', $commit ], '2>', \$err,
+	IPC::Run::run([ 'git', '-c', 'safe.directory=*', '-C', $ROOT, 'archive', '--format=tar', $commit ], '2>', \$err,
 		'|', [ 'tar', '-x', '-C', $src ], '2>>', \$err)
 	  or die "git archive $commit into $src failed: $err\n";
 	_run([ 'make', '-C', $src, '-s', '-j2', "PG_CONFIG=$pg->{pg_config}" ], "building $commit",
@@ -294,9 +302,11 @@ sub private_log_since
 	return $text;
 }
 
-# Run several test/services/kafka.sh commands at once (each starts a JVM
-# for a few seconds): kafka_parallel(['delete-records', $t, 0, 10], ...).
-sub kafka_parallel
+# Run several test/services/kafka.sh commands at once, in the background
+# (each starts a JVM for a few seconds): kafka_start returns a handle for
+# kafka_finish, which waits for them and dies if one failed.
+# kafka_parallel(['delete-records', $t, 0, 10], ...) does both.
+sub kafka_start
 {
 	my (@cmds) = @_;
 	my @runs;
@@ -307,12 +317,23 @@ sub kafka_parallel
 			'>', \$r{out}, '2>&1');
 		push @runs, \%r;
 	}
+	return \@runs;
+}
+
+sub kafka_finish
+{
+	my ($runs) = @_;
 	my @failed;
-	for my $r (@runs)
+	for my $r (@$runs)
 	{
 		push @failed, "kafka.sh @{ $r->{cmd} }: $r->{out}" unless $r->{h}->finish;
 	}
 	die join('', @failed) if @failed;
+}
+
+sub kafka_parallel
+{
+	kafka_finish(kafka_start(@_));
 }
 
 1;

@@ -19,6 +19,11 @@ use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use MailerUpgradeTest;
 use Test::More;
+use Time::HiRes qw(time);
+
+# Where the time goes (prove -v shows it).
+my $T0 = time();
+sub phase { note(sprintf('%5.1f s: %s', time() - $T0, $_[0])); }
 
 my $FROM = '0.1.0';
 my ($TO) = `grep default_version $ROOT/mailer.control` =~ /'([^']+)'/;
@@ -29,12 +34,16 @@ my $PG_CONFIG = $ENV{PG_CONFIG} // '/usr/lib/postgresql/15/bin/pg_config';
 
 my $commit = release_commit("v$FROM", '46191b0');
 my %topic = map { $_ => unique_name("t092_$_") } @BACKENDS;
+my $topics_made = kafka_start(map { [ 'create-topic', $topic{$_}, 2 ] } @BACKENDS);
 my $pg = private_pg_install($PG_CONFIG);
+phase("PostgreSQL copied");
 build_release($commit, $pg);
 pass("release $FROM (commit " . substr($commit, 0, 7) . ") built and installed in a private copy of PostgreSQL");
-kafka_parallel(map { [ 'create-topic', $topic{$_}, 2 ] } @BACKENDS);
+kafka_finish($topics_made);
+phase('topics made');
 my $cluster = private_cluster_init($pg);
 private_cluster_start($cluster);
+phase("server started with $FROM");
 private_cluster_env($cluster);
 psql("CREATE EXTENSION mailer VERSION '$FROM'");
 is(psql("SELECT extversion FROM pg_extension WHERE extname = 'mailer'"), $FROM, "extension $FROM created");
@@ -122,14 +131,20 @@ for my $b (@BACKENDS)
 
 # --- the upgrade ----------------------------------------------------------------
 
-private_cluster_stop($cluster);
 # Nothing of part 1 is left to read again: only the checkpoints know it.
+# (The jobs have committed positions past it already.)
 my %count1;
 $count1{ $_->{p} }++ for @part1;
-kafka_parallel(map { my $b = $_; map { [ 'delete-records', $topic{$b}, $_, $count1{$_} ] } 0 .. 1 } @BACKENDS);
+my $deleted = kafka_start(map { my $b = $_; map { [ 'delete-records', $topic{$b}, $_, $count1{$_} ] } 0 .. 1 } @BACKENDS);
+private_cluster_stop($cluster);
+phase('release stopped');
 install_current_tree($pg, $PG_CONFIG);
+phase("$TO installed");
+kafka_finish($deleted);
+phase('part 1 deleted from Kafka');
 my $log_from = private_log_size($cluster);
 private_cluster_start($cluster);
+phase("server started with $TO");
 # Until the catalog is updated, the new library starts no job.
 wait_until('the launcher to say the jobs wait for ALTER EXTENSION UPDATE', sub {
 	private_log_since($cluster, $log_from) =~ /mailer jobs wait: the extension's catalog is version \Q$FROM\E, the library is \Q$TO\E/;
@@ -143,38 +158,51 @@ is(psql("SELECT extversion FROM pg_extension WHERE extname = 'mailer'"), $TO, "u
 
 produce_events($topic{$_}, [ @part2, @end_markers ]) for @BACKENDS;
 
-# Each job restores its 0.1.0 checkpoint and commits a new one; a refusal
-# (an unreadable state or checkpoint format) fails or restarts the job.
-my @refused;
-for my $j (@JOBS)
-{
-	my $info;
-	wait_until("$j to commit a checkpoint after its $FROM epoch $epoch1{$j}, or to fail", sub {
-		$info = job_info($j);
-		return 1 if $info && $info->{state} =~ /^(failed|restarting)$/;
-		return $info && $info->{state} eq 'running'
-		  && psql("SELECT coalesce(max(epoch), 0) > $epoch1{$j} FROM mailer.checkpoints JOIN mailer.job USING (job_id) WHERE name = '$j'") eq 't';
-	}, 120);
-	if (ok($info->{state} eq 'running', "$TO resumed $j from its $FROM checkpoint"))
+# Each job restores its 0.1.0 checkpoint and reads part 2 on top of it.  A
+# refusal (a state or checkpoint format the library cannot read) fails or
+# restarts the job, at its start or at the first record of a key whose
+# state it reads: watch for that until every job has read everything.
+my $messages = @events + @end_markers;
+my %restarts0 = map { $_ => job_info($_)->{restarts} } @JOBS;
+my %done;
+my %refused;
+wait_until("every job to read part 2 (or one to fail)", sub {
+	for my $j (grep { !$done{$_} } @JOBS)
 	{
-		next;
+		my $info = job_info($j);
+		if ($info->{state} =~ /^(failed|restarting)$/ || $info->{restarts} > $restarts0{$j})
+		{
+			$refused{$j} = $info;
+			next;
+		}
+		# Done: a checkpoint has committed every message and, for a window
+		# job, the watermark past every window.
+		$done{$j} = psql("SELECT (c.counters->>'records_in')::bigint = $messages
+				AND (j.name NOT LIKE 'win%' OR c.watermark >= '" . ev_time($END - 5) . "')
+			FROM mailer.checkpoints c JOIN mailer.job j USING (job_id)
+			WHERE j.name = '$j' ORDER BY c.epoch DESC LIMIT 1") eq 't';
 	}
-	push @refused, $j;
-	diag("The $TO library REFUSED the $FROM checkpoint of job $j (state $info->{state}): "
-		  . ($info->{last_error} // 'no last_error'));
-}
-if (@refused)
+	return %refused || !grep { !$done{$_} } @JOBS;
+}, 180);
+if (%refused)
 {
-	diag("errors in the server log:\n" . join('', grep { /ERROR|FATAL|PANIC/ } split /^/m, private_log_since($cluster, $log_from)));
-	fail("the $TO library cannot read state or checkpoints written by $FROM (jobs: @refused); "
+	for my $j (sort keys %refused)
+	{
+		diag("The $TO library REFUSED the $FROM state or checkpoint of job $j "
+			  . "(state $refused{$j}{state}, restarts $refused{$j}{restarts}): "
+			  . ($refused{$j}{last_error} // 'no last_error'));
+	}
+	diag("errors in the server log:\n"
+		  . join('', grep { /ERROR|FATAL|PANIC|DETAIL|HINT/ } split /^/m, private_log_since($cluster, $log_from)));
+	fail("the $TO library cannot go on from what $FROM wrote (jobs: @{[ sort keys %refused ]}); "
 		  . "a format change needs a reader for the $FROM format, or a clear refusal and an upgrade note");
 	done_testing();
 	exit 1;
 }
+pass("$TO resumed every job from its $FROM checkpoint and read part 2");
 
 for my $b (@BACKENDS)
 {
-	wait_watermark($win{$b}, ev_time($END - 5), 120);
 	is(wait_job($_), 'running', "$TO: $_ committed part 2") for $win{$b}, $tot{$b};
 	same_rows("SELECT k, window_start, window_end, n, total FROM $win{$b}", sprintf($want_windows, 'ev092'),
 		"$b: every window across the upgrade equals GROUP BY key, date_bin over all events");
@@ -193,6 +221,7 @@ is(psql("SELECT count(*) FROM mailer.dead_letters"), '0', 'no dead letters');
 is(psql("SELECT string_agg(name || ' ' || state, ', ' ORDER BY name) FROM mailer.jobs"),
 	join(', ', map { "$_ running" } sort @JOBS), 'mailer.jobs: every job running, none failed');
 
+my $topics_gone = kafka_start(map { [ 'delete-topic', $topic{$_} ] } @BACKENDS);
 private_cluster_stop($cluster);
-kafka_parallel(map { [ 'delete-topic', $topic{$_} ] } @BACKENDS);
+kafka_finish($topics_gone);
 done_testing();
