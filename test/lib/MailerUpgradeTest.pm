@@ -18,8 +18,7 @@ use MailerTest;
 
 our @EXPORT = qw(upgrade_workdir release_commit private_pg_install build_release
   install_current_tree private_cluster_init private_cluster_start private_cluster_env
-  private_cluster_stop private_log_size private_log_since kafka_start kafka_finish
-  kafka_parallel);
+  private_cluster_stop private_log_size private_log_since kafka_start kafka_finish);
 
 # initdb refuses root: then clusters belong to postgres (as in
 # test/services/env.sh).
@@ -284,28 +283,26 @@ sub private_cluster_stop
 	  or die "the private server did not stop:\n" . private_log_since($c, 0);
 }
 
-# The private server's log: its size now, and what was written after a size.
+# The private server's log: its size now, and what was written after a
+# size (MailerTest's functions, pointed at this cluster's log).
 sub private_log_size
 {
 	my ($c) = @_;
-	return -s $c->{log} // 0;
+	local $ENV{MAILER_RUN_DIR} = dirname($c->{log});
+	return pg_log_size();
 }
 
 sub private_log_since
 {
 	my ($c, $from) = @_;
-	open my $fh, '<:raw', $c->{log} or return '';
-	seek $fh, $from, 0;
-	local $/;
-	my $text = <$fh> // '';
-	close $fh;
-	return $text;
+	local $ENV{MAILER_RUN_DIR} = dirname($c->{log});
+	return pg_log_since($from);
 }
 
 # Run several test/services/kafka.sh commands at once, in the background
 # (each starts a JVM for a few seconds): kafka_start returns a handle for
-# kafka_finish, which waits for them and dies if one failed.
-# kafka_parallel(['delete-records', $t, 0, 10], ...) does both.
+# kafka_finish, which waits for them and dies if one failed:
+# kafka_finish(kafka_start(['delete-records', $t, 0, 10], ...)).
 sub kafka_start
 {
 	my (@cmds) = @_;
@@ -329,11 +326,6 @@ sub kafka_finish
 		push @failed, "kafka.sh @{ $r->{cmd} }: $r->{out}" unless $r->{h}->finish;
 	}
 	die join('', @failed) if @failed;
-}
-
-sub kafka_parallel
-{
-	kafka_finish(kafka_start(@_));
 }
 
 1;
