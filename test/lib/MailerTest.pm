@@ -77,11 +77,38 @@ sub wait_until
 	die "timed out after ${timeout}s waiting for: $what\n";
 }
 
+# The server of a test that has one of its own (MailerCluster), else undef.
+our $NODE;
+
 # The service scripts: pg_service('crash'), kafka('create-topic', 'x', 8).
+# In a test with a node of its own, pg_service acts on that node instead:
+# start and restart return once the launcher is connected, as pg.sh's do.
 sub pg_service
 {
-	system("$ROOT/test/services/pg.sh", @_) == 0
-	  or die "pg.sh @_ failed\n";
+	my ($cmd) = @_;
+	unless ($NODE)
+	{
+		system("$ROOT/test/services/pg.sh", @_) == 0
+		  or die "pg.sh @_ failed\n";
+		return;
+	}
+	if ($cmd eq 'crash')
+	{
+		$NODE->stop('immediate');
+	}
+	elsif ($cmd eq 'stop')
+	{
+		$NODE->stop('fast');
+	}
+	elsif ($cmd eq 'start' || $cmd eq 'restart')
+	{
+		$cmd eq 'start' ? $NODE->start : $NODE->restart;
+		wait_server_ready();
+	}
+	else
+	{
+		die "pg_service: no '$cmd' for a test's own node\n";
+	}
 }
 
 # The pid of the mailer launcher ('' when there is none or no server).
@@ -484,7 +511,8 @@ sub as_cluster_owner
 # The server log: its size now, and what was written after a size.
 sub pg_log_file
 {
-	return ($ENV{MAILER_RUN_DIR} // dirname($ENV{PGDATA})) . '/postgresql.log';
+	return $ENV{MAILER_PG_LOG}
+	  // ($ENV{MAILER_RUN_DIR} // dirname($ENV{PGDATA})) . '/postgresql.log';
 }
 
 sub pg_log_size

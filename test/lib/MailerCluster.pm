@@ -1,0 +1,141 @@
+# MailerCluster: a PostgreSQL server of a test's own, for the tests that stop,
+# crash or restart the server.  The shared test cluster (test/services/pg.sh)
+# then never goes down under the other tests, and such a test no longer has
+# to wait for it to come back.
+#
+# A node is a PostgreSQL::Test::Cluster (the TAP framework contrib uses, from
+# pg_config --pkglibdir), configured as pg.sh configures the shared cluster:
+# mailer preloaded, serving the database 'mailer'.  mailer_node() points the
+# environment (PGHOST, PGPORT, PGDATA, the server log) at the node, so every
+# MailerTest helper (psql, pg_service, pg_log_since, job_state_dir...) works
+# on it unchanged.  The Kafka broker stays the shared one.
+#
+# initdb refuses to run as root, and CI runs the tests as root.  The test
+# itself stays root (the Kafka scripts read a cache only root may read);
+# only the server's programs, initdb and pg_ctl, run as 'postgres', through
+# two small wrappers first in PATH, in directories that user owns.
+#
+# Load this module before MailerTest's helpers run: PostgreSQL::Test::Utils
+# clears PG* variables when it loads, and its INIT block opens the test's
+# log (tmp_check/log/regress_log_<test>) under $TESTDIR.
+package MailerCluster;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use File::Path qw(make_path);
+
+my ($pg_bindir, $run_dir);
+
+BEGIN
+{
+	my $pg_config = $ENV{PG_CONFIG} // '/usr/lib/postgresql/15/bin/pg_config';
+	chomp($pg_bindir = `"$pg_config" --bindir`);
+	chomp(my $pkglibdir = `"$pg_config" --pkglibdir`);
+	die "$pg_config failed\n" unless $pg_bindir && $pkglibdir;
+	unshift @INC, "$pkglibdir/pgxs/src/test/perl";
+
+	# The node's files live beside the shared cluster's, outside the
+	# source tree, which may be root's and read-only to 'postgres'.
+	$run_dir = $ENV{MAILER_RUN_DIR} // '/tmp/mailer-run';
+	$ENV{TESTDIR} = "$run_dir/tap";
+	make_path($ENV{TESTDIR});
+
+	# Cluster::init runs pg_regress --config-auth, which matters only on
+	# Windows; PGXS installs pg_regress beside the TAP modules.
+	$ENV{PG_REGRESS} //= "$pkglibdir/pgxs/src/test/regress/pg_regress";
+
+	# The server binaries of the PostgreSQL the extension is built for.
+	$ENV{PATH} = "$pg_bindir:$ENV{PATH}";
+
+	# Keep what PostgreSQL::Test::Utils deletes but the tests need.
+	our %kept = map { $_ => $ENV{$_} } grep { defined $ENV{$_} } qw(PGUSER PGDATABASE);
+}
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils ();
+use MailerTest ();
+
+our @EXPORT = qw(mailer_node);
+our %kept;
+
+# The owner of server files: postgres when root, otherwise the caller.
+my $as_root = $> == 0;
+
+sub give_to_owner
+{
+	return unless $as_root;
+	my (undef, undef, $uid, $gid) = getpwnam('postgres')
+	  or die "no user 'postgres' to run the server as\n";
+	chown $uid, $gid, @_ or die "could not chown @_ to postgres: $!\n";
+}
+
+# As root, 'initdb' and 'pg_ctl' found first in PATH run the real ones as
+# postgres; Cluster.pm calls them by name.
+sub owner_wrappers
+{
+	return unless $as_root;
+	my $dir = "$PostgreSQL::Test::Utils::tmp_check/bin";
+	make_path($dir);
+	for my $prog (qw(initdb pg_ctl))
+	{
+		open my $fh, '>', "$dir/$prog" or die "could not write $dir/$prog: $!\n";
+		print $fh "#!/bin/sh\nexec runuser -u postgres -- '$pg_bindir/$prog' \"\$@\"\n";
+		close $fh;
+		chmod 0755, "$dir/$prog";
+	}
+	$ENV{PATH} = "$dir:$ENV{PATH}" unless $ENV{PATH} =~ /^\Q$dir\E:/;
+}
+
+# A started node, with the environment pointed at it.  $extra_conf is
+# appended to postgresql.conf.  The node stops when the test ends (Cluster's
+# END block) and its files go when every test passed.
+sub mailer_node
+{
+	my ($name, $extra_conf) = @_;
+	$name //= 'node';
+	my $database = $kept{PGDATABASE} // 'mailer';
+
+	owner_wrappers();
+	give_to_owner($PostgreSQL::Test::Utils::tmp_check, $PostgreSQL::Test::Utils::log_path);
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	give_to_owner($node->basedir, $node->host);
+
+	# The superuser is 'postgres' whoever runs the test, as in pg.sh.
+	$node->init(extra => [ '-U', 'postgres' ]);
+	# After Cluster's settings, so these win: as the shared cluster (pg.sh),
+	# and a crashed backend restarts the server as it does in production.
+	$node->append_conf('postgresql.conf', <<CONF . ($extra_conf // ''));
+shared_preload_libraries = 'mailer'
+mailer.database = '$database'
+max_worker_processes = 40
+mailer.max_jobs = 16
+mailer.restart_backoff_min = '200ms'
+mailer.restart_backoff_max = '5s'
+shared_buffers = 64MB
+max_wal_size = 2GB
+restart_after_crash = on
+log_statement = none
+log_min_messages = warning
+log_line_prefix = '%m [%p] %b '
+log_checkpoints = off
+CONF
+
+	$ENV{PGHOST} = $node->host;
+	$ENV{PGPORT} = $node->port;
+	$ENV{PGUSER} = 'postgres';
+	$ENV{PGDATABASE} = $database;
+	$ENV{PGDATA} = $node->data_dir;
+	$ENV{MAILER_PG_LOG} = $node->logfile;
+	$MailerTest::NODE = $node;
+
+	$node->start;
+	{
+		local $ENV{PGDATABASE} = 'postgres';
+		MailerTest::psql("CREATE DATABASE $database");
+	}
+	MailerTest::wait_server_ready();
+	return $node;
+}
+
+1;
