@@ -206,7 +206,7 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
-push @EXPORT, qw(ev_time produce_events events_table create_window_job job_metric
+push @EXPORT, qw(ev_time random_events produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
 # Event times are seconds after 2030-01-01 00:00:00 UTC (so no window of
@@ -219,6 +219,30 @@ sub ev_time
 	my $whole = POSIX::floor($s);
 	my $ms = sprintf('%03d', int(($s - $whole) * 1000 + 0.5));
 	return POSIX::strftime('%Y-%m-%dT%H:%M:%S', gmtime($EV_BASE + $whole)) . ".${ms}Z";
+}
+
+# Out-of-order events, the same for a given seed on any machine: in each
+# of $o{partitions} partitions, $o{count} events, each $o{step} seconds
+# plus 0 to $o{spread} tenths after the one before, and then 0 to 4 s
+# early; a key from @{$o{keys}}, and an amount $o{amount}->(random number).
+sub random_events
+{
+	my (%o) = @_;
+	my $seed = $o{seed};
+	my $rnd = sub { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed >> 8; };
+	my @events;
+	for my $p (0 .. $o{partitions} - 1)
+	{
+		my $base = 0;
+		for (1 .. $o{count})
+		{
+			$base += $o{step} + ($rnd->() % ($o{spread} + 1)) / 10;
+			my $k = $o{keys}[ $rnd->() % @{ $o{keys} } ];
+			my $t = $base - ($rnd->() % 17) * 0.25;
+			push @events, { p => $p, k => $k, t => $t, a => $o{amount}->($rnd->()) };
+		}
+	}
+	return @events;
 }
 
 # Events: hash refs {p => partition, k => key, t => seconds (ev_time), a =>

@@ -20,19 +20,8 @@ kafka('create-topic', $topic, 3);
 
 # Per partition, 60 events 0.5 to 9 s apart, each up to 4 s early (the bound
 # is 5 s), over 6 keys: per key, a mix of gaps shorter and longer than 10 s.
-my $seed = 51;
-sub rnd { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed >> 8; }
-my @random;
-for my $p (0 .. 2)
-{
-	my $base = 0;
-	for my $i (0 .. 59)
-	{
-		$base += 0.5 + (rnd() % 86) / 10;
-		push @random, { p => $p, k => 'k' . (rnd() % 6), t => $base - (rnd() % 17) * 0.25,
-			a => sprintf('%.2f', (rnd() % 10000) / 100) };
-	}
-}
+my @random = random_events(seed => 51, partitions => 3, count => 60, step => 0.5, spread => 85,
+	keys => [ map { "k$_" } 0 .. 5 ], amount => sub { sprintf('%.2f', ($_[0] % 10000) / 100) });
 my $random_end = (sort { $b <=> $a } map { $_->{t} } @random)[0];
 cmp_ok($random_end, '<', 990, 'the random events end before the hand-made ones');
 

@@ -6,31 +6,23 @@
 # server.  Each time the jobs resume from their last checkpoint (state,
 # watermark, positions) and replay; in the end the sink holds exactly what
 # plain SQL computes over the events: nothing lost, nothing counted twice.
+# On a server of its own (MailerCluster).
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
+mailer_node();
 fresh_extension();
 
 my $topic = unique_name('t054');
 kafka('create-topic', $topic, 3);
 
-my $seed = 54;
-sub rnd { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed >> 8; }
-my @events;
-for my $p (0 .. 2)
-{
-	my $base = 0;
-	for my $i (0 .. 89)
-	{
-		$base += 0.25 + (rnd() % 30) / 10;
-		push @events, { p => $p, k => (qw(a b c d e))[ rnd() % 5 ], t => $base - (rnd() % 17) * 0.25,
-			a => sprintf('%.1f', (rnd() % 1000) / 10) };
-	}
-}
+my @events = random_events(seed => 54, partitions => 3, count => 90, step => 0.25, spread => 29,
+	keys => [qw(a b c d e)], amount => sub { sprintf('%.1f', ($_[0] % 1000) / 10) });
 events_table('ev054', \@events);
 # Each partition's events in three parts.
 my @part;
