@@ -10,9 +10,12 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
+# On a server of its own (MailerCluster), which it restarts.
+mailer_node();
 fresh_extension();
 
 my $topic = unique_name('t053');
