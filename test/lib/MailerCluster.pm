@@ -87,6 +87,21 @@ sub owner_wrappers
 	$ENV{PATH} = "$dir:$ENV{PATH}" unless $ENV{PATH} =~ /^\Q$dir\E:/;
 }
 
+# The settings test/services/pg.sh gives the shared cluster, read from it
+# so that the two cannot drift apart, less where it listens.
+sub shared_settings
+{
+	my ($database) = @_;
+	my $script = "$MailerTest::ROOT/test/services/pg.sh";
+	open my $fh, '<', $script or die "could not read $script: $!\n";
+	my $text = do { local $/; <$fh> };
+	my ($block) = $text =~ /^# ---- mailer test cluster ----\n(.*?)^CONF$/ms
+	  or die "no settings block in $script\n";
+	my @lines = grep { !/^(port|listen_addresses|unix_socket_directories)\b/ } split /\n/, $block;
+	s/\$PGDATABASE/$database/g for @lines;
+	return join("\n", @lines) . "\n";
+}
+
 # A started node, with the environment pointed at it.  $extra_conf is
 # appended to postgresql.conf.  The node stops when the test ends (Cluster's
 # END block) and its files go when every test passed.
@@ -103,23 +118,10 @@ sub mailer_node
 
 	# The superuser is 'postgres' whoever runs the test, as in pg.sh.
 	$node->init(extra => [ '-U', 'postgres' ]);
-	# After Cluster's settings, so these win: as the shared cluster (pg.sh),
-	# and a crashed backend restarts the server as it does in production.
-	$node->append_conf('postgresql.conf', <<CONF . ($extra_conf // ''));
-shared_preload_libraries = 'mailer'
-mailer.database = '$database'
-max_worker_processes = 40
-mailer.max_jobs = 16
-mailer.restart_backoff_min = '200ms'
-mailer.restart_backoff_max = '5s'
-shared_buffers = 64MB
-max_wal_size = 2GB
-restart_after_crash = on
-log_statement = none
-log_min_messages = warning
-log_line_prefix = '%m [%p] %b '
-log_checkpoints = off
-CONF
+	# After Cluster's settings, so these win: the shared cluster's, and a
+	# crashed backend restarts the server as it does in production.
+	$node->append_conf('postgresql.conf', shared_settings($database)
+		  . "restart_after_crash = on\nlog_statement = none\n" . ($extra_conf // ''));
 
 	$ENV{PGHOST} = $node->host;
 	$ENV{PGPORT} = $node->port;

@@ -48,13 +48,7 @@ my @phase3 = (
 	{ p => 0, k => 'w', t => 1038, a => 2 });
 events_table('ev051', [ @random, @phase1, @phase2, @phase3 ]);
 
-psql(<<'SQL');
-DROP TABLE IF EXISTS sessions_final, sessions_update;
-CREATE TABLE sessions_final (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-CREATE TABLE sessions_update (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-SQL
+window_tables(qw(sessions_final sessions_update));
 
 my $filter = q[{"filter": "value->>'k' <> 'end'"}];
 create_window_job('final051', $topic, table => 'sessions_final', backend => 'rocksdb',
@@ -102,18 +96,7 @@ for my $table ('sessions_final', 'sessions_update')
 		join("\n", 'w|1030|1055|3|7', 'x|1000|1010|1|1', 'x|1010|1020|1|2', 'y|1000|1022|3|60',
 			'z|1016|1030|2|300'),
 		"$table: the hand-made sessions, merged and split");
-	same_rows("SELECT k, window_start, window_end, n, total FROM $table", q{
-		WITH marked AS (
-			SELECT k, ts, a,
-				   CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) < interval '10 seconds'
-						THEN 0 ELSE 1 END AS starts
-			  FROM ev051),
-		numbered AS (
-			SELECT *, sum(starts) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
-			  FROM marked)
-		SELECT k, min(ts) AS window_start, max(ts) + interval '10 seconds' AS window_end,
-			   count(*) AS n, sum(a) AS total
-		  FROM numbered GROUP BY k, session},
+	same_rows("SELECT k, window_start, window_end, n, total FROM $table", want_sessions('ev051', '10 seconds'),
 		"$table: sessions equal the SQL computation over the same events");
 }
 cmp_ok(psql('SELECT count(*) FROM sessions_final'), '>=', 20, 'many sessions emitted');

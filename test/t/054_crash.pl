@@ -31,14 +31,7 @@ for my $third (0 .. 2)
 	$part[$third] = [ map { my $p = $_; my @e = grep { $_->{p} == $p } @events; @e[ $third * 30 .. $third * 30 + 29 ] } 0 .. 2 ];
 }
 
-psql(<<'SQL');
-DROP TABLE IF EXISTS tumbling_rocks, tumbling_mem, sessions_rocks, sessions_mem;
-CREATE TABLE tumbling_rocks (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-CREATE TABLE tumbling_mem (LIKE tumbling_rocks INCLUDING ALL);
-CREATE TABLE sessions_rocks (LIKE tumbling_rocks INCLUDING ALL);
-CREATE TABLE sessions_mem (LIKE tumbling_rocks INCLUDING ALL);
-SQL
+window_tables(qw(tumbling_rocks tumbling_mem sessions_rocks sessions_mem));
 
 my $filter = q[{"filter": "value->>'k' <> 'end'"}];
 my %jobs = (
@@ -114,23 +107,8 @@ for my $job (@jobs)
 }
 is(psql('SELECT count(*) FROM mailer.dead_letters'), '0', 'no dead letters');
 
-my $want_tumbling = q{
-	SELECT k, date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') AS window_start,
-		   date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') + interval '10 seconds' AS window_end,
-		   count(*) AS n, sum(a) AS total
-	  FROM ev054 GROUP BY 1, 2, 3};
-my $want_sessions = q{
-	WITH marked AS (
-		SELECT k, ts, a,
-			   CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) < interval '4 seconds'
-					THEN 0 ELSE 1 END AS starts
-		  FROM ev054),
-	numbered AS (
-		SELECT *, sum(starts) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
-		  FROM marked)
-	SELECT k, min(ts) AS window_start, max(ts) + interval '4 seconds' AS window_end,
-		   count(*) AS n, sum(a) AS total
-	  FROM numbered GROUP BY k, session};
+my $want_tumbling = want_tumbling('ev054', '10 seconds');
+my $want_sessions = want_sessions('ev054', '4 seconds');
 for my $job (@jobs)
 {
 	same_rows("SELECT k, window_start, window_end, n, total FROM $job",
