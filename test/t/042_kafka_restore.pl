@@ -9,9 +9,9 @@ use MailerTest;
 use MailerKafkaTest;
 use Test::More;
 
-my $BURST = 50_000;
-my $CUSTOMERS = 5_000;
-my $SMALL = 5_000;		# the bursts of the short retention part
+my $BURST = 10_000;	# restores and replays need checkpoints, not volume
+my $CUSTOMERS = 2_000;
+my $SMALL = 1_000;		# the bursts of the short retention part
 my $NSMALL = 12;
 
 my $topic = orders_topic('042', 8, 4 * $BURST + $NSMALL * $SMALL, $CUSTOMERS);

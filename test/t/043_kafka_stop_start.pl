@@ -11,8 +11,8 @@ use MailerKafkaTest;
 use Test::More;
 
 my $BURSTS = 6;
-my $BURST = 20_000;
-my $CUSTOMERS = 5_000;
+my $BURST = 5_000;		# the checks hold for any volume: stops come once caught up
+my $CUSTOMERS = 1_000;
 
 my $topic = orders_topic('043', 8, $BURSTS * $BURST, $CUSTOMERS);
 my %job = %{ backend_jobs($topic, 'totals_043') };
