@@ -5,6 +5,9 @@
 # tests that take minutes each).
 set -euo pipefail
 . "$(dirname "$0")/services/env.sh"
+# Tests that run a server of their own (MailerCluster) find its binaries
+# and the TAP modules through pg_config.
+export PG_CONFIG
 cd "$MAILER_ROOT"
 if [ "${1:-}" = --long ]; then
 	shift
