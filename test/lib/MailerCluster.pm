@@ -23,7 +23,8 @@ package MailerCluster;
 use strict;
 use warnings;
 use Exporter 'import';
-use File::Path qw(make_path);
+use File::Basename qw(basename);
+use File::Path qw(make_path remove_tree);
 
 my ($pg_bindir, $run_dir);
 
@@ -58,6 +59,20 @@ use MailerTest ();
 
 our @EXPORT = qw(mailer_node);
 our %kept;
+
+# PostgreSQL::Test::Utils sends STDERR to the test's log: say why a test
+# died where prove shows it too, and where the logs are.
+$SIG{__DIE__} = sub {
+	Test::More::diag($_[0]) if defined $^S && !$^S;
+	die @_;
+};
+END
+{
+	my $status = $?;
+	Test::More::diag("logs: $PostgreSQL::Test::Utils::log_path")
+	  if $status && $PostgreSQL::Test::Utils::log_path;
+	$? = $status;
+}
 
 # The owner of server files: postgres when root, otherwise the caller.
 my $as_root = $> == 0;
@@ -113,6 +128,10 @@ sub mailer_node
 
 	owner_wrappers();
 	give_to_owner($PostgreSQL::Test::Utils::tmp_check, $PostgreSQL::Test::Utils::log_path);
+	# A failed run keeps its node's files for a look; the next run starts
+	# anew (Cluster refuses a data directory that exists).
+	(my $test = basename($0)) =~ s/\.[^.]+$//;
+	remove_tree("$PostgreSQL::Test::Utils::tmp_check/t_${test}_${name}_data");
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	give_to_owner($node->basedir, $node->host);
 
