@@ -49,8 +49,9 @@ BEGIN
 	# The server binaries of the PostgreSQL the extension is built for.
 	$ENV{PATH} = "$pg_bindir:$ENV{PATH}";
 
-	# Keep what PostgreSQL::Test::Utils deletes but the tests need.
-	our %kept = map { $_ => $ENV{$_} } grep { defined $ENV{$_} } qw(PGUSER PGDATABASE);
+	# PostgreSQL::Test::Utils deletes PGDATABASE: keep the database the
+	# tests use (the shared cluster's mailer.database).
+	our $database = $ENV{PGDATABASE} // 'mailer';
 }
 
 use PostgreSQL::Test::Cluster;
@@ -58,7 +59,7 @@ use PostgreSQL::Test::Utils ();
 use MailerTest ();
 
 our @EXPORT = qw(mailer_node);
-our %kept;
+our $database;
 
 # PostgreSQL::Test::Utils sends STDERR to the test's log: say why a test
 # died where prove shows it too, and where the logs are.
@@ -124,7 +125,6 @@ sub mailer_node
 {
 	my ($name, $extra_conf) = @_;
 	$name //= 'node';
-	my $database = $kept{PGDATABASE} // 'mailer';
 
 	owner_wrappers();
 	give_to_owner($PostgreSQL::Test::Utils::tmp_check, $PostgreSQL::Test::Utils::log_path);
