@@ -32,7 +32,7 @@ EXTRA_CLEAN = $(OBJS:.o=.d)
 
 SERVICES = test/services
 
-.PHONY: deps services services-down test integration demo bench fuzz
+.PHONY: deps services services-down test test-long integration demo bench fuzz
 
 # Debian packages and the Kafka jars; a no-op once installed.
 deps:
@@ -55,6 +55,11 @@ integration:
 # pg_regress, integration tests; services stop whatever the outcome.
 test:
 	test/run-all.sh
+
+# The long integration tests (test/t/long: soak and fault runs), prepared
+# the same way; CI runs them after `make test`.
+test-long:
+	test/run-all.sh --long
 
 demo:
 	test/demo.sh

@@ -3,7 +3,15 @@
 # builds and installs the extension, starts a clean PostgreSQL cluster and
 # Kafka broker, runs pg_regress and the integration tests, and stops the
 # services whatever happens.  Exits non-zero on any failure.
+#
+# `make test-long` (--long): the same preparation, then only the long
+# integration tests of test/t/long (soak and fault runs of minutes each),
+# which CI runs besides `make test`.
 set -euo pipefail
+long=
+if [ "${1:-}" = --long ]; then
+	long=--long
+fi
 . "$(dirname "$0")/services/env.sh"
 cd "$MAILER_ROOT"
 
@@ -47,10 +55,14 @@ run()
 	fi
 }
 
-run "pg_regress" make -s PG_CONFIG="$PG_CONFIG" installcheck
-[ -f regression.diffs ] && cat regression.diffs
-run "fuzz (short)" test/fuzz/run.sh 20 1
-run "integration tests" test/run-integration.sh
+if [ -n "$long" ]; then
+	run "long integration tests" test/run-integration.sh --long
+else
+	run "pg_regress" make -s PG_CONFIG="$PG_CONFIG" installcheck
+	[ -f regression.diffs ] && cat regression.diffs
+	run "fuzz (short)" test/fuzz/run.sh 20 1
+	run "integration tests" test/run-integration.sh
+fi
 
 step "summary"
 printf '%s\n' "${results[@]}"

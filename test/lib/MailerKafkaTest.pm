@@ -18,7 +18,7 @@ use MailerTest;
 our @EXPORT = qw(orders_source orders_insert orders_produce totals_spec
   totals_sink totals_check job_epoch wait_epoch_after job_worker_pid
   wait_server_up wait_job_running lock_tables unlock_tables
-  set_cluster_setting);
+  set_cluster_setting @BACKENDS orders_topic backend_jobs check_backends);
 
 # A source table of order events (made anew; it stays after the test).
 sub orders_source
@@ -194,6 +194,57 @@ sub unlock_tables
 	local $SIG{PIPE} = 'IGNORE';	# psql may have exited with its connection
 	${ $lock->{in} } .= "COMMIT;\n\\q\n";
 	eval { $lock->{h}->finish; 1 } or eval { $lock->{h}->kill_kill };
+}
+
+# The state backends each end-to-end test runs its jobs on.
+our @BACKENDS = qw(rocksdb memory);
+
+# The start of a per-backend test (04x): a fresh extension, a new topic of
+# $partitions partitions, and the source table orders_$nn holding orders
+# 1..$orders over $customers customers (produced by the test when it
+# wants).  Returns the topic.
+sub orders_topic
+{
+	my ($nn, $partitions, $orders, $customers) = @_;
+	fresh_extension();
+	my $topic = unique_name("t$nn");
+	kafka('create-topic', $topic, $partitions);
+	orders_source("orders_$nn");
+	orders_insert("orders_$nn", 1, $orders, $customers);
+	return $topic;
+}
+
+# A keyed totals job on $topic per state backend, "${prefix}_<backend>",
+# each with a sink table of its name; %spec goes to totals_spec.  Returns
+# { backend => job name }.
+sub backend_jobs
+{
+	my ($topic, $prefix, %spec) = @_;
+	my %job;
+	for my $b (@BACKENDS)
+	{
+		my $j = $job{$b} = "${prefix}_$b";
+		totals_sink($j);
+		psql("SELECT mailer.create_job('$j', \$\$"
+			  . totals_spec($topic, $j, %spec, backend => $b) . "\$\$)");
+	}
+	return \%job;
+}
+
+# For each backend: its job has read what the topic holds (mailer.wait_job),
+# its table equals the GROUP BY over the orders of $source matching $where,
+# and (when $records_in is given) its records_in is that.
+sub check_backends
+{
+	my ($source, $job, $what, $where, $records_in) = @_;
+	for my $b (@BACKENDS)
+	{
+		my $j = $job->{$b};
+		Test::More::is(psql("SELECT mailer.wait_job('$j', '5 minutes')"), 'running', "$what: $b caught up");
+		totals_check($source, $j, "$what, $b", $where);
+		Test::More::is(job_metric($j, 'records_in'), $records_in, "$what, $b: records_in $records_in")
+		  if defined $records_in;
+	}
 }
 
 # ALTER SYSTEM SET (or RESET, when $value is undef) and reload.

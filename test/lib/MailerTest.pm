@@ -19,7 +19,8 @@ push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
   job_state_dir pg_log_size pg_log_since as_cluster_owner drop_tables);
 # Test points (src/include/test_point.h): hold a process at a named step.
-push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop_roles);
+push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop_roles
+  stop_while_launcher_held fresh_topic seq_producer fresh_with_owner);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
@@ -77,11 +78,38 @@ sub wait_until
 	die "timed out after ${timeout}s waiting for: $what\n";
 }
 
+# The server of a test that has one of its own (MailerCluster), else undef.
+our $NODE;
+
 # The service scripts: pg_service('crash'), kafka('create-topic', 'x', 8).
+# In a test with a node of its own, pg_service acts on that node instead:
+# start and restart return once the launcher is connected, as pg.sh's do.
 sub pg_service
 {
-	system("$ROOT/test/services/pg.sh", @_) == 0
-	  or die "pg.sh @_ failed\n";
+	my ($cmd) = @_;
+	unless ($NODE)
+	{
+		system("$ROOT/test/services/pg.sh", @_) == 0
+		  or die "pg.sh @_ failed\n";
+		return;
+	}
+	if ($cmd eq 'crash')
+	{
+		$NODE->stop('immediate');
+	}
+	elsif ($cmd eq 'stop')
+	{
+		$NODE->stop('fast');
+	}
+	elsif ($cmd eq 'start' || $cmd eq 'restart')
+	{
+		$cmd eq 'start' ? $NODE->start : $NODE->restart;
+		wait_server_ready();
+	}
+	else
+	{
+		die "pg_service: no '$cmd' for a test's own node\n";
+	}
 }
 
 # The pid of the mailer launcher ('' when there is none or no server).
@@ -179,7 +207,7 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
-push @EXPORT, qw(ev_time produce_events events_table create_window_job job_metric
+push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
 # Event times are seconds after 2030-01-01 00:00:00 UTC (so no window of
@@ -192,6 +220,69 @@ sub ev_time
 	my $whole = POSIX::floor($s);
 	my $ms = sprintf('%03d', int(($s - $whole) * 1000 + 0.5));
 	return POSIX::strftime('%Y-%m-%dT%H:%M:%S', gmtime($EV_BASE + $whole)) . ".${ms}Z";
+}
+
+# Out-of-order events, the same for a given seed on any machine: in each
+# of $o{partitions} partitions, $o{count} events, each $o{step} seconds
+# plus 0 to $o{spread} tenths after the one before, and then 0 to 4 s
+# early; a key from @{$o{keys}}, and an amount $o{amount}->(random number).
+sub random_events
+{
+	my (%o) = @_;
+	my $seed = $o{seed};
+	my $rnd = sub { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed >> 8; };
+	my @events;
+	for my $p (0 .. $o{partitions} - 1)
+	{
+		my $base = 0;
+		for (1 .. $o{count})
+		{
+			$base += $o{step} + ($rnd->() % ($o{spread} + 1)) / 10;
+			my $k = $o{keys}[ $rnd->() % @{ $o{keys} } ];
+			my $t = $base - ($rnd->() % 17) * 0.25;
+			push @events, { p => $p, k => $k, t => $t, a => $o{amount}->($rnd->()) };
+		}
+	}
+	return @events;
+}
+
+# Window sink tables (k, window_start, window_end, n, total), made anew.
+sub window_tables
+{
+	my (@tables) = @_;
+	psql("DROP TABLE IF EXISTS " . join(', ', @tables) . ";\n"
+		  . join('', map { "CREATE TABLE $_ (k text, window_start timestamptz, window_end timestamptz, "
+				  . "n bigint, total numeric, PRIMARY KEY (k, window_start));\n" } @tables));
+}
+
+# What a window job over an events table (events_table) must emit, in
+# plain SQL: tumbling windows of $size (date_bin), and sessions of gap $gap
+# (a new session where the gap to the key's previous event is >= $gap).
+sub want_tumbling
+{
+	my ($events, $size) = @_;
+	return qq{
+	SELECT k, date_bin('$size', ts, '1970-01-01 00:00:00+00') AS window_start,
+		   date_bin('$size', ts, '1970-01-01 00:00:00+00') + interval '$size' AS window_end,
+		   count(*) AS n, sum(a) AS total
+	  FROM $events GROUP BY 1, 2, 3};
+}
+
+sub want_sessions
+{
+	my ($events, $gap) = @_;
+	return qq{
+	WITH marked AS (
+		SELECT k, ts, a,
+			   CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) < interval '$gap'
+					THEN 0 ELSE 1 END AS starts
+		  FROM $events),
+	numbered AS (
+		SELECT *, sum(starts) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
+		  FROM marked)
+	SELECT k, min(ts) AS window_start, max(ts) + interval '$gap' AS window_end,
+		   count(*) AS n, sum(a) AS total
+	  FROM numbered GROUP BY k, session};
 }
 
 # Events: hash refs {p => partition, k => key, t => seconds (ev_time), a =>
@@ -484,7 +575,8 @@ sub as_cluster_owner
 # The server log: its size now, and what was written after a size.
 sub pg_log_file
 {
-	return ($ENV{MAILER_RUN_DIR} // dirname($ENV{PGDATA})) . '/postgresql.log';
+	return $ENV{MAILER_PG_LOG}
+	  // ($ENV{MAILER_RUN_DIR} // dirname($ENV{PGDATA})) . '/postgresql.log';
 }
 
 sub pg_log_size
@@ -540,6 +632,88 @@ sub test_point_release
 		psql("ALTER SYSTEM RESET mailer.test_pause_at");
 	}
 	psql("SELECT pg_reload_conf()");
+}
+
+# stop_job while the launcher is held at test point $point on its way to
+# start a new job's worker (079, 105): stop_job must return 'stopped' and no
+# worker may start afterwards.  Any worker is held before it claims its
+# slot, so that one started too late is seen.  Then the job starts when
+# asked.  $held_test names the launcher's step in the test's name.
+sub stop_while_launcher_held
+{
+	my ($point, $job, $table, $steps, $held_test) = @_;
+	my $from = test_point_hold($point, 'worker_before_claim');
+	my $job_id = psql(qq{SELECT mailer.create_job('$job', \$\${
+		"source": {"type": "generator", "events": 1000, "rate": 100},
+		"steps": [$steps],
+		"sink": {"type": "table", "table": "$table"},
+		"checkpoint": {"interval": "200 milliseconds"}}\$\$)});
+	my $launcher = test_point_wait_reached($point, $from);
+	Test::More::is($launcher, launcher_pid(), $held_test);
+
+	Test::More::is(psql("SELECT mailer.stop_job('$job', '1 minute')"), 'stopped',
+		'stop_job returns: no worker runs');
+	my $worker_from = pg_log_size();
+	test_point_release('worker_before_claim');
+
+	# Either a worker gets started (held before it claims its slot), or the
+	# launcher records the stop: whichever comes first.
+	my $seen = wait_until('a worker starts, or the job is recorded stopped', sub {
+		return 'worker' if pg_log_since($worker_from) =~ /mailer test point worker_before_claim reached/;
+		# The launcher's own record (mailer.jobs says 'stopped' as soon as stop_job commits).
+		return psql("SELECT state FROM mailer.job_status WHERE job_id = $job_id") eq 'stopped' ? 'stopped' : undef;
+	});
+	Test::More::is($seen, 'stopped', 'no worker is started after stop_job returned');
+	test_point_release();
+
+	Test::More::is(psql("SELECT state, desired_state FROM mailer.jobs WHERE name = '$job'"), 'stopped|stopped',
+		'the job is stopped');
+	Test::More::is(psql("SELECT count(*) FROM mailer.checkpoints WHERE job_id = $job_id"), '0',
+		'no checkpoint was taken');
+
+	# It starts and runs when asked.
+	psql("SELECT mailer.start_job('$job')");
+	wait_until('the job runs', sub { psql("SELECT count(*) > 0 FROM $table") eq 't' });
+	psql("SELECT mailer.drop_job('$job')");
+}
+
+# The start of a test on a topic of its own: a fresh extension, no table
+# named $prefix... left by an earlier run, and a new topic of $partitions
+# partitions named after $prefix.  Returns the topic.
+sub fresh_topic
+{
+	my ($prefix, $partitions) = @_;
+	fresh_extension();
+	drop_tables($prefix);
+	my $topic = unique_name($prefix);
+	kafka('create-topic', $topic, $partitions);
+	return $topic;
+}
+
+# The start of a test whose jobs belong to a role of their own: a fresh
+# extension, no table named $prefix... left by an earlier run, and the
+# login role $role made anew.
+sub fresh_with_owner
+{
+	my ($prefix, $role) = @_;
+	fresh_extension();
+	drop_tables($prefix);
+	drop_roles($role);
+	psql("SET client_min_messages = warning; CREATE ROLE $role LOGIN");
+}
+
+# A producer of numbered records to $topic: each call $produce->($n) sends
+# the next $n, "k<seq mod $keys><TAB>{"seq": seq}", seq counting from 1,
+# and returns the last seq sent so far.
+sub seq_producer
+{
+	my ($topic, $keys) = @_;
+	my $produced = 0;
+	return sub {
+		my ($n) = @_;
+		kcat_produce($topic, [ map { "k" . ($_ % $keys) . "\t{\"seq\": $_}" } $produced + 1 .. $produced + $n ]);
+		return $produced += $n;
+	};
 }
 
 # Drop these roles, if they exist, with everything they own.

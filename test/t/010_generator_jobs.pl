@@ -9,11 +9,15 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
 my $EVENTS = 200_000;
 
+# On a server of its own (MailerCluster): a worker killed with SIGKILL
+# makes the postmaster restart every backend.
+mailer_node();
 fresh_extension();
 psql("DROP TABLE IF EXISTS t010_orders;
 	CREATE TABLE t010_orders (order_id bigint, customer_id text, amount numeric, ts timestamptz)");

@@ -3,16 +3,19 @@
 # (immediate shutdown: nothing is saved, the job replays from its last
 # checkpoint).  Either way each event is written once.  A crash is counted
 # in mailer.jobs.restarts and explained in last_error; a clean restart is
-# not a crash.
+# not a crash.  On a server of its own (MailerCluster), which it restarts
+# and crashes.
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
 my $EVENTS = 100_000;
 
+mailer_node();
 fresh_extension();
 
 sub create_job

@@ -9,27 +9,14 @@ use MailerTest;
 use MailerKafkaTest;
 use Test::More;
 
-my $BURST = 50_000;
-my $CUSTOMERS = 5_000;
-my @BACKENDS = qw(rocksdb memory);
-
-fresh_extension();
-my $topic = unique_name('t042');
-kafka('create-topic', $topic, 8);
-orders_source('orders_042');
-my $SMALL = 5_000;		# the bursts of the short retention part
+my $BURST = 10_000;	# restores and replays need checkpoints, not volume
+my $CUSTOMERS = 2_000;
+my $SMALL = 1_000;		# the bursts of the short retention part
 my $NSMALL = 12;
-orders_insert('orders_042', 1, 4 * $BURST + $NSMALL * $SMALL, $CUSTOMERS);
-my $ALL4 = "order_id <= " . 4 * $BURST;
 
-my %job = map { $_ => "totals_042_$_" } @BACKENDS;
-for my $b (@BACKENDS)
-{
-	totals_sink($job{$b});
-	psql("SELECT mailer.create_job('$job{$b}', \$\$"
-		  . totals_spec($topic, $job{$b}, backend => $b, interval => '200 milliseconds', retain => 1000)
-		  . "\$\$)");
-}
+my $topic = orders_topic('042', 8, 4 * $BURST + $NSMALL * $SMALL, $CUSTOMERS);
+my $ALL4 = "order_id <= " . 4 * $BURST;
+my %job = %{ backend_jobs($topic, 'totals_042', interval => '200 milliseconds', retain => 1000) };
 
 sub wait_all
 {
@@ -112,14 +99,7 @@ psql("SELECT mailer.drop_job('$job{$_}')") for @BACKENDS;
 # Short retention: with checkpoint.retain 5, older checkpoints (RocksDB
 # directories, memory state versions) are dropped as the jobs go on; the
 # oldest one still retained restores exactly.
-my %short = map { $_ => "totals_042_${_}_r5" } @BACKENDS;
-for my $b (@BACKENDS)
-{
-	totals_sink($short{$b});
-	psql("SELECT mailer.create_job('$short{$b}', \$\$"
-		  . totals_spec($topic, $short{$b}, backend => $b, retain => 5)
-		  . "\$\$)");
-}
+my %short = %{ backend_jobs($topic, 'totals_042_r5', retain => 5) };
 %job = %short;
 wait_all();
 for my $i (1 .. $NSMALL)

@@ -6,6 +6,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use MailerKafkaTest;
 use Test::More;
@@ -14,25 +15,15 @@ my $BEFORE = 10_000;	# on the topic before the jobs start: skipped
 my $AFTER = 20_000;		# produced while they run: counted
 my $STOPPED = 5_000;	# produced while they are stopped: counted
 my $CUSTOMERS = 1_000;
-my @BACKENDS = qw(rocksdb memory);
 
-fresh_extension();
-my $topic = unique_name('t044');
-kafka('create-topic', $topic, 8);
-orders_source('orders_044');
-orders_insert('orders_044', 1, $BEFORE + $AFTER + 2 * $STOPPED, $CUSTOMERS);
+# The test crashes the server: on a server of its own.
+mailer_node();
+my $topic = orders_topic('044', 8, $BEFORE + $AFTER + 2 * $STOPPED, $CUSTOMERS);
 orders_produce('orders_044', $topic, 1, $BEFORE);
 
-my %job = map { $_ => "latest_044_$_" } @BACKENDS;
-my %idle = map { $_ => "idle_044_$_" } @BACKENDS;	# stopped before it reads anything
-for my $b (@BACKENDS)
-{
-	for my $j ($job{$b}, $idle{$b})
-	{
-		totals_sink($j);
-		psql("SELECT mailer.create_job('$j', \$\$" . totals_spec($topic, $j, backend => $b, start => 'latest') . "\$\$)");
-	}
-}
+my %job = %{ backend_jobs($topic, 'latest_044', start => 'latest') };
+# Stopped before it reads anything.
+my %idle = %{ backend_jobs($topic, 'idle_044', start => 'latest') };
 
 # Running means positioned: every partition at its end offset.
 for my $j (map { ($job{$_}, $idle{$_}) } @BACKENDS)
@@ -87,14 +78,9 @@ psql("SELECT mailer.drop_job('$_')") for values %job, values %idle;
 # they committed any checkpoint; events arrive while it is down.  Started
 # again, the jobs begin where they first began, not at the latest offsets
 # of the moment they come back: those events are read.
-my %crash = map { $_ => "crash_044_$_" } @BACKENDS;
 my $on_topic = $to;
 my ($cfrom, $cto) = ($to + 1, $to + $STOPPED);
-for my $b (@BACKENDS)
-{
-	totals_sink($crash{$b});
-	psql("SELECT mailer.create_job('$crash{$b}', \$\$" . totals_spec($topic, $crash{$b}, backend => $b, start => 'latest') . "\$\$)");
-}
+my %crash = %{ backend_jobs($topic, 'crash_044', start => 'latest') };
 for my $j (values %crash)
 {
 	wait_job_running($j);

@@ -10,30 +10,14 @@ use MailerKafkaTest;
 use Test::More;
 
 my $CUSTOMERS = 2_000;
-my @BACKENDS = qw(rocksdb memory);
 
-fresh_extension();
-my $topic = unique_name('t046');
-kafka('create-topic', $topic, 4);
-orders_source('orders_046');
-orders_insert('orders_046', 1, 50_000, $CUSTOMERS);
-
-my %job = map { $_ => "partitions_046_$_" } @BACKENDS;
-for my $b (@BACKENDS)
-{
-	totals_sink($job{$b});
-	psql("SELECT mailer.create_job('$job{$b}', \$\$" . totals_spec($topic, $job{$b}, backend => $b) . "\$\$)");
-}
+my $topic = orders_topic('046', 4, 50_000, $CUSTOMERS);
+my %job = %{ backend_jobs($topic, 'partitions_046') };
 
 sub check_all
 {
 	my ($what, $upto) = @_;
-	for my $b (@BACKENDS)
-	{
-		is(psql("SELECT mailer.wait_job('$job{$b}', '5 minutes')"), 'running', "$what: $b caught up");
-		totals_check('orders_046', $job{$b}, "$what, $b", "order_id <= $upto");
-		is(job_metric($job{$b}, 'records_in'), $upto, "$what, $b: records_in $upto");
-	}
+	check_backends('orders_046', \%job, $what, "order_id <= $upto", $upto);
 }
 
 orders_produce('orders_046', $topic, 1, 20_000);

@@ -11,13 +11,9 @@ use MailerTest;
 use MailerKafkaTest;
 use Test::More;
 
-fresh_extension();
-my $old_topic = unique_name('t049a');
+my $old_topic = orders_topic('049', 2, 2_000, 50);
 my $new_topic = unique_name('t049b');
-kafka('create-topic', $old_topic, 2);
 kafka('create-topic', $new_topic, 2);
-orders_source('orders_049');
-orders_insert('orders_049', 1, 2_000, 50);
 totals_sink('old_049');
 totals_sink('new_049');
 

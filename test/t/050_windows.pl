@@ -36,13 +36,7 @@ ok(scalar(grep { $_->{t} == int($_->{t}) && int($_->{t}) % 10 == 0 } @events) > 
 	'some events fall exactly on a window boundary');
 events_table('ev050', \@events);
 
-psql(<<'SQL');
-DROP TABLE IF EXISTS tumbling_out, sliding_out;
-CREATE TABLE tumbling_out (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-CREATE TABLE sliding_out (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-SQL
+window_tables(qw(tumbling_out sliding_out));
 
 # The end markers (far in the future, one per partition) move the
 # watermark past every window; the filter keeps them out of the windows.
@@ -95,11 +89,7 @@ for my $job ('tumbling050', 'sliding050')
 	is(psql("SELECT count(*) FROM mailer.dead_letters"), '0', "$job: no dead letters");
 }
 
-my $want_tumbling = q{
-	SELECT k, date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') AS window_start,
-		   date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') + interval '10 seconds' AS window_end,
-		   count(*) AS n, sum(a) AS total
-	  FROM ev050 GROUP BY 1, 2, 3};
+my $want_tumbling = want_tumbling('ev050', '10 seconds');
 same_rows('SELECT k, window_start, window_end, n, total FROM tumbling_out', $want_tumbling,
 	'tumbling windows equal GROUP BY key, date_bin in SQL');
 cmp_ok(psql('SELECT count(*) FROM tumbling_out'), '>=', 60, 'many tumbling windows emitted');

@@ -20,19 +20,8 @@ kafka('create-topic', $topic, 3);
 
 # Per partition, 60 events 0.5 to 9 s apart, each up to 4 s early (the bound
 # is 5 s), over 6 keys: per key, a mix of gaps shorter and longer than 10 s.
-my $seed = 51;
-sub rnd { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed >> 8; }
-my @random;
-for my $p (0 .. 2)
-{
-	my $base = 0;
-	for my $i (0 .. 59)
-	{
-		$base += 0.5 + (rnd() % 86) / 10;
-		push @random, { p => $p, k => 'k' . (rnd() % 6), t => $base - (rnd() % 17) * 0.25,
-			a => sprintf('%.2f', (rnd() % 10000) / 100) };
-	}
-}
+my @random = random_events(seed => 51, partitions => 3, count => 60, step => 0.5, spread => 85,
+	keys => [ map { "k$_" } 0 .. 5 ], amount => sub { sprintf('%.2f', ($_[0] % 10000) / 100) });
 my $random_end = (sort { $b <=> $a } map { $_->{t} } @random)[0];
 cmp_ok($random_end, '<', 990, 'the random events end before the hand-made ones');
 
@@ -59,13 +48,7 @@ my @phase3 = (
 	{ p => 0, k => 'w', t => 1038, a => 2 });
 events_table('ev051', [ @random, @phase1, @phase2, @phase3 ]);
 
-psql(<<'SQL');
-DROP TABLE IF EXISTS sessions_final, sessions_update;
-CREATE TABLE sessions_final (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-CREATE TABLE sessions_update (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-SQL
+window_tables(qw(sessions_final sessions_update));
 
 my $filter = q[{"filter": "value->>'k' <> 'end'"}];
 create_window_job('final051', $topic, table => 'sessions_final', backend => 'rocksdb',
@@ -113,18 +96,7 @@ for my $table ('sessions_final', 'sessions_update')
 		join("\n", 'w|1030|1055|3|7', 'x|1000|1010|1|1', 'x|1010|1020|1|2', 'y|1000|1022|3|60',
 			'z|1016|1030|2|300'),
 		"$table: the hand-made sessions, merged and split");
-	same_rows("SELECT k, window_start, window_end, n, total FROM $table", q{
-		WITH marked AS (
-			SELECT k, ts, a,
-				   CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) < interval '10 seconds'
-						THEN 0 ELSE 1 END AS starts
-			  FROM ev051),
-		numbered AS (
-			SELECT *, sum(starts) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
-			  FROM marked)
-		SELECT k, min(ts) AS window_start, max(ts) + interval '10 seconds' AS window_end,
-			   count(*) AS n, sum(a) AS total
-		  FROM numbered GROUP BY k, session},
+	same_rows("SELECT k, window_start, window_end, n, total FROM $table", want_sessions('ev051', '10 seconds'),
 		"$table: sessions equal the SQL computation over the same events");
 }
 cmp_ok(psql('SELECT count(*) FROM sessions_final'), '>=', 20, 'many sessions emitted');

@@ -22,14 +22,8 @@ fresh_extension();
 my $topic = unique_name('t052');
 kafka('create-topic', $topic, 1);
 
-psql(<<'SQL');
-DROP TABLE IF EXISTS out_l10, out_l0, out_u0, out_s, out_p, out_ps, out_b;
-CREATE TABLE out_l10 (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-CREATE TABLE out_l0 (LIKE out_l10 INCLUDING ALL);
-CREATE TABLE out_u0 (LIKE out_l10 INCLUDING ALL);
-CREATE TABLE out_s (LIKE out_l10 INCLUDING ALL);
-SQL
+psql('DROP TABLE IF EXISTS out_p, out_ps, out_b');
+window_tables(qw(out_l10 out_l0 out_u0 out_s));
 
 my %table = (lateness10 => 'out_l10', lateness0 => 'out_l0', update0 => 'out_u0');
 create_window_job('lateness10', $topic, table => 'out_l10',

@@ -10,20 +10,18 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
+# On a server of its own (MailerCluster), which it restarts.
+mailer_node();
 fresh_extension();
 
 my $topic = unique_name('t053');
 kafka('create-topic', $topic, 3);
 
-psql(<<'SQL');
-DROP TABLE IF EXISTS out_held, out_idle;
-CREATE TABLE out_held (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-CREATE TABLE out_idle (LIKE out_held INCLUDING ALL);
-SQL
+window_tables(qw(out_held out_idle));
 # Heartbeats (key hb, filtered out) keep a partition active without
 # touching any window: a filtered record still moves its partition's clock.
 my $filter = q[{"filter": "value->>'k' <> 'hb'"}];

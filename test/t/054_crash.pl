@@ -6,31 +6,23 @@
 # server.  Each time the jobs resume from their last checkpoint (state,
 # watermark, positions) and replay; in the end the sink holds exactly what
 # plain SQL computes over the events: nothing lost, nothing counted twice.
+# On a server of its own (MailerCluster).
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
+mailer_node();
 fresh_extension();
 
 my $topic = unique_name('t054');
 kafka('create-topic', $topic, 3);
 
-my $seed = 54;
-sub rnd { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed >> 8; }
-my @events;
-for my $p (0 .. 2)
-{
-	my $base = 0;
-	for my $i (0 .. 89)
-	{
-		$base += 0.25 + (rnd() % 30) / 10;
-		push @events, { p => $p, k => (qw(a b c d e))[ rnd() % 5 ], t => $base - (rnd() % 17) * 0.25,
-			a => sprintf('%.1f', (rnd() % 1000) / 10) };
-	}
-}
+my @events = random_events(seed => 54, partitions => 3, count => 90, step => 0.25, spread => 29,
+	keys => [qw(a b c d e)], amount => sub { sprintf('%.1f', ($_[0] % 1000) / 10) });
 events_table('ev054', \@events);
 # Each partition's events in three parts.
 my @part;
@@ -39,14 +31,7 @@ for my $third (0 .. 2)
 	$part[$third] = [ map { my $p = $_; my @e = grep { $_->{p} == $p } @events; @e[ $third * 30 .. $third * 30 + 29 ] } 0 .. 2 ];
 }
 
-psql(<<'SQL');
-DROP TABLE IF EXISTS tumbling_rocks, tumbling_mem, sessions_rocks, sessions_mem;
-CREATE TABLE tumbling_rocks (k text, window_start timestamptz, window_end timestamptz,
-	n bigint, total numeric, PRIMARY KEY (k, window_start));
-CREATE TABLE tumbling_mem (LIKE tumbling_rocks INCLUDING ALL);
-CREATE TABLE sessions_rocks (LIKE tumbling_rocks INCLUDING ALL);
-CREATE TABLE sessions_mem (LIKE tumbling_rocks INCLUDING ALL);
-SQL
+window_tables(qw(tumbling_rocks tumbling_mem sessions_rocks sessions_mem));
 
 my $filter = q[{"filter": "value->>'k' <> 'end'"}];
 my %jobs = (
@@ -122,23 +107,8 @@ for my $job (@jobs)
 }
 is(psql('SELECT count(*) FROM mailer.dead_letters'), '0', 'no dead letters');
 
-my $want_tumbling = q{
-	SELECT k, date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') AS window_start,
-		   date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') + interval '10 seconds' AS window_end,
-		   count(*) AS n, sum(a) AS total
-	  FROM ev054 GROUP BY 1, 2, 3};
-my $want_sessions = q{
-	WITH marked AS (
-		SELECT k, ts, a,
-			   CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) < interval '4 seconds'
-					THEN 0 ELSE 1 END AS starts
-		  FROM ev054),
-	numbered AS (
-		SELECT *, sum(starts) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
-		  FROM marked)
-	SELECT k, min(ts) AS window_start, max(ts) + interval '4 seconds' AS window_end,
-		   count(*) AS n, sum(a) AS total
-	  FROM numbered GROUP BY k, session};
+my $want_tumbling = want_tumbling('ev054', '10 seconds');
+my $want_sessions = want_sessions('ev054', '4 seconds');
 for my $job (@jobs)
 {
 	same_rows("SELECT k, window_start, window_end, n, total FROM $job",

@@ -12,9 +12,13 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
+# On a server of its own (MailerCluster): a worker killed with SIGKILL
+# makes the postmaster restart every backend.
+mailer_node();
 fresh_extension();
 
 psql(<<'SQL');

@@ -19,14 +19,9 @@ my $german = eval { psql("SET lc_messages = 'de_DE.UTF-8'; SELECT 1/0"); 1 } ? '
 plan skip_all => "PostgreSQL's messages are not translated here (de_DE.UTF-8 locale or postgres-15.mo missing)"
   unless $german =~ /Division durch Null/;
 
-fresh_extension();
-drop_tables('t065');
-
 my $owner = 't065_owner';
-drop_roles($owner);
-psql("SET client_min_messages = warning;
-      CREATE ROLE $owner LOGIN;
-      ALTER ROLE $owner SET lc_messages = 'de_DE.UTF-8';
+fresh_with_owner('t065', $owner);
+psql("ALTER ROLE $owner SET lc_messages = 'de_DE.UTF-8';
       CREATE TABLE t065_out (order_id int, customer text);
       ALTER TABLE t065_out ENABLE ROW LEVEL SECURITY;
       CREATE POLICY no_tens ON t065_out FOR INSERT TO $owner WITH CHECK (order_id % 10 <> 0);

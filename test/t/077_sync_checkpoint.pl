@@ -11,14 +11,17 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 
 my $N = 20_000;
 my $owner = 'r077_async';
 
+# On a server of its own (MailerCluster): it is crashed, and its WAL
+# writer made lazy.
+mailer_node();
 fresh_extension();
-test_point_release();
 psql("DROP TABLE IF EXISTS t077; DROP ROLE IF EXISTS $owner;
 	CREATE ROLE $owner LOGIN;
 	ALTER ROLE $owner SET synchronous_commit = off;
@@ -34,8 +37,6 @@ sub set_setting
 
 # WAL leaves the server's buffers only when the WAL writer wakes (every 10 s
 # now) or a commit waits for it; no buffer is written ahead of time.
-# Put the cluster back even when the test dies half way.
-END { eval { set_setting('wal_writer_delay', undef); set_setting('bgwriter_lru_maxpages', undef); test_point_release(); } }
 set_setting('wal_writer_delay', '10s');
 set_setting('bgwriter_lru_maxpages', '0');
 

@@ -19,19 +19,9 @@ use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use Test::More;
 
-fresh_extension();
-drop_tables('t081');
-
-my $topic = unique_name('t081');
-kafka('create-topic', $topic, 2);
-my $produced = 0;
-
-sub produce
-{
-	my ($n) = @_;
-	kcat_produce($topic, [ map { "k" . ($_ % 7) . "\t{\"seq\": $_}" } $produced + 1 .. $produced + $n ]);
-	$produced += $n;
-}
+my $topic = fresh_topic('t081', 2);
+my $produce = seq_producer($topic, 7);
+sub produce { $produce->(@_) }
 
 # "from..to n": the seq range a table holds and its row count.
 sub held

@@ -10,19 +10,10 @@ use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use Test::More;
 
-fresh_extension();
-drop_tables('t082');
-
-my $topic = unique_name('t082');
-kafka('create-topic', $topic, 2);
-my $produced = 0;
-
-sub produce
-{
-	my ($n) = @_;
-	kcat_produce($topic, [ map { "k" . ($_ % 5) . "\t{\"seq\": $_}" } $produced + 1 .. $produced + $n ]);
-	$produced += $n;
-}
+my $topic = fresh_topic('t082', 2);
+my $produce = seq_producer($topic, 5);
+my $produced;
+sub produce { $produced = $produce->(@_) }
 
 sub now_view
 {

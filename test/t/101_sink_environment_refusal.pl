@@ -18,14 +18,9 @@ use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use Test::More;
 
-fresh_extension();
-drop_tables('t101');
-
 my $owner = 't101_owner';
-drop_roles($owner);
-psql("SET client_min_messages = warning;
-      CREATE ROLE $owner LOGIN;
-      CREATE TABLE t101_out (id int, v int CHECK (v <> 5), note text);
+fresh_with_owner('t101', $owner);
+psql("CREATE TABLE t101_out (id int, v int CHECK (v <> 5), note text);
       GRANT INSERT ON t101_out TO $owner;
       CREATE TABLE t101_notes (id int, note text);
       INSERT INTO t101_notes SELECT i, 'note ' || i FROM generate_series(1, 30) i;

@@ -17,32 +17,8 @@ fresh_extension();
 test_point_release();
 psql("DROP TABLE IF EXISTS t105; CREATE TABLE t105 (k text)");
 
-my $from = test_point_hold('launcher_before_slot', 'worker_before_claim');
-my $job_id = psql(qq{SELECT mailer.create_job('j105', \$\${
-	"source": {"type": "generator", "events": 1000, "rate": 100},
-	"steps": [{"map": {"k": "key"}}],
-	"sink": {"type": "table", "table": "t105"},
-	"checkpoint": {"interval": "200 milliseconds"}}\$\$)});
-my $launcher = test_point_wait_reached('launcher_before_slot', $from);
-is($launcher, launcher_pid(), 'the launcher is held before it gives the job a slot');
-
-is(psql("SELECT mailer.stop_job('j105', '1 minute')"), 'stopped', 'stop_job returns: no worker runs');
-my $worker_from = pg_log_size();
-test_point_release('worker_before_claim');
-
-my $seen = wait_until('a worker starts, or the job is recorded stopped', sub {
-	return 'worker' if pg_log_since($worker_from) =~ /mailer test point worker_before_claim reached/;
-	return psql("SELECT state FROM mailer.job_status WHERE job_id = $job_id") eq 'stopped' ? 'stopped' : undef;
-});
-is($seen, 'stopped', 'no worker is started after stop_job returned');
-test_point_release();
-is(psql("SELECT state, desired_state FROM mailer.jobs WHERE name = 'j105'"), 'stopped|stopped', 'the job is stopped');
-is(psql("SELECT count(*) FROM mailer.checkpoints WHERE job_id = $job_id"), '0', 'no checkpoint was taken');
-
-# It starts and runs when asked.
-psql("SELECT mailer.start_job('j105')");
-wait_until('the job runs', sub { psql("SELECT count(*) > 0 FROM t105") eq 't' });
-psql("SELECT mailer.drop_job('j105')");
+stop_while_launcher_held('launcher_before_slot', 'j105', 't105', q{{"map": {"k": "key"}}},
+	'the launcher is held before it gives the job a slot');
 
 # A wait_job whose job is stopped and started again while it waits, and
 # gets the same slot anew (its wait tickets count from 0 again): it takes a
@@ -57,7 +33,7 @@ psql(qq{SELECT mailer.create_job('w105', \$\${
 	"sink": {"type": "table", "table": "t105"},
 	"checkpoint": {"interval": "200 milliseconds"}}\$\$)});
 wait_until('w105 runs', sub { psql("SELECT count(*) > 0 FROM t105") eq 't' });
-$from = test_point_hold('wait_job_waiting');
+my $from = test_point_hold('wait_job_waiting');
 my ($in, $out, $err) = ('', '', '');
 my $waiter = IPC::Run::start(['psql', '-X', '-q', '-A', '-t'], '<', \$in, '>', \$out, '2>', \$err);
 $in = "SELECT mailer.wait_job('w105', '40 seconds');\n\\q\n";

@@ -7,17 +7,14 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 use IPC::Run;
 
-psql("ALTER SYSTEM SET max_prepared_transactions = 2");
-pg_service('restart');
-wait_server_ready();
-END {
-	eval { psql("ROLLBACK PREPARED '$_'") for split /\n/, psql("SELECT gid FROM pg_prepared_xacts"); 1 };
-	eval { psql("ALTER SYSTEM RESET max_prepared_transactions"); pg_service('restart'); wait_server_ready(); 1 } }
-
+# PREPARE TRANSACTION needs max_prepared_transactions, which takes a
+# restart: on a server of its own, started with it.
+mailer_node('node', "max_prepared_transactions = 2\n");
 fresh_extension();
 drop_tables('t106');
 psql("CREATE TABLE t106 (k text)");

@@ -13,15 +13,10 @@ use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use Test::More;
 
-fresh_extension();
-test_point_release();
-drop_tables('t108');
-
 my $role = 't108_owner';
-drop_roles($role);
-psql("SET client_min_messages = warning;
-      CREATE ROLE $role LOGIN;
-      CREATE TABLE t108 (k text);
+fresh_with_owner('t108', $role);
+test_point_release();
+psql("CREATE TABLE t108 (k text);
       CREATE TABLE t108_fail (k text, q bigint);
       GRANT INSERT ON t108 TO $role");
 

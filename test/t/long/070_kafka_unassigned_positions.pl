@@ -8,18 +8,14 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use MailerTest;
 use MailerKafkaTest;
 use Test::More;
 
-fresh_extension();
-my $topic = unique_name('t070');
+my $topic = orders_topic('070', 4, 6_000, 500);
 my $ltopic = unique_name('t070l');
-kafka('create-topic', $topic, 4);
 kafka('create-topic', $ltopic, 2);
-orders_source('orders_070');
-orders_insert('orders_070', 1, 6_000, 500);
 
 my $job = 'kept_070';
 my $latest = 'latest_070';

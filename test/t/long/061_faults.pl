@@ -11,11 +11,15 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
+use MailerCluster;
 use MailerTest;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
+# On a server of its own (MailerCluster): it restarts it, crashes it and
+# kills a worker (which restarts every backend).
+mailer_node();
 fresh_extension();
 drop_tables('t061');
 my $log_start = pg_log_size();

@@ -6,37 +6,21 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use MailerTest;
 use MailerKafkaTest;
 use Test::More;
 
 my $CUSTOMERS = 2_000;
-my @BACKENDS = qw(rocksdb memory);
 my @BURSTS = ([ 1, 20_000 ], [ 20_001, 120_000 ], [ 120_001, 140_000 ], [ 140_001, 160_000 ]);
 
-fresh_extension();
-my $topic = unique_name('t047');
-kafka('create-topic', $topic, 8);
-orders_source('orders_047');
-orders_insert('orders_047', 1, $BURSTS[-1][1], $CUSTOMERS);
-
-my %job = map { $_ => "outage_047_$_" } @BACKENDS;
-for my $b (@BACKENDS)
-{
-	totals_sink($job{$b});
-	psql("SELECT mailer.create_job('$job{$b}', \$\$" . totals_spec($topic, $job{$b}, backend => $b) . "\$\$)");
-}
+my $topic = orders_topic('047', 8, $BURSTS[-1][1], $CUSTOMERS);
+my %job = %{ backend_jobs($topic, 'outage_047') };
 
 sub check_all
 {
 	my ($what, $upto) = @_;
-	for my $b (@BACKENDS)
-	{
-		is(psql("SELECT mailer.wait_job('$job{$b}', '5 minutes')"), 'running', "$what: $b caught up");
-		totals_check('orders_047', $job{$b}, "$what, $b", "order_id <= $upto");
-		is(job_metric($job{$b}, 'records_in'), $upto, "$what, $b: records_in $upto");
-	}
+	check_backends('orders_047', \%job, $what, "order_id <= $upto", $upto);
 }
 
 sub wait_waiting

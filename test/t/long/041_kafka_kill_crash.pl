@@ -9,10 +9,13 @@
 # while they consume (right after a new checkpoint epoch); the other half
 # hold a lock on the sink tables so that each job's checkpoint is blocked
 # before its COMMIT, with state written and rows pending, and strike then.
+#
+# On a server of its own (MailerCluster): every kill restarts all of it.
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
+use MailerCluster;
 use MailerTest;
 use MailerKafkaTest;
 use Test::More;
@@ -22,27 +25,12 @@ my $BURST = 15_000;
 my $N = $BURSTS * $BURST;
 my $CUSTOMERS = 5_000;
 my %CRASH_ROUND = (7 => 1, 14 => 1);
-my @BACKENDS = qw(rocksdb memory);
 
-fresh_extension();
 # Entries are read back from the backend after every checkpoint: restores
 # and replays go through the state backend, not a warm cache.
-set_cluster_setting('mailer.state_cache_entries', 0);
-END { eval { wait_server_up(60); set_cluster_setting('mailer.state_cache_entries', undef) } }
-
-my $topic = unique_name('t041');
-kafka('create-topic', $topic, 8);
-orders_source('orders_041');
-orders_insert('orders_041', 1, $N, $CUSTOMERS);
-
-my %job = map { $_ => "totals_041_$_" } @BACKENDS;
-for my $backend (@BACKENDS)
-{
-	totals_sink($job{$backend});
-	psql("SELECT mailer.create_job('$job{$backend}', \$\$"
-		  . totals_spec($topic, $job{$backend}, backend => $backend, interval => '200 milliseconds')
-		  . "\$\$)");
-}
+mailer_node('node', "mailer.state_cache_entries = 0\n");
+my $topic = orders_topic('041', 8, $N, $CUSTOMERS);
+my %job = %{ backend_jobs($topic, 'totals_041', interval => '200 milliseconds') };
 wait_job_running($job{$_}) for @BACKENDS;
 
 my %kills = map { $_ => 0 } @BACKENDS;
