@@ -58,6 +58,7 @@ run()
 if [ -n "$long" ]; then
 	run "long integration tests" test/run-integration.sh --long
 else
+	run "layers (test/check-layers.sh)" test/check-layers.sh
 	run "pg_regress" make -s PG_CONFIG="$PG_CONFIG" installcheck
 	[ -f regression.diffs ] && cat regression.diffs
 	run "fuzz (short)" test/fuzz/run.sh 20 1

@@ -18,7 +18,7 @@ our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
 push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
   job_state_dir pg_log_size pg_log_since as_cluster_owner drop_tables);
-# Test points (src/include/test_point.h): hold a process at a named step.
+# Test points (src/base/test_point.h): hold a process at a named step.
 push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop_roles
   stop_while_launcher_held fresh_topic seq_producer fresh_with_owner);
 
@@ -35,6 +35,7 @@ sub psql
 	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
 		'-F', $opt{sep} // '|', '-f', '-');
 	push @cmd, '-U', $opt{user} if defined $opt{user};
+	local $SIG{PIPE} = 'IGNORE';	# psql may exit before reading all of $sql (a server restarting)
 	my $ok = IPC::Run::run(\@cmd, '<', \$sql, '>', \$out, '2>', \$err);
 	die "psql failed: $err\nSQL: $sql\n" unless $ok;
 	chomp $out;
