@@ -7,6 +7,8 @@
  * the launcher to record the exit of the last worker before they write what
  * it would otherwise write over; drop_job and restore_job hold the job's
  * lock so that no worker runs the job until they commit.
+ *
+ * Design: docs/ARCHITECTURE.md, "The job lock".
  */
 #include "postgres.h"
 

@@ -1,6 +1,8 @@
 /*
  * signals.h
  *		Signal masks around calls that start library threads.
+ *
+ * Design: docs/ARCHITECTURE.md, "Threads and signals".
  */
 #ifndef MAILER_SIGNALS_H
 #define MAILER_SIGNALS_H

@@ -2,6 +2,8 @@
  * dead_letter.h
  *		Records that failed a step, buffered until the checkpoint that
  *		covers them writes them to mailer.dead_letters.
+ *
+ * Design: docs/ARCHITECTURE.md, "Dead letters and on_error".
  */
 #ifndef DEAD_LETTER_H
 #define DEAD_LETTER_H

@@ -3,6 +3,8 @@
  *		The table sink: rows buffered between checkpoints (coalesced per key
  *		for an upsert) and written in the checkpoint transaction with one
  *		statement per chunk of rows.
+ *
+ * Design: docs/ARCHITECTURE.md, "The sink buffer".
  */
 #ifndef SINK_H
 #define SINK_H

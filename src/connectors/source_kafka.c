@@ -18,6 +18,8 @@
  * signal blocked, its logs arrive on a queue drained here on the worker's
  * thread, and its consumer queue signals a pipe that the worker waits on
  * together with its latch.
+ *
+ * Design: docs/ARCHITECTURE.md, "Source poll".
  */
 #include "postgres.h"
 

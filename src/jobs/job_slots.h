@@ -7,6 +7,8 @@
  * The launcher owns slot allocation.  A worker writes its own slot's
  * counters without locking (single writer, atomics for 64-bit values) and
  * takes the slot's spinlock for the few fields other processes also write.
+ *
+ * Design: docs/ARCHITECTURE.md, "Shared memory: job slots".
  */
 #ifndef JOB_SLOTS_H
 #define JOB_SLOTS_H

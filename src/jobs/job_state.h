@@ -7,6 +7,8 @@
  * SQL functions answer with a state.  All of them use the names of this
  * enum, as the catalog's CHECK constraint and the mailer.jobs view spell
  * them.  mailer.job.desired_state uses two of them (running, stopped).
+ *
+ * Design: docs/ARCHITECTURE.md, "Job states".
  */
 #ifndef JOB_STATE_H
 #define JOB_STATE_H

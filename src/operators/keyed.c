@@ -7,6 +7,8 @@
  * At a checkpoint the stage emits the rows due (changed keys, windows
  * fired or updated), hands them to the sink and writes every changed
  * entry to the backend.
+ *
+ * Design: docs/ARCHITECTURE.md, "The keyed stage".
  */
 #include "postgres.h"
 

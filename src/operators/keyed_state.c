@@ -20,6 +20,8 @@
  * a format this release does not know.  The format covers the keys too: a
  * change to their layout (keyed_state.h) is a new format, with an upgrade
  * step in keyed_upgrade_state.
+ *
+ * Design: docs/ARCHITECTURE.md, "State and checkpoint formats".
  */
 #include "postgres.h"
 

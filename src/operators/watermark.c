@@ -10,6 +10,8 @@
  * source has not assigned yet, is never idle, however long it is silent.
  * When every partition is idle, the job's watermark is the largest of
  * theirs: nothing is arriving, so what was seen is all there is for now.
+ *
+ * Design: docs/ARCHITECTURE.md, "Watermarks".
  */
 #include "postgres.h"
 

@@ -12,6 +12,8 @@
  * record for it after that is late.  A window that receives its first
  * record when the watermark is already past its end (within lateness) is
  * complete at once: its row goes out at the next checkpoint.
+ *
+ * Design: docs/ARCHITECTURE.md, "Windows and timers".
  */
 #include "postgres.h"
 

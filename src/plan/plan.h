@@ -5,6 +5,8 @@
  *
  * create_job and describe_job compile a plan to validate a spec; a job
  * worker compiles the same plan once, at start, and runs it.
+ *
+ * Design: docs/ARCHITECTURE.md, "From a Kafka message to a table row".
  */
 #ifndef PLAN_H
 #define PLAN_H

@@ -5,6 +5,8 @@
  * Parsing checks the document's shape strictly: unknown fields, wrong types
  * and bad values are errors naming the JSON path.  Expressions are kept as
  * text here; plan.c compiles them against the record's fields.
+ *
+ * Design: docs/ARCHITECTURE.md, "The job spec".
  */
 #ifndef SPEC_H
 #define SPEC_H

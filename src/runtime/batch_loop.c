@@ -7,6 +7,8 @@
  * watermark, checkpoint when one is due, and sleep when there was nothing
  * to read.  While the sink table's name names no table, nothing more is
  * read and each round tries the checkpoint again.
+ *
+ * Design: docs/ARCHITECTURE.md, "The batch loop".
  */
 #include "postgres.h"
 

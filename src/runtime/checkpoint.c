@@ -9,6 +9,8 @@
  * with every partition's position.  Its COMMIT is the commit point: a crash
  * before it replays from E-1, a crash after it from E.  Only then are
  * offsets published to the broker and old snapshots dropped.
+ *
+ * Design: docs/ARCHITECTURE.md, "The checkpoint transaction".
  */
 #include "postgres.h"
 

@@ -2,6 +2,8 @@
  * checkpoint.h
  *		Checkpoints: state, source positions and output committed together
  *		in one PostgreSQL transaction.
+ *
+ * Design: docs/ARCHITECTURE.md, "Checkpoints".
  */
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H

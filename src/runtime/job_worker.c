@@ -22,6 +22,8 @@
  * start the launcher made (the slot's generation), and takes the job's lock
  * (job_lock_try) before it reads the job's checkpoint, state or source; a
  * worker that cannot exits at once.
+ *
+ * Design: docs/ARCHITECTURE.md, "Job workers".
  */
 #include "postgres.h"
 

@@ -15,6 +15,8 @@
  * abruptly; tend_slots looks after the slots of the jobs that have one;
  * start_waiting_jobs gives a slot and a worker to the jobs that should run
  * and have none.
+ *
+ * Design: docs/ARCHITECTURE.md, "The launcher".
  */
 #include "postgres.h"
 

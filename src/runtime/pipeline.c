@@ -9,6 +9,8 @@
  * goes on with the next: a bad record never costs its neighbours.  Nothing
  * a record does reaches the sink or the keyed state before the record has
  * passed every stateless step.
+ *
+ * Design: docs/ARCHITECTURE.md, "From a Kafka message to a table row".
  */
 #include "postgres.h"
 

@@ -9,6 +9,8 @@
  * they mean, and their format version, is the keyed stage's
  * (operators/keyed_state.h).  A job's state lives as long as its worker:
  * the process exit closes it.
+ *
+ * Design: docs/ARCHITECTURE.md, "State layout".
  */
 #ifndef STATE_H
 #define STATE_H
