@@ -205,7 +205,7 @@ checkpoint_begin(Job *job)
 	 * then, or shows it done before the check.
 	 */
 	LockDatabaseObject(ExtensionRelationId, job->ext_oid, 0, AccessShareLock);
-	if (get_extension_oid("mailer", true) != job->ext_oid)
+	if (get_extension_oid(MAILER_EXTENSION, true) != job->ext_oid)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),

@@ -270,7 +270,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 	/* What the job keeps is allocated in job_context: it outlives this transaction. */
 	work_xact_begin();
-	job->ext_oid = get_extension_oid("mailer", false);
+	job->ext_oid = get_extension_oid(MAILER_EXTENSION, false);
 	row = catalog_get_job(job->job_id, true, false);
 	job->name = row->name;
 	pgstat_report_appname(psprintf("mailer job %s", job->name));

@@ -13,14 +13,16 @@
 #include "commands/extension.h"
 #include "storage/fd.h"
 
+#include "base/mailer.h"
 #include "state/state.h"
 
-#define STATE_TOP_DIR "mailer"
+/* Under the data directory, named for the extension. */
+#define STATE_TOP_DIR MAILER_EXTENSION
 
 char *
 state_root_dir(void)
 {
-	return psprintf(STATE_TOP_DIR "/%u", get_extension_oid("mailer", false));
+	return psprintf(STATE_TOP_DIR "/%u", get_extension_oid(MAILER_EXTENSION, false));
 }
 
 char *
@@ -87,7 +89,7 @@ is_live(const char *name, int64 *live, int n)
 void
 state_remove_orphans(int64 *live_job_ids, int njobs)
 {
-	Oid			ext = get_extension_oid("mailer", true);
+	Oid			ext = get_extension_oid(MAILER_EXTENSION, true);
 	char		current[32];
 	DIR		   *top;
 	struct dirent *de;
