@@ -103,21 +103,6 @@ sub owner_wrappers
 	$ENV{PATH} = "$dir:$ENV{PATH}" unless $ENV{PATH} =~ /^\Q$dir\E:/;
 }
 
-# The settings test/services/pg.sh gives the shared cluster, read from it
-# so that the two cannot drift apart, less where it listens.
-sub shared_settings
-{
-	my ($database) = @_;
-	my $script = "$MailerTest::ROOT/test/services/pg.sh";
-	open my $fh, '<', $script or die "could not read $script: $!\n";
-	my $text = do { local $/; <$fh> };
-	my ($block) = $text =~ /^# ---- mailer test cluster ----\n(.*?)^CONF$/ms
-	  or die "no settings block in $script\n";
-	my @lines = grep { !/^(port|listen_addresses|unix_socket_directories)\b/ } split /\n/, $block;
-	s/\$PGDATABASE/$database/g for @lines;
-	return join("\n", @lines) . "\n";
-}
-
 # A started node, with the environment pointed at it.  $extra_conf is
 # appended to postgresql.conf.  The node stops when the test ends (Cluster's
 # END block) and its files go when every test passed.
@@ -139,7 +124,7 @@ sub mailer_node
 	$node->init(extra => [ '-U', 'postgres' ]);
 	# After Cluster's settings, so these win: the shared cluster's, and a
 	# crashed backend restarts the server as it does in production.
-	$node->append_conf('postgresql.conf', shared_settings($database)
+	$node->append_conf('postgresql.conf', MailerTest::shared_settings($database)
 		  . "restart_after_crash = on\nlog_statement = none\n" . ($extra_conf // ''));
 
 	$ENV{PGHOST} = $node->host;

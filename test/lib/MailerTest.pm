@@ -732,4 +732,20 @@ sub drop_roles
 		DROP ROLE IF EXISTS " . join(', ', @roles));
 }
 
+
+# The settings test/services/pg.sh gives the shared cluster, read from it
+# so that the two cannot drift apart, less where it listens.
+sub shared_settings
+{
+	my ($database) = @_;
+	my $script = "$ROOT/test/services/pg.sh";
+	open my $fh, '<', $script or die "could not read $script: $!\n";
+	my $text = do { local $/; <$fh> };
+	my ($block) = $text =~ /^# ---- mailer test cluster ----\n(.*?)^CONF$/ms
+	  or die "no settings block in $script\n";
+	my @lines = grep { !/^(port|listen_addresses|unix_socket_directories)\b/ } split /\n/, $block;
+	s/\$PGDATABASE/$database/g for @lines;
+	return join("\n", @lines) . "\n";
+}
+
 1;

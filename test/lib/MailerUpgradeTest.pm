@@ -219,6 +219,7 @@ sub private_cluster_init
 		'--no-instructions');
 	unshift @initdb, 'runuser', '-u', $OWNER, '--' if $> == 0;
 	_run(\@initdb, 'initdb of the private cluster', log => 'initdb.log');
+	my $settings = MailerTest::shared_settings($c{database});
 	open $fh, '>>', "$c{pgdata}/postgresql.conf" or die "open postgresql.conf: $!\n";
 	print $fh <<CONF;
 
@@ -226,17 +227,8 @@ sub private_cluster_init
 port = $c{port}
 listen_addresses = ''
 unix_socket_directories = '$c{host}'
-shared_preload_libraries = 'mailer'
-mailer.database = '$c{database}'
-max_worker_processes = 40
-mailer.max_jobs = 16
-mailer.restart_backoff_min = '200ms'
-mailer.restart_backoff_max = '5s'
+$settings
 shared_buffers = 128MB
-max_wal_size = 2GB
-log_min_messages = warning
-log_line_prefix = '%m [%p] %b '
-log_checkpoints = off
 CONF
 	close $fh;
 	push @clusters, \%c;
