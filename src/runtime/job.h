@@ -48,7 +48,6 @@ typedef struct Job
 
 	const char *stage;			/* the step now running, for dead letters */
 	bool		failing;		/* on_error "fail" raised: do not restart */
-	bool		stopping;		/* SIGTERM or stop_job: checkpoint and exit */
 	Datum	   *topic_datums;	/* the source's topic names as text */
 
 	/* input_rate: records_in at the last sample, and when */
