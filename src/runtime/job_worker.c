@@ -66,7 +66,6 @@ static void worker_exit(int code, Datum arg);
 static Job *job_start(JobWorkerArgs *args, JobSlot *slot);
 static void wait_for_sink_table(Job *job);
 static void set_live_state(JobSlot *slot, JobLiveState state);
-static void announce_change(JobSlot *slot);
 
 void
 job_worker_main(Datum main_arg)
@@ -250,7 +249,7 @@ worker_exit(int code, Datum arg)
 	 */
 	slot->registered = false;
 	SpinLockRelease(&slot->mutex);
-	announce_change(slot);
+	job_slot_changed(slot);
 }
 
 static Job *
@@ -379,13 +378,5 @@ set_live_state(JobSlot *slot, JobLiveState state)
 		slot->waiting_for = JOB_WAIT_NONE;
 	SpinLockRelease(&slot->mutex);
 	if (changed)
-		announce_change(slot);
-}
-
-/* The slot changed: wake whoever watches it (wait_job, stop_job, the launcher). */
-static void
-announce_change(JobSlot *slot)
-{
-	ConditionVariableBroadcast(&slot->progress_cv);
-	job_slots_wake_launcher();
+		job_slot_changed(slot);
 }
