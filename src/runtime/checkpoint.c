@@ -71,6 +71,15 @@ ms_since(TimestampTz start)
 	return (double) (GetCurrentTimestamp() - start) / 1000.0;
 }
 
+/* The columns of checkpoint_restore's statement. */
+#define Anum_restore_epoch					1
+#define Anum_restore_positions				2
+#define Anum_restore_counters				3
+#define Anum_restore_state_ref				4
+#define Anum_restore_watermark				5
+#define Anum_restore_partition_watermarks	6
+#define Anum_restore_state_layout			7
+
 void
 checkpoint_restore(Job *job)
 {
@@ -93,21 +102,19 @@ checkpoint_restore(Job *job)
 	job->epoch = 0;
 	if (SPI_processed == 1)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		MemoryContext old = MemoryContextSwitchTo(ctx);
 
-		job->epoch = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		positions = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 2, &isnull));
-		counters_from_jsonb(job, DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)));
-		state_ref = SPI_getvalue(tup, desc, 4);
-		watermark = DatumGetTimestampTz(SPI_getbinval(tup, desc, 5, &isnull));
+		job->epoch = DatumGetInt64(catalog_value(0, Anum_restore_epoch, NULL));
+		positions = DatumGetJsonbPCopy(catalog_value(0, Anum_restore_positions, NULL));
+		counters_from_jsonb(job, DatumGetJsonbP(catalog_value(0, Anum_restore_counters, NULL)));
+		state_ref = catalog_text(0, Anum_restore_state_ref);
+		watermark = DatumGetTimestampTz(catalog_value(0, Anum_restore_watermark, &isnull));
 		if (isnull)
 			watermark = DT_NOBEGIN;
-		d = SPI_getbinval(tup, desc, 6, &isnull);
+		d = catalog_value(0, Anum_restore_partition_watermarks, &isnull);
 		partition_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
-		state_layout = SPI_getvalue(tup, desc, 7);
+		state_layout = catalog_text(0, Anum_restore_state_layout);
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();

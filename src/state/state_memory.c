@@ -199,6 +199,12 @@ map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen)
 	ms->bytes += vlen;
 }
 
+/* The columns of state_memory_open's statement: each key's newest version. */
+#define Anum_restore_key		1
+#define Anum_restore_value		2	/* NULL: the key was deleted */
+#define Anum_restore_epoch		3
+#define Anum_restore_versions	4	/* how many versions the key has */
+
 StateBackend *
 state_memory_open(int64 job_id, int64 epoch)
 {
@@ -231,12 +237,9 @@ state_memory_open(int64 job_id, int64 epoch)
 				 1, types, values, NULL, true);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		HeapTuple	row = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		deleted;
-		bool		isnull;
-		bytea	   *k = DatumGetByteaPP(SPI_getbinval(row, desc, 1, &isnull));
-		Datum		v = SPI_getbinval(row, desc, 2, &deleted);
+		bytea	   *k = DatumGetByteaPP(catalog_value(r, Anum_restore_key, NULL));
+		Datum		v = catalog_value(r, Anum_restore_value, &deleted);
 		StateKey	key = {VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)};
 
 		if (!deleted)
@@ -245,9 +248,9 @@ state_memory_open(int64 job_id, int64 epoch)
 
 			map_put(ms, key.data, key.len, VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
 		}
-		if (deleted || DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull)) > 1)
+		if (deleted || DatumGetInt64(catalog_value(r, Anum_restore_versions, NULL)) > 1)
 			key_set_add(ms->unsettled, ms->unsettled_ctx, key)->epoch =
-				DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
+				DatumGetInt64(catalog_value(r, Anum_restore_epoch, NULL));
 	}
 	SPI_finish();
 	return &ms->base;
