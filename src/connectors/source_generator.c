@@ -17,6 +17,7 @@
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 
+#include "base/jsonb_build.h"
 #include "connectors/source.h"
 
 typedef struct GeneratorSource
@@ -198,16 +199,12 @@ generator_positions(Source *src)
 {
 	GeneratorSource *g = (GeneratorSource *) src;
 	JsonbParseState *state = NULL;
-	JsonbValue	key;
 	JsonbValue	next;
 
-	key.type = jbvString;
-	key.val.string.val = "next";
-	key.val.string.len = strlen("next");
 	next.type = jbvNumeric;
 	next.val.numeric = int64_to_numeric(g->next);
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	pushJsonbValue(&state, WJB_KEY, &key);
+	jsonb_push_key(&state, "next");
 	pushJsonbValue(&state, WJB_VALUE, &next);
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }

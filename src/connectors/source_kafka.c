@@ -38,6 +38,7 @@
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 
+#include "base/jsonb_build.h"
 #include "plan/kafka_options.h"
 #include "base/mailer.h"
 #include "base/signals.h"
@@ -112,7 +113,6 @@ static int64 restored_offset(KafkaSource *kafka, int topic, int32 partition);
 static JsonbValue *restored_topic(KafkaSource *kafka, int topic);
 static bool next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterator **it, char **key,
 									 JsonbValue *position);
-static void push_key(JsonbParseState **state, const char *key);
 static int	consume_batch(KafkaSource *kafka, int max);
 static bool hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out);
 static void publish_status(KafkaSource *kafka);
@@ -961,14 +961,12 @@ kafka_headers(Source *src, SourceMessage *msg)
 					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
 					 errmsg("a header name is not valid text in the database encoding"),
 					 errdetail("Header %zu of the message.", i + 1)));
-		push_key(&state, name);
+		jsonb_push_key(&state, name);
 		/* A header value that is not text in the database encoding shows as null. */
 		if (value != NULL && memchr(value, '\0', size) == NULL &&
 			pg_verify_mbstr(GetDatabaseEncoding(), value, (int) size, true))
 		{
-			v.type = jbvString;
-			v.val.string.val = (char *) value;
-			v.val.string.len = (int) size;
+			jsonb_string_value(&v, value, (int) size);
 		}
 		else
 			v.type = jbvNull;
@@ -1011,7 +1009,7 @@ kafka_positions(Source *src)
 		 */
 		if (!kafka->topic_known[t] && restored == NULL)
 			continue;
-		push_key(&state, kafka->base.topic_names[t]);
+		jsonb_push_key(&state, kafka->base.topic_names[t]);
 		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 		for (int i = 0; i < kafka->nparts; i++)
 		{
@@ -1019,7 +1017,7 @@ kafka_positions(Source *src)
 
 			if (kafka->parts[i].topic != t)
 				continue;
-			push_key(&state, psprintf("%d", kafka->parts[i].partition));
+			jsonb_push_key(&state, psprintf("%d", kafka->parts[i].partition));
 			next.type = jbvNumeric;
 			next.val.numeric = int64_to_numeric(kafka->parts[i].next);
 			pushJsonbValue(&state, WJB_VALUE, &next);
@@ -1033,25 +1031,13 @@ kafka_positions(Source *src)
 
 			while (next_unassigned_restored(kafka, t, &it, &key, &position))
 			{
-				push_key(&state, key);
+				jsonb_push_key(&state, key);
 				pushJsonbValue(&state, WJB_VALUE, &position);
 			}
 		}
 		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
 	}
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
-}
-
-/* An object's key, for pushJsonbValue: not copied, it must last until the jsonb is made. */
-static void
-push_key(JsonbParseState **state, const char *key)
-{
-	JsonbValue	k;
-
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	pushJsonbValue(state, WJB_KEY, &k);
 }
 
 /* Publish progress to the consumer group, for lag tools; never read back. */

@@ -8,6 +8,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
+#include "base/jsonb_build.h"
 #include "jobs/job_counters.h"
 
 const char *const job_counter_names[JC_NUM_COUNTERS] = {
@@ -30,10 +31,7 @@ job_counters_jsonb(const uint64 *counters)
 	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	for (int c = 0; c < JC_NUM_COUNTERS; c++)
 	{
-		v.type = jbvString;
-		v.val.string.val = (char *) job_counter_names[c];
-		v.val.string.len = strlen(job_counter_names[c]);
-		(void) pushJsonbValue(&state, WJB_KEY, &v);
+		jsonb_push_key(&state, job_counter_names[c]);
 		/* A numeric read from the counter's digits, as jsonb_in would. */
 		v.type = jbvNumeric;
 		v.val.numeric = DatumGetNumeric(DirectFunctionCall3(numeric_in,

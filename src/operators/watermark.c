@@ -19,6 +19,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
+#include "base/jsonb_build.h"
 #include "base/mailer.h"
 #include "operators/watermark.h"
 
@@ -174,16 +175,6 @@ watermark_current(WatermarkTracker *wt)
 	return wt->watermark;
 }
 
-/* A string key or value for pushJsonbValue. */
-static JsonbValue *
-jsonb_string(JsonbValue *v, const char *str)
-{
-	v->type = jbvString;
-	v->val.string.val = (char *) str;
-	v->val.string.len = strlen(str);
-	return v;
-}
-
 /*
  * {"topic": {"partition": largest event time in microseconds since 1970}}.
  * Built as a JsonbValue: the same jsonb that parsing its text gave (keys
@@ -198,7 +189,7 @@ watermark_save(WatermarkTracker *wt, Source *src)
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	for (int t = 0; t < src->ntopics; t++)
 	{
-		pushJsonbValue(&state, WJB_KEY, jsonb_string(&v, src->topic_names[t]));
+		jsonb_push_key(&state, src->topic_names[t]);
 		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 		for (int i = 0; i < wt->n; i++)
 		{
@@ -206,7 +197,7 @@ watermark_save(WatermarkTracker *wt, Source *src)
 
 			if (p->topic != t || p->max_event == DT_NOBEGIN)
 				continue;
-			pushJsonbValue(&state, WJB_KEY, jsonb_string(&v, psprintf("%d", p->partition)));
+			jsonb_push_key(&state, psprintf("%d", p->partition));
 			v.type = jbvNumeric;
 			v.val.numeric = int64_to_numeric(p->max_event + UNIX_OFFSET_US);
 			pushJsonbValue(&state, WJB_VALUE, &v);

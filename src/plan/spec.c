@@ -19,6 +19,7 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "base/jsonb_build.h"
 #include "plan/spec.h"
 #include "plan/spec_error.h"
 
@@ -553,10 +554,7 @@ spec_jsonb_string(const char *s)
 {
 	JsonbValue	v;
 
-	v.type = jbvString;
-	v.val.string.val = (char *) s;
-	v.val.string.len = strlen(s);
-	return JsonbValueToJsonb(&v);
+	return JsonbValueToJsonb(jsonb_string_value(&v, s, strlen(s)));
 }
 
 Jsonb *
