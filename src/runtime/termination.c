@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include <time.h>
+
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/interrupt.h"
@@ -24,7 +26,15 @@
 /* How often the grace timer ticks. */
 #define TERM_TICK_MS		500
 
+/*
+ * The postmaster signals a child twice, its pid and its process group
+ * (signal_child), so one fast shutdown can run the handler twice: a repeat
+ * this soon after the first SIGTERM is the same request, not a second one.
+ */
+#define SIGTERM_REPEAT_MS	1000
+
 static volatile sig_atomic_t term_ticks = 0;
+static int64 first_sigterm_ms = 0;
 
 static void handle_sigterm(SIGNAL_ARGS);
 static void term_tick(void);
@@ -77,15 +87,22 @@ job_pause_briefly(void)
 }
 
 /*
- * PostgreSQL's shutdown request, and one thing more: a second SIGTERM does
- * not wait for the work to end.
+ * PostgreSQL's shutdown request, and one thing more: a second SIGTERM, a
+ * second or more after the first, does not wait for the work to end.
  */
 static void
 handle_sigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
+	struct timespec now;
+	int64		now_ms;
 
-	if (ShutdownRequestPending)
+	/* clock_gettime is async-signal-safe. */
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	now_ms = (int64) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	if (!ShutdownRequestPending)
+		first_sigterm_ms = now_ms;
+	else if (now_ms - first_sigterm_ms >= SIGTERM_REPEAT_MS)
 		end_work_now();
 	errno = save_errno;
 	SignalHandlerForShutdownRequest(postgres_signal_arg);
