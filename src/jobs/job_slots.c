@@ -53,6 +53,11 @@ job_slots_shmem_init(void)
 			SpinLockInit(&slot->mutex);
 			for (int c = 0; c < JC_NUM_COUNTERS; c++)
 				pg_atomic_init_u64(&slot->counters[c], 0);
+			pg_atomic_init_u64(&slot->barrier_epoch, 0);
+			pg_atomic_init_u64(&slot->committed_epoch, 0);
+			pg_atomic_init_u64(&slot->prepared_epoch, 0);
+			pg_atomic_init_u32(&slot->checkpoint_wanted, 0);
+			pg_atomic_init_u32(&slot->final_wanted, 0);
 			ConditionVariableInit(&slot->progress_cv);
 		}
 	}
@@ -65,6 +70,7 @@ job_slots_find(int64 job_id, Oid ext_oid)
 	for (int i = 0; i < mailer_shared->nslots; i++)
 	{
 		if (mailer_shared->slots[i].job_id == job_id &&
+			mailer_shared->slots[i].subtask == 0 &&
 			(ext_oid == InvalidOid || mailer_shared->slots[i].ext_oid == ext_oid))
 			return &mailer_shared->slots[i];
 	}
@@ -102,47 +108,96 @@ job_slots_next(Oid ext_oid, int *pos)
 		JobSlot    *slot = &mailer_shared->slots[*pos];
 
 		/* Free slots, and workers of a dropped installation of mailer, are skipped. */
-		if (slot->job_id != 0 && slot->ext_oid == ext_oid)
+		if (slot->job_id != 0 && slot->ext_oid == ext_oid && slot->subtask == 0)
 			return slot;
 	}
 	return NULL;
 }
 
-int
-job_slots_claim(int64 job_id, Oid ext_oid)
+/* A free slot made ready for a worker of job_id; the caller holds the lock. */
+static void
+slot_reset(JobSlot *slot, int64 job_id, Oid ext_oid, int subtask, int coordinator)
+{
+	slot->job_id = job_id;
+	slot->ext_oid = ext_oid;
+	slot->subtask = subtask;
+	slot->parallelism = 1;
+	slot->coordinator = coordinator;
+	slot->exchange = DSM_HANDLE_INVALID;
+	slot->pid = 0;
+	slot->latch = NULL;
+	slot->live_state = JOB_LIVE_NONE;
+	slot->exit_kind = JOB_EXIT_NONE;
+	slot->stop_requested = false;
+	slot->registered = false;
+	slot->error[0] = '\0';
+	slot->wait_requested = slot->wait_answered = 0;
+	slot->npartitions = 0;
+	slot->last_checkpoint_epoch = 0;
+	slot->watermark = DT_NOBEGIN;
+	slot->state_bytes = -1;
+	slot->state_checkpoint_ms = slot->state_restore_ms = -1;
+	slot->consumer_lag = -1;
+	slot->input_rate = 0;
+	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+		pg_atomic_write_u64(&slot->counters[c], 0);
+	pg_atomic_write_u64(&slot->barrier_epoch, 0);
+	pg_atomic_write_u64(&slot->committed_epoch, 0);
+	pg_atomic_write_u64(&slot->prepared_epoch, 0);
+	pg_atomic_write_u32(&slot->checkpoint_wanted, 0);
+	pg_atomic_write_u32(&slot->final_wanted, 0);
+}
+
+static int
+claim(int64 job_id, Oid ext_oid, int subtask, int coordinator)
 {
 	int			found = -1;
 
 	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < mailer_shared->nslots && found < 0; i++)
 	{
-		JobSlot    *slot = &mailer_shared->slots[i];
-
-		if (slot->job_id != 0)
+		if (mailer_shared->slots[i].job_id != 0)
 			continue;
 		found = i;
-		slot->job_id = job_id;
-		slot->ext_oid = ext_oid;
-		slot->pid = 0;
-		slot->latch = NULL;
-		slot->live_state = JOB_LIVE_NONE;
-		slot->exit_kind = JOB_EXIT_NONE;
-		slot->stop_requested = false;
-		slot->registered = false;
-		slot->error[0] = '\0';
-		slot->wait_requested = slot->wait_answered = 0;
-		slot->npartitions = 0;
-		slot->last_checkpoint_epoch = 0;
-		slot->watermark = DT_NOBEGIN;
-		slot->state_bytes = -1;
-		slot->state_checkpoint_ms = slot->state_restore_ms = -1;
-		slot->consumer_lag = -1;
-		slot->input_rate = 0;
-		for (int c = 0; c < JC_NUM_COUNTERS; c++)
-			pg_atomic_write_u64(&slot->counters[c], 0);
+		slot_reset(&mailer_shared->slots[i], job_id, ext_oid, subtask,
+				   coordinator >= 0 ? coordinator : i);
 	}
 	LWLockRelease(mailer_shared->lock);
 	return found;
+}
+
+int
+job_slots_claim(int64 job_id, Oid ext_oid)
+{
+	return claim(job_id, ext_oid, 0, -1);
+}
+
+/* A slot for the coordinator's subtask; -1 when none is free. */
+int
+job_slots_claim_subtask(int coordinator, int subtask)
+{
+	JobSlot    *c = &mailer_shared->slots[coordinator];
+
+	return claim(c->job_id, c->ext_oid, subtask, coordinator);
+}
+
+/* A running subtask's slot of the coordinator's job; NULL when it has none. */
+JobSlot *
+job_slots_subtask(JobSlot *coordinator, int subtask)
+{
+	int			ci = coordinator - mailer_shared->slots;
+
+	if (subtask == 0)
+		return coordinator;
+	for (int i = 0; i < mailer_shared->nslots; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		if (slot->job_id == coordinator->job_id && slot->ext_oid == coordinator->ext_oid &&
+			slot->coordinator == ci && slot->subtask == subtask)
+			return slot;
+	}
+	return NULL;
 }
 
 void

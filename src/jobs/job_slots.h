@@ -15,6 +15,7 @@
 
 #include "port/atomics.h"
 #include "storage/condition_variable.h"
+#include "storage/dsm.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
@@ -81,6 +82,26 @@ typedef struct JobSlot
 	/* Set by the launcher when it assigns the slot; 0 means free. */
 	int64		job_id;
 	Oid			ext_oid;		/* the installation of mailer the job is of */
+
+	/*
+	 * A parallel job's subtasks each have a slot.  Subtask 0, the
+	 * coordinator, has the slot the launcher assigned and the SQL functions
+	 * find; it claims its subtasks' slots itself (docs/ARCHITECTURE.md,
+	 * "Parallel jobs").
+	 */
+	int			subtask;
+	int			parallelism;
+	int			coordinator;	/* the index of subtask 0's slot */
+
+	/* In the coordinator's slot: what the subtasks share for the run. */
+	dsm_handle	exchange;		/* the queues between subtasks, once made */
+	pg_atomic_uint64 barrier_epoch; /* the epoch the subtasks are asked to cut */
+	pg_atomic_uint64 committed_epoch;	/* the newest epoch committed by all */
+	pg_atomic_uint32 checkpoint_wanted; /* a subtask's buffers are full */
+	pg_atomic_uint32 final_wanted;	/* a subtask was told to stop */
+
+	/* In every subtask's slot. */
+	pg_atomic_uint64 prepared_epoch;	/* its share of this epoch is prepared */
 
 	slock_t		mutex;			/* protects the fields up to 'counters' */
 	pid_t		pid;			/* worker's pid, 0 when none */
@@ -164,6 +185,8 @@ extern JobSlot *job_slots_next(Oid ext_oid, int *pos);
  * every slot is taken.
  */
 extern int	job_slots_claim(int64 job_id, Oid ext_oid);
+extern int	job_slots_claim_subtask(int coordinator, int subtask);
+extern JobSlot *job_slots_subtask(JobSlot *coordinator, int subtask);
 
 /* Wake the launcher now (from any backend). */
 extern void job_slots_wake_launcher(void);

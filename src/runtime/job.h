@@ -24,6 +24,13 @@ typedef struct Job
 	Oid			ext_oid;		/* the installation of mailer the job belongs to */
 	JobSlot    *slot;
 	JobSpec    *spec;
+
+	/* Parallel jobs (docs/ARCHITECTURE.md, "Parallel jobs"). */
+	int			subtask;		/* 0 .. parallelism-1; 0 coordinates */
+	int			parallelism;
+	int			key_groups;
+	int			kg_lo;			/* the key groups this subtask owns: [kg_lo, kg_hi) */
+	int			kg_hi;
 	JobPlan    *plan;
 
 	ExprRuntime *rt;			/* evaluates over the record's fields */
