@@ -57,3 +57,25 @@ work_xact_end(void)
 	MemoryContextSwitchTo(ctx);
 	disable_timeout(work_timer, false);
 }
+
+/*
+ * Prepare it for two-phase commit under gid instead: its effects stay
+ * invisible and its locks held until someone commits or rolls back the
+ * prepared transaction.
+ */
+void
+work_xact_prepare(const char *gid)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	PopActiveSnapshot();
+	/* PREPARE TRANSACTION ends a transaction block: make this one a block first. */
+	BeginTransactionBlock();
+	CommitTransactionCommand();
+	StartTransactionCommand();
+	if (!PrepareTransactionBlock(gid))
+		elog(ERROR, "could not prepare transaction \"%s\"", gid);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(ctx);
+	disable_timeout(work_timer, false);
+}

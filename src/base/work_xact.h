@@ -22,6 +22,9 @@ extern void work_xact_begin(void);
 /* Commit it, keeping the current memory context. */
 extern void work_xact_end(void);
 
+/* Prepare it (two-phase commit) under gid, keeping the memory context. */
+extern void work_xact_prepare(const char *gid);
+
 /* Roll it back (after an error the caller caught), keeping the memory context. */
 extern void work_xact_abort(void);
 

@@ -58,6 +58,7 @@ job_slots_shmem_init(void)
 			pg_atomic_init_u64(&slot->prepared_epoch, 0);
 			pg_atomic_init_u32(&slot->checkpoint_wanted, 0);
 			pg_atomic_init_u32(&slot->final_wanted, 0);
+			pg_atomic_init_u64(&slot->final_epoch, 0);
 			ConditionVariableInit(&slot->progress_cv);
 		}
 	}
@@ -146,6 +147,8 @@ slot_reset(JobSlot *slot, int64 job_id, Oid ext_oid, int subtask, int coordinato
 	pg_atomic_write_u64(&slot->prepared_epoch, 0);
 	pg_atomic_write_u32(&slot->checkpoint_wanted, 0);
 	pg_atomic_write_u32(&slot->final_wanted, 0);
+	pg_atomic_write_u64(&slot->final_epoch, 0);
+	slot->source_finished = false;
 }
 
 static int

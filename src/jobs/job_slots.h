@@ -99,9 +99,11 @@ typedef struct JobSlot
 	pg_atomic_uint64 committed_epoch;	/* the newest epoch committed by all */
 	pg_atomic_uint32 checkpoint_wanted; /* a subtask's buffers are full */
 	pg_atomic_uint32 final_wanted;	/* a subtask was told to stop */
+	pg_atomic_uint64 final_epoch;	/* the epoch after which all subtasks stop */
 
 	/* In every subtask's slot. */
 	pg_atomic_uint64 prepared_epoch;	/* its share of this epoch is prepared */
+	bool		source_finished;	/* its part of a bounded source is all read */
 
 	slock_t		mutex;			/* protects the fields up to 'counters' */
 	pid_t		pid;			/* worker's pid, 0 when none */

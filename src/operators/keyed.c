@@ -85,17 +85,32 @@ keyed_eval_args(KeyedStage *stage, Record *rec, Datum *args, bool *nulls)
 bool
 keyed_add(KeyedStage *stage, Record *rec, const Datum *args, const bool *nulls)
 {
+	resetStringInfo(&stage->group);
+	encode_group(stage, rec, &stage->group);
+	return keyed_add_group(stage, stage->group.data, stage->group.len, rec->event_time,
+						   args, nulls);
+}
+
+void
+keyed_group_key(KeyedStage *stage, Record *rec, StringInfo out)
+{
+	resetStringInfo(out);
+	encode_group(stage, rec, out);
+}
+
+bool
+keyed_add_group(KeyedStage *stage, const char *group, int group_len, TimestampTz event_time,
+				const Datum *args, const bool *nulls)
+{
 	KeyedEntry *e;
 
 	memcpy(stage->args, args, sizeof(Datum) * stage->naggs);
 	memcpy(stage->argnulls, nulls, sizeof(bool) * stage->naggs);
-	resetStringInfo(&stage->group);
-	encode_group(stage, rec, &stage->group);
 	if (stage->plan->window)
-		return window_add(stage, rec, stage->group.data, stage->group.len);
+		return window_add(stage, event_time, group, group_len);
 
 	keyed_key_begin(stage, 'A');
-	appendBinaryStringInfo(&stage->key, stage->group.data, stage->group.len);
+	appendBinaryStringInfo(&stage->key, group, group_len);
 	e = keyed_lookup(stage, stage->key.data, stage->key.len, true);
 	keyed_compute(stage, e->values, stage->next);
 	keyed_store(stage, e->values, stage->next);
@@ -277,4 +292,20 @@ keyed_prepare_checkpoint(KeyedStage *stage)
 	MemoryContextReset(stage->out_context);
 
 	keyed_write_dirty(stage);
+}
+
+int
+keyed_naggs(KeyedStage *stage)
+{
+	return stage->naggs;
+}
+
+/* count(*) has no argument: carried as a NULL int8. */
+void
+keyed_arg_type(KeyedStage *stage, int a, int16 *typlen, bool *typbyval)
+{
+	AggregateDef *agg = stage->aggs[a];
+
+	*typlen = agg->arg ? agg->arg_typlen : sizeof(int64);
+	*typbyval = agg->arg ? agg->arg_typbyval : true;
 }

@@ -51,6 +51,19 @@ extern void keyed_eval_args(KeyedStage *stage, Record *rec, Datum *args, bool *n
 extern bool keyed_add(KeyedStage *stage, Record *rec, const Datum *args, const bool *nulls);
 
 /*
+ * The same in two halves, for a parallel job whose records may be another
+ * subtask's: the record's group key (docs/ARCHITECTURE.md, "Parallel
+ * jobs"), and the addition of arguments under a group key already made.
+ */
+extern void keyed_group_key(KeyedStage *stage, Record *rec, StringInfo out);
+extern bool keyed_add_group(KeyedStage *stage, const char *group, int group_len,
+							TimestampTz event_time, const Datum *args, const bool *nulls);
+
+/* The aggregates' argument types, to carry arguments between subtasks. */
+extern int	keyed_naggs(KeyedStage *stage);
+extern void keyed_arg_type(KeyedStage *stage, int a, int16 *typlen, bool *typbyval);
+
+/*
  * A record a flat_map made into several outputs is folded in whole or not
  * at all: keyed_add's between keyed_begin_record and keyed_end_record are
  * undone by keyed_abort_record (after an error; a no-op outside a record).

@@ -169,6 +169,17 @@ watermark_finish(WatermarkTracker *wt)
 	wt->watermark = DT_NOEND;
 }
 
+bool
+watermark_idle(WatermarkTracker *wt)
+{
+	if (wt->finished)
+		return false;
+	for (int i = 0; i < wt->n; i++)
+		if (!wt->parts[i].idle)
+			return false;
+	return true;
+}
+
 TimestampTz
 watermark_current(WatermarkTracker *wt)
 {
@@ -207,8 +218,23 @@ watermark_save(WatermarkTracker *wt, Source *src)
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
+/* Whether owned (positions, same shape) names topic t's partition in key k. */
+static bool
+owns(Jsonb *owned, const char *topic, JsonbValue *k)
+{
+	JsonbValue *parts;
+
+	if (owned == NULL)
+		return true;
+	parts = getKeyJsonValueFromContainer(&owned->root, topic, strlen(topic), NULL);
+	return parts && parts->type == jbvBinary &&
+		getKeyJsonValueFromContainer(parts->val.binary.data, k->val.string.val,
+									 k->val.string.len, NULL) != NULL;
+}
+
 void
-watermark_restore(WatermarkTracker *wt, Source *src, Jsonb *saved, TimestampTz job_watermark)
+watermark_restore(WatermarkTracker *wt, Source *src, Jsonb *saved, TimestampTz job_watermark,
+				  Jsonb *owned)
 {
 	wt->watermark = job_watermark;
 	if (saved == NULL)
@@ -231,6 +257,11 @@ watermark_restore(WatermarkTracker *wt, Source *src, Jsonb *saved, TimestampTz j
 
 			if (tok != WJB_KEY)
 				continue;
+			if (!owns(owned, src->topic_names[t], &k))
+			{
+				(void) JsonbIteratorNext(&it, &v, true);
+				continue;
+			}
 			partition = atoi(pnstrdup(k.val.string.val, k.val.string.len));
 			(void) JsonbIteratorNext(&it, &v, true);
 			if (v.type == jbvNumeric)

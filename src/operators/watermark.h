@@ -31,7 +31,14 @@ extern TimestampTz watermark_current(WatermarkTracker *wt);
 
 /* Per-partition state for a checkpoint, and back. */
 extern Jsonb *watermark_save(WatermarkTracker *wt, Source *src);
-extern void watermark_restore(WatermarkTracker *wt, Source *src, Jsonb *saved, TimestampTz job_watermark);
+extern void watermark_restore(WatermarkTracker *wt, Source *src, Jsonb *saved, TimestampTz job_watermark,
+							  Jsonb *owned);
+
+/*
+ * No partition holds the watermark back (all idle, or none known): a
+ * parallel job's other subtasks need not wait for this one's.
+ */
+extern bool watermark_idle(WatermarkTracker *wt);
 
 /* Show each partition's watermark and idleness in the job's slot. */
 extern void watermark_publish(WatermarkTracker *wt, JobSlot *slot);

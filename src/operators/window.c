@@ -81,10 +81,9 @@ check_window_range(TimestampTz t, int128 start, int128 end)
  * changed nothing; then windows and timers are made and the values stored.
  */
 bool
-window_add(KeyedStage *stage, Record *rec, const char *group, int group_len)
+window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 {
 	WindowSpec *w = stage->plan->window;
-	TimestampTz t = rec->event_time;
 	int128		first;
 	int			nwindows;
 	int			naggs = Max(stage->naggs, 1);

@@ -9,7 +9,7 @@
 #include "operators/keyed_cache.h"
 
 /* Fold the current record (stage->args) into its windows; false: it is late. */
-extern bool window_add(KeyedStage *stage, Record *rec, const char *group, int group_len);
+extern bool window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 
 /*
  * The watermark moved from previous to watermark: fire and purge what it

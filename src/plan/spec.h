@@ -150,6 +150,7 @@ typedef struct JobSpec
 	StateBackendType state_backend;
 	OnError		on_error;
 	int32		parallelism;
+	int32		key_groups;		/* pinned at create_job; 0 in specs older than parallel jobs */
 } JobSpec;
 
 /* Parse and check a spec; ERROR (with the JSON path) when it is invalid. */

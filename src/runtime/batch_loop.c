@@ -27,6 +27,7 @@
 #include "runtime/accounting.h"
 #include "runtime/batch_loop.h"
 #include "runtime/checkpoint.h"
+#include "runtime/epoch_cut.h"
 #include "runtime/pipeline.h"
 #include "runtime/termination.h"
 #include "runtime/wait_marks.h"
@@ -79,8 +80,13 @@ batch_loop_run(Job *job)
 		}
 		if (job_stop_requested(job->slot))
 		{
-			stop(&loop);
-			return;
+			if (job->shuffle == NULL)
+			{
+				stop(&loop);
+				return;
+			}
+			/* All subtasks stop with one last epoch: cut in a round below. */
+			epoch_cut_request_stop(job);
 		}
 		wait_marks_take(job);
 		if (loop.sink_waiting && !retry_sink(&loop))
@@ -91,6 +97,15 @@ batch_loop_run(Job *job)
 
 		finished = job->source->ops->finished(job->source);
 		n = read_batch(&loop, finished);
+		if (job->shuffle)
+		{
+			since = TimestampDifferenceMilliseconds(job->last_checkpoint, GetCurrentTimestamp());
+			if (epoch_cut_round(job, finished, checkpoint_due(&loop, since)))
+				return;
+			if (n == 0)
+				wait_for_input(&loop, since);
+			continue;
+		}
 		advance_watermark(job, finished);
 		if (finished)
 		{
@@ -262,7 +277,8 @@ wait_for_input(BatchLoop *loop, long since)
 
 	if (job->uncommitted > 0)
 		timeout = Max(loop->interval_ms - since, 0);
-	if (source_wait >= 0)
+	/* A parallel job's subtask whose part of a bounded source is read waits for the others. */
+	if (source_wait >= 0 && !job->source->ops->finished(job->source))
 		timeout = Min(timeout, source_wait);
 	if (fd != PGINVALID_SOCKET)
 		events |= WL_SOCKET_READABLE;

@@ -37,6 +37,8 @@
 #include "operators/watermark.h"
 #include "runtime/accounting.h"
 #include "runtime/checkpoint.h"
+#include "runtime/epoch_commit.h"
+#include "runtime/shuffle.h"
 
 /*
  * How long a checkpoint's statements wait for a lock another transaction
@@ -71,53 +73,122 @@ ms_since(TimestampTz start)
 	return (double) (GetCurrentTimestamp() - start) / 1000.0;
 }
 
-/* The columns of checkpoint_restore's statement. */
-#define Anum_restore_epoch					1
-#define Anum_restore_positions				2
+/* The columns of restore_rows' statement. */
+#define Anum_restore_subtask				1
+#define Anum_restore_parallelism			2
 #define Anum_restore_counters				3
 #define Anum_restore_state_ref				4
 #define Anum_restore_watermark				5
-#define Anum_restore_partition_watermarks	6
-#define Anum_restore_state_layout			7
+#define Anum_restore_state_layout			6
+#define Anum_restore_positions				7
+#define Anum_restore_partition_watermarks	8
+
+/*
+ * What the job's last committed epoch holds for this subtask.  At
+ * parallelism P an epoch has a row per subtask; the epoch is committed
+ * when subtask 0's row is (docs/ARCHITECTURE.md, "Parallel jobs").  A
+ * subtask takes every row's positions and partition watermarks, merged
+ * per topic (its source keeps the partitions it owns), the state
+ * references of all (a rescaled subtask reads its key groups from each),
+ * and the smallest watermark.
+ */
+typedef struct Restored
+{
+	int64		epoch;			/* 0: none yet */
+	int			parallelism;	/* the epoch's */
+	char	  **state_refs;		/* [parallelism] */
+	char	   *state_layout;
+	TimestampTz watermark;
+	Jsonb	   *positions;
+	Jsonb	   *partition_watermarks;
+} Restored;
+
+/* The per-topic merge of one jsonb column over the epoch's rows. */
+#define MERGED_BY_TOPIC(col) \
+	"(SELECT pg_catalog.jsonb_object_agg(s.t, s.v) FROM (" \
+	"  SELECT e.key AS t, pg_catalog.jsonb_object_agg(p.key, p.value) AS v " \
+	"    FROM r, pg_catalog.jsonb_each(r." col ") e, " \
+	"         pg_catalog.jsonb_each(CASE WHEN pg_catalog.jsonb_typeof(e.value) OPERATOR(pg_catalog.=) 'object' " \
+	"                               THEN e.value ELSE '{}' END) p " \
+	"   GROUP BY e.key " \
+	"  UNION ALL " \
+	"  SELECT e.key, e.value FROM r, pg_catalog.jsonb_each(r." col ") e " \
+	"   WHERE pg_catalog.jsonb_typeof(e.value) OPERATOR(pg_catalog.<>) 'object') s)"
+
+static void
+restore_rows(Job *job, Restored *restored)
+{
+	Oid			type = INT8OID;
+	Datum		value = Int64GetDatum(job->job_id);
+	MemoryContext ctx = CurrentMemoryContext;
+	bool		sum_counters;
+
+	memset(restored, 0, sizeof(Restored));
+	restored->watermark = DT_NOBEGIN;
+	restored->parallelism = job->parallelism;
+	SPI_connect();
+	catalog_exec("WITH r AS (SELECT * FROM " MAILER_SCHEMA ".checkpoints "
+				 "  WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.=) "
+				 "  (SELECT pg_catalog.max(epoch) FROM " MAILER_SCHEMA ".checkpoints "
+				 "    WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) 0)) "
+				 "SELECT subtask, parallelism, counters, state_ref, watermark, state_layout, "
+				 MERGED_BY_TOPIC("positions") ", " MERGED_BY_TOPIC("partition_watermarks") ", epoch "
+				 "FROM r ORDER BY subtask",
+				 1, &type, &value, NULL, true);
+	if (SPI_processed == 0)
+	{
+		SPI_finish();
+		return;
+	}
+
+	MemoryContextSwitchTo(ctx);
+	restored->epoch = DatumGetInt64(catalog_value(0, 9, NULL));
+	restored->parallelism = DatumGetInt32(catalog_value(0, Anum_restore_parallelism, NULL));
+	restored->state_refs = palloc0(sizeof(char *) * Max(restored->parallelism, SPI_processed));
+	restored->state_layout = catalog_text(0, Anum_restore_state_layout);
+	/* The same at every row: merged over all of them. */
+	{
+		bool		isnull;
+		Datum		d;
+
+		d = catalog_value(0, Anum_restore_positions, &isnull);
+		restored->positions = isnull ? NULL : DatumGetJsonbPCopy(d);
+		d = catalog_value(0, Anum_restore_partition_watermarks, &isnull);
+		restored->partition_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
+	}
+
+	/*
+	 * Counters are per subtask; after a rescale, subtask 0 carries on with
+	 * the epoch's totals, so that the job's sums stay right.
+	 */
+	sum_counters = restored->parallelism != job->parallelism;
+	memset(job->counters, 0, sizeof(job->counters));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		int			subtask = DatumGetInt32(catalog_value(i, Anum_restore_subtask, NULL));
+		bool		isnull;
+		TimestampTz wm;
+
+		if (subtask < restored->parallelism)
+			restored->state_refs[subtask] = catalog_text(i, Anum_restore_state_ref);
+		wm = DatumGetTimestampTz(catalog_value(i, Anum_restore_watermark, &isnull));
+		if (!isnull && (i == 0 || wm < restored->watermark))
+			restored->watermark = wm;
+		else if (isnull)
+			restored->watermark = DT_NOBEGIN;
+		if (sum_counters ? job->subtask == 0 : subtask == job->subtask)
+			counters_from_jsonb(job, DatumGetJsonbP(catalog_value(i, Anum_restore_counters, NULL)));
+	}
+	SPI_finish();
+}
 
 void
 checkpoint_restore(Job *job)
 {
-	Oid			type = INT8OID;
-	Datum		value = Int64GetDatum(job->job_id);
-	Jsonb	   *positions = NULL;
-	char	   *state_ref = NULL;
-	TimestampTz watermark = DT_NOBEGIN;
-	Jsonb	   *partition_watermarks = NULL;
-	char	   *state_layout = NULL;
-	Datum		d;
-	MemoryContext ctx = CurrentMemoryContext;
+	Restored	restored;
 
-	SPI_connect();
-	catalog_exec("SELECT epoch, positions, counters, state_ref, watermark, partition_watermarks, "
-				 "state_layout "
-				 "FROM " MAILER_SCHEMA ".checkpoints "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY epoch DESC LIMIT 1",
-				 1, &type, &value, NULL, true);
-	job->epoch = 0;
-	if (SPI_processed == 1)
-	{
-		bool		isnull;
-		MemoryContext old = MemoryContextSwitchTo(ctx);
-
-		job->epoch = DatumGetInt64(catalog_value(0, Anum_restore_epoch, NULL));
-		positions = DatumGetJsonbPCopy(catalog_value(0, Anum_restore_positions, NULL));
-		counters_from_jsonb(job, DatumGetJsonbP(catalog_value(0, Anum_restore_counters, NULL)));
-		state_ref = catalog_text(0, Anum_restore_state_ref);
-		watermark = DatumGetTimestampTz(catalog_value(0, Anum_restore_watermark, &isnull));
-		if (isnull)
-			watermark = DT_NOBEGIN;
-		d = catalog_value(0, Anum_restore_partition_watermarks, &isnull);
-		partition_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
-		state_layout = catalog_text(0, Anum_restore_state_layout);
-		MemoryContextSwitchTo(old);
-	}
-	SPI_finish();
+	restore_rows(job, &restored);
+	job->epoch = restored.epoch;
 	/* Read the checkpoint, not opened its state yet. */
 	TEST_POINT("worker_before_open_state");
 
@@ -130,22 +201,39 @@ checkpoint_restore(Job *job)
 		 * other types must not be read as today's.  The layout also says
 		 * the state's format version: state of 0.1.0 is upgraded.
 		 */
-		int			format = keyed_check_state_layout(job->name, state_layout, job->plan);
+		int			format = keyed_check_state_layout(job->name, restored.state_layout, job->plan);
+		StateOpenArgs args = {
+			.job_id = job->job_id,
+			.subtask = job->subtask,
+			.parallelism = job->parallelism,
+			.key_groups = job->key_groups,
+			.kg_lo = job->kg_lo,
+			.kg_hi = job->kg_hi,
+			.epoch = job->epoch,
+			.old_parallelism = restored.parallelism,
+			.old_refs = restored.state_refs,
+			.key_group_of = keyed_state_key_group,
+		};
 
 		job->state = job->spec->state_backend == STATE_ROCKSDB ?
-			state_rocksdb_open(job->job_id, job->epoch, state_ref) :
-			state_memory_open(job->job_id, job->epoch);
+			state_rocksdb_open(&args) : state_memory_open(&args);
 		keyed_upgrade_state(job->state, format);
 		job->slot->state_restore_ms = ms_since(open_start);
 	}
 
 	if (job->spec->source.type == SOURCE_GENERATOR)
-		job->source = generator_source_open(&job->spec->source.generator, positions, job->slot);
+		job->source = generator_source_open(&job->spec->source.generator, restored.positions,
+											job->slot, job->subtask, job->parallelism);
 	else
-		job->source = kafka_source_open(&job->spec->source.kafka, job->name, positions, job->slot);
+		job->source = kafka_source_open(&job->spec->source.kafka, job->name, restored.positions,
+										job->slot, job->subtask, job->parallelism);
 
 	job->watermarks = watermark_create(job->spec->max_out_of_orderness_us, job->spec->idle_timeout_us);
-	watermark_restore(job->watermarks, job->source, partition_watermarks, watermark);
+	/* Each subtask's tracker holds the partitions its source reads. */
+	watermark_restore(job->watermarks, job->source, restored.partition_watermarks,
+					  restored.watermark,
+					  job->parallelism > 1 || restored.parallelism > 1 ?
+					  job->source->ops->positions(job->source) : NULL);
 
 	job->last_checkpoint = GetCurrentTimestamp();
 	job->slot->last_checkpoint_epoch = job->epoch;
@@ -161,7 +249,7 @@ checkpoint_take(Job *job, bool final)
 	run.epoch = job->epoch + 1;
 	run.final = final;
 	run.start = GetCurrentTimestamp();
-	run.watermark = watermark_current(job->watermarks);
+	run.watermark = job->shuffle ? shuffle_watermark(job) : watermark_current(job->watermarks);
 
 	job->stage = "checkpoint";
 	checkpoint_begin(job);
@@ -175,11 +263,18 @@ checkpoint_take(Job *job, bool final)
 	if (!bind_sink(job))
 	{
 		job->stage = NULL;
+		/* The other subtasks cannot wait for this one's table: the run ends. */
+		if (job->parallelism > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("subtask %d could not write to the sink table \"%s\"",
+							job->subtask, job->spec->sink.table),
+					 errdetail("%s", job->slot->error)));
 		return false;
 	}
 	flush_outputs(&run);
 	insert_checkpoint_row(&run);
-	work_xact_end();
+	epoch_commit(job, run.epoch);
 	checkpoint_committed(&run);
 	job->stage = NULL;
 	return true;
@@ -267,10 +362,10 @@ static void
 insert_checkpoint_row(CheckpointRun *run)
 {
 	Job		   *job = run->job;
-	Oid			types[10] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
-	TIMESTAMPTZOID, JSONBOID, TEXTOID};
-	Datum		values[10];
-	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[12] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID, INT4OID};
+	Datum		values[12];
+	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *state_layout;
 
 	values[0] = Int64GetDatum(job->job_id);
@@ -287,23 +382,34 @@ insert_checkpoint_row(CheckpointRun *run)
 	state_layout = keyed_state_layout(job->plan);
 	values[9] = state_layout ? CStringGetTextDatum(state_layout) : (Datum) 0;
 	nulls[9] = state_layout ? ' ' : 'n';
+	values[10] = Int32GetDatum(job->subtask);
+	values[11] = Int32GetDatum(job->parallelism);
 
 	SPI_connect();
 	catalog_exec("INSERT INTO " MAILER_SCHEMA ".checkpoints (job_id, epoch, positions, state_ref, "
-				 "counters, duration_ms, final, watermark, partition_watermarks, state_layout) "
-				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-				 10, types, values, nulls, false);
-	/* Only the newest checkpoint.retain checkpoints stay restorable. */
+				 "counters, duration_ms, final, watermark, partition_watermarks, state_layout, "
+				 "subtask, parallelism) "
+				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+				 12, types, values, nulls, false);
+
+	/*
+	 * Only the newest checkpoint.retain checkpoints stay restorable.  Each
+	 * subtask deletes its own rows, so that no two subtasks' transactions
+	 * touch the same row (one of them is prepared, and would hold the
+	 * other until the epoch commits); subtask 0 also deletes the rows of
+	 * subtasks a rescale left behind.
+	 */
 	values[1] = Int64GetDatum(run->epoch - job->spec->checkpoint_retain);
 	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND epoch OPERATOR(pg_catalog.<=) $2",
-				 2, types, values, NULL, false);
+				 "AND epoch OPERATOR(pg_catalog.<=) $2 AND (subtask OPERATOR(pg_catalog.=) $11 "
+				 "  OR ($11 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $12))",
+				 12, types, values, nulls, false);
 	/*
 	 * A bounded source's last checkpoint: the job is finished as soon as it
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
 	 * the launcher has seen the worker exit.
 	 */
-	if (run->final && job->source->ops->finished(job->source))
+	if (run->final && job->subtask == 0 && job->source->ops->finished(job->source))
 		catalog_exec("UPDATE " MAILER_SCHEMA ".job_status SET state = 'finished', pid = NULL, "
 					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
 					 1, types, values, NULL, false);
@@ -394,6 +500,7 @@ bind_sink(Job *job)
 	return bound;
 }
 
+/* Add a checkpoint row's counters to the job's. */
 static void
 counters_from_jsonb(Job *job, Jsonb *counters)
 {
@@ -403,7 +510,7 @@ counters_from_jsonb(Job *job, Jsonb *counters)
 													 strlen(job_counter_names[c]), NULL);
 
 		if (v && v->type == jbvNumeric)
-			job->counters[c] = DatumGetInt64(DirectFunctionCall1(numeric_int8,
+			job->counters[c] += DatumGetInt64(DirectFunctionCall1(numeric_int8,
 																 NumericGetDatum(v->val.numeric)));
 	}
 }

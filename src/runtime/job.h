@@ -31,6 +31,8 @@ typedef struct Job
 	int			key_groups;
 	int			kg_lo;			/* the key groups this subtask owns: [kg_lo, kg_hi) */
 	int			kg_hi;
+	JobSlot    *coordinator;	/* subtask 0's slot (slot itself for subtask 0) */
+	struct Shuffle *shuffle;	/* NULL at parallelism 1 */
 	JobPlan    *plan;
 
 	ExprRuntime *rt;			/* evaluates over the record's fields */
@@ -52,6 +54,7 @@ typedef struct Job
 
 	/* wait_job: the newest request the worker has taken up */
 	uint64		wait_pending;
+	uint64		wait_reached;	/* the newest request its committed input covers */
 
 	const char *stage;			/* the step now running, for dead letters */
 	bool		failing;		/* on_error "fail" raised: do not restart */

@@ -46,7 +46,12 @@
 #include "jobs/catalog.h"
 #include "operators/keyed.h"
 #include "operators/watermark.h"
+#include "base/key_groups.h"
 #include "runtime/batch_loop.h"
+#include "runtime/epoch_commit.h"
+#include "runtime/exchange.h"
+#include "runtime/shuffle.h"
+#include "runtime/subtasks.h"
 #include "runtime/checkpoint.h"
 #include "runtime/job.h"
 #include "runtime/job_worker.h"
@@ -64,6 +69,7 @@ static void lock_job(JobWorkerArgs *args, JobSlot *slot);
 static void record_error(JobSlot *slot, Job *job);
 static void worker_exit(int code, Datum arg);
 static Job *job_start(JobWorkerArgs *args, JobSlot *slot);
+static void start_parallel(JobWorkerArgs *args, Job *job);
 static void wait_for_sink_table(Job *job);
 static void set_live_state(JobSlot *slot, JobLiveState state);
 
@@ -87,7 +93,17 @@ job_worker_main(Datum main_arg)
 	connect_as_owner(&args, slot);
 	termination_start_timer();
 	TEST_POINT("worker_before_lock");
-	lock_job(&args, slot);
+	if (args.subtask == 0)
+	{
+		lock_job(&args, slot);
+
+		/*
+		 * A parallel job's previous run may have left prepared shares of
+		 * an epoch: settle them before anything reads the checkpoints.
+		 */
+		subtasks_wait_for_previous(slot);
+		epoch_resolve_prepared(slot->ext_oid, args.job_id);
+	}
 
 	PG_TRY();
 	{
@@ -250,6 +266,27 @@ worker_exit(int code, Datum arg)
 	slot->registered = false;
 	SpinLockRelease(&slot->mutex);
 	job_slot_changed(slot);
+	/* A parallel job's subtask 1..P-1: its slot was subtask 0's to lend. */
+	if (slot->subtask > 0)
+		subtasks_release(slot);
+}
+
+/*
+ * A parallel job: the key groups this subtask owns, and for subtask 0 the
+ * queues and the other subtasks, started before it restores its own
+ * checkpoint so that all restore at once.
+ */
+static void
+start_parallel(JobWorkerArgs *args, Job *job)
+{
+	job->parallelism = job->spec->parallelism;
+	job->key_groups = job->spec->key_groups > 0 ? job->spec->key_groups : KEY_GROUPS_DEFAULT;
+	key_group_range(job->subtask, job->parallelism, job->key_groups, &job->kg_lo, &job->kg_hi);
+	if (job->parallelism == 1 || job->subtask > 0)
+		return;
+	job->slot->parallelism = job->parallelism;
+	job->slot->exchange = exchange_create(job->parallelism);
+	subtasks_start(args, job, job->slot->exchange);
 }
 
 static Job *
@@ -264,6 +301,8 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->job_id = args->job_id;
 	job->owner = args->owner;
 	job->slot = slot;
+	job->subtask = args->subtask;
+	job->coordinator = &mailer_shared->slots[slot->coordinator];
 	job->job_context = job_context;
 	job->batch_context = AllocSetContextCreate(job_context, "mailer batch", ALLOCSET_DEFAULT_SIZES);
 
@@ -279,6 +318,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->spec = spec_parse(row->spec);
 	/* The catalog may have been edited by hand: judge the owner's options again. */
 	job->spec->source.kafka.owner = job->owner;
+	start_parallel(args, job);
 	wait_for_sink_table(job);
 	job->plan = plan_compile(job->spec, false);
 	job->rt = expr_runtime_create(job->plan->schema);
@@ -316,6 +356,9 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 		job->keyed = keyed_create(&keyed);
 	}
+	if (job->parallelism > 1)
+		job->shuffle = shuffle_create(job, exchange_attach(job->coordinator->exchange,
+														  job->subtask, job->parallelism));
 	work_xact_end();
 
 	/*
@@ -325,7 +368,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	 * between.  A topic not positioned yet stays out of the checkpoint, so
 	 * it still starts per the spec when it is.
 	 */
-	if (job->source->unpinned)
+	if (job->source->unpinned && job->parallelism == 1)
 		checkpoint_take(job, false);
 
 	job->rate_at = GetCurrentTimestamp();

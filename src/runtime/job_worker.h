@@ -5,6 +5,8 @@
 #ifndef JOB_WORKER_H
 #define JOB_WORKER_H
 
+#include "storage/dsm.h"
+
 /* What the launcher hands a worker, in bgw_extra. */
 typedef struct JobWorkerArgs
 {
@@ -13,6 +15,8 @@ typedef struct JobWorkerArgs
 	Oid			database;
 	int			slot;
 	uint32		generation;		/* the slot's generation when the launcher started it */
+	int			subtask;		/* 0: started by the launcher; else by subtask 0 */
+	dsm_handle	exchange;		/* for subtasks 1..P-1: the queues subtask 0 made */
 } JobWorkerArgs;
 
 extern PGDLLEXPORT void job_worker_main(Datum main_arg);

@@ -31,6 +31,7 @@
 #include "plan/json_fields.h"
 #include "runtime/accounting.h"
 #include "runtime/pipeline.h"
+#include "runtime/shuffle.h"
 
 /* The values of a record's outputs, one row an output. */
 typedef struct OutputRows
@@ -42,7 +43,7 @@ typedef struct OutputRows
 static TimestampTz process_message(Job *job, SourceMessage *msg);
 static void decode_message(Job *job, SourceMessage *msg, Record *rec);
 static TimestampTz event_time_of(Job *job, SourceMessage *msg, Record *rec);
-static bool add_to_windows(Job *job, List *outputs);
+static ShuffleRoute add_to_windows(Job *job, SourceMessage *msg, List *outputs);
 static void add_to_sink(Job *job, SourceMessage *msg, List *outputs);
 static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *filtered,
 					  int *made);
@@ -95,6 +96,10 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 	PG_TRY();
 	{
 		guard_each(n, run_message, message_failed, &run, job->batch_context);
+		run.current = -1;
+		/* Records for other subtasks' keys go now, while theirs for ours come in. */
+		if (job->shuffle)
+			shuffle_flush(job);
 	}
 	PG_CATCH();
 	{
@@ -149,7 +154,12 @@ process_message(Job *job, SourceMessage *msg)
 
 	if (job->plan->aggregated)
 	{
-		if (!add_to_windows(job, outputs))
+		ShuffleRoute route = add_to_windows(job, msg, outputs);
+
+		/* Another subtask owns the key: it counts the record. */
+		if (route == SHUFFLE_SENT)
+			return rec->event_time;
+		if (route == SHUFFLE_LATE)
 		{
 			job_record_late(job, msg, rec->event_time);
 			return rec->event_time;
@@ -209,10 +219,12 @@ output_rows_alloc(int n, int width)
 
 /*
  * The keyed stage's share of a record: its outputs' aggregate arguments
- * into their keys' windows.  False: the record was too late for any window.
+ * into their keys' windows.  SHUFFLE_LATE: the record was too late for any
+ * window; SHUFFLE_SENT: a parallel job's other subtask owns its key.  (A
+ * parallel job has no flat_map before its aggregate: one output.)
  */
-static bool
-add_to_windows(Job *job, List *outputs)
+static ShuffleRoute
+add_to_windows(Job *job, SourceMessage *msg, List *outputs)
 {
 	int			n = list_length(outputs);
 	OutputRows	args = output_rows_alloc(n, Max(job->plan->naggs, 1));
@@ -222,6 +234,11 @@ add_to_windows(Job *job, List *outputs)
 	job->stage = "aggregate";
 	for (int i = 0; i < n; i++)
 		keyed_eval_args(job->keyed, list_nth(outputs, i), args.values[i], args.nulls[i]);
+	if (job->shuffle)
+	{
+		Assert(n == 1);
+		return shuffle_route(job, msg, linitial(outputs), args.values[0], args.nulls[0]);
+	}
 	/* Several outputs: one that fails (an overflow) undoes the others. */
 	if (n > 1)
 		keyed_begin_record(job->keyed);
@@ -229,7 +246,7 @@ add_to_windows(Job *job, List *outputs)
 		in_a_window |= keyed_add(job->keyed, list_nth(outputs, i), args.values[i], args.nulls[i]);
 	if (n > 1)
 		keyed_end_record(job->keyed);
-	return in_a_window;
+	return in_a_window ? SHUFFLE_ADDED : SHUFFLE_LATE;
 }
 
 /* A stateless job's share of a record: its outputs, cast, into the sink's buffer. */

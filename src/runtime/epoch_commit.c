@@ -1,0 +1,217 @@
+/*
+ * epoch_commit.c
+ *		Two-phase commit of a parallel job's epochs (epoch_commit.h).
+ *
+ * Every subtask writes its share of epoch E (its sink rows, dead letters,
+ * state snapshot and checkpoint row) in a transaction of its own.
+ * Subtasks 1..P-1 PREPARE theirs under a name that says job, epoch and
+ * subtask; subtask 0 waits until all are prepared, then COMMITs its own:
+ * that commit, which holds subtask 0's checkpoint row, is the decision.
+ * Then it commits the prepared ones.  Crash analysis:
+ *
+ * - before the decision: the prepared shares are rolled back by whoever
+ *   resolves them (no row of subtask 0 for E);
+ * - after it: they are committed by whoever resolves them;
+ * - resolving happens before a job's subtasks start (subtask 0 does it,
+ *   once no subtask of an earlier run is left) and in the launcher for jobs
+ *   that have no worker (stopped, failed, dropped), so no prepared
+ *   transaction outlives a run for long.
+ *
+ * Design: docs/ARCHITECTURE.md, "Parallel jobs".
+ */
+#include "postgres.h"
+
+#include "access/twophase.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+
+#include "base/mailer.h"
+#include "base/test_point.h"
+#include "base/work_xact.h"
+#include "jobs/catalog.h"
+#include "runtime/epoch_commit.h"
+
+#define GID_PREFIX "mailer"
+
+static char *
+gid_of(Oid ext_oid, int64 job_id, int64 epoch, int subtask)
+{
+	return psprintf(GID_PREFIX "_%u_" INT64_FORMAT "_" INT64_FORMAT "_%d",
+					ext_oid, job_id, epoch, subtask);
+}
+
+static void
+gone(int subtask, JobSlot *slot)
+{
+	char		error[JOB_SLOT_ERROR_LEN];
+
+	SpinLockAcquire(&slot->mutex);
+	strlcpy(error, slot->error, sizeof(error));
+	SpinLockRelease(&slot->mutex);
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("subtask %d of the job has stopped%s%s", subtask,
+					error[0] ? ": " : "", error),
+			 errdetail("The job restarts from its last committed checkpoint with all its subtasks.")));
+}
+
+static bool
+running(JobSlot *slot)
+{
+	bool		alive;
+
+	SpinLockAcquire(&slot->mutex);
+	alive = slot->pid != 0;
+	SpinLockRelease(&slot->mutex);
+	return alive;
+}
+
+static void
+sleep_a_little(void)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
+					 PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+static void
+wake(JobSlot *slot)
+{
+	Latch	   *latch;
+
+	SpinLockAcquire(&slot->mutex);
+	latch = slot->latch;
+	SpinLockRelease(&slot->mutex);
+	if (latch)
+		SetLatch(latch);
+}
+
+static void
+commit_as_coordinator(Job *job, int64 epoch)
+{
+	JobSlot   **subtasks = palloc(sizeof(JobSlot *) * job->parallelism);
+
+	for (int k = 1; k < job->parallelism; k++)
+	{
+		subtasks[k] = job_slots_subtask(job->slot, k);
+		if (subtasks[k] == NULL)
+			gone(k, job->slot);
+		while (pg_atomic_read_u64(&subtasks[k]->prepared_epoch) < (uint64) epoch)
+		{
+			if (!running(subtasks[k]))
+				gone(k, subtasks[k]);
+			sleep_a_little();
+		}
+	}
+	TEST_POINT("epoch_before_decision");
+	work_xact_end();
+	TEST_POINT("epoch_after_decision");
+	for (int k = 1; k < job->parallelism; k++)
+	{
+		StartTransactionCommand();
+		FinishPreparedTransaction(gid_of(job->ext_oid, job->job_id, epoch, k), true);
+		CommitTransactionCommand();
+	}
+	pg_atomic_write_u64(&job->slot->committed_epoch, epoch);
+	for (int k = 1; k < job->parallelism; k++)
+		wake(subtasks[k]);
+}
+
+static void
+prepare_as_subtask(Job *job, int64 epoch)
+{
+	work_xact_prepare(gid_of(job->ext_oid, job->job_id, epoch, job->subtask));
+	TEST_POINT("epoch_after_prepare");
+	pg_atomic_write_u64(&job->slot->prepared_epoch, epoch);
+	wake(job->coordinator);
+	while (pg_atomic_read_u64(&job->coordinator->committed_epoch) < (uint64) epoch)
+	{
+		if (!running(job->coordinator))
+			gone(0, job->coordinator);
+		sleep_a_little();
+	}
+}
+
+void
+epoch_commit(Job *job, int64 epoch)
+{
+	if (job->parallelism == 1)
+		work_xact_end();
+	else if (job->subtask == 0)
+		commit_as_coordinator(job, epoch);
+	else
+		prepare_as_subtask(job, epoch);
+}
+
+/* One prepared share and what was decided for it. */
+typedef struct Pending
+{
+	char	   *gid;
+	bool		commit;
+} Pending;
+
+void
+epoch_resolve_prepared(Oid ext_oid, int64 job_id)
+{
+	List	   *pending = NIL;
+	ListCell   *lc;
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		values[2] = {CStringGetTextDatum(psprintf(GID_PREFIX "_%u", ext_oid)),
+	Int64GetDatum(job_id)};
+	MemoryContext ctx = CurrentMemoryContext;
+
+	work_xact_begin();
+	SPI_connect();
+	/*
+	 * A share is committed when subtask 0's row of its epoch is.  A job
+	 * with a worker is left to it: its subtask 0 resolves before it starts
+	 * the others.
+	 */
+	catalog_exec("SELECT p.gid, EXISTS (SELECT FROM " MAILER_SCHEMA ".checkpoints c "
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) pg_catalog.split_part(p.gid, '_', 3)::pg_catalog.int8 "
+				 "  AND c.epoch OPERATOR(pg_catalog.=) pg_catalog.split_part(p.gid, '_', 4)::pg_catalog.int8 "
+				 "  AND c.subtask OPERATOR(pg_catalog.=) 0) "
+				 "FROM pg_catalog.pg_prepared_xacts p "
+				 "WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database() "
+				 "AND pg_catalog.starts_with(p.gid, $1 OPERATOR(pg_catalog.||) '_') "
+				 "AND ($2 OPERATOR(pg_catalog.=) 0 OR pg_catalog.split_part(p.gid, '_', 3) "
+				 "     OPERATOR(pg_catalog.=) $2::pg_catalog.text)",
+				 2, types, values, NULL, true);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ctx);
+		Pending    *p = palloc(sizeof(Pending));
+
+		p->gid = catalog_text(i, 1);
+		p->commit = DatumGetBool(catalog_value(i, 2, NULL));
+		pending = lappend(pending, p);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	work_xact_end();
+
+	foreach(lc, pending)
+	{
+		Pending    *p = lfirst(lc);
+		unsigned int ext;
+		long long	id;
+
+		/* A job with a worker settles its own. */
+		if (job_id == 0 && sscanf(p->gid, GID_PREFIX "_%u_%lld_", &ext, &id) == 2 &&
+			job_slots_find((int64) id, ext_oid) != NULL)
+			continue;
+		StartTransactionCommand();
+		FinishPreparedTransaction(p->gid, p->commit);
+		CommitTransactionCommand();
+		ereport(LOG,
+				(errmsg("mailer %s the prepared share \"%s\" of an epoch",
+						p->commit ? "committed" : "rolled back", p->gid)));
+	}
+}

@@ -1,0 +1,174 @@
+/*
+ * subtasks.c
+ *		Starting and watching a parallel job's subtasks (subtasks.h).
+ *
+ * The launcher knows jobs, not subtasks: it starts subtask 0 in the job's
+ * slot as for any job.  Subtask 0 claims a slot for each other subtask and
+ * registers its worker, which connects as the owner and attaches to the
+ * queues subtask 0 made.  A subtask that stops, for whatever reason,
+ * detaches from the queues; the others fail at their next send, receive
+ * or check, and the launcher restarts the job from its last committed
+ * epoch with all its subtasks.
+ *
+ * Design: docs/ARCHITECTURE.md, "Parallel jobs".
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/latch.h"
+
+#include "base/mailer.h"
+#include "runtime/subtasks.h"
+
+/* How long subtask 0 waits for the subtasks of an earlier run to exit. */
+#define PREVIOUS_RUN_WAIT_MS	30000
+
+static bool
+previous_left(JobSlot *coordinator)
+{
+	bool		left = false;
+
+	LWLockAcquire(mailer_shared->lock, LW_SHARED);
+	for (int i = 0; i < mailer_shared->nslots && !left; i++)
+	{
+		JobSlot    *slot = &mailer_shared->slots[i];
+
+		left = slot->job_id == coordinator->job_id && slot->ext_oid == coordinator->ext_oid &&
+			slot->subtask > 0;
+	}
+	LWLockRelease(mailer_shared->lock);
+	return left;
+}
+
+void
+subtasks_wait_for_previous(JobSlot *coordinator)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PREVIOUS_RUN_WAIT_MS);
+
+	while (previous_left(coordinator))
+	{
+		if (GetCurrentTimestamp() > until)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("subtasks of the job's previous run are still running")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 50,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+void
+subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle exchange)
+{
+	int			coordinator = job->slot - mailer_shared->slots;
+
+	for (int k = 1; k < job->parallelism; k++)
+	{
+		BackgroundWorker worker;
+		JobWorkerArgs child = *args;
+		BackgroundWorkerHandle *handle;
+		int			i = job_slots_claim_subtask(coordinator, k);
+		JobSlot    *slot;
+
+		if (i < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("no free job slot for subtask %d of %d", k, job->parallelism),
+					 errhint("A job takes one slot per subtask: raise mailer.max_jobs, or lower the job's parallelism.")));
+		slot = &mailer_shared->slots[i];
+		SpinLockAcquire(&slot->mutex);
+		slot->parallelism = job->parallelism;
+		slot->generation = args->generation;
+		slot->registered = true;
+		SpinLockRelease(&slot->mutex);
+
+		child.slot = i;
+		child.subtask = k;
+		child.exchange = exchange;
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = BGW_NEVER_RESTART;
+		worker.bgw_notify_pid = MyProcPid;
+		strlcpy(worker.bgw_library_name, MAILER_EXTENSION, BGW_MAXLEN);
+		strlcpy(worker.bgw_function_name, "job_worker_main", BGW_MAXLEN);
+		snprintf(worker.bgw_name, BGW_MAXLEN, "mailer job %s subtask %d", job->name, k);
+		strlcpy(worker.bgw_type, "mailer job", BGW_MAXLEN);
+		memcpy(worker.bgw_extra, &child, sizeof(child));
+		if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		{
+			subtasks_release(slot);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("could not start subtask %d of %d: no free background worker", k, job->parallelism),
+					 errhint("Raise max_worker_processes: it counts every subtask of every running job.")));
+		}
+	}
+}
+
+void
+subtasks_check(Job *job)
+{
+	if (job->subtask != 0)
+	{
+		bool		alive;
+
+		SpinLockAcquire(&job->coordinator->mutex);
+		alive = job->coordinator->pid != 0 && job->coordinator->job_id == job->job_id;
+		SpinLockRelease(&job->coordinator->mutex);
+		if (!alive)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("subtask 0 of the job has stopped")));
+		return;
+	}
+	for (int k = 1; k < job->parallelism; k++)
+	{
+		JobSlot    *slot = job_slots_subtask(job->slot, k);
+		bool		alive = false;
+
+		if (slot)
+		{
+			SpinLockAcquire(&slot->mutex);
+			alive = slot->registered || slot->pid != 0;
+			SpinLockRelease(&slot->mutex);
+		}
+		if (!alive)
+		{
+			char		error[JOB_SLOT_ERROR_LEN];
+
+			SpinLockAcquire(&job->slot->mutex);
+			strlcpy(error, job->slot->error, sizeof(error));
+			SpinLockRelease(&job->slot->mutex);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("subtask %d of the job has stopped%s%s", k, error[0] ? ": " : "", error),
+					 errdetail("The job restarts from its last committed checkpoint with all its subtasks.")));
+		}
+	}
+}
+
+void
+subtasks_release(JobSlot *slot)
+{
+	JobSlot    *coordinator = &mailer_shared->slots[slot->coordinator];
+
+	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+	if (slot->error[0] && coordinator->job_id == slot->job_id && coordinator->subtask == 0)
+	{
+		SpinLockAcquire(&coordinator->mutex);
+		snprintf(coordinator->error, JOB_SLOT_ERROR_LEN, "subtask %d: %s", slot->subtask, slot->error);
+		coordinator->error_at = slot->error_at;
+		SpinLockRelease(&coordinator->mutex);
+	}
+	slot->job_id = 0;
+	slot->subtask = 0;
+	slot->pid = 0;
+	slot->registered = false;
+	LWLockRelease(mailer_shared->lock);
+	if (coordinator->latch)
+		SetLatch(coordinator->latch);
+}

@@ -1,0 +1,27 @@
+/*
+ * subtasks.h
+ *		A parallel job's subtasks 1..P-1: subtask 0 starts them, as a
+ *		parallel query's leader starts its workers, and every subtask
+ *		fails as soon as another has gone.
+ *
+ * Design: docs/ARCHITECTURE.md, "Parallel jobs".
+ */
+#ifndef SUBTASKS_H
+#define SUBTASKS_H
+
+#include "runtime/job.h"
+#include "runtime/job_worker.h"
+
+/* Subtask 0, before it reads anything: no subtask of an earlier run is left. */
+extern void subtasks_wait_for_previous(JobSlot *coordinator);
+
+/* Subtask 0: claim the others' slots and start them on the queues made. */
+extern void subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle exchange);
+
+/* ERROR when a subtask (or subtask 0) of the run has stopped. */
+extern void subtasks_check(Job *job);
+
+/* A subtask 1..P-1 that exits: its error to subtask 0's slot, its slot freed. */
+extern void subtasks_release(JobSlot *slot);
+
+#endif							/* SUBTASKS_H */
