@@ -140,9 +140,11 @@ checkpoint_restore(Job *job)
 	}
 
 	if (job->spec->source.type == SOURCE_GENERATOR)
-		job->source = generator_source_open(&job->spec->source.generator, positions, job->slot);
+		job->source = generator_source_open(&job->spec->source.generator, positions, job->slot,
+											job->subtask, Max(job->parallelism, 1));
 	else
-		job->source = kafka_source_open(&job->spec->source.kafka, job->name, positions, job->slot);
+		job->source = kafka_source_open(&job->spec->source.kafka, job->name, positions, job->slot,
+										job->subtask, Max(job->parallelism, 1));
 
 	job->watermarks = watermark_create(job->spec->max_out_of_orderness_us, job->spec->idle_timeout_us);
 	watermark_restore(job->watermarks, job->source, partition_watermarks, watermark);
