@@ -51,7 +51,7 @@ typedef struct SourceOps
 	/* A socket or event fd that becomes readable when messages arrive. */
 	pgsocket	(*event_fd) (Source *src);
 
-	/* Where to resume: every partition's next position. */
+	/* Where to resume: every owned partition's next position. */
 	Jsonb	   *(*positions) (Source *src);
 
 	/* A checkpoint holding positions() committed (publish progress). */
@@ -60,7 +60,7 @@ typedef struct SourceOps
 	/* A bounded source that has handed out everything. */
 	bool		(*finished) (Source *src);
 
-	/* The partitions known now: how many, and each one's topic and number. */
+	/* The owned partitions known now: how many, and each one's topic and number. */
 	int			(*partition_count) (Source *src);
 	void		(*partition_at) (Source *src, int i, int *topic, int32 *partition);
 
@@ -82,9 +82,17 @@ struct Source
 	bool		unpinned;		/* positions taken per the spec, in no checkpoint yet */
 };
 
-/* positions: from the last checkpoint, or NULL to start per the spec. */
-extern Source *generator_source_open(GeneratorSpec *spec, Jsonb *positions, JobSlot *slot);
+/*
+ * positions: from the last checkpoint, or NULL to start per the spec; the
+ * merge of every subtask's positions, of which a source keeps only those
+ * of the partitions it owns.  Subtask k of a job of the given parallelism
+ * owns the partitions p of the t-th topic with (p + t) % parallelism == k
+ * (the generator has one topic), and reports only those: in positions(),
+ * the partition list, metrics and wait_job's marks.
+ */
+extern Source *generator_source_open(GeneratorSpec *spec, Jsonb *positions, JobSlot *slot,
+									 int subtask, int parallelism);
 extern Source *kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
-								 JobSlot *slot);
+								 JobSlot *slot, int subtask, int parallelism);
 
 #endif							/* SOURCE_H */

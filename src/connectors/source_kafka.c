@@ -11,6 +11,14 @@
  * still pins where it resumes.  New partitions are found by a metadata
  * refresh every few seconds and start at their beginning.  A checkpoint
  * keeps the positions of partitions not assigned (yet) as restored.
+ *
+ * A parallel job's subtasks split the partitions: subtask k owns partition
+ * p of the t-th topic of the spec when (p + t) % parallelism == k, a rule
+ * that places partitions added later too, and that spreads the first
+ * partitions of several topics over different subtasks.  A subtask assigns
+ * and reports its own partitions only, and ignores the others' positions
+ * in the checkpoint it restores (the merge of every subtask's); it may own
+ * none at all, and then reads nothing until partitions are added.
  * Positions follow librdkafka's, which pass transaction markers; one that
  * falls outside its partition's log is judged here, never reset silently.
  *
@@ -68,6 +76,8 @@ typedef struct KafkaSource
 	Source		base;
 	MemoryContext ctx;			/* what lasts: partitions, the batch array */
 	KafkaSourceSpec *spec;
+	int			subtask;		/* which of the job's subtasks this is */
+	int			parallelism;	/* how many the job has */
 	rd_kafka_t *rk;
 	rd_kafka_queue_t *queue;	/* consumer queue: messages */
 	rd_kafka_queue_t *logs;		/* librdkafka's log lines */
@@ -109,6 +119,7 @@ static void assign_partitions(KafkaSource *kafka, rd_kafka_topic_partition_list_
 static void check_restored_exist(KafkaSource *kafka, int topic, const rd_kafka_metadata_topic_t *md);
 static void take_marks(KafkaSource *kafka);
 static int	find_partition(KafkaSource *kafka, int topic, int32 partition);
+static bool owns(KafkaSource *kafka, int topic, int32 partition);
 static int64 restored_offset(KafkaSource *kafka, int topic, int32 partition);
 static JsonbValue *restored_topic(KafkaSource *kafka, int topic);
 static bool next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterator **it, char **key,
@@ -178,7 +189,8 @@ collect_secrets(KafkaSource *kafka, List *options)
 }
 
 Source *
-kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot)
+kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot,
+				  int subtask, int parallelism)
 {
 	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
 	KafkaSource *kafka = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
@@ -188,7 +200,10 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	ListCell   *lc;
 	int			t = 0;
 
+	Assert(parallelism >= 1 && subtask >= 0 && subtask < parallelism);
 	kafka->base.ops = &kafka_ops;
+	kafka->subtask = subtask;
+	kafka->parallelism = parallelism;
 	kafka->ctx = CurrentMemoryContext;
 	kafka->base.slot = slot;
 	kafka->spec = spec;
@@ -409,7 +424,7 @@ add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *m
 
 	for (int p = 0; p < md->partition_cnt; p++)
 	{
-		if (find_partition(kafka, t, md->partitions[p].id) >= 0)
+		if (!owns(kafka, t, md->partitions[p].id) || find_partition(kafka, t, md->partitions[p].id) >= 0)
 			continue;
 		if (!add_partition(kafka, t, md->partitions[p].id, ends_unknown))
 		{
@@ -588,8 +603,8 @@ check_restored_exist(KafkaSource *kafka, int topic, const rd_kafka_metadata_topi
 
 /*
  * Step it, over a topic's checkpointed positions, to the next partition
- * that has a position and is not assigned (yet): its key (the partition
- * number) and position.  false at the end.
+ * of this subtask that has a position and is not assigned (yet): its key
+ * (the partition number) and position.  false at the end.
  */
 static bool
 next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterator **it, char **key,
@@ -604,7 +619,8 @@ next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterator **it, char
 			continue;
 		*key = pnstrdup(k.val.string.val, k.val.string.len);
 		(void) JsonbIteratorNext(it, position, true);
-		if (position->type == jbvNumeric && find_partition(kafka, topic, atoi(*key)) < 0)
+		if (position->type == jbvNumeric && owns(kafka, topic, atoi(*key)) &&
+			find_partition(kafka, topic, atoi(*key)) < 0)
 			return true;
 	}
 	return false;
@@ -619,7 +635,17 @@ find_partition(KafkaSource *kafka, int topic, int32 partition)
 	return -1;
 }
 
-/* A topic's object of checkpointed positions, or NULL: never positioned. */
+/* Whether this subtask reads partition of topic (the topic's index in the spec). */
+static bool
+owns(KafkaSource *kafka, int topic, int32 partition)
+{
+	return ((int64) partition + topic) % kafka->parallelism == kafka->subtask;
+}
+
+/*
+ * A topic's object of checkpointed positions, or NULL: never positioned.
+ * Any subtask's positions of the topic count: it was positioned.
+ */
 static JsonbValue *
 restored_topic(KafkaSource *kafka, int topic)
 {
@@ -991,7 +1017,24 @@ kafka_event_fd(Source *src)
 	return ((KafkaSource *) src)->pipe_fds[0];
 }
 
-/* {"topic": {"partition": next offset}}, for the checkpoint. */
+/* Whether topic t has a partition of this subtask's, assigned or restored. */
+static bool
+has_positions(KafkaSource *kafka, int t, JsonbValue *restored)
+{
+	JsonbIterator *it;
+	char	   *key;
+	JsonbValue	position;
+
+	for (int i = 0; i < kafka->nparts; i++)
+		if (kafka->parts[i].topic == t)
+			return true;
+	if (restored == NULL)
+		return false;
+	it = JsonbIteratorInit(restored->val.binary.data);
+	return next_unassigned_restored(kafka, t, &it, &key, &position);
+}
+
+/* {"topic": {"partition": next offset}} of the owned partitions, for the checkpoint. */
 static Jsonb *
 kafka_positions(Source *src)
 {
@@ -1004,10 +1047,13 @@ kafka_positions(Source *src)
 		JsonbValue *restored = restored_topic(kafka, t);
 
 		/*
-		 * A topic never positioned is left out, so that the next start
-		 * still starts it per the spec ("latest" included).
+		 * A topic without a position of this subtask is left out: one
+		 * never positioned, so that the next start still starts it per the
+		 * spec ("latest" included), and one whose partitions are all other
+		 * subtasks', lest an empty object in the merged positions tell
+		 * them that the topic was positioned when they had not.
 		 */
-		if (!kafka->topic_known[t] && restored == NULL)
+		if (!has_positions(kafka, t, restored))
 			continue;
 		jsonb_push_key(&state, kafka->base.topic_names[t]);
 		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
@@ -1040,7 +1086,12 @@ kafka_positions(Source *src)
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
-/* Publish progress to the consumer group, for lag tools; never read back. */
+/*
+ * Publish progress to the consumer group, for lag tools; never read back.
+ * The offsets of the owned partitions only, listed one by one: the job's
+ * other subtasks commit theirs to the same group, and a commit changes
+ * only the partitions it lists.
+ */
 static void
 kafka_committed(Source *src)
 {

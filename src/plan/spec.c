@@ -304,6 +304,7 @@ parse_generator(JsonObject *obj, GeneratorSpec *gen)
 	gen->keys = get_integer(obj, "keys", 100, 1, PG_INT32_MAX, NULL);
 	gen->seed = get_integer(obj, "seed", 1, PG_INT64_MIN, PG_INT64_MAX, NULL);
 	gen->step_us = get_interval(obj, "step", 10 * 1000, true);
+	gen->partitions = 1;
 	gen->start_time = 1735689600LL * USECS_PER_SEC -
 		((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);	/* 2025-01-01 UTC */
 	if (get_value(obj, "start_time", &v))

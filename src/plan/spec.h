@@ -46,6 +46,7 @@ typedef struct GeneratorSpec
 	int64		seed;
 	TimestampTz start_time;
 	int64		step_us;		/* event time between consecutive events */
+	int			partitions;		/* event n belongs to partition n % partitions */
 } GeneratorSpec;
 
 typedef struct SourceSpec
