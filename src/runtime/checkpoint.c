@@ -131,10 +131,26 @@ checkpoint_restore(Job *job)
 		 * the state's format version: state of 0.1.0 is upgraded.
 		 */
 		int			format = keyed_check_state_layout(job->name, state_layout, job->plan);
+		StateOpenArgs args = {0};
 
+		args.job_id = job->job_id;
+		args.subtask = job->subtask;
+		args.parallelism = Max(job->parallelism, 1);
+		args.key_groups = Max(job->key_groups, 1);
+		args.kg_lo = job->kg_lo;
+		args.kg_hi = job->kg_hi;
+		if (args.kg_hi == 0)
+		{
+			args.kg_lo = 0;
+			args.kg_hi = args.key_groups;
+		}
+		args.epoch = job->epoch;
+		/* TODO(par): the epoch's parallelism and each subtask's state_ref, from its rows */
+		args.old_parallelism = args.parallelism;
+		args.old_refs = &state_ref;
+		args.key_group_of = keyed_state_key_group;
 		job->state = job->spec->state_backend == STATE_ROCKSDB ?
-			state_rocksdb_open(job->job_id, job->epoch, state_ref) :
-			state_memory_open(job->job_id, job->epoch);
+			state_rocksdb_open(&args) : state_memory_open(&args);
 		keyed_upgrade_state(job->state, format);
 		job->slot->state_restore_ms = ms_since(open_start);
 	}
