@@ -29,6 +29,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+#include "base/key_groups.h"
 #include "operators/keyed_state.h"
 #include "plan/plan.h"
 #include "state/serial.h"
@@ -381,4 +382,37 @@ keyed_upgrade_state(StateBackend *state, int format)
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(chunk_ctx);
+}
+
+/* Where the group key lies in each kind of key: see keyed_state.h. */
+int
+keyed_state_key_group(const char *state_key, int len, int key_groups)
+{
+	int			before;			/* bytes before the group key */
+	int			after;			/* bytes after it */
+
+	if (len < 1)
+		return -1;
+	switch (state_key[0])
+	{
+		case 'A':
+		case 'S':
+			before = 1;
+			after = 0;
+			break;
+		case 'W':
+			before = 1;
+			after = 8;
+			break;
+		case 'F':
+		case 'P':
+			before = 9;
+			after = 8;
+			break;
+		default:
+			return -1;
+	}
+	if (len < before + after)
+		return -1;
+	return key_group_of(state_key + before, len - before - after, key_groups);
 }

@@ -116,4 +116,13 @@ extern int	keyed_check_state_layout(const char *job_name, const char *stored,
 /* After the restore: bring state of an older format to today's. */
 extern void keyed_upgrade_state(StateBackend *state, int format);
 
+/*
+ * The key group (base/key_groups.h) of a state key: that of the group key
+ * it holds, so a window, its timers and its sessions all move with the
+ * group key when a job is rescaled.  -1 for a key that belongs to no group
+ * (RocksDB's "\0epoch"), or is too short for its prefix.  It is the
+ * key_group_of of StateOpenArgs.
+ */
+extern int	keyed_state_key_group(const char *state_key, int len, int key_groups);
+
 #endif							/* KEYED_STATE_H */

@@ -75,23 +75,68 @@ struct StateBackend
 };
 
 /*
- * Open a job's state as of a committed checkpoint (epoch 0: empty state),
- * discarding anything newer.  ERROR when the snapshot is missing.
+ * What opening one subtask's state takes.  A job of parallelism P runs as
+ * P subtasks; subtask k owns the key groups [kg_lo, kg_hi)
+ * (base/key_groups.h) and opens only their state.  key_group_of gives the
+ * key group of a state key, -1 for a key of none (operators/keyed_state.h's
+ * keyed_state_key_group: the state layer does not know the key layout).
+ *
+ * The committed epoch may have been taken at another parallelism (the job
+ * was rescaled while stopped): old_parallelism says which, and old_refs[j]
+ * is old subtask j's state_ref of that epoch (NULL when its row has none).
+ * At parallelism 1 all of this is subtask 0 owning [0, key_groups).
  */
-extern StateBackend *state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref);
-extern StateBackend *state_memory_open(int64 job_id, int64 epoch);
+typedef struct StateOpenArgs
+{
+	int64		job_id;
+	int			subtask;
+	int			parallelism;
+	int			key_groups;
+	int			kg_lo,
+				kg_hi;			/* owned key groups: [kg_lo, kg_hi) */
+	int64		epoch;			/* committed epoch to open; 0: empty state */
+	int			old_parallelism;	/* the parallelism epoch was taken at */
+	char	  **old_refs;		/* [old_parallelism] */
+	int			(*key_group_of) (const char *key, int len, int key_groups);
+} StateOpenArgs;
 
-/* Where jobs keep files, relative to the data directory. */
+/*
+ * Open a subtask's state as of a committed checkpoint (epoch 0: empty
+ * state), discarding anything newer.  ERROR when a snapshot is missing.
+ * Subtasks of one job open theirs at the same time: an open never changes
+ * what another subtask reads or owns.
+ */
+extern StateBackend *state_rocksdb_open(const StateOpenArgs *args);
+extern StateBackend *state_memory_open(const StateOpenArgs *args);
+
+/*
+ * The RocksDB files of subtasks that no longer run.  After a job is
+ * rescaled down, subtask k >= parallelism keeps its directory for the
+ * retained checkpoints taken when it ran (a restore to one of them needs
+ * it, or a rescale from it).  The coordinator calls this after each
+ * commit with the arguments it gave its own committed(): in each such
+ * directory it removes the checkpoints outside [keep_from, epoch], and the
+ * directory once none is left.  A directory whose lock is held (a subtask
+ * still running) is left alone.  Nothing to do for the memory backend.
+ */
+extern void state_remove_unused_subtask_dirs(int64 job_id, int parallelism, int64 epoch,
+											 int64 keep_from);
+
+/*
+ * Where jobs keep files, relative to the data directory: a job's
+ * directory is its subtask 0's; subtask k >= 1 has job_<id>/subtask-<k>.
+ */
 extern char *state_root_dir(void);
 extern char *state_job_dir(int64 job_id);
+extern char *state_subtask_dir(int64 job_id, int subtask);
 
 /*
  * Durability of the directories a crash must not lose: state_sync_dir
  * fsyncs a directory's files, the directory and its entry in its parent;
- * state_sync_job_dirs a job's directory and its parents, once made.
+ * state_sync_subtask_dirs a subtask's directory and its parents, once made.
  */
 extern void state_sync_dir(const char *path);
-extern void state_sync_job_dirs(int64 job_id);
+extern void state_sync_subtask_dirs(int64 job_id, int subtask);
 
 /* Remove the files of jobs not in live_job_ids (the launcher calls this). */
 extern void state_remove_orphans(int64 *live_job_ids, int njobs);

@@ -1,6 +1,7 @@
 /*
  * state_files.c
- *		Where jobs keep their files: $PGDATA/mailer/<extension oid>/job_<id>.
+ *		Where jobs keep their files: $PGDATA/mailer/<extension oid>/job_<id>,
+ *		and subtask k >= 1 of a parallel job in job_<id>/subtask-<k>.
  *
  * The extension's OID is part of the path so that dropping and creating
  * the extension again (job ids restart at 1) never finds old files.
@@ -29,6 +30,18 @@ char *
 state_job_dir(int64 job_id)
 {
 	return psprintf("%s/job_" INT64_FORMAT, state_root_dir(), job_id);
+}
+
+/*
+ * Subtask 0 keeps the job's directory, where a job of release 0.1.0 (one
+ * process) kept its state: such a job needs no move.
+ */
+char *
+state_subtask_dir(int64 job_id, int subtask)
+{
+	if (subtask == 0)
+		return state_job_dir(job_id);
+	return psprintf("%s/subtask-%d", state_job_dir(job_id), subtask);
 }
 
 void
@@ -62,10 +75,12 @@ state_sync_dir(const char *path)
 }
 
 void
-state_sync_job_dirs(int64 job_id)
+state_sync_subtask_dirs(int64 job_id, int subtask)
 {
 	char	   *root = state_root_dir();
 
+	if (subtask != 0)
+		fsync_fname(state_subtask_dir(job_id, subtask), true);
 	fsync_fname(state_job_dir(job_id), true);
 	fsync_fname(root, true);
 	fsync_fname(STATE_TOP_DIR, true);
@@ -86,6 +101,7 @@ is_live(const char *name, int64 *live, int n)
 	return false;
 }
 
+/* A live job's directory goes with all its subtasks' (they are inside it). */
 void
 state_remove_orphans(int64 *live_job_ids, int njobs)
 {

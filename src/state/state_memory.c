@@ -11,6 +11,13 @@
  * retained epoch needs are compacted away every few checkpoints, looking
  * only at the keys written since the last compaction: its cost follows
  * the writes, not the size of the state.
+ *
+ * Each version carries its key's key group (NULL in rows of release
+ * 0.1.0, whose keys are read to find it).  The subtasks of a parallel job
+ * share the table: each loads, deletes and compacts the versions of its
+ * own key groups only, so their statements, run at the same time, never
+ * touch the same rows.  Compaction goes key by key, and a subtask's keys
+ * are all of its key groups.
  */
 #include "postgres.h"
 
@@ -73,6 +80,10 @@ typedef struct MemoryState
 	MemoryContext unsettled_ctx;	/* the unsettled set, keys and table */
 	struct changed_hash *unsettled;
 	SPIPlanPtr	compact_plan;	/* made at the first compaction */
+	int			key_groups;
+	int			kg_lo;			/* the key groups this subtask owns: [kg_lo, kg_hi) */
+	int			kg_hi;
+	int			(*key_group_of) (const char *key, int len, int key_groups);
 } MemoryState;
 
 typedef struct MemoryIterator
@@ -204,16 +215,101 @@ map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen)
 #define Anum_restore_value		2	/* NULL: the key was deleted */
 #define Anum_restore_epoch		3
 #define Anum_restore_versions	4	/* how many versions the key has */
+#define Anum_restore_key_group	5	/* NULL: written by 0.1.0 */
 
+/* A state key's key group, which a keyed-state key always has. */
+static int
+key_group(MemoryState *ms, const char *key, int klen)
+{
+	int			g = ms->key_group_of(key, klen, ms->key_groups);
+
+	if (g < 0 || g >= ms->key_groups)
+		elog(ERROR, "mailer memory state key of %d bytes, first byte %d, has no key group",
+			 klen, klen > 0 ? (int) (unsigned char) key[0] : -1);
+	return g;
+}
+
+static bool
+owned(MemoryState *ms, const char *key, int klen)
+{
+	int			g = key_group(ms, key, klen);
+
+	return g >= ms->kg_lo && g < ms->kg_hi;
+}
+
+/*
+ * Versions newer than the epoch never committed: delete this subtask's.
+ * Rows of release 0.1.0 have no key group: their keys are read to find
+ * the owner's, and deleted one by one (such rows only exist past the epoch
+ * after a restore_job to an older epoch).  Every subtask deletes only rows
+ * of its own keys, so subtasks opening at once never wait on each other.
+ */
+static void
+delete_uncommitted(MemoryState *ms, int64 epoch)
+{
+	Oid			types[4] = {INT8OID, INT8OID, INT4OID, INT4OID};
+	Datum		values[4];
+	Datum	   *keys;
+	Datum	   *epochs;
+	int			n = 0;
+
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[1] = Int64GetDatum(epoch);
+	values[2] = Int32GetDatum(ms->kg_lo);
+	values[3] = Int32GetDatum(ms->kg_hi);
+	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
+				 "AND epoch OPERATOR(pg_catalog.>) $2", 4, types, values, NULL, false);
+	catalog_exec("SELECT key, epoch FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND key_group IS NULL AND epoch OPERATOR(pg_catalog.>) $2", 2, types, values, NULL, true);
+	keys = palloc(sizeof(Datum) * Max(SPI_processed, 1));
+	epochs = palloc(sizeof(Datum) * Max(SPI_processed, 1));
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bytea	   *k = DatumGetByteaPP(catalog_value(r, 1, NULL));
+
+		if (owned(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)))
+		{
+			keys[n] = PointerGetDatum(k);
+			epochs[n] = catalog_value(r, 2, NULL);
+			n++;
+		}
+	}
+	if (n > 0)
+	{
+		Oid			dtypes[3] = {INT8OID, BYTEAARRAYOID, INT8ARRAYOID};
+		Datum		dvalues[3];
+
+		dvalues[0] = Int64GetDatum(ms->base.job_id);
+		dvalues[1] = bytea_array(keys, NULL, n);
+		dvalues[2] = PointerGetDatum(construct_array(epochs, n, INT8OID, sizeof(int64),
+													 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		catalog_exec("DELETE FROM mailer.memory_state m USING unnest($2, $3) AS u(k, e) "
+					 "WHERE m.job_id OPERATOR(pg_catalog.=) $1 AND m.key OPERATOR(pg_catalog.=) u.k "
+					 "AND m.epoch OPERATOR(pg_catalog.=) u.e AND m.key_group IS NULL",
+					 3, dtypes, dvalues, NULL, false);
+	}
+}
+
+/*
+ * The subtask's key groups are all it loads, whatever the parallelism the
+ * epoch was taken at: one table holds every subtask's versions, so a
+ * rescale needs nothing more.
+ */
 StateBackend *
-state_memory_open(int64 job_id, int64 epoch)
+state_memory_open(const StateOpenArgs *args)
 {
 	MemoryState *ms = palloc0(sizeof(MemoryState));
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2];
+	Oid			types[4] = {INT8OID, INT8OID, INT4OID, INT4OID};
+	Datum		values[4];
 
+	Assert(args->kg_lo >= 0 && args->kg_lo <= args->kg_hi && args->kg_hi <= args->key_groups);
 	ms->base.ops = &memory_ops;
-	ms->base.job_id = job_id;
+	ms->base.job_id = args->job_id;
+	ms->key_groups = args->key_groups;
+	ms->kg_lo = args->kg_lo;
+	ms->kg_hi = args->kg_hi;
+	ms->key_group_of = args->key_group_of;
 	ms->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state", ALLOCSET_DEFAULT_SIZES);
 	ms->changed_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
 	ms->changed = changed_create(CurrentMemoryContext, 1024, NULL);
@@ -225,23 +321,32 @@ state_memory_open(int64 job_id, int64 epoch)
 	/*
 	 * The newest version of each key at or before the epoch (caller is in a
 	 * transaction).  A key with older versions, or deleted, is unsettled
-	 * from the start: compaction has something to drop.
+	 * from the start: compaction has something to drop.  Rows of 0.1.0
+	 * have no key group: they are read by every subtask, which keeps its
+	 * own keys.
 	 */
-	values[0] = Int64GetDatum(job_id);
-	values[1] = Int64GetDatum(epoch);
+	values[0] = Int64GetDatum(args->job_id);
+	values[1] = Int64GetDatum(args->epoch);
+	values[2] = Int32GetDatum(args->kg_lo);
+	values[3] = Int32GetDatum(args->kg_hi);
 	SPI_connect();
-	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND epoch OPERATOR(pg_catalog.>) $2", 2, types, values, NULL, false);
-	catalog_exec("SELECT DISTINCT ON (key) key, value, epoch, count(*) OVER (PARTITION BY key) "
-				 "FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 ORDER BY key, epoch DESC",
-				 1, types, values, NULL, true);
+	delete_uncommitted(ms, args->epoch);
+	catalog_exec("SELECT DISTINCT ON (key) key, value, epoch, count(*) OVER (PARTITION BY key), key_group "
+				 "FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND (key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
+				 "OR key_group IS NULL) ORDER BY key, epoch DESC",
+				 4, types, values, NULL, true);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		deleted;
+		bool		no_group;
 		bytea	   *k = DatumGetByteaPP(catalog_value(r, Anum_restore_key, NULL));
 		Datum		v = catalog_value(r, Anum_restore_value, &deleted);
 		StateKey	key = {VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)};
 
+		(void) catalog_value(r, Anum_restore_key_group, &no_group);
+		if (no_group && !owned(ms, key.data, key.len))
+			continue;
 		if (!deleted)
 		{
 			bytea	   *value = DatumGetByteaPP(v);
@@ -355,7 +460,8 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	Datum	   *keys = palloc(sizeof(Datum) * cap);
 	Datum	   *vals = palloc(sizeof(Datum) * cap);
 	bool	   *nulls = palloc(sizeof(bool) * cap);
-	Oid			types[4] = {INT8OID, INT8OID, BYTEAARRAYOID, BYTEAARRAYOID};
+	Datum	   *groups = palloc(sizeof(Datum) * cap);
+	Oid			types[5] = {INT8OID, INT8OID, BYTEAARRAYOID, BYTEAARRAYOID, INT4ARRAYOID};
 
 	SPI_connect();
 	changed_start_iterate(ms->changed, &iter);
@@ -369,6 +475,8 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = epoch;
 			x = seek(ms, ck->key.data, ck->key.len, NULL);
 			keys[n] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+			groups[n] = Int32GetDatum(key_group(ms, ck->key.data, ck->key.len));
+			Assert(DatumGetInt32(groups[n]) >= ms->kg_lo && DatumGetInt32(groups[n]) < ms->kg_hi);
 			if (x && compare_keys(x->key, x->klen, ck->key.data, ck->key.len) == 0)
 			{
 				vals[n] = PointerGetDatum(mailer_bytea(x->val, x->vlen));
@@ -380,15 +488,16 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		}
 		if (n > 0 && (ck == NULL || n == cap))
 		{
-			Datum		values[4];
+			Datum		values[5];
 
 			values[0] = Int64GetDatum(ms->base.job_id);
 			values[1] = Int64GetDatum(epoch);
 			values[2] = bytea_array(keys, NULL, n);
 			values[3] = bytea_array(vals, nulls, n);
-			catalog_exec("INSERT INTO mailer.memory_state (job_id, epoch, key, value) "
-						 "SELECT $1, $2, k, v FROM unnest($3, $4) AS u(k, v)",
-						 4, types, values, NULL, false);
+			values[4] = PointerGetDatum(construct_array(groups, n, INT4OID, sizeof(int32), true, TYPALIGN_INT));
+			catalog_exec("INSERT INTO mailer.memory_state (job_id, epoch, key, value, key_group) "
+						 "SELECT $1, $2, k, v, g FROM unnest($3, $4, $5) AS u(k, v, g)",
+						 5, types, values, NULL, false);
 			n = 0;
 		}
 		if (ck == NULL)

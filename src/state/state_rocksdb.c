@@ -1,17 +1,23 @@
 /*
  * state_rocksdb.c
- *		The RocksDB state backend: one database per job under the data
- *		directory, $PGDATA/mailer/<ext oid>/job_<id>/, with
+ *		The RocksDB state backend: one database per subtask of a job under
+ *		the data directory, subtask 0's in $PGDATA/mailer/<ext oid>/job_<id>/
+ *		(where a job of one process has always kept it), subtask k's in
+ *		job_<id>/subtask-<k>/, each with
  *
+ *			lock			flocked by the process that has the directory
  *			live/			the database the worker reads and writes
  *			ckpt-<epoch>/	a RocksDB checkpoint per retained epoch
  *
+ * A checkpoint's state_ref names its directory relative to its subtask's.
  * Writes skip the WAL: recovery never reads past the last checkpoint.  A
  * checkpoint flushes the memtable and hard-links the SST files, so its
  * cost grows with the data changed since the last one, not with the whole
  * state.  Opening at epoch E rebuilds live/ from ckpt-E (links again, and
  * copies of the few small files RocksDB rewrites) and deletes any newer
- * checkpoint, which no committed transaction references.
+ * checkpoint, which no committed transaction references.  Opening an
+ * epoch taken at another parallelism builds live/ from the key groups the
+ * subtask owns, read from the old subtasks' checkpoints (rescale_from).
  *
  * RocksDB's background threads do not block signals themselves, so they
  * are all started, with every signal blocked, before the database opens.
@@ -30,6 +36,7 @@
 #include "storage/copydir.h"
 #include "storage/fd.h"
 
+#include "base/key_groups.h"
 #include "base/mailer.h"
 #include "base/signals.h"
 #include "state/state.h"
@@ -37,7 +44,7 @@
 typedef struct RocksState
 {
 	StateBackend base;
-	char	   *dir;			/* the job's directory */
+	char	   *dir;			/* the subtask's directory */
 	char	   *live;			/* dir/live */
 	int			lock_fd;		/* dir/lock, flocked while the state is open */
 	rocksdb_t  *db;
@@ -188,84 +195,229 @@ shared_env(void)
 	return rocks_env;
 }
 
+/* The options of a subtask's live database. */
+static rocksdb_options_t *
+live_options(void)
+{
+	rocksdb_options_t *options = rocksdb_options_create();
+	rocksdb_block_based_table_options_t *table;
+
+	rocksdb_options_set_env(options, shared_env());
+	rocksdb_options_set_create_if_missing(options, 1);
+	rocksdb_options_set_max_background_jobs(options, 2);
+	/* Every checkpoint flushes the memtable: it only ever holds one interval's writes. */
+	rocksdb_options_set_write_buffer_size(options, 16 * 1024 * 1024);
+	rocksdb_options_set_max_write_buffer_number(options, 2);
+	rocksdb_options_set_max_open_files(options, 256);
+	rocksdb_options_set_keep_log_file_num(options, 2);
+	rocksdb_options_set_stats_dump_period_sec(options, 0);
+	rocksdb_options_set_compression(options, rocksdb_lz4_compression);
+	/* Most lookups are of keys not there yet (a new key, a new window): a bloom filter answers them. */
+	rocksdb_options_set_memtable_prefix_bloom_size_ratio(options, 0.1);
+	rocksdb_options_set_memtable_whole_key_filtering(options, 1);
+	table = rocksdb_block_based_options_create();
+	rocksdb_block_based_options_set_block_cache(table, rocksdb_cache_create_lru(16 * 1024 * 1024));
+	/* Index and filter blocks stay with each open table: a lookup never rereads them. */
+	rocksdb_block_based_options_set_cache_index_and_filter_blocks(table, 0);
+	rocksdb_block_based_options_set_filter_policy(table, rocksdb_filterpolicy_create_bloom(10));
+	rocksdb_options_set_block_based_table_factory(options, table);
+	return options;
+}
+
+/*
+ * Besides the job's lock, which every worker takes first: one process at
+ * a time has a subtask's directory, whatever the shared memory says.
+ */
+static int
+lock_subtask_dir(const char *dir, int64 job_id, int subtask)
+{
+	int			fd = BasicOpenFile(psprintf("%s/lock", dir), O_RDWR | O_CREAT | PG_BINARY);
+
+	if (fd < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not open \"%s/lock\": %m", dir)));
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+	{
+		int			save_errno = errno;
+
+		close(fd);
+		errno = save_errno;
+		if (subtask == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("the RocksDB state of job " INT64_FORMAT " is in use by another process", job_id),
+					 errdetail("Locking \"%s/lock\" failed: %m.", dir)));
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("the RocksDB state of subtask %d of job " INT64_FORMAT " is in use by another process",
+						subtask, job_id),
+				 errdetail("Locking \"%s/lock\" failed: %m.", dir)));
+	}
+	return fd;
+}
+
+/* The directory of (old) subtask's checkpoint of epoch, which must exist. */
+static char *
+checkpoint_dir(int64 job_id, int subtask, int64 epoch, const char *state_ref)
+{
+	char	   *ckpt = psprintf("%s/%s", state_subtask_dir(job_id, subtask), state_ref ? state_ref : "");
+	struct stat st;
+
+	if (state_ref == NULL || stat(ckpt, &st) != 0 || !S_ISDIR(st.st_mode))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("the RocksDB state of checkpoint " INT64_FORMAT " is missing", epoch),
+				 errdetail("Directory \"%s\" under the data directory does not exist.", ckpt),
+				 errhint("Restore a retained epoch whose state exists with mailer.restore_job(), or drop and create the job again.")));
+	return ckpt;
+}
+
+/*
+ * Copy into live/ the keys of one old subtask's checkpoint that belong to
+ * the key groups this subtask owns now.  The checkpoint is opened read-only:
+ * the other new subtasks read it at the same time, and it stays what its
+ * committed epoch says (a restore to it may come later).  The old subtask
+ * owned [old_lo, old_hi): a key of another group means its state was
+ * misrouted, and moving it on would hide that.
+ */
+static void
+copy_key_groups(RocksState *rs, const StateOpenArgs *args, int old_subtask,
+				const char *ckpt, int old_lo, int old_hi)
+{
+	rocksdb_options_t *options = rocksdb_options_create();
+	rocksdb_readoptions_t *read = rocksdb_readoptions_create();
+	rocksdb_t  *old;
+	rocksdb_iterator_t *volatile it = NULL;
+	char	   *err = NULL;
+	sigset_t	saved;
+
+	rocksdb_options_set_env(options, shared_env());
+	rocksdb_options_set_max_open_files(options, 64);
+	/* Each block is read once: keep the live database's cache for the live keys. */
+	rocksdb_readoptions_set_fill_cache(read, 0);
+	mailer_block_signals(&saved);
+	old = rocksdb_open_for_read_only(options, ckpt, 0, &err);
+	mailer_restore_signals(&saved);
+	check(err, "open the checkpoint", ckpt);
+
+	PG_TRY();
+	{
+		int64		n = 0;
+
+		it = rocksdb_create_iterator(old, read);
+		for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it))
+		{
+			size_t		klen;
+			size_t		vlen;
+			const char *key = rocksdb_iter_key(it, &klen);
+			const char *val;
+			int			g = args->key_group_of(key, (int) klen, args->key_groups);
+
+			if (g < 0)
+				continue;		/* no group's: "\0epoch" is written anew below */
+			if (g < old_lo || g >= old_hi)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("the RocksDB state of subtask %d of job " INT64_FORMAT " holds key group %d, which that subtask did not own",
+								old_subtask, args->job_id, g),
+						 errdetail("Checkpoint \"%s\" was taken at parallelism %d, when the subtask owned key groups %d to %d.",
+								   ckpt, args->old_parallelism, old_lo, old_hi - 1),
+						 errhint("Restore an earlier epoch with mailer.restore_job(), or drop and create the job again.")));
+			if (g < args->kg_lo || g >= args->kg_hi)
+				continue;
+			val = rocksdb_iter_value(it, &vlen);
+			rocksdb_writebatch_put(rs->batch, key, klen, val, vlen);
+			if (++n % 10000 == 0)
+			{
+				apply_writes(rs);
+				/* A large state takes a while: stop_job and shutdown may end it (the next start redoes it). */
+				CHECK_FOR_INTERRUPTS();
+			}
+		}
+		rocksdb_iter_get_error(it, &err);
+		check(err, "read the checkpoint", ckpt);
+		apply_writes(rs);
+	}
+	PG_FINALLY();
+	{
+		if (it)
+			rocksdb_iter_destroy(it);
+		rocksdb_close(old);
+		rocksdb_readoptions_destroy(read);
+		rocksdb_options_destroy(options);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * The job was rescaled: the epoch's state is spread over the old subtasks'
+ * checkpoints.  live/ is new and empty; each old subtask that owned some
+ * of this subtask's key groups gives them.  Nothing is written outside
+ * live/: a crash before the next commit redoes all of it from the same
+ * checkpoints.
+ */
+static void
+rescale_from(RocksState *rs, const StateOpenArgs *args)
+{
+	char		epoch_key[] = "\0epoch";
+
+	for (int j = 0; j < args->old_parallelism; j++)
+	{
+		int			old_lo;
+		int			old_hi;
+
+		key_group_range(j, args->old_parallelism, args->key_groups, &old_lo, &old_hi);
+		if (old_hi <= args->kg_lo || old_lo >= args->kg_hi)
+			continue;
+		copy_key_groups(rs, args, j, checkpoint_dir(args->job_id, j, args->epoch, args->old_refs[j]),
+						old_lo, old_hi);
+	}
+	/* As a checkpoint of the epoch holds it. */
+	rocksdb_writebatch_put(rs->batch, epoch_key, sizeof(epoch_key) - 1,
+						   (const char *) &args->epoch, sizeof(args->epoch));
+	apply_writes(rs);
+}
+
+/*
+ * Without a rescale, the subtask's own checkpoint of the epoch becomes
+ * live/, as for a job of one process.  With one, see rescale_from().
+ */
 StateBackend *
-state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
+state_rocksdb_open(const StateOpenArgs *args)
 {
 	RocksState *rs = palloc0(sizeof(RocksState));
 	char	   *err = NULL;
 	sigset_t	saved;
-	rocksdb_block_based_table_options_t *table;
+	bool		rescale = args->epoch > 0 && args->old_parallelism != args->parallelism;
 
+	Assert(args->subtask >= 0 && args->subtask < args->parallelism);
+	Assert(args->kg_lo >= 0 && args->kg_lo <= args->kg_hi && args->kg_hi <= args->key_groups);
 	rs->base.ops = &rocks_ops;
-	rs->base.job_id = job_id;
-	rs->dir = state_job_dir(job_id);
+	rs->base.job_id = args->job_id;
+	rs->dir = state_subtask_dir(args->job_id, args->subtask);
 	rs->live = psprintf("%s/live", rs->dir);
 
 	if (pg_mkdir_p(pstrdup(rs->dir), pg_dir_create_mode) != 0 && errno != EEXIST)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"%s\": %m", rs->dir)));
-	state_sync_job_dirs(job_id);
+	state_sync_subtask_dirs(args->job_id, args->subtask);
+	rs->lock_fd = lock_subtask_dir(rs->dir, args->job_id, args->subtask);
 
 	/*
-	 * Besides the job's lock, which every worker takes first: one process
-	 * at a time has the directory, whatever the shared memory says.
+	 * Back to the committed epoch: what came after it never committed.  The
+	 * checkpoints up to it stay, this subtask's own among them when it ran
+	 * at the old parallelism too: the others may be reading it now.
 	 */
-	rs->lock_fd = BasicOpenFile(psprintf("%s/lock", rs->dir), O_RDWR | O_CREAT | PG_BINARY);
-	if (rs->lock_fd < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not open \"%s/lock\": %m", rs->dir)));
-	if (flock(rs->lock_fd, LOCK_EX | LOCK_NB) != 0)
-	{
-		int			save_errno = errno;
-
-		close(rs->lock_fd);
-		errno = save_errno;
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("the RocksDB state of job " INT64_FORMAT " is in use by another process", job_id),
-				 errdetail("Locking \"%s/lock\" failed: %m.", rs->dir)));
-	}
-
-	/* Back to the committed epoch: what came after it never committed. */
 	remove_if_exists(rs->live);
-	remove_checkpoints(rs->dir, 0, epoch);
-	if (epoch > 0)
-	{
-		char	   *ckpt = psprintf("%s/%s", rs->dir, state_ref ? state_ref : "");
-		struct stat st;
+	remove_checkpoints(rs->dir, 0, args->epoch);
+	if (args->epoch > 0 && !rescale)
+		clone_checkpoint(checkpoint_dir(args->job_id, args->subtask, args->epoch,
+										args->old_refs ? args->old_refs[args->subtask] : NULL),
+						 rs->live);
 
-		if (state_ref == NULL || stat(ckpt, &st) != 0 || !S_ISDIR(st.st_mode))
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("the RocksDB state of checkpoint " INT64_FORMAT " is missing", epoch),
-					 errdetail("Directory \"%s\" under the data directory does not exist.", ckpt),
-					 errhint("Restore a retained epoch whose state exists with mailer.restore_job(), or drop and create the job again.")));
-		clone_checkpoint(ckpt, rs->live);
-	}
-
-	rs->options = rocksdb_options_create();
-	rocksdb_options_set_env(rs->options, shared_env());
-	rocksdb_options_set_create_if_missing(rs->options, 1);
-	rocksdb_options_set_max_background_jobs(rs->options, 2);
-	/* Every checkpoint flushes the memtable: it only ever holds one interval's writes. */
-	rocksdb_options_set_write_buffer_size(rs->options, 16 * 1024 * 1024);
-	rocksdb_options_set_max_write_buffer_number(rs->options, 2);
-	rocksdb_options_set_max_open_files(rs->options, 256);
-	rocksdb_options_set_keep_log_file_num(rs->options, 2);
-	rocksdb_options_set_stats_dump_period_sec(rs->options, 0);
-	rocksdb_options_set_compression(rs->options, rocksdb_lz4_compression);
-	/* Most lookups are of keys not there yet (a new key, a new window): a bloom filter answers them. */
-	rocksdb_options_set_memtable_prefix_bloom_size_ratio(rs->options, 0.1);
-	rocksdb_options_set_memtable_whole_key_filtering(rs->options, 1);
-	table = rocksdb_block_based_options_create();
-	rocksdb_block_based_options_set_block_cache(table, rocksdb_cache_create_lru(16 * 1024 * 1024));
-	/* Index and filter blocks stay with each open table: a lookup never rereads them. */
-	rocksdb_block_based_options_set_cache_index_and_filter_blocks(table, 0);
-	rocksdb_block_based_options_set_filter_policy(table, rocksdb_filterpolicy_create_bloom(10));
-	rocksdb_options_set_block_based_table_factory(rs->options, table);
-
+	rs->options = live_options();
 	mailer_block_signals(&saved);
 	rs->db = rocksdb_open(rs->options, rs->live, &err);
 	mailer_restore_signals(&saved);
@@ -275,6 +427,8 @@ state_rocksdb_open(int64 job_id, int64 epoch, const char *state_ref)
 	rs->write = rocksdb_writeoptions_create();
 	rocksdb_writeoptions_disable_WAL(rs->write, 1);
 	rs->batch = rocksdb_writebatch_create();
+	if (rescale)
+		rescale_from(rs, args);
 	return &rs->base;
 }
 
@@ -409,6 +563,61 @@ rocks_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 	RocksState *rs = (RocksState *) backend;
 
 	remove_checkpoints(rs->dir, keep_from, epoch);
+}
+
+/* Whether a directory holds a checkpoint. */
+static bool
+has_checkpoints(const char *dir)
+{
+	DIR		   *d = AllocateDir(dir);
+	struct dirent *de;
+	bool		found = false;
+
+	while (!found && (de = ReadDir(d, dir)) != NULL)
+		found = checkpoint_epoch(de->d_name) >= 0;
+	FreeDir(d);
+	return found;
+}
+
+/*
+ * The retention of committed(), for the subtasks the job no longer runs:
+ * their checkpoints of retained epochs stay (a restore to such an epoch
+ * reads them), the others go, and so does a directory left without any.
+ */
+void
+state_remove_unused_subtask_dirs(int64 job_id, int parallelism, int64 epoch, int64 keep_from)
+{
+	char	   *job_dir = state_job_dir(job_id);
+	DIR		   *d = AllocateDir(job_dir);
+	struct dirent *de;
+
+	if (d == NULL && errno == ENOENT)
+		return;					/* no RocksDB state */
+	while ((de = ReadDir(d, job_dir)) != NULL)
+	{
+		int			k;
+		char		rest;
+		char	   *dir;
+		int			fd;
+
+		if (sscanf(de->d_name, "subtask-%d%c", &k, &rest) != 1 || k < parallelism)
+			continue;
+		dir = psprintf("%s/%s", job_dir, de->d_name);
+		fd = BasicOpenFile(psprintf("%s/lock", dir), O_RDWR | PG_BINARY);
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0)
+		{
+			/* a subtask of another run still has it: never the case, but not ours to judge */
+			close(fd);
+			continue;
+		}
+		remove_if_exists(psprintf("%s/live", dir));
+		remove_checkpoints(dir, keep_from, epoch);
+		if (!has_checkpoints(dir))
+			rmtree(dir, true);
+		if (fd >= 0)
+			close(fd);
+	}
+	FreeDir(d);
 }
 
 static int64
