@@ -27,6 +27,7 @@ typedef struct CompileState
 	List	   *agg_paths;		/* each aggregate's JSON path */
 	const char *window_path;
 	const char *key_by_path;
+	const char *flat_map_path;
 } CompileState;
 
 /* Indexed by ValueFormat: the type of the record's value field. */
@@ -67,6 +68,16 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 	plan->steps = palloc0(sizeof(StatelessStep *) * (list_length(spec->steps) + 1));
 	foreach(lc, spec->steps)
 		compile_step(&cs, lfirst(lc));
+
+	/*
+	 * A flat_map's outputs of one record are added to the keyed state
+	 * together, or none is; a parallel job may send them to different
+	 * subtasks, which cannot undo each other's.
+	 */
+	if (plan->aggregated && cs.flat_map_path && spec->parallelism > 1)
+		spec_error(cs.flat_map_path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Use \"parallelism\": 1 for a job with a flat_map before its aggregate, or split the records upstream.",
+				   "a flat_map before an aggregate needs parallelism 1");
 	if (plan->window && !plan->aggregated)
 		spec_error(cs.window_path, ERRCODE_INVALID_PARAMETER_VALUE,
 				   "Add an aggregate step after the window, e.g. {\"aggregate\": {\"orders\": \"count(*)\"}}.",
@@ -93,8 +104,10 @@ compile_step(CompileState *cs, StepSpec *step)
 	check_step_order(plan, step);
 	switch (step->kind)
 	{
-		case STEP_FILTER:
 		case STEP_FLAT_MAP:
+			cs->flat_map_path = step->path;
+			/* fall through */
+		case STEP_FILTER:
 			st = compile_expr_step(step, cs->scope);
 			break;
 		case STEP_KEY_BY:

@@ -167,8 +167,12 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 	Int64GetDatum(job_id)};
 	MemoryContext ctx = CurrentMemoryContext;
 
-	work_xact_begin();
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	MemoryContextSwitchTo(ctx);
 	SPI_connect();
+
 	/*
 	 * A share is committed when subtask 0's row of its epoch is.  A job
 	 * with a worker is left to it: its subtask 0 resolves before it starts
@@ -195,7 +199,9 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
-	work_xact_end();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(ctx);
 
 	foreach(lc, pending)
 	{
@@ -210,6 +216,7 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 		StartTransactionCommand();
 		FinishPreparedTransaction(p->gid, p->commit);
 		CommitTransactionCommand();
+		MemoryContextSwitchTo(ctx);
 		ereport(LOG,
 				(errmsg("mailer %s the prepared share \"%s\" of an epoch",
 						p->commit ? "committed" : "rolled back", p->gid)));

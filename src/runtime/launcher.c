@@ -20,6 +20,8 @@
  */
 #include "postgres.h"
 
+#include "access/twophase.h"
+
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
@@ -47,6 +49,7 @@
 #include "jobs/job_slots.h"
 #include "jobs/job_state.h"
 #include "runtime/job_worker.h"
+#include "runtime/epoch_commit.h"
 #include "runtime/launcher.h"
 #include "state/state.h"
 
@@ -102,6 +105,7 @@ static volatile sig_atomic_t in_round = true;
 static void launcher_sigterm(SIGNAL_ARGS);
 static void adopt_slots(void);
 static void reconcile(long *timeout_ms);
+static void settle_prepared(Oid ext_oid);
 static void recover_after_restart(List *jobs, Oid ext_oid);
 static void tend_slots(List *jobs, Oid ext_oid, TimestampTz now, long *timeout_ms);
 static void tend_live_worker(int i, LauncherJob *job, bool stop_requested);
@@ -305,6 +309,36 @@ reconcile(long *timeout_ms)
 	CommitTransactionCommand();
 	round_committed();
 	first_round = false;
+	settle_prepared(ext_oid);
+}
+
+/*
+ * A parallel job that stopped between its subtasks' prepare and the
+ * commit, and is not running again (stopped, failed, dropped), must not
+ * leave its prepared transactions holding back vacuum and locks: settle
+ * them per the epoch's decision (epoch_commit.c).  A failure here (one is
+ * being settled by someone else) waits for the next round.
+ */
+static void
+settle_prepared(Oid ext_oid)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+
+	if (max_prepared_xacts == 0)
+		return;
+	PG_TRY();
+	{
+		epoch_resolve_prepared(ext_oid, 0);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(ctx);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(ctx);
+	}
+	PG_END_TRY();
 }
 
 /*
