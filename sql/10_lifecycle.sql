@@ -116,6 +116,11 @@ SELECT j.state, j.desired_state, a.backend_type, a.usename = current_user AS as_
   FROM mailer.jobs j JOIN pg_stat_activity a ON a.pid = j.pid
  WHERE j.name = 'lc_unbounded';
 SELECT pid AS worker_pid FROM mailer.jobs WHERE name = 'lc_unbounded' \gset
+-- One subtask: the job's worker, counting what mailer.metrics counts.
+SELECT s.subtask, s.state IN ('starting', 'running') AS live, s.pid = :worker_pid AS jobs_pid,
+	   s.records_in > 0 AS reads, s.last_error, m.parallelism
+  FROM mailer.subtasks s JOIN mailer.metrics m USING (name)
+ WHERE s.name = 'lc_unbounded';
 -- A wait on a running job with no time left times out.
 \set VERBOSITY terse
 SELECT mailer.wait_job('lc_unbounded', '0 seconds');
@@ -164,6 +169,11 @@ SELECT mailer.start_job('lc_unbounded');
 SELECT mailer.wait_job('lc_unbounded');
 SELECT state, pid IS NOT NULL AS has_worker FROM mailer.jobs WHERE name = 'lc_unbounded';
 SELECT pid AS worker_pid FROM mailer.jobs WHERE name = 'lc_unbounded' \gset
+-- One subtask: the job's worker, counting what mailer.metrics counts.
+SELECT s.subtask, s.state IN ('starting', 'running') AS live, s.pid = :worker_pid AS jobs_pid,
+	   s.records_in > 0 AS reads, s.last_error, m.parallelism
+  FROM mailer.subtasks s JOIN mailer.metrics m USING (name)
+ WHERE s.name = 'lc_unbounded';
 
 -- drop_job stops a running job and removes it.
 SELECT mailer.drop_job('lc_unbounded') = :job_id AS dropped_id;

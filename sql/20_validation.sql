@@ -40,6 +40,9 @@ SELECT mailer.describe_job('{"source": {"type": "generator", "keys": null}, "sin
 SELECT mailer.describe_job('{"source": {"type": "generator", "seed": true}, "sink": {"type": "table", "table": "val_orders"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator", "start_time": "yesterday-ish"}, "sink": {"type": "table", "table": "val_orders"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator", "start_time": 1735689600}, "sink": {"type": "table", "table": "val_orders"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator", "partitions": 0}, "sink": {"type": "table", "table": "val_orders"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator", "partitions": 1025}, "sink": {"type": "table", "table": "val_orders"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator", "partitions": "4"}, "sink": {"type": "table", "table": "val_orders"}}');
 -- intervals
 SELECT mailer.describe_job('{"source": {"type": "generator", "step": "soon"}, "sink": {"type": "table", "table": "val_orders"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator", "step": 10}, "sink": {"type": "table", "table": "val_orders"}}');
@@ -57,8 +60,28 @@ SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "
 -- other top-level options
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "on_error": "ignore"}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "state": {"backend": "disk"}}');
-SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": 2}');
+-- parallelism and key groups (a valid parallelism is in 40_describe)
+CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE q;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE;
+END $$;
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": 0}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": 65}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": "2"}');
+-- more than mailer.max_parallelism_per_job (8 by default)
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": 9}');
+-- a superuser may raise it; the test cluster has max_prepared_transactions = 32
+SET mailer.max_parallelism_per_job = 64;
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": 40}');
+SELECT mailer.create_job('val_too_parallel', '{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": 34}');
+SELECT pg_temp.sqlstate_of($$SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "parallelism": 40}')$$) AS object_not_in_prerequisite_state;
+RESET mailer.max_parallelism_per_job;
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "key_groups": 0}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "key_groups": 32769}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "key_groups": 2, "parallelism": 4}');
 
 -- steps: shape and order
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "steps": {"filter": "true"}}');

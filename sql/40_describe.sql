@@ -105,6 +105,20 @@ SELECT mailer.describe_job($${
   "sink": {"type": "table", "table": "ds_running"}
 }$$);
 
+-- A parallel job: four subtasks, the generator's events in eight partitions,
+-- the keyed state in 16 key groups.
+SELECT mailer.describe_job($${
+  "source": {"type": "generator", "partitions": 8},
+  "steps": [
+    {"key_by": {"customer_id": "key"}},
+    {"aggregate": {"orders": "count(*)", "biggest": "max((value->>'amount')::numeric)",
+                   "average": "avg((value->>'amount')::numeric)"}}
+  ],
+  "sink": {"type": "table", "table": "ds_running"},
+  "parallelism": 4,
+  "key_groups": 16
+}$$);
+
 -- describe_job created nothing.
 SELECT count(*) FROM mailer.jobs;
 

@@ -120,7 +120,9 @@ CREATE TABLE mailer.job_status (
 	changed_at		timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
--- One row per committed checkpoint, the newest `checkpoint.retain` kept.
+-- One row per subtask of each committed checkpoint, the newest
+-- `checkpoint.retain` epochs kept.  Subtask 0's row is the epoch's commit
+-- decision: an epoch without it is not committed.
 CREATE TABLE mailer.checkpoints (
 	job_id			bigint NOT NULL REFERENCES mailer.job ON DELETE CASCADE,
 	epoch			bigint NOT NULL,
@@ -133,7 +135,9 @@ CREATE TABLE mailer.checkpoints (
 	duration_ms		double precision NOT NULL,
 	final			boolean NOT NULL DEFAULT false,	-- taken as the worker stopped cleanly
 	state_layout	text,					-- the key and aggregate types the state was written with
-	PRIMARY KEY (job_id, epoch)
+	subtask			integer NOT NULL DEFAULT 0,	-- whose share of the epoch; 0's row commits it
+	parallelism		integer NOT NULL DEFAULT 1,	-- the job's parallelism when the epoch was cut
+	PRIMARY KEY (job_id, epoch, subtask)
 );
 
 -- Records that failed a step, written with the checkpoint that covers them.
@@ -160,7 +164,7 @@ CREATE TABLE mailer.memory_state (
 	key				bytea NOT NULL,
 	epoch			bigint NOT NULL,
 	value			bytea,
-	key_group		int,
+	key_group		integer,				-- NULL in rows written by 0.1.0
 	PRIMARY KEY (job_id, key, epoch)
 );
 -- Each subtask of a parallel job reads and deletes its own key groups' rows.
@@ -250,6 +254,13 @@ LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION mailer.restore_job(text, bigint) IS
 	'Rewind a stopped job to a retained checkpoint (state and source positions); returns the epoch';
 
+CREATE FUNCTION mailer.alter_job(name text, spec jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'mailer_alter_job'
+LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION mailer.alter_job(text, jsonb) IS
+	'Change the spec of a stopped job; only its parallelism may change, and its state moves at the next start';
+
 CREATE FUNCTION mailer.wait_job(name text, timeout interval DEFAULT '60 seconds')
 RETURNS text
 AS 'MODULE_PATHNAME', 'mailer_wait_job'
@@ -268,14 +279,17 @@ LANGUAGE C STRICT STABLE PARALLEL SAFE;
 -- Views.
 --
 
+-- A row per job (per_subtask: per subtask of a running job) with what its
+-- workers keep in shared memory.
 CREATE FUNCTION mailer._live_jobs(
+	per_subtask boolean DEFAULT false,
 	OUT job_id bigint, OUT live_state text, OUT pid integer, OUT error text,
 	OUT error_at timestamptz, OUT counters jsonb, OUT input_rate double precision,
 	OUT last_checkpoint_epoch bigint, OUT last_checkpoint_at timestamptz,
 	OUT last_checkpoint_ms bigint, OUT watermark timestamptz,
 	OUT state_bytes bigint, OUT consumer_lag bigint,
 	OUT state_checkpoint_ms double precision, OUT state_restore_ms double precision,
-	OUT waiting_for text)
+	OUT waiting_for text, OUT subtask integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'mailer_live_jobs'
 LANGUAGE C STRICT VOLATILE;
@@ -283,7 +297,8 @@ LANGUAGE C STRICT VOLATILE;
 CREATE FUNCTION mailer._live_partitions(
 	OUT job_id bigint, OUT topic text, OUT partition integer,
 	OUT "position" bigint, OUT end_offset bigint, OUT records_in bigint,
-	OUT watermark timestamptz, OUT idle boolean, OUT offsets_skipped bigint)
+	OUT watermark timestamptz, OUT idle boolean, OUT offsets_skipped bigint,
+	OUT subtask integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'mailer_live_partitions'
 LANGUAGE C STRICT VOLATILE;
@@ -294,7 +309,8 @@ LANGUAGE C STRICT VOLATILE;
 -- none once the job has finished or failed (its worker is exiting).
 -- state and waiting_for (broker, table, lock: while the state is waiting)
 -- say what is true now; last_error and last_error_at are the last error
--- and its time, kept once the job has gone on.
+-- and its time, kept once the job has gone on.  A parallel job is one row:
+-- its coordinator's pid, and what any of its subtasks waits for.
 CREATE VIEW mailer.jobs AS
 SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 	   CASE
@@ -316,20 +332,25 @@ SELECT j.job_id, j.name, j.owner, j.spec, j.desired_state,
 		 ELSE '<insufficient privilege>'
 	   END AS last_error,
 	   coalesce(l.error_at, s.last_error_at) AS last_error_at,
-	   j.created_at
+	   j.created_at,
+	   coalesce((j.spec OPERATOR(pg_catalog.->>) 'parallelism')::integer, 1) AS parallelism
   FROM mailer.job j
   LEFT JOIN mailer.job_status s ON s.job_id OPERATOR(pg_catalog.=) j.job_id
   LEFT JOIN mailer._live_jobs() l ON l.job_id OPERATOR(pg_catalog.=) j.job_id;
 
+-- One row per job: a running job's counters, rate and lag are the sums over
+-- its subtasks, its watermark their least (_live_jobs); a job without a
+-- worker shows those of its newest committed epoch, summed likewise over
+-- the epoch's rows (one per subtask).
 CREATE VIEW mailer.metrics AS
 SELECT j.name, j.state,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_in')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_in')::bigint, 0) AS records_in,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_accepted')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_accepted')::bigint, 0) AS records_accepted,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_out')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_out')::bigint, 0) AS records_out,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint, 0) AS records_filtered,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint, 0) AS records_dead_lettered,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint, 0) AS records_skipped,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint, (c.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint, 0) AS records_late,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_in')::bigint, c.records_in, 0) AS records_in,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_accepted')::bigint, c.records_accepted, 0) AS records_accepted,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_out')::bigint, c.records_out, 0) AS records_out,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint, c.records_filtered, 0) AS records_filtered,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint, c.records_dead_lettered, 0) AS records_dead_lettered,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint, c.records_skipped, 0) AS records_skipped,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint, c.records_late, 0) AS records_late,
 	   coalesce(l.input_rate, 0) AS input_rate,
 	   l.consumer_lag,
 	   coalesce(l.watermark, c.watermark) AS watermark,
@@ -338,19 +359,58 @@ SELECT j.name, j.state,
 	   coalesce(l.last_checkpoint_ms, c.duration_ms::bigint) AS last_checkpoint_ms,
 	   l.state_bytes,
 	   l.state_checkpoint_ms,
-	   l.state_restore_ms
+	   l.state_restore_ms,
+	   j.parallelism
   FROM mailer.jobs j
   LEFT JOIN mailer._live_jobs() l ON l.job_id OPERATOR(pg_catalog.=) j.job_id
-  LEFT JOIN LATERAL (SELECT * FROM mailer.checkpoints c
-					  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY epoch DESC LIMIT 1) c ON true;
+  LEFT JOIN LATERAL (
+		SELECT c.epoch,
+			   pg_catalog.max(c.committed_at) AS committed_at,
+			   pg_catalog.max(c.duration_ms) AS duration_ms,
+			   -- a subtask without a watermark holds the job's back
+			   CASE WHEN pg_catalog.count(c.watermark) OPERATOR(pg_catalog.=) pg_catalog.count(*)
+					THEN pg_catalog.min(c.watermark) END AS watermark,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_in')::bigint)::bigint AS records_in,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_accepted')::bigint)::bigint AS records_accepted,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_out')::bigint)::bigint AS records_out,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint)::bigint AS records_filtered,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint)::bigint AS records_dead_lettered,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint)::bigint AS records_skipped,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint)::bigint AS records_late
+		  FROM mailer.checkpoints c
+		 WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id
+		   AND c.epoch OPERATOR(pg_catalog.=) (SELECT pg_catalog.max(d.epoch) FROM mailer.checkpoints d
+												WHERE d.job_id OPERATOR(pg_catalog.=) j.job_id
+												  AND d.subtask OPERATOR(pg_catalog.=) 0)
+		 GROUP BY c.epoch) c ON true;
 
+-- The partitions of running jobs, each with the subtask that reads it.
 CREATE VIEW mailer.partition_metrics AS
-SELECT j.name, p.topic, p.partition, p.position, p.end_offset,
+SELECT j.name, p.subtask, p.topic, p.partition, p.position, p.end_offset,
 	   CASE WHEN p.end_offset OPERATOR(pg_catalog.>=) 0 AND p.position OPERATOR(pg_catalog.>=) 0
 			THEN greatest(p.end_offset OPERATOR(pg_catalog.-) p.position, 0) END AS lag,
 	   p.records_in, p.watermark, p.idle, p.offsets_skipped
   FROM mailer._live_partitions() p
   JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id;
 
+-- One row per subtask of a running job (subtask 0 is the coordinator).  A
+-- subtask's live error may quote a record: _live_jobs shows it only to
+-- those who may see the job's, as mailer.jobs does.
+CREATE VIEW mailer.subtasks AS
+SELECT j.name, s.subtask, s.pid, s.live_state AS state, s.waiting_for,
+	   (s.counters OPERATOR(pg_catalog.->>) 'records_in')::bigint AS records_in,
+	   (s.counters OPERATOR(pg_catalog.->>) 'records_accepted')::bigint AS records_accepted,
+	   (s.counters OPERATOR(pg_catalog.->>) 'records_out')::bigint AS records_out,
+	   (s.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint AS records_filtered,
+	   (s.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint AS records_dead_lettered,
+	   (s.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint AS records_skipped,
+	   (s.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint AS records_late,
+	   s.input_rate, s.consumer_lag, s.watermark,
+	   s.last_checkpoint_epoch, s.last_checkpoint_at, s.last_checkpoint_ms,
+	   s.state_bytes, s.state_checkpoint_ms, s.state_restore_ms,
+	   s.error AS last_error, s.error_at AS last_error_at
+  FROM mailer._live_jobs(true) s
+  JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) s.job_id;
+
 GRANT USAGE ON SCHEMA mailer TO PUBLIC;
-GRANT SELECT ON mailer.jobs, mailer.metrics, mailer.partition_metrics TO PUBLIC;
+GRANT SELECT ON mailer.jobs, mailer.metrics, mailer.partition_metrics, mailer.subtasks TO PUBLIC;

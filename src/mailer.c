@@ -36,6 +36,7 @@ int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
 int			mailer_termination_grace_ms = 10000;
 int			mailer_max_outputs_per_record = 100000;
+int			mailer_max_parallelism_per_job = 8;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -172,6 +173,20 @@ define_settings(void)
 							&mailer_max_outputs_per_record,
 							100000, 1, 100000000,
 							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	/*
+	 * Superuser-set, so that an administrator may allow one role more
+	 * (ALTER ROLE ... SET) without raising it for everyone.  Checked when a
+	 * job is created or altered only: lowering it leaves existing jobs be.
+	 */
+	DefineCustomIntVariable("mailer.max_parallelism_per_job",
+							"Most subtasks (\"parallelism\") a job may be created or altered with.",
+							"Each subtask is a background worker and takes a slot of mailer.max_jobs.",
+							&mailer_max_parallelism_per_job,
+							8, 1, MAILER_MAX_PARALLELISM,
+							PGC_SUSET,
 							0,
 							NULL, NULL, NULL);
 

@@ -1,7 +1,8 @@
 /*
  * job_functions.c
  *		The SQL functions that define and control jobs (mailer.create_job,
- *		describe_job, start_job, stop_job, drop_job, restore_job, wait_job).
+ *		describe_job, start_job, stop_job, drop_job, restore_job, alter_job,
+ *		wait_job).
  *
  * They run as the caller: a spec is validated with the caller's privileges
  * and the caller becomes the owner.  They write mailer's tables through
@@ -29,6 +30,7 @@
 #include "jobs/job_slots.h"
 #include "plan/plan.h"
 #include "plan/spec.h"
+#include "plan/spec_error.h"
 
 PG_FUNCTION_INFO_V1(mailer_create_job);
 PG_FUNCTION_INFO_V1(mailer_describe_job);
@@ -37,6 +39,7 @@ PG_FUNCTION_INFO_V1(mailer_stop_job);
 PG_FUNCTION_INFO_V1(mailer_drop_job);
 PG_FUNCTION_INFO_V1(mailer_restore_job);
 PG_FUNCTION_INFO_V1(mailer_wait_job);
+PG_FUNCTION_INFO_V1(mailer_alter_job);
 
 /* The column of create_job's statement. */
 #define Anum_created_job_id			1
@@ -46,6 +49,8 @@ PG_FUNCTION_INFO_V1(mailer_wait_job);
 #define Anum_retained_epoch_found	2
 
 static void check_job_name(const char *name);
+static Jsonb *normalize_spec(Jsonb *spec_doc, bool check_settings);
+static void require_stopped(JobRow *job, const char *what);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
 
@@ -54,7 +59,6 @@ mailer_create_job(PG_FUNCTION_ARGS)
 {
 	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	Jsonb	   *spec_doc = PG_GETARG_JSONB_P(1);
-	JobSpec    *spec;
 	Jsonb	   *redacted;
 	Jsonb	   *secrets;
 	HeapTuple	role;
@@ -86,9 +90,7 @@ mailer_create_job(PG_FUNCTION_ARGS)
 				 errmsg("job \"%s\" already exists", name),
 				 errhint("Choose another name, or drop the job first with mailer.drop_job('%s').", name)));
 
-	spec = spec_parse(spec_doc);
-	spec->source.kafka.owner = GetUserId();
-	spec_doc = plan_pin_sink(spec_doc, plan_compile(spec, true));
+	spec_doc = normalize_spec(spec_doc, true);
 
 	redacted = spec_redact(spec_doc, &secrets);
 	values[0] = CStringGetTextDatum(name);
@@ -142,6 +144,7 @@ mailer_describe_job(PG_FUNCTION_ARGS)
 
 	begin_reading_spec();
 	spec = spec_parse(spec_doc);
+	spec_check_settings(spec);
 	/* Judged as if the caller created the job: nothing reaches librdkafka otherwise. */
 	spec->source.kafka.owner = GetUserId();
 	plan = plan_compile(spec, true);
@@ -217,36 +220,19 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		isnull;
 	char	   *retained;
-	Oid			ext_oid;
 
 	mailer_require_preload();
 	catalog_check_owner(job, "restore");
-	if (job->desired_state != JOB_STATE_STOPPED)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("job \"%s\" must be stopped to be restored", job->name),
-				 errhint("SELECT mailer.stop_job('%s') first.", job->name)));
-	wait_for_launcher_to_settle(job, false, 60 * 1000L);
-	ext_oid = get_extension_oid(MAILER_EXTENSION, false);
-
-	/*
-	 * Hold the job's lock until we commit: a worker that starts meanwhile
-	 * (a start_job racing with us) exits at once, instead of taking a final
-	 * checkpoint of what it read before the rewind.
-	 */
-	job_control_note();
-	if (job_worker_alive(job, ext_oid) || !job_lock_wait(job, ext_oid, 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("job \"%s\" must be stopped to be restored", job->name),
-				 errhint("SELECT mailer.stop_job('%s') first.", job->name)));
+	require_stopped(job, "restored");
 
 	values[0] = Int64GetDatum(job->job_id);
 	values[1] = Int64GetDatum(epoch);
 	SPI_connect();
 	catalog_exec("SELECT pg_catalog.string_agg(epoch::pg_catalog.text, ', ' ORDER BY epoch), "
 				 "pg_catalog.bool_or(epoch OPERATOR(pg_catalog.=) $2) "
-				 "FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1",
+				 "FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 /* subtask 0's row is an epoch's commit decision: one per epoch */
+				 "AND subtask OPERATOR(pg_catalog.=) 0",
 				 2, types, values, NULL, false);
 	retained = catalog_text(0, Anum_retained_epochs);
 	if (!DatumGetBool(catalog_value(0, Anum_retained_epoch_found, &isnull)) || isnull)
@@ -271,6 +257,58 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, types, values, NULL, false);
 	SPI_finish();
 	PG_RETURN_INT64(epoch);
+}
+
+/*
+ * Change a stopped job's spec.  Only the parallelism may change: the
+ * workers move the state by key group when they next start.  The new spec
+ * is judged as create_job judges one, as the caller; it is then compared
+ * with the stored one, both normalized alike, parallelism aside.
+ */
+Datum
+mailer_alter_job(PG_FUNCTION_ARGS)
+{
+	JobRow	   *job = catalog_get_job_by_name(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
+	Jsonb	   *spec_doc = PG_GETARG_JSONB_P(1);
+	Jsonb	   *stored;
+	Jsonb	   *secrets;
+	Jsonb	   *parallelism;
+	const char *parallelism_path[] = {"parallelism"};
+	char	   *diff;
+	Oid			types[2] = {INT8OID, JSONBOID};
+	Datum		values[2];
+
+	begin_reading_spec();
+	mailer_require_preload();
+	catalog_check_owner(job, "alter");
+	require_stopped(job, "altered");
+
+	/* The stored spec with its secrets: a masked secret in the new one means unchanged. */
+	stored = catalog_get_job(job->job_id, true, false)->spec;
+	spec_doc = normalize_spec(spec_keep_masked(spec_doc, stored), true);
+	stored = normalize_spec(stored, false);
+
+	/* The parallelism is the one field that may differ. */
+	parallelism = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(
+																		psprintf("%d", spec_parse(spec_doc)->parallelism))));
+	spec_doc = spec_jsonb_set(spec_doc, parallelism_path, 1, parallelism, true);
+	stored = spec_jsonb_set(stored, parallelism_path, 1, parallelism, true);
+	diff = spec_first_difference(stored, spec_doc);
+	if (diff)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 spec_errmsg(diff, "differs from the spec of job \"%s\"", job->name),
+				 errhint("Only \"parallelism\" can change on an existing job; create a new job for other changes.")));
+
+	/* The secrets are those stored: equal, as compared above. */
+	values[0] = Int64GetDatum(job->job_id);
+	values[1] = JsonbPGetDatum(spec_redact(spec_doc, &secrets));
+	SPI_connect();
+	catalog_exec("UPDATE mailer.job SET spec = $2 WHERE job_id OPERATOR(pg_catalog.=) $1",
+				 2, types, values, NULL, false);
+	SPI_finish();
+	end_reading_spec();
+	PG_RETURN_VOID();
 }
 
 /*
@@ -374,6 +412,49 @@ exec_job_update(const char *sql, int64 job_id)
 	SPI_connect();
 	catalog_exec(sql, 1, &type, &value, NULL, false);
 	SPI_finish();
+}
+
+/*
+ * A spec as create_job stores it: judged as the caller's (ERROR when it is
+ * invalid; check_settings: also against the server's settings now), with
+ * the sink's table and mode and the key groups pinned.
+ */
+static Jsonb *
+normalize_spec(Jsonb *spec_doc, bool check_settings)
+{
+	JobSpec    *spec = spec_parse(spec_doc);
+
+	if (check_settings)
+		spec_check_settings(spec);
+	spec->source.kafka.owner = GetUserId();
+	spec_doc = plan_pin_sink(spec_doc, plan_compile(spec, true));
+	return spec_pin_defaults(spec_doc, spec);
+}
+
+/*
+ * ERROR unless the job is stopped and no worker of it runs; then hold the
+ * job's lock until the transaction ends, so that a worker that starts
+ * meanwhile (a start_job racing with us) exits at once instead of running
+ * on what we rewrite.  what: "restored", "altered".
+ */
+static void
+require_stopped(JobRow *job, const char *what)
+{
+	Oid			ext_oid;
+
+	if (job->desired_state != JOB_STATE_STOPPED)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("job \"%s\" must be stopped to be %s", job->name, what),
+				 errhint("SELECT mailer.stop_job('%s') first.", job->name)));
+	wait_for_launcher_to_settle(job, false, 60 * 1000L);
+	ext_oid = get_extension_oid(MAILER_EXTENSION, false);
+	job_control_note();
+	if (job_worker_alive(job, ext_oid) || !job_lock_wait(job, ext_oid, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("job \"%s\" must be stopped to be %s", job->name, what),
+				 errhint("SELECT mailer.stop_job('%s') first.", job->name)));
 }
 
 static void

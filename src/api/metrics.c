@@ -1,7 +1,14 @@
 /*
  * metrics.c
- *		The live half of mailer.jobs, mailer.metrics and
- *		mailer.partition_metrics: what running workers keep in shared memory.
+ *		The live half of mailer.jobs, mailer.metrics,
+ *		mailer.partition_metrics and mailer.subtasks: what running workers
+ *		keep in shared memory.
+ *
+ * A parallel job has a slot per subtask.  The views show a job as one row
+ * whatever its parallelism: the coordinator's (subtask 0's) slot speaks for
+ * the job, with the counters, rate, lag and state size summed over the
+ * subtasks and the least of their watermarks (docs/ARCHITECTURE.md,
+ * "Parallel jobs").
  */
 #include "postgres.h"
 
@@ -40,8 +47,10 @@ PG_FUNCTION_INFO_V1(mailer_live_partitions);
 #define Anum_live_state_restore_ms		15
 #define Anum_live_waiting_for			16
 #define Natts_live_jobs					16
+#define Anum_live_subtask				17	/* 0.2.0 on */
+#define Natts_live_jobs_subtask			17
 
-/* The columns of mailer._live_partitions. */
+/* The columns of mailer._live_partitions; those of 0.1.0 first, in its order. */
 #define Anum_live_partition_job_id		1
 #define Anum_live_partition_topic		2
 #define Anum_live_partition_partition	3
@@ -51,7 +60,9 @@ PG_FUNCTION_INFO_V1(mailer_live_partitions);
 #define Anum_live_partition_watermark	7
 #define Anum_live_partition_idle		8
 #define Anum_live_partition_offsets_skipped 9
-#define Natts_live_partitions			9
+#define Anum_live_partition_subtask		10
+#define Natts_live_partitions			10
+
 
 /* The columns of jobs_of_caller's statement. */
 #define Anum_caller_job_id				1
@@ -74,6 +85,7 @@ typedef struct VisibleJobs
 
 static void jobs_of_caller(VisibleJobs *visible);
 static bool job_visible(int64 job_id, const VisibleJobs *visible);
+static void add_partition_rows(ReturnSetInfo *rsinfo, JobSlot *slot);
 
 /*
  * The jobs whose owner the caller has the privileges of: the live error of
@@ -121,14 +133,167 @@ job_visible(int64 job_id, const VisibleJobs *visible)
 		bsearch(&job_id, visible->ids, visible->n, sizeof(int64), compare_job_ids) != NULL;
 }
 
+/* What the views show of one slot, read at one moment. */
+typedef struct SlotView
+{
+	int64		job_id;
+	int			subtask;
+	pid_t		pid;
+	JobLiveState live_state;
+	JobWaitFor	waiting_for;
+	bool		live;			/* a worker runs (or has just finished) */
+	bool		no_error;		/* no live error to show */
+	char		error[JOB_SLOT_ERROR_LEN];
+	TimestampTz error_at;
+	uint64		counters[JC_NUM_COUNTERS];
+	double		input_rate;
+	int64		last_checkpoint_epoch;
+	TimestampTz last_checkpoint_at;
+	int64		last_checkpoint_ms;
+	TimestampTz watermark;
+	int64		state_bytes;
+	int64		consumer_lag;
+	double		state_checkpoint_ms;
+	double		state_restore_ms;
+} SlotView;
+
+/* Read a slot; caller holds mailer_shared->lock. */
+static void
+read_slot(JobSlot *slot, SlotView *v)
+{
+	SpinLockAcquire(&slot->mutex);
+	v->job_id = slot->job_id;
+	v->subtask = slot->subtask;
+	v->pid = slot->pid;
+	v->live_state = slot->live_state;
+	v->waiting_for = slot->waiting_for;
+	/* A finished worker may be gone before the launcher records it. */
+	v->live = slot->live_state != JOB_LIVE_NONE &&
+		(slot->pid != 0 || slot->live_state == JOB_LIVE_FINISHED);
+	/* A worker's last error (it may quote a record) is the launcher's to record. */
+	v->no_error = slot->error[0] == '\0' || slot->pid == 0 || slot->exit_kind != JOB_EXIT_NONE;
+	strlcpy(v->error, slot->error, sizeof(v->error));
+	v->error_at = slot->error_at;
+	SpinLockRelease(&slot->mutex);
+	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+		v->counters[c] = pg_atomic_read_u64(&slot->counters[c]);
+	v->input_rate = slot->input_rate;
+	v->last_checkpoint_epoch = slot->last_checkpoint_epoch;
+	v->last_checkpoint_at = slot->last_checkpoint_at;
+	v->last_checkpoint_ms = slot->last_checkpoint_ms;
+	v->watermark = slot->watermark;
+	v->state_bytes = slot->state_bytes;
+	v->consumer_lag = slot->consumer_lag;
+	v->state_checkpoint_ms = slot->state_checkpoint_ms;
+	v->state_restore_ms = slot->state_restore_ms;
+}
+
+/* A sum of quantities where a negative one is unknown: unknown only if both are. */
+static int64
+add_known(int64 a, int64 b)
+{
+	return a < 0 ? b : b < 0 ? a : a + b;
+}
+
+/*
+ * Add subtask sub to the job's view v (the coordinator's to start with).
+ * The checkpoint is the coordinator's: it commits the epoch for all.
+ */
+static void
+merge_subtask(SlotView *v, const SlotView *sub)
+{
+	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+		if (c != JC_CHECKPOINTS)
+			v->counters[c] += sub->counters[c];
+	v->input_rate += sub->input_rate;
+	v->consumer_lag = add_known(v->consumer_lag, sub->consumer_lag);
+	v->state_bytes = add_known(v->state_bytes, sub->state_bytes);
+	v->state_checkpoint_ms = Max(v->state_checkpoint_ms, sub->state_checkpoint_ms);
+	v->state_restore_ms = Max(v->state_restore_ms, sub->state_restore_ms);
+	/* A subtask without a watermark yet holds the job's back. */
+	if (TIMESTAMP_NOT_FINITE(sub->watermark) || sub->watermark < v->watermark)
+		v->watermark = sub->watermark;
+	/* The job waits while one of its subtasks does, and says why. */
+	if (v->live_state == JOB_LIVE_RUNNING && sub->live && sub->live_state == JOB_LIVE_WAITING)
+	{
+		v->live_state = JOB_LIVE_WAITING;
+		v->waiting_for = sub->waiting_for;
+		if (!sub->no_error)
+		{
+			v->no_error = false;
+			strlcpy(v->error, sub->error, sizeof(v->error));
+			v->error_at = sub->error_at;
+		}
+	}
+	else if (v->no_error && !sub->no_error)
+	{
+		v->no_error = false;
+		strlcpy(v->error, sub->error, sizeof(v->error));
+		v->error_at = sub->error_at;
+	}
+}
+
+/* A row of _live_jobs of a job, or of a subtask. */
+static void
+put_live_row(Datum *values, bool *nulls, const SlotView *v, const VisibleJobs *visible)
+{
+	bool		no_checkpoint = v->last_checkpoint_epoch == 0;
+
+	SET_COLUMN(values, nulls, Anum_live_job_id, Int64GetDatum(v->job_id), false);
+	if (v->live)
+		SET_COLUMN(values, nulls, Anum_live_live_state,
+				   CStringGetTextDatum(job_state_name((JobState) v->live_state)), false);
+	else
+		SET_COLUMN(values, nulls, Anum_live_live_state, (Datum) 0, true);
+	SET_COLUMN(values, nulls, Anum_live_pid, Int32GetDatum(v->pid), v->pid == 0);
+	SET_COLUMN(values, nulls, Anum_live_error,
+			   CStringGetTextDatum(job_visible(v->job_id, visible) ?
+								   v->error : "<insufficient privilege>"),
+			   v->no_error);
+	SET_COLUMN(values, nulls, Anum_live_error_at, TimestampTzGetDatum(v->error_at), v->no_error);
+	SET_COLUMN(values, nulls, Anum_live_counters, job_counters_jsonb(v->counters), false);
+	SET_COLUMN(values, nulls, Anum_live_input_rate, Float8GetDatum(v->input_rate), false);
+	SET_COLUMN(values, nulls, Anum_live_last_checkpoint_epoch,
+			   Int64GetDatum(v->last_checkpoint_epoch), no_checkpoint);
+	SET_COLUMN(values, nulls, Anum_live_last_checkpoint_at,
+			   TimestampTzGetDatum(v->last_checkpoint_at), no_checkpoint);
+	SET_COLUMN(values, nulls, Anum_live_last_checkpoint_ms,
+			   Int64GetDatum(v->last_checkpoint_ms), no_checkpoint);
+	SET_COLUMN(values, nulls, Anum_live_watermark, TimestampTzGetDatum(v->watermark),
+			   TIMESTAMP_NOT_FINITE(v->watermark));
+	SET_COLUMN(values, nulls, Anum_live_state_bytes, Int64GetDatum(v->state_bytes),
+			   v->state_bytes < 0);
+	SET_COLUMN(values, nulls, Anum_live_consumer_lag, Int64GetDatum(v->consumer_lag),
+			   v->consumer_lag < 0);
+	SET_COLUMN(values, nulls, Anum_live_state_checkpoint_ms,
+			   Float8GetDatum(v->state_checkpoint_ms), v->state_checkpoint_ms < 0);
+	SET_COLUMN(values, nulls, Anum_live_state_restore_ms,
+			   Float8GetDatum(v->state_restore_ms), v->state_restore_ms < 0);
+	/* What it waits for, only while it does */
+	if (v->live && v->live_state == JOB_LIVE_WAITING && v->waiting_for != JOB_WAIT_NONE)
+		SET_COLUMN(values, nulls, Anum_live_waiting_for,
+				   CStringGetTextDatum(job_wait_for_names[v->waiting_for]), false);
+	else
+		SET_COLUMN(values, nulls, Anum_live_waiting_for, (Datum) 0, true);
+	SET_COLUMN(values, nulls, Anum_live_subtask, Int32GetDatum(v->subtask), false);
+}
+
+/*
+ * mailer._live_jobs(per_subtask): a row per job, or with per_subtask a row
+ * per subtask with a live worker (mailer.subtasks).  The catalog of 0.1.0
+ * declares it without the argument, and without the later columns.
+ */
 Datum
 mailer_live_jobs(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		per_subtask = PG_NARGS() > 0 && PG_GETARG_BOOL(0);
 	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, false);
 	VisibleJobs visible;
-	JobSlot    *slot;
+	JobSlot    *coordinator;
 	int			pos = -1;
+	SlotView   *v = palloc(sizeof(SlotView));
+	SlotView   *sub = palloc(sizeof(SlotView));
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (mailer_shared == NULL)
@@ -136,77 +301,44 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 
 	jobs_of_caller(&visible);
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	while ((slot = job_slots_next(ext_oid, &pos)) != NULL)
+	while ((coordinator = job_slots_next(ext_oid, &pos)) != NULL)
 	{
-		Datum		values[Natts_live_jobs] = {0};
-		bool		nulls[Natts_live_jobs] = {0};
-		uint64		counters[JC_NUM_COUNTERS];
-		JobSlot		copy;
-		bool		live;
-		bool		no_error;
-		bool		no_checkpoint;
+		Datum		values[Natts_live_jobs_subtask] = {0};
+		bool		nulls[Natts_live_jobs_subtask] = {0};
 
-		SpinLockAcquire(&slot->mutex);
-		memcpy(&copy, slot, offsetof(JobSlot, counters));
-		SpinLockRelease(&slot->mutex);
-		for (int c = 0; c < JC_NUM_COUNTERS; c++)
-			counters[c] = pg_atomic_read_u64(&slot->counters[c]);
+		read_slot(coordinator, v);
+		for (int k = per_subtask ? 0 : 1; k < coordinator->parallelism; k++)
+		{
+			JobSlot    *slot = job_slots_subtask(coordinator, k);
 
-		/* A finished worker may be gone before the launcher records it. */
-		live = copy.live_state != JOB_LIVE_NONE &&
-			(copy.pid != 0 || copy.live_state == JOB_LIVE_FINISHED);
-		/* A worker's last error (it may quote a record) is the launcher's to record. */
-		no_error = copy.error[0] == '\0' || copy.pid == 0 || copy.exit_kind != JOB_EXIT_NONE;
-		no_checkpoint = slot->last_checkpoint_epoch == 0;
-
-		SET_COLUMN(values, nulls, Anum_live_job_id, Int64GetDatum(copy.job_id), false);
-		if (live)
-			SET_COLUMN(values, nulls, Anum_live_live_state,
-					   CStringGetTextDatum(job_state_name((JobState) copy.live_state)), false);
-		else
-			SET_COLUMN(values, nulls, Anum_live_live_state, (Datum) 0, true);
-		SET_COLUMN(values, nulls, Anum_live_pid, Int32GetDatum(copy.pid), copy.pid == 0);
-		SET_COLUMN(values, nulls, Anum_live_error,
-				   CStringGetTextDatum(job_visible(copy.job_id, &visible) ?
-									   copy.error : "<insufficient privilege>"),
-				   no_error);
-		SET_COLUMN(values, nulls, Anum_live_error_at, TimestampTzGetDatum(copy.error_at), no_error);
-		SET_COLUMN(values, nulls, Anum_live_counters, job_counters_jsonb(counters), false);
-		SET_COLUMN(values, nulls, Anum_live_input_rate, Float8GetDatum(slot->input_rate), false);
-		SET_COLUMN(values, nulls, Anum_live_last_checkpoint_epoch,
-				   Int64GetDatum(slot->last_checkpoint_epoch), no_checkpoint);
-		SET_COLUMN(values, nulls, Anum_live_last_checkpoint_at,
-				   TimestampTzGetDatum(slot->last_checkpoint_at), no_checkpoint);
-		SET_COLUMN(values, nulls, Anum_live_last_checkpoint_ms,
-				   Int64GetDatum(slot->last_checkpoint_ms), no_checkpoint);
-		SET_COLUMN(values, nulls, Anum_live_watermark, TimestampTzGetDatum(slot->watermark),
-				   TIMESTAMP_NOT_FINITE(slot->watermark));
-		SET_COLUMN(values, nulls, Anum_live_state_bytes, Int64GetDatum(slot->state_bytes),
-				   slot->state_bytes < 0);
-		SET_COLUMN(values, nulls, Anum_live_consumer_lag, Int64GetDatum(slot->consumer_lag),
-				   slot->consumer_lag < 0);
-		SET_COLUMN(values, nulls, Anum_live_state_checkpoint_ms,
-				   Float8GetDatum(slot->state_checkpoint_ms), slot->state_checkpoint_ms < 0);
-		SET_COLUMN(values, nulls, Anum_live_state_restore_ms,
-				   Float8GetDatum(slot->state_restore_ms), slot->state_restore_ms < 0);
-		/* What it waits for, only while it does */
-		if (live && copy.live_state == JOB_LIVE_WAITING && copy.waiting_for != JOB_WAIT_NONE)
-			SET_COLUMN(values, nulls, Anum_live_waiting_for,
-					   CStringGetTextDatum(job_wait_for_names[copy.waiting_for]), false);
-		else
-			SET_COLUMN(values, nulls, Anum_live_waiting_for, (Datum) 0, true);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			if (slot == NULL)
+				continue;
+			read_slot(slot, sub);
+			if (!per_subtask)
+				merge_subtask(v, sub);
+			else if (sub->live)
+			{
+				put_live_row(values, nulls, sub, &visible);
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			}
+		}
+		if (!per_subtask)
+		{
+			put_live_row(values, nulls, v, &visible);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
 	}
 	LWLockRelease(mailer_shared->lock);
 	return (Datum) 0;
 }
+
 
 Datum
 mailer_live_partitions(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, false);
-	JobSlot    *slot;
+	JobSlot    *coordinator;
 	int			pos = -1;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -214,34 +346,47 @@ mailer_live_partitions(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 
 	LWLockAcquire(mailer_shared->lock, LW_SHARED);
-	while ((slot = job_slots_next(ext_oid, &pos)) != NULL)
+	while ((coordinator = job_slots_next(ext_oid, &pos)) != NULL)
 	{
-		if (slot->pid == 0)
-			continue;
-		for (int p = 0; p < slot->npartitions && p < JOB_SLOT_MAX_PARTITIONS; p++)
+		for (int k = 0; k < coordinator->parallelism; k++)
 		{
-			PartitionMetrics *pm = &slot->partitions[p];
-			Datum		values[Natts_live_partitions] = {0};
-			bool		nulls[Natts_live_partitions] = {0};
+			JobSlot    *slot = job_slots_subtask(coordinator, k);
 
-			SET_COLUMN(values, nulls, Anum_live_partition_job_id, Int64GetDatum(slot->job_id), false);
-			SET_COLUMN(values, nulls, Anum_live_partition_topic, CStringGetTextDatum(pm->topic), false);
-			SET_COLUMN(values, nulls, Anum_live_partition_partition, Int32GetDatum(pm->partition), false);
-			SET_COLUMN(values, nulls, Anum_live_partition_position, Int64GetDatum(pm->position),
-					   pm->position < 0);
-			SET_COLUMN(values, nulls, Anum_live_partition_end_offset, Int64GetDatum(pm->end_offset),
-					   pm->end_offset < 0);
-			SET_COLUMN(values, nulls, Anum_live_partition_records_in, Int64GetDatum(pm->records_in),
-					   false);
-			SET_COLUMN(values, nulls, Anum_live_partition_watermark, TimestampTzGetDatum(pm->watermark),
-					   TIMESTAMP_NOT_FINITE(pm->watermark));
-			SET_COLUMN(values, nulls, Anum_live_partition_idle, BoolGetDatum(pm->idle), false);
-			/* Read only where the SQL function declares it (0.2.0 on). */
-			SET_COLUMN(values, nulls, Anum_live_partition_offsets_skipped,
-					   Int64GetDatum(pm->offsets_skipped), false);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			if (slot == NULL || slot->pid == 0)
+				continue;
+			add_partition_rows(rsinfo, slot);
 		}
 	}
 	LWLockRelease(mailer_shared->lock);
 	return (Datum) 0;
+}
+
+/* The rows of _live_partitions of one subtask's slot. */
+static void
+add_partition_rows(ReturnSetInfo *rsinfo, JobSlot *slot)
+{
+	for (int p = 0; p < slot->npartitions && p < JOB_SLOT_MAX_PARTITIONS; p++)
+	{
+		PartitionMetrics *pm = &slot->partitions[p];
+		Datum		values[Natts_live_partitions] = {0};
+		bool		nulls[Natts_live_partitions] = {0};
+
+		SET_COLUMN(values, nulls, Anum_live_partition_job_id, Int64GetDatum(slot->job_id), false);
+		SET_COLUMN(values, nulls, Anum_live_partition_topic, CStringGetTextDatum(pm->topic), false);
+		SET_COLUMN(values, nulls, Anum_live_partition_partition, Int32GetDatum(pm->partition), false);
+		SET_COLUMN(values, nulls, Anum_live_partition_position, Int64GetDatum(pm->position),
+				   pm->position < 0);
+		SET_COLUMN(values, nulls, Anum_live_partition_end_offset, Int64GetDatum(pm->end_offset),
+				   pm->end_offset < 0);
+		SET_COLUMN(values, nulls, Anum_live_partition_records_in, Int64GetDatum(pm->records_in),
+				   false);
+		SET_COLUMN(values, nulls, Anum_live_partition_watermark, TimestampTzGetDatum(pm->watermark),
+				   TIMESTAMP_NOT_FINITE(pm->watermark));
+		SET_COLUMN(values, nulls, Anum_live_partition_idle, BoolGetDatum(pm->idle), false);
+		/* Read only where the SQL function declares them (0.2.0 on). */
+		SET_COLUMN(values, nulls, Anum_live_partition_offsets_skipped,
+				   Int64GetDatum(pm->offsets_skipped), false);
+		SET_COLUMN(values, nulls, Anum_live_partition_subtask, Int32GetDatum(slot->subtask), false);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
 }

@@ -18,6 +18,9 @@
 /* Microseconds from the Unix epoch to PostgreSQL's (2000-01-01). */
 #define UNIX_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
 
+/* The most subtasks a job may have (mailer.max_parallelism_per_job's maximum). */
+#define MAILER_MAX_PARALLELISM 64
+
 /* GUCs, defined in mailer.c */
 extern char *mailer_database;
 extern int	mailer_max_jobs;
@@ -29,5 +32,6 @@ extern int	mailer_state_cache_entries;
 extern int	mailer_termination_grace_ms;
 extern int	mailer_test_dead_letter_bytes;
 extern int	mailer_max_outputs_per_record;
+extern int	mailer_max_parallelism_per_job;
 
 #endif							/* MAILER_H */

@@ -41,6 +41,9 @@ plan_describe(JobPlan *plan)
 	appendStringInfo(&buf, "\nCheckpoint: every %s, %d retained",
 					 format_duration(spec->checkpoint_interval_us), spec->checkpoint_retain);
 	appendStringInfo(&buf, "\nOn error: %s", spec_choice_name(spec_on_errors, spec->on_error));
+	/* Key groups matter at every parallelism: they are what a later rescale moves. */
+	appendStringInfo(&buf, "\nParallelism: %d subtask%s, %d key groups",
+					 spec->parallelism, spec->parallelism > 1 ? "s" : "", spec->key_groups);
 	return buf.data;
 }
 
@@ -90,6 +93,8 @@ describe_generator(StringInfo buf, GeneratorSpec *g)
 					 g->keys, g->seed, timestamptz_to_str(g->start_time), format_duration(g->step_us));
 	if (g->rate > 0)
 		appendStringInfo(buf, ", %g events per second", g->rate);
+	if (g->partitions > 1)
+		appendStringInfo(buf, ", %d partitions", g->partitions);
 }
 
 /* The record a message becomes, and how its JSON value is read. */

@@ -9,6 +9,7 @@
  */
 #include "postgres.h"
 
+#include "access/twophase.h"
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "nodes/makefuncs.h"
@@ -20,6 +21,8 @@
 #include "utils/timestamp.h"
 
 #include "base/jsonb_build.h"
+#include "base/key_groups.h"
+#include "base/mailer.h"
 #include "plan/spec.h"
 #include "plan/spec_error.h"
 
@@ -71,13 +74,13 @@ typedef struct JsonObject
 
 static const char *const top_fields[] = {
 	"version", "source", "event_time", "watermark", "steps", "sink",
-	"checkpoint", "state", "on_error", "parallelism", NULL
+	"checkpoint", "state", "on_error", "parallelism", "key_groups", NULL
 };
 static const char *const kafka_fields[] = {
 	"type", "brokers", "topic", "topics", "start", "format", "options", "group_id", NULL
 };
 static const char *const generator_fields[] = {
-	"type", "events", "rate", "keys", "seed", "start_time", "step", "format", NULL
+	"type", "events", "rate", "keys", "seed", "start_time", "step", "partitions", "format", NULL
 };
 static const char *const watermark_fields[] = {
 	"max_out_of_orderness", "idle_timeout", NULL
@@ -159,12 +162,49 @@ spec_parse(Jsonb *jb)
 	parse_state(&top, spec);
 	spec->on_error = get_choice(&top, "on_error", spec_on_errors, ON_ERROR_DEAD_LETTER);
 
-	spec->parallelism = get_integer(&top, "parallelism", 1, 1, 1024, NULL);
-	if (spec->parallelism != 1)
-		spec_error("parallelism", ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "Use \"parallelism\": 1; to spread a topic over several workers, create one job per set of partitions.",
-				   "this version runs each job in one worker");
+	spec->parallelism = get_integer(&top, "parallelism", 1, 1, MAILER_MAX_PARALLELISM, NULL);
+	spec->key_groups = get_integer(&top, "key_groups", KEY_GROUPS_DEFAULT, 1, KEY_GROUPS_MAX, NULL);
+	/* Every subtask owns at least one key group. */
+	if (spec->key_groups < spec->parallelism)
+		spec_error("parallelism", ERRCODE_INVALID_PARAMETER_VALUE,
+				   psprintf("The job's key groups (\"key_groups\", fixed when it is created) bound its parallelism: use at most %d, or create a job with more key groups.",
+							spec->key_groups),
+				   "parallelism %d is more than the job's %d key groups", spec->parallelism, spec->key_groups);
 	return spec;
+}
+
+void
+spec_check_settings(const JobSpec *spec)
+{
+	if (spec->parallelism > mailer_max_parallelism_per_job)
+		spec_error("parallelism", ERRCODE_INVALID_PARAMETER_VALUE,
+				   psprintf("Use at most %d, or have a superuser raise mailer.max_parallelism_per_job (up to %d), for everyone or for the job's owner (ALTER ROLE ... SET).",
+							mailer_max_parallelism_per_job, MAILER_MAX_PARALLELISM),
+				   "parallelism %d is more than mailer.max_parallelism_per_job (%d)",
+				   spec->parallelism, mailer_max_parallelism_per_job);
+
+	/*
+	 * Each subtask but the coordinator prepares its share of an epoch, and
+	 * the coordinator commits them: a running job holds at most
+	 * parallelism - 1 prepared transactions at a time.
+	 */
+	if (spec->parallelism > 1 && max_prepared_xacts < spec->parallelism - 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 spec_errmsg("parallelism", "parallelism %d needs max_prepared_transactions of at least %d, and it is %d",
+							 spec->parallelism, spec->parallelism - 1, max_prepared_xacts),
+				 errdetail("Every subtask of a parallel job but the first prepares its share of each checkpoint as a prepared transaction."),
+				 errhint("Set max_prepared_transactions to at least the sum of parallelism - 1 over the parallel jobs that run at once, and restart the server; or use \"parallelism\": 1.")));
+}
+
+Jsonb *
+spec_pin_defaults(Jsonb *doc, const JobSpec *spec)
+{
+	const char *path[] = {"key_groups"};
+	Jsonb	   *n = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+													   CStringGetDatum(psprintf("%d", spec->key_groups))));
+
+	return spec_jsonb_set(doc, path, lengthof(path), n, true);
 }
 
 static void
@@ -304,7 +344,7 @@ parse_generator(JsonObject *obj, GeneratorSpec *gen)
 	gen->keys = get_integer(obj, "keys", 100, 1, PG_INT32_MAX, NULL);
 	gen->seed = get_integer(obj, "seed", 1, PG_INT64_MIN, PG_INT64_MAX, NULL);
 	gen->step_us = get_interval(obj, "step", 10 * 1000, true);
-	gen->partitions = 1;
+	gen->partitions = get_integer(obj, "partitions", 1, 1, 1024, NULL);
 	gen->start_time = 1735689600LL * USECS_PER_SEC -
 		((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);	/* 2025-01-01 UTC */
 	if (get_value(obj, "start_time", &v))
@@ -615,6 +655,122 @@ spec_unredact(Jsonb *redacted, Jsonb *secrets)
 	while (next_member(&it, &name, &key, &v))
 		result = set_option(result, name, JsonbValueToJsonb(&v));
 	return result;
+}
+
+Jsonb *
+spec_keep_masked(Jsonb *doc, Jsonb *old_doc)
+{
+	Jsonb	   *secrets;
+	Jsonb	   *old_secrets;
+	JsonbIterator *it;
+	JsonbValue	key,
+				v;
+	char	   *name;
+	Jsonb	   *result = doc;
+
+	(void) spec_redact(doc, &secrets);
+	(void) spec_redact(old_doc, &old_secrets);
+	if (secrets == NULL || old_secrets == NULL)
+		return doc;
+	it = JsonbIteratorInit(&secrets->root);
+	while (next_member(&it, &name, &key, &v))
+	{
+		JsonbValue	old;
+
+		if (v.type == jbvString && v.val.string.len == strlen(SPEC_SECRET_MASK) &&
+			memcmp(v.val.string.val, SPEC_SECRET_MASK, v.val.string.len) == 0 &&
+			getKeyJsonValueFromContainer(&old_secrets->root, key.val.string.val, key.val.string.len, &old))
+			result = set_option(result, name, JsonbValueToJsonb(&old));
+	}
+	return result;
+}
+
+static char *first_difference(JsonbValue *a, JsonbValue *b, const char *path);
+
+/* A scalar or container value's equality, as jsonb's = operator judges it. */
+static bool
+same_value(JsonbValue *a, JsonbValue *b)
+{
+	Jsonb	   *ja = JsonbValueToJsonb(a);
+	Jsonb	   *jb = JsonbValueToJsonb(b);
+
+	return compareJsonbContainers(&ja->root, &jb->root) == 0;
+}
+
+static char *
+object_difference(JsonbContainer *a, JsonbContainer *b, const char *path)
+{
+	JsonbIterator *it = JsonbIteratorInit(a);
+	JsonbValue	key,
+				v,
+				other;
+	char	   *name;
+
+	while (next_member(&it, &name, &key, &v))
+	{
+		char	   *diff;
+
+		if (!getKeyJsonValueFromContainer(b, key.val.string.val, key.val.string.len, &other))
+			return child_path(path, name);
+		diff = first_difference(&v, &other, child_path(path, name));
+		if (diff)
+			return diff;
+	}
+	/* What b has that a has not. */
+	it = JsonbIteratorInit(b);
+	while (next_member(&it, &name, &key, &v))
+		if (!getKeyJsonValueFromContainer(a, key.val.string.val, key.val.string.len, &other))
+			return child_path(path, name);
+	return NULL;
+}
+
+static char *
+array_difference(JsonbContainer *a, JsonbContainer *b, const char *path)
+{
+	int			na = JsonContainerSize(a);
+	int			nb = JsonContainerSize(b);
+
+	for (int i = 0; i < Min(na, nb); i++)
+	{
+		char	   *diff = first_difference(getIthJsonbValueFromContainer(a, i),
+										   getIthJsonbValueFromContainer(b, i),
+										   psprintf("%s[%d]", path, i));
+
+		if (diff)
+			return diff;
+	}
+	return na == nb ? NULL : psprintf("%s[%d]", path, Min(na, nb));
+}
+
+static char *
+first_difference(JsonbValue *a, JsonbValue *b, const char *path)
+{
+	if (a->type == jbvBinary && b->type == jbvBinary)
+	{
+		JsonbContainer *ca = a->val.binary.data;
+		JsonbContainer *cb = b->val.binary.data;
+
+		if (JsonContainerIsObject(ca) && JsonContainerIsObject(cb))
+			return object_difference(ca, cb, path);
+		if (JsonContainerIsArray(ca) && JsonContainerIsArray(cb) &&
+			!JsonContainerIsScalar(ca) && !JsonContainerIsScalar(cb))
+			return array_difference(ca, cb, path);
+	}
+	return same_value(a, b) ? NULL : pstrdup(path[0] ? path : "$");
+}
+
+char *
+spec_first_difference(Jsonb *a, Jsonb *b)
+{
+	JsonbValue	va,
+				vb;
+
+	va.type = vb.type = jbvBinary;
+	va.val.binary.data = &a->root;
+	va.val.binary.len = VARSIZE(a) - VARHDRSZ;
+	vb.val.binary.data = &b->root;
+	vb.val.binary.len = VARSIZE(b) - VARHDRSZ;
+	return first_difference(&va, &vb, "");
 }
 
 /*

@@ -46,7 +46,7 @@ typedef struct GeneratorSpec
 	int64		seed;
 	TimestampTz start_time;
 	int64		step_us;		/* event time between consecutive events */
-	int			partitions;		/* event n belongs to partition n % partitions */
+	int32		partitions;		/* event n belongs to partition n % partitions */
 } GeneratorSpec;
 
 typedef struct SourceSpec
@@ -150,12 +150,43 @@ typedef struct JobSpec
 	int32		checkpoint_retain;
 	StateBackendType state_backend;
 	OnError		on_error;
-	int32		parallelism;
-	int32		key_groups;		/* pinned at create_job; 0 in specs older than parallel jobs */
+	int32		parallelism;	/* subtasks, 1..MAILER_MAX_PARALLELISM */
+	int32		key_groups;		/* fixed for the job's life: pinned at create_job */
 } JobSpec;
 
 /* Parse and check a spec; ERROR (with the JSON path) when it is invalid. */
 extern JobSpec *spec_parse(Jsonb *spec);
+
+/*
+ * ERROR unless the server's settings let a job of this spec be created (or
+ * altered to it) now: mailer.max_parallelism_per_job, and enough
+ * max_prepared_transactions for a parallel job's checkpoints.  Not part of
+ * spec_parse: a job keeps running when a setting is lowered after it was
+ * created.
+ */
+extern void spec_check_settings(const JobSpec *spec);
+
+/*
+ * doc with the defaults that must never change for a job written in:
+ * key_groups (a later default must not move an existing job's state).
+ */
+extern Jsonb *spec_pin_defaults(Jsonb *doc, const JobSpec *spec);
+
+/*
+ * The JSON path of the first place where a and b differ (in jsonb's order
+ * of keys), or NULL when they are equal.
+ */
+extern char *spec_first_difference(Jsonb *a, Jsonb *b);
+
+/*
+ * doc with each secret option whose value is the mask "********" given
+ * the value old_doc (a spec with its secrets) has for it: a spec read from
+ * mailer.jobs can be given back as it is.
+ */
+extern Jsonb *spec_keep_masked(Jsonb *doc, Jsonb *old_doc);
+
+/* The mask that stands for a secret's value in a stored spec. */
+#define SPEC_SECRET_MASK "********"
 
 /*
  * The spec with secret values replaced by "********", and the secrets found

@@ -37,8 +37,12 @@ listen_addresses = ''
 unix_socket_directories = '$PGHOST'
 shared_preload_libraries = 'mailer'
 mailer.database = '$PGDATABASE'
+# Parallel jobs: a slot and a worker per subtask, and up to parallelism - 1
+# prepared transactions per running parallel job.  32 rather than more, so
+# that a regression test can still ask for a parallelism it is too few for.
 max_worker_processes = 40
-mailer.max_jobs = 16
+mailer.max_jobs = 32
+max_prepared_transactions = 32
 mailer.restart_backoff_min = '200ms'
 mailer.restart_backoff_max = '5s'
 shared_buffers = 256MB
