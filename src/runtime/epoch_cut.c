@@ -74,7 +74,7 @@ epoch_cut_request_stop(Job *job)
 			SetLatch(job->coordinator->latch);
 		return;
 	}
-	if (pg_atomic_read_u64(&job->slot->final_epoch) == 0)
+	if (pg_atomic_read_u64(&job->slot->final_epoch) <= (uint64) job->epoch)
 	{
 		pg_atomic_write_u64(&job->slot->final_epoch, job->epoch + 1);
 		pg_memory_barrier();
@@ -156,7 +156,7 @@ cut(Job *job, int64 epoch)
 		return false;
 
 	SpinLockAcquire(&job->slot->mutex);
-	if (job->subtask == 0 && all_finished(job))
+	if (job->subtask == 0 && job->all_finished)
 	{
 		job->slot->live_state = JOB_LIVE_FINISHED;
 		job->slot->exit_kind = JOB_EXIT_FINISHED;
@@ -190,7 +190,10 @@ epoch_cut_round(Job *job, bool finished, bool checkpoint_due)
 	{
 		if (pg_atomic_exchange_u32(&job->slot->checkpoint_wanted, 0) != 0)
 			checkpoint_due = true;
-		if (pg_atomic_read_u32(&job->slot->final_wanted) != 0 || all_finished(job))
+		/* Known now: once cut, the others exit and free their slots. */
+		if (!job->all_finished && all_finished(job))
+			job->all_finished = true;
+		if (pg_atomic_read_u32(&job->slot->final_wanted) != 0 || job->all_finished)
 			epoch_cut_request_stop(job);
 		else if (checkpoint_due)
 			request_epoch(job);

@@ -33,6 +33,7 @@ typedef struct Job
 	int			kg_hi;
 	JobSlot    *coordinator;	/* subtask 0's slot (slot itself for subtask 0) */
 	struct Shuffle *shuffle;	/* NULL at parallelism 1 */
+	bool		all_finished;	/* subtask 0: every subtask's bounded source is read */
 	JobPlan    *plan;
 
 	ExprRuntime *rt;			/* evaluates over the record's fields */

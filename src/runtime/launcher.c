@@ -239,6 +239,8 @@ adopt_slots(void)
 	{
 		JobSlot    *slot = &mailer_shared->slots[i];
 
+		if (slot->subtask > 0)
+			continue;
 		SpinLockAcquire(&slot->mutex);
 		if (slot->job_id != 0 && slot->pid != 0)
 			lslots[i].adopted = true;
@@ -387,7 +389,8 @@ tend_slots(List *jobs, Oid ext_oid, TimestampTz now, long *timeout_ms)
 		LauncherJob *job;
 		bool		stop_requested;
 
-		if (slot->job_id == 0)
+		/* A parallel job's subtasks 1..P-1 are its subtask 0's to start and watch. */
+		if (slot->job_id == 0 || slot->subtask > 0)
 			continue;
 		/* A worker of a dropped installation is no job's: it is asked to stop. */
 		job = slot->ext_oid == ext_oid ? find_job(jobs, slot->job_id) : NULL;
@@ -921,7 +924,7 @@ stop_all_workers(void)
 	{
 		JobSlot    *slot = &mailer_shared->slots[i];
 
-		if (slot->job_id == 0)
+		if (slot->job_id == 0 || slot->subtask > 0)
 			continue;
 		if (worker_alive(i))
 		{
