@@ -23,7 +23,8 @@ use MailerTest;
 use MailerParallelTest;
 use Test::More;
 
-my $BURST = 8_000;
+# 825 s of event time a burst: the bursts end within a minute's window.
+my $BURST = 8_250;
 my @STEPS = map { par($_) } 2, 4, 1;
 my $PARTITIONS = 8;
 
@@ -108,7 +109,8 @@ for my $step (0 .. $#STEPS)
 	par_produce('t122_orders', $topic, $from, $to);
 	my $wm = want_watermark($to);
 	cmp_ok(psql("SELECT count(*) FROM (" . par_want('tumbling', 't122_orders', "order_id <= $to")
-		  . ") w WHERE window_end > '$wm'"), '>', 100, "$what: windows stay open for the next step");
+		  . ") w WHERE window_end > '$wm'"), '>', 100, "$what: windows stay open for the next step")
+	  if $step < $#STEPS;
 	for my $j (@jobs)
 	{
 		my $name = $j->{name};
