@@ -276,11 +276,12 @@ sub subtask_job_column
 	return $subtask_job_column;
 }
 
-# How many rows mailer.subtasks has for a job.
+# How many rows mailer.subtasks has for a job (that match $cond, SQL).
 sub par_subtask_count
 {
-	my ($job) = @_;
-	return psql("SELECT count(*) FROM mailer.subtasks WHERE " . subtask_job_column() . " = '$job'");
+	my ($job, $cond) = @_;
+	return psql("SELECT count(*) FROM mailer.subtasks WHERE " . subtask_job_column() . " = '$job'"
+		  . ($cond ? " AND ($cond)" : ''));
 }
 
 # mailer.subtasks while the job runs: one row per subtask 0..p-1, each with
