@@ -61,12 +61,13 @@ SELECT spec->'parallelism' AS parallelism_in_spec, spec->'key_groups' AS key_gro
   FROM mailer.jobs WHERE name = 'aj_job';
 
 -- A secret option: its mask in the spec means unchanged; another value is a change.
-SELECT mailer.create_job('aj_secret', $${
+CREATE TEMP TABLE aj_kafka AS SELECT $${
   "source": {"type": "kafka", "brokers": "localhost:1", "topic": "aj",
              "options": {"sasl.password": "aj-secret-1"}},
   "steps": [{"map": {"customer_id": "key"}}],
   "sink": {"type": "table", "table": "aj_orders", "mode": "append"}
-}$$) > 0 AS created;
+}$$::jsonb AS spec;
+SELECT mailer.create_job('aj_secret', (SELECT spec FROM aj_kafka)) > 0 AS created;
 SELECT mailer.stop_job('aj_secret');
 SELECT spec->'source'->'options' AS options FROM mailer.jobs WHERE name = 'aj_secret';
 SELECT mailer.alter_job('aj_secret', (SELECT jsonb_set(spec, '{source,options,sasl.password}', '"aj-secret-2"')
@@ -76,6 +77,18 @@ SELECT spec->'parallelism' AS parallelism, spec->'source'->'options' AS options
   FROM mailer.jobs WHERE name = 'aj_secret';
 SELECT s.secrets FROM mailer.job_secret s JOIN mailer.job j USING (job_id) WHERE j.name = 'aj_secret';
 
+-- An owner who is not a superuser alters its job, secrets and all.
+GRANT SELECT, INSERT ON aj_orders TO regress_mailer_alter;
+GRANT SELECT ON aj_kafka TO regress_mailer_alter;
+SET ROLE regress_mailer_alter;
+SELECT mailer.create_job('aj_owned', (SELECT spec FROM aj_kafka)) > 0 AS created;
+SELECT mailer.stop_job('aj_owned');
+SELECT mailer.alter_job('aj_owned', (SELECT spec || '{"parallelism": 3}' FROM mailer.jobs WHERE name = 'aj_owned'));
+SELECT parallelism FROM mailer.jobs WHERE name = 'aj_owned';
+SELECT mailer.drop_job('aj_owned') > 0 AS dropped;
+RESET ROLE;
+
 SELECT mailer.drop_job('aj_job') > 0 AS dropped, mailer.drop_job('aj_secret') > 0 AS dropped;
 DROP TABLE aj_orders;
+DROP OWNED BY regress_mailer_alter;
 DROP ROLE regress_mailer_alter;

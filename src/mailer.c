@@ -83,8 +83,8 @@ define_server_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("mailer.max_jobs",
-							"Maximum number of jobs running at once.",
-							"Each running job uses one background worker: raise max_worker_processes too.",
+							"Maximum number of job slots: a running job takes one per subtask.",
+							"Each subtask is a background worker: raise max_worker_processes too.",
 							&mailer_max_jobs,
 							16, 1, 1024,
 							PGC_POSTMASTER,

@@ -289,8 +289,7 @@ mailer_alter_job(PG_FUNCTION_ARGS)
 	stored = normalize_spec(stored, false);
 
 	/* The parallelism is the one field that may differ. */
-	parallelism = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(
-																		psprintf("%d", spec_parse(spec_doc)->parallelism))));
+	parallelism = spec_jsonb_int(spec_parse(spec_doc)->parallelism);
 	spec_doc = spec_jsonb_set(spec_doc, parallelism_path, 1, parallelism, true);
 	stored = spec_jsonb_set(stored, parallelism_path, 1, parallelism, true);
 	diff = spec_first_difference(stored, spec_doc);

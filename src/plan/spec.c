@@ -201,10 +201,8 @@ Jsonb *
 spec_pin_defaults(Jsonb *doc, const JobSpec *spec)
 {
 	const char *path[] = {"key_groups"};
-	Jsonb	   *n = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
-													   CStringGetDatum(psprintf("%d", spec->key_groups))));
 
-	return spec_jsonb_set(doc, path, lengthof(path), n, true);
+	return spec_jsonb_set(doc, path, lengthof(path), spec_jsonb_int(spec->key_groups), true);
 }
 
 static void
@@ -596,6 +594,12 @@ spec_jsonb_string(const char *s)
 	JsonbValue	v;
 
 	return JsonbValueToJsonb(jsonb_string_value(&v, s, strlen(s)));
+}
+
+Jsonb *
+spec_jsonb_int(int64 n)
+{
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(psprintf(INT64_FORMAT, n))));
 }
 
 Jsonb *

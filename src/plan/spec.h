@@ -204,6 +204,9 @@ extern Jsonb *spec_jsonb_set(Jsonb *doc, const char *const *path, int npath, Jso
 /* A jsonb string, as jsonb_in reads a JSON string literal. */
 extern Jsonb *spec_jsonb_string(const char *s);
 
+/* A jsonb number. */
+extern Jsonb *spec_jsonb_int(int64 n);
+
 /* True for an option name whose value must never be shown. */
 extern bool spec_option_is_secret(const char *name);
 

@@ -123,8 +123,9 @@ sub totals_check
 sub job_epoch
 {
 	my ($job) = @_;
+	# Subtask 0's row is an epoch's commit decision: one per epoch.
 	return psql("SELECT coalesce(max(c.epoch), 0) FROM mailer.checkpoints c "
-		  . "JOIN mailer.job j USING (job_id) WHERE j.name = '$job'");
+		  . "JOIN mailer.job j USING (job_id) WHERE j.name = '$job' AND c.subtask = 0");
 }
 
 # Wait until a job commits a checkpoint newer than $epoch; return it.

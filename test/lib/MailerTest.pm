@@ -409,7 +409,7 @@ sub rocksdb_keys
 	my $ldb = (grep { -x } map { "$_/ldb" } split /:/, $ENV{PATH} // '')[0];
 	return undef unless $ldb;
 	my ($id, $ref) = split /\|/, psql("SELECT c.job_id, c.state_ref FROM mailer.checkpoints c JOIN mailer.job j USING (job_id)
-		WHERE j.name = '$job' ORDER BY c.epoch DESC LIMIT 1");
+		WHERE j.name = '$job' AND c.subtask = 0 ORDER BY c.epoch DESC LIMIT 1");
 	my @dirs = glob("$ENV{PGDATA}/mailer/*/job_$id/$ref");
 	die "no RocksDB checkpoint $ref for job $job\n" unless @dirs == 1 && -d $dirs[0];
 	my $copy = "/tmp/mailer-ldb-$$";
