@@ -602,7 +602,7 @@ read_jobs(void)
 				 /* stopped cleanly: a final checkpoint since the current worker was recorded */
 				 "coalesce((SELECT c.final AND c.committed_at OPERATOR(pg_catalog.>=) s.changed_at "
 				 "  FROM mailer.checkpoints c "
-				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id ORDER BY c.epoch DESC LIMIT 1), false), "
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id AND c.subtask OPERATOR(pg_catalog.=) 0 ORDER BY c.epoch DESC LIMIT 1), false), "
 				 "s.failures, s.changed_at "
 				 "FROM mailer.job j JOIN mailer.job_status s USING (job_id) ORDER BY j.job_id",
 				 0, NULL, NULL, NULL, true);
