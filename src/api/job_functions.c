@@ -31,6 +31,7 @@
 #include "plan/plan.h"
 #include "plan/spec.h"
 #include "plan/spec_error.h"
+#include "runtime/epoch_commit.h"
 
 PG_FUNCTION_INFO_V1(mailer_create_job);
 PG_FUNCTION_INFO_V1(mailer_describe_job);
@@ -454,6 +455,19 @@ require_stopped(JobRow *job, const char *what)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job \"%s\" must be stopped to be %s", job->name, what),
 				 errhint("SELECT mailer.stop_job('%s') first.", job->name)));
+
+	/*
+	 * A parallel job's run that crashed inside a commit may have left
+	 * prepared shares: rewriting its checkpoints before the launcher has
+	 * settled them could orphan a share's row (docs/ARCHITECTURE.md, "One
+	 * commit per epoch").
+	 */
+	if (epoch_has_prepared(ext_oid, job->job_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("job \"%s\" has a checkpoint still being committed", job->name),
+				 errdetail("A subtask's share of an epoch is prepared (pg_prepared_xacts) and not settled yet."),
+				 errhint("The launcher settles it within a few seconds; try again then.")));
 }
 
 static void

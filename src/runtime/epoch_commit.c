@@ -36,6 +36,7 @@
 #include "base/work_xact.h"
 #include "jobs/catalog.h"
 #include "runtime/epoch_commit.h"
+#include "runtime/subtasks.h"
 
 #define GID_PREFIX "mailer"
 
@@ -93,22 +94,25 @@ wake(JobSlot *slot)
 		SetLatch(latch);
 }
 
+/* Subtask k's slot while it runs; ERROR once it has gone. */
+static JobSlot *
+subtask_running(Job *job, int k)
+{
+	JobSlot    *slot = job_slots_subtask(job->slot, k);
+
+	if (slot == NULL || !running(slot))
+		gone(k, slot ? slot : job->slot);
+	return slot;
+}
+
 static void
 commit_as_coordinator(Job *job, int64 epoch)
 {
-	JobSlot   **subtasks = palloc(sizeof(JobSlot *) * job->parallelism);
-
 	for (int k = 1; k < job->parallelism; k++)
 	{
-		subtasks[k] = job_slots_subtask(job->slot, k);
-		if (subtasks[k] == NULL)
-			gone(k, job->slot);
-		while (pg_atomic_read_u64(&subtasks[k]->prepared_epoch) < (uint64) epoch)
-		{
-			if (!running(subtasks[k]))
-				gone(k, subtasks[k]);
+		/* Looked up each time: a subtask that exits frees its slot, which another may take. */
+		while (pg_atomic_read_u64(&subtask_running(job, k)->prepared_epoch) < (uint64) epoch)
 			sleep_a_little();
-		}
 	}
 	TEST_POINT("epoch_before_decision");
 	work_xact_end();
@@ -121,7 +125,12 @@ commit_as_coordinator(Job *job, int64 epoch)
 	}
 	pg_atomic_write_u64(&job->slot->committed_epoch, epoch);
 	for (int k = 1; k < job->parallelism; k++)
-		wake(subtasks[k]);
+	{
+		JobSlot    *slot = job_slots_subtask(job->slot, k);
+
+		if (slot)
+			wake(slot);
+	}
 }
 
 static void
@@ -133,8 +142,7 @@ prepare_as_subtask(Job *job, int64 epoch)
 	wake(job->coordinator);
 	while (pg_atomic_read_u64(&job->coordinator->committed_epoch) < (uint64) epoch)
 	{
-		if (!running(job->coordinator))
-			gone(0, job->coordinator);
+		subtasks_check(job);
 		sleep_a_little();
 	}
 }
@@ -179,14 +187,20 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 	 * the others.
 	 */
 	catalog_exec("SELECT p.gid, EXISTS (SELECT FROM " MAILER_SCHEMA ".checkpoints c "
-				 "  WHERE c.job_id OPERATOR(pg_catalog.=) pg_catalog.split_part(p.gid, '_', 3)::pg_catalog.int8 "
-				 "  AND c.epoch OPERATOR(pg_catalog.=) pg_catalog.split_part(p.gid, '_', 4)::pg_catalog.int8 "
-				 "  AND c.subtask OPERATOR(pg_catalog.=) 0) "
-				 "FROM pg_catalog.pg_prepared_xacts p "
-				 "WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database() "
-				 "AND pg_catalog.starts_with(p.gid, $1 OPERATOR(pg_catalog.||) '_') "
-				 "AND ($2 OPERATOR(pg_catalog.=) 0 OR pg_catalog.split_part(p.gid, '_', 3) "
-				 "     OPERATOR(pg_catalog.=) $2::pg_catalog.text)",
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) p.job_id "
+				 "  AND c.epoch OPERATOR(pg_catalog.=) p.epoch AND c.subtask OPERATOR(pg_catalog.=) 0) "
+				 "FROM (SELECT x.gid, x.owner, "
+				 "        pg_catalog.split_part(x.gid, '_', 3)::pg_catalog.int8 AS job_id, "
+				 "        pg_catalog.split_part(x.gid, '_', 4)::pg_catalog.int8 AS epoch "
+				 "      FROM pg_catalog.pg_prepared_xacts x "
+				 "      WHERE x.database OPERATOR(pg_catalog.=) pg_catalog.current_database() "
+				 "      AND x.gid OPERATOR(pg_catalog.~) ('^' OPERATOR(pg_catalog.||) $1 "
+				 "          OPERATOR(pg_catalog.||) '_[0-9]{1,18}_[0-9]{1,18}_[0-9]{1,4}$') "
+				 "      OFFSET 0) p "
+				 "LEFT JOIN " MAILER_SCHEMA ".job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id "
+				 "WHERE ($2 OPERATOR(pg_catalog.=) 0 OR p.job_id OPERATOR(pg_catalog.=) $2) "
+				 /* Shares are the job owner's: a look-alike another role prepared is not ours. */
+				 "AND (j.job_id IS NULL OR p.owner OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(j.owner))",
 				 2, types, values, NULL, true);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -221,4 +235,21 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 				(errmsg("mailer %s the prepared share \"%s\" of an epoch",
 						p->commit ? "committed" : "rolled back", p->gid)));
 	}
+}
+
+bool
+epoch_has_prepared(Oid ext_oid, int64 job_id)
+{
+	Oid			type = TEXTOID;
+	Datum		value = CStringGetTextDatum(psprintf(GID_PREFIX "_%u_" INT64_FORMAT "_", ext_oid, job_id));
+	bool		found;
+
+	SPI_connect();
+	catalog_exec("SELECT FROM pg_catalog.pg_prepared_xacts "
+				 "WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database() "
+				 "AND pg_catalog.starts_with(gid, $1)",
+				 1, &type, &value, NULL, true);
+	found = SPI_processed > 0;
+	SPI_finish();
+	return found;
 }

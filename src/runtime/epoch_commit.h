@@ -25,4 +25,7 @@ extern void epoch_commit(Job *job, int64 epoch);
  */
 extern void epoch_resolve_prepared(Oid ext_oid, int64 job_id);
 
+/* Whether a share of the job's is still prepared (a SQL function waits for the settling). */
+extern bool epoch_has_prepared(Oid ext_oid, int64 job_id);
+
 #endif							/* EPOCH_COMMIT_H */

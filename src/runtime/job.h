@@ -32,6 +32,7 @@ typedef struct Job
 	int			kg_lo;			/* the key groups this subtask owns: [kg_lo, kg_hi) */
 	int			kg_hi;
 	JobSlot    *coordinator;	/* subtask 0's slot (slot itself for subtask 0) */
+	pid_t		coordinator_pid;	/* subtask 0's process, as the subtask started */
 	struct Shuffle *shuffle;	/* NULL at parallelism 1 */
 	bool		all_finished;	/* subtask 0: every subtask's bounded source is read */
 	JobPlan    *plan;

@@ -311,6 +311,9 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->slot = slot;
 	job->subtask = args->subtask;
 	job->coordinator = &mailer_shared->slots[slot->coordinator];
+	SpinLockAcquire(&job->coordinator->mutex);
+	job->coordinator_pid = job->coordinator->pid;
+	SpinLockRelease(&job->coordinator->mutex);
 	job->job_context = job_context;
 	job->batch_context = AllocSetContextCreate(job_context, "mailer batch", ALLOCSET_DEFAULT_SIZES);
 

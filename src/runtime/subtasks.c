@@ -25,6 +25,9 @@
 /* How long subtask 0 waits for the subtasks of an earlier run to exit. */
 #define PREVIOUS_RUN_WAIT_MS	30000
 
+/* Subtask 0: the workers it registered, by subtask (one job per process). */
+static BackgroundWorkerHandle **handles = NULL;
+
 static bool
 previous_left(JobSlot *coordinator)
 {
@@ -65,11 +68,11 @@ subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle exchange)
 {
 	int			coordinator = job->slot - mailer_shared->slots;
 
+	handles = MemoryContextAllocZero(TopMemoryContext, sizeof(BackgroundWorkerHandle *) * job->parallelism);
 	for (int k = 1; k < job->parallelism; k++)
 	{
 		BackgroundWorker worker;
 		JobWorkerArgs child = *args;
-		BackgroundWorkerHandle *handle;
 		int			i = job_slots_claim_subtask(coordinator, k);
 		JobSlot    *slot;
 
@@ -98,7 +101,7 @@ subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle exchange)
 		snprintf(worker.bgw_name, BGW_MAXLEN, "mailer job %s subtask %d", job->name, k);
 		strlcpy(worker.bgw_type, "mailer job", BGW_MAXLEN);
 		memcpy(worker.bgw_extra, &child, sizeof(child));
-		if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		if (!RegisterDynamicBackgroundWorker(&worker, &handles[k]))
 		{
 			subtasks_release(slot);
 			ereport(ERROR,
@@ -116,8 +119,10 @@ subtasks_check(Job *job)
 	{
 		bool		alive;
 
+		/* The same subtask 0: a new run's may have taken its slot since. */
 		SpinLockAcquire(&job->coordinator->mutex);
-		alive = job->coordinator->pid != 0 && job->coordinator->job_id == job->job_id;
+		alive = job->coordinator->pid == job->coordinator_pid &&
+			job->coordinator->job_id == job->job_id;
 		SpinLockRelease(&job->coordinator->mutex);
 		if (!alive)
 			ereport(ERROR,
@@ -129,6 +134,7 @@ subtasks_check(Job *job)
 	{
 		JobSlot    *slot = job_slots_subtask(job->slot, k);
 		bool		alive = false;
+		pid_t		pid;
 
 		if (slot)
 		{
@@ -136,6 +142,10 @@ subtasks_check(Job *job)
 			alive = slot->registered || slot->pid != 0;
 			SpinLockRelease(&slot->mutex);
 		}
+		/* Registered, but the postmaster could not start it, or it died before it said so. */
+		if (alive && handles && handles[k] &&
+			GetBackgroundWorkerPid(handles[k], &pid) == BGWH_STOPPED)
+			alive = false;
 		if (!alive)
 		{
 			char		error[JOB_SLOT_ERROR_LEN];
