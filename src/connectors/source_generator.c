@@ -82,7 +82,8 @@ malformed_positions(const char *detail, int32 partition)
 	ereport(ERROR,
 			(errcode(ERRCODE_DATA_CORRUPTED),
 			 errmsg("checkpoint positions of the generator source are malformed"),
-			 errdetail(detail, partition)));
+			 errdetail(detail, partition),
+			 errhint("Restore an earlier checkpoint with mailer.restore_job, or drop the job and create it again.")));
 }
 
 /*

@@ -11,6 +11,8 @@
  * still pins where it resumes.  New partitions are found by a metadata
  * refresh every few seconds and start at their beginning.  A checkpoint
  * keeps the positions of partitions not assigned (yet) as restored.
+ * Positions follow librdkafka's, which pass transaction markers; one that
+ * falls outside its partition's log is judged here, never reset silently.
  *
  * A parallel job's subtasks split the partitions: subtask k owns partition
  * p of the t-th topic of the spec when (p + t) % parallelism == k, a rule
@@ -19,8 +21,6 @@
  * and reports its own partitions only, and ignores the others' positions
  * in the checkpoint it restores (the merge of every subtask's); it may own
  * none at all, and then reads nothing until partitions are added.
- * Positions follow librdkafka's, which pass transaction markers; one that
- * falls outside its partition's log is judged here, never reset silently.
  *
  * librdkafka runs threads of its own: the handle is created with every
  * signal blocked, its logs arrive on a queue drained here on the worker's
@@ -441,6 +441,7 @@ add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *m
 		rd_kafka_topic_partition_list_add(add, kafka->base.topic_names[t], kp->partition)->offset = kp->next;
 		rd_kafka_topic_partition_list_add(kafka->assigned, kafka->base.topic_names[t], kp->partition);
 	}
+	/* Even with no partition of this subtask's: the ones added later start at their beginning. */
 	kafka->topic_known[t] = true;
 	return true;
 }
@@ -486,7 +487,11 @@ add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown)
 		/*
 		 * Without a position: start per the spec.  A partition of a topic
 		 * positioned before (while the job ran, or in a checkpoint) is new:
-		 * all of it is to be read.
+		 * all of it is to be read.  In a parallel job, any subtask's
+		 * checkpointed partition of the topic counts: a subtask that had
+		 * not positioned its own partitions of a "latest" topic by then
+		 * (its broker calls failed) starts them at their beginning,
+		 * reading more, never less.
 		 */
 		bool		latest = kafka->spec->start_latest && !kafka->topic_known[t] &&
 			restored_topic(kafka, t) == NULL;
