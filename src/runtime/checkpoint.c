@@ -28,6 +28,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "base/key_groups.h"
 #include "base/mailer.h"
 #include "base/test_point.h"
 #include "base/work_xact.h"
@@ -136,7 +137,7 @@ checkpoint_restore(Job *job)
 		args.job_id = job->job_id;
 		args.subtask = job->subtask;
 		args.parallelism = Max(job->parallelism, 1);
-		args.key_groups = Max(job->key_groups, 1);
+		args.key_groups = job->key_groups > 0 ? job->key_groups : KEY_GROUPS_DEFAULT;
 		args.kg_lo = job->kg_lo;
 		args.kg_hi = job->kg_hi;
 		if (args.kg_hi == 0)
