@@ -203,4 +203,3 @@ GRANT SELECT ON mailer.partition_metrics TO PUBLIC;
 -- memory_state.key_group: the key group of the row's key (NULL in rows of
 -- 0.1.0, whose keys the job reads to find it).
 ALTER TABLE mailer.memory_state ADD COLUMN key_group int;
-CREATE INDEX memory_state_key_group ON mailer.memory_state (job_id, key_group);

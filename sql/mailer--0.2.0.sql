@@ -160,11 +160,9 @@ CREATE TABLE mailer.memory_state (
 	key				bytea NOT NULL,
 	epoch			bigint NOT NULL,
 	value			bytea,
-	key_group		int,
+	key_group		int,			-- of key; NULL in rows of 0.1.0
 	PRIMARY KEY (job_id, key, epoch)
 );
--- Each subtask of a parallel job reads and deletes its own key groups' rows.
-CREATE INDEX memory_state_key_group ON mailer.memory_state (job_id, key_group);
 
 SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.job_job_id_seq', '');
