@@ -306,6 +306,7 @@ state_memory_open(const StateOpenArgs *args)
 	Datum		values[4];
 
 	Assert(args->kg_lo >= 0 && args->kg_lo <= args->kg_hi && args->kg_hi <= args->key_groups);
+	Assert(args->key_group_of != NULL);
 	ms->base.ops = &memory_ops;
 	ms->base.job_id = args->job_id;
 	ms->key_groups = args->key_groups;

@@ -395,6 +395,11 @@ state_rocksdb_open(const StateOpenArgs *args)
 
 	Assert(args->subtask >= 0 && args->subtask < args->parallelism);
 	Assert(args->kg_lo >= 0 && args->kg_lo <= args->kg_hi && args->kg_hi <= args->key_groups);
+	/* Without the old subtasks a rescale would quietly start from nothing. */
+	if (args->epoch > 0 && (args->old_parallelism < 1 || args->old_refs == NULL ||
+							args->key_group_of == NULL))
+		elog(ERROR, "mailer: opening the RocksDB state of epoch " INT64_FORMAT " needs its subtasks' state references",
+			 args->epoch);
 	rs->base.ops = &rocks_ops;
 	rs->base.job_id = args->job_id;
 	rs->subtask = args->subtask;
