@@ -275,6 +275,3 @@ SELECT j.name, s.subtask, s.pid, s.live_state AS state, s.waiting_for,
   JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) s.job_id;
 
 GRANT SELECT ON mailer.jobs, mailer.metrics, mailer.partition_metrics, mailer.subtasks TO PUBLIC;
-
--- Each subtask of a parallel job reads and deletes its own key groups' rows.
-CREATE INDEX memory_state_key_group ON mailer.memory_state (job_id, key_group);

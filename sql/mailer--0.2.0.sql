@@ -167,8 +167,6 @@ CREATE TABLE mailer.memory_state (
 	key_group		integer,				-- NULL in rows written by 0.1.0
 	PRIMARY KEY (job_id, key, epoch)
 );
--- Each subtask of a parallel job reads and deletes its own key groups' rows.
-CREATE INDEX memory_state_key_group ON mailer.memory_state (job_id, key_group);
 
 SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.job_job_id_seq', '');

@@ -61,7 +61,13 @@ typedef struct StateBackendOps
 	 */
 	char	   *(*checkpoint) (StateBackend *backend, int64 epoch);
 
-	/* After the checkpoint committed: forget snapshots older than keep_from. */
+	/*
+	 * After the checkpoint committed: forget snapshots older than keep_from
+	 * (and any newer than epoch).  Subtask 0's also forgets those of the
+	 * subtasks k >= parallelism, which no longer run after a rescale down:
+	 * they keep theirs only while a retained epoch needs them.  Called
+	 * outside any transaction.
+	 */
 	void		(*committed) (StateBackend *backend, int64 epoch, int64 keep_from);
 
 	/* Bytes of state, roughly (for mailer.metrics). */
@@ -108,19 +114,6 @@ typedef struct StateOpenArgs
  */
 extern StateBackend *state_rocksdb_open(const StateOpenArgs *args);
 extern StateBackend *state_memory_open(const StateOpenArgs *args);
-
-/*
- * The RocksDB files of subtasks that no longer run.  After a job is
- * rescaled down, subtask k >= parallelism keeps its directory for the
- * retained checkpoints taken when it ran (a restore to one of them needs
- * it, or a rescale from it).  The coordinator calls this after each
- * commit with the arguments it gave its own committed(): in each such
- * directory it removes the checkpoints outside [keep_from, epoch], and the
- * directory once none is left.  A directory whose lock is held (a subtask
- * still running) is left alone.  Nothing to do for the memory backend.
- */
-extern void state_remove_unused_subtask_dirs(int64 job_id, int parallelism, int64 epoch,
-											 int64 keep_from);
 
 /*
  * Where jobs keep files, relative to the data directory: a job's

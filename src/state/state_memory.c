@@ -17,7 +17,9 @@
  * share the table: each loads, deletes and compacts the versions of its
  * own key groups only, so their statements, run at the same time, never
  * touch the same rows.  Compaction goes key by key, and a subtask's keys
- * are all of its key groups.
+ * are all of its key groups.  No index serves key_group: a subtask's open
+ * reads the job's rows through the primary key, as the one process of a
+ * job always did, and an index would cost every checkpoint's writes.
  */
 #include "postgres.h"
 
@@ -304,6 +306,7 @@ state_memory_open(const StateOpenArgs *args)
 	Datum		values[4];
 
 	Assert(args->kg_lo >= 0 && args->kg_lo <= args->kg_hi && args->kg_hi <= args->key_groups);
+	Assert(args->key_group_of != NULL);
 	ms->base.ops = &memory_ops;
 	ms->base.job_id = args->job_id;
 	ms->key_groups = args->key_groups;

@@ -45,6 +45,8 @@ typedef struct RocksState
 {
 	StateBackend base;
 	char	   *dir;			/* the subtask's directory */
+	int			subtask;
+	int			parallelism;
 	char	   *live;			/* dir/live */
 	int			lock_fd;		/* dir/lock, flocked while the state is open */
 	rocksdb_t  *db;
@@ -393,8 +395,15 @@ state_rocksdb_open(const StateOpenArgs *args)
 
 	Assert(args->subtask >= 0 && args->subtask < args->parallelism);
 	Assert(args->kg_lo >= 0 && args->kg_lo <= args->kg_hi && args->kg_hi <= args->key_groups);
+	/* Without the old subtasks a rescale would quietly start from nothing. */
+	if (args->epoch > 0 && (args->old_parallelism < 1 || args->old_refs == NULL ||
+							args->key_group_of == NULL))
+		elog(ERROR, "mailer: opening the RocksDB state of epoch " INT64_FORMAT " needs its subtasks' state references",
+			 args->epoch);
 	rs->base.ops = &rocks_ops;
 	rs->base.job_id = args->job_id;
+	rs->subtask = args->subtask;
+	rs->parallelism = args->parallelism;
 	rs->dir = state_subtask_dir(args->job_id, args->subtask);
 	rs->live = psprintf("%s/live", rs->dir);
 
@@ -557,14 +566,6 @@ rocks_checkpoint(StateBackend *backend, int64 epoch)
 	return name;
 }
 
-static void
-rocks_committed(StateBackend *backend, int64 epoch, int64 keep_from)
-{
-	RocksState *rs = (RocksState *) backend;
-
-	remove_checkpoints(rs->dir, keep_from, epoch);
-}
-
 /* Whether a directory holds a checkpoint. */
 static bool
 has_checkpoints(const char *dir)
@@ -581,32 +582,31 @@ has_checkpoints(const char *dir)
 
 /*
  * The retention of committed(), for the subtasks the job no longer runs:
- * their checkpoints of retained epochs stay (a restore to such an epoch
- * reads them), the others go, and so does a directory left without any.
+ * their checkpoints of retained epochs stay (a restore to such an epoch,
+ * or a rescale from it, reads them), the others go, and so does a
+ * directory left without any.  A directory whose lock is held is left
+ * alone: no subtask k >= parallelism runs while subtask 0 does, but that
+ * is not for this process to assume.
  */
-void
-state_remove_unused_subtask_dirs(int64 job_id, int parallelism, int64 epoch, int64 keep_from)
+static void
+remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from)
 {
-	char	   *job_dir = state_job_dir(job_id);
-	DIR		   *d = AllocateDir(job_dir);
+	DIR		   *d = AllocateDir(rs->dir);
 	struct dirent *de;
 
-	if (d == NULL && errno == ENOENT)
-		return;					/* no RocksDB state */
-	while ((de = ReadDir(d, job_dir)) != NULL)
+	while ((de = ReadDir(d, rs->dir)) != NULL)
 	{
 		int			k;
 		char		rest;
 		char	   *dir;
 		int			fd;
 
-		if (sscanf(de->d_name, "subtask-%d%c", &k, &rest) != 1 || k < parallelism)
+		if (sscanf(de->d_name, "subtask-%d%c", &k, &rest) != 1 || k < rs->parallelism)
 			continue;
-		dir = psprintf("%s/%s", job_dir, de->d_name);
+		dir = psprintf("%s/%s", rs->dir, de->d_name);
 		fd = BasicOpenFile(psprintf("%s/lock", dir), O_RDWR | PG_BINARY);
 		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0)
 		{
-			/* a subtask of another run still has it: never the case, but not ours to judge */
 			close(fd);
 			continue;
 		}
@@ -618,6 +618,17 @@ state_remove_unused_subtask_dirs(int64 job_id, int parallelism, int64 epoch, int
 			close(fd);
 	}
 	FreeDir(d);
+}
+
+/* Subtask 0 also retires the directories of subtasks no longer run. */
+static void
+rocks_committed(StateBackend *backend, int64 epoch, int64 keep_from)
+{
+	RocksState *rs = (RocksState *) backend;
+
+	remove_checkpoints(rs->dir, keep_from, epoch);
+	if (rs->subtask == 0)
+		remove_unused_subtask_dirs(rs, epoch, keep_from);
 }
 
 static int64
