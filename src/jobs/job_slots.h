@@ -103,6 +103,7 @@ typedef struct JobSlot
 
 	/* In every subtask's slot. */
 	pg_atomic_uint64 prepared_epoch;	/* its share of this epoch is prepared */
+	uint64		prepared_nonce; /* ... under this part of its name */
 	bool		source_finished;	/* its part of a bounded source is all read */
 
 	slock_t		mutex;			/* protects the fields up to 'counters' */

@@ -144,6 +144,21 @@ restore_rows(Job *job, Restored *restored)
 	MemoryContextSwitchTo(ctx);
 	restored->epoch = DatumGetInt64(catalog_value(0, 9, NULL));
 	restored->parallelism = DatumGetInt32(catalog_value(0, Anum_restore_parallelism, NULL));
+
+	/*
+	 * An epoch is whole or not at all: a subtask's row missing would restart
+	 * its partitions from the spec's start and count their records twice.
+	 */
+	for (uint64 i = 0; i < SPI_processed || i < (uint64) restored->parallelism; i++)
+		if (i >= SPI_processed || i >= (uint64) restored->parallelism ||
+			DatumGetInt32(catalog_value(i, Anum_restore_subtask, NULL)) != (int) i)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("checkpoint " INT64_FORMAT " of job \"%s\" does not have one row per subtask",
+							restored->epoch, job->name),
+					 errdetail("It was taken at parallelism %d and has %d rows in mailer.checkpoints.",
+							   restored->parallelism, (int) SPI_processed),
+					 errhint("Rewind the job to an earlier checkpoint with mailer.restore_job.")));
 	restored->state_refs = palloc0(sizeof(char *) * Max(restored->parallelism, SPI_processed));
 	restored->state_layout = catalog_text(0, Anum_restore_state_layout);
 	/* The same at every row: merged over all of them. */
@@ -409,7 +424,8 @@ insert_checkpoint_row(CheckpointRun *run)
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
 	 * the launcher has seen the worker exit.
 	 */
-	if (run->final && job->subtask == 0 && job->source->ops->finished(job->source))
+	if (run->final && job->subtask == 0 &&
+		(job->parallelism > 1 ? job->all_finished : job->source->ops->finished(job->source)))
 		catalog_exec("UPDATE " MAILER_SCHEMA ".job_status SET state = 'finished', pid = NULL, "
 					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
 					 1, types, values, NULL, false);

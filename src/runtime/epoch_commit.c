@@ -40,11 +40,17 @@
 
 #define GID_PREFIX "mailer"
 
+/*
+ * A share's name: whose (installation, job, epoch, subtask), and a random
+ * nonce that only the subtask and subtask 0 know (it travels in shared
+ * memory), so that no other role can take the name first and make the
+ * PREPARE fail (gids are cluster-wide, and pg_prepared_xacts is public).
+ */
 static char *
-gid_of(Oid ext_oid, int64 job_id, int64 epoch, int subtask)
+gid_of(Oid ext_oid, int64 job_id, int64 epoch, int subtask, uint64 nonce)
 {
-	return psprintf(GID_PREFIX "_%u_" INT64_FORMAT "_" INT64_FORMAT "_%d",
-					ext_oid, job_id, epoch, subtask);
+	return psprintf(GID_PREFIX "_%u_" INT64_FORMAT "_" INT64_FORMAT "_%d_%016" INT64_MODIFIER "x",
+					ext_oid, job_id, epoch, subtask, nonce);
 }
 
 static void
@@ -119,8 +125,13 @@ commit_as_coordinator(Job *job, int64 epoch)
 	TEST_POINT("epoch_after_decision");
 	for (int k = 1; k < job->parallelism; k++)
 	{
+		JobSlot    *slot = subtask_running(job, k);
+		char	   *gid;
+
+		pg_read_barrier();
+		gid = gid_of(job->ext_oid, job->job_id, epoch, k, slot->prepared_nonce);
 		StartTransactionCommand();
-		FinishPreparedTransaction(gid_of(job->ext_oid, job->job_id, epoch, k), true);
+		FinishPreparedTransaction(gid, true);
 		CommitTransactionCommand();
 	}
 	pg_atomic_write_u64(&job->slot->committed_epoch, epoch);
@@ -136,8 +147,20 @@ commit_as_coordinator(Job *job, int64 epoch)
 static void
 prepare_as_subtask(Job *job, int64 epoch)
 {
-	work_xact_prepare(gid_of(job->ext_oid, job->job_id, epoch, job->subtask));
+	uint64		nonce;
+
+	/* Subtask 0 commits the share as the owner: a trigger must not have changed the role. */
+	if (GetUserId() != job->owner)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("the checkpoint's transaction changed the current role"),
+				 errhint("Do not change the role in a trigger or function the job calls.")));
+	if (!pg_strong_random(&nonce, sizeof(nonce)))
+		elog(ERROR, "could not generate a random name for a prepared transaction");
+	work_xact_prepare(gid_of(job->ext_oid, job->job_id, epoch, job->subtask, nonce));
 	TEST_POINT("epoch_after_prepare");
+	job->slot->prepared_nonce = nonce;
+	pg_write_barrier();
 	pg_atomic_write_u64(&job->slot->prepared_epoch, epoch);
 	wake(job->coordinator);
 	while (pg_atomic_read_u64(&job->coordinator->committed_epoch) < (uint64) epoch)
@@ -156,6 +179,25 @@ epoch_commit(Job *job, int64 epoch)
 		commit_as_coordinator(job, epoch);
 	else
 		prepare_as_subtask(job, epoch);
+}
+
+/*
+ * Whether the job has a worker that may still commit: subtask 0 running,
+ * or registered by the launcher this round.  Its slot kept through a
+ * restart's backoff or a stop is not enough: its shares would wait.
+ */
+static bool
+job_has_worker(int64 job_id, Oid ext_oid)
+{
+	JobSlot    *slot = job_slots_find(job_id, ext_oid);
+	bool		has;
+
+	if (slot == NULL)
+		return false;
+	SpinLockAcquire(&slot->mutex);
+	has = slot->pid != 0 || slot->registered;
+	SpinLockRelease(&slot->mutex);
+	return has;
 }
 
 /* One prepared share and what was decided for it. */
@@ -195,7 +237,7 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 				 "      FROM pg_catalog.pg_prepared_xacts x "
 				 "      WHERE x.database OPERATOR(pg_catalog.=) pg_catalog.current_database() "
 				 "      AND x.gid OPERATOR(pg_catalog.~) ('^' OPERATOR(pg_catalog.||) $1 "
-				 "          OPERATOR(pg_catalog.||) '_[0-9]{1,18}_[0-9]{1,18}_[0-9]{1,4}$') "
+				 "          OPERATOR(pg_catalog.||) '_[0-9]{1,18}_[0-9]{1,18}_[0-9]{1,4}_[0-9a-f]{16}$') "
 				 "      OFFSET 0) p "
 				 "LEFT JOIN " MAILER_SCHEMA ".job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id "
 				 "WHERE ($2 OPERATOR(pg_catalog.=) 0 OR p.job_id OPERATOR(pg_catalog.=) $2) "
@@ -225,7 +267,7 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 
 		/* A job with a worker settles its own. */
 		if (job_id == 0 && sscanf(p->gid, GID_PREFIX "_%u_%lld_", &ext, &id) == 2 &&
-			job_slots_find((int64) id, ext_oid) != NULL)
+			job_has_worker((int64) id, ext_oid))
 			continue;
 		StartTransactionCommand();
 		FinishPreparedTransaction(p->gid, p->commit);
@@ -240,15 +282,18 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 bool
 epoch_has_prepared(Oid ext_oid, int64 job_id)
 {
-	Oid			type = TEXTOID;
-	Datum		value = CStringGetTextDatum(psprintf(GID_PREFIX "_%u_" INT64_FORMAT "_", ext_oid, job_id));
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		values[2] = {CStringGetTextDatum(psprintf(GID_PREFIX "_%u_" INT64_FORMAT "_", ext_oid, job_id)),
+	Int64GetDatum(job_id)};
 	bool		found;
 
 	SPI_connect();
-	catalog_exec("SELECT FROM pg_catalog.pg_prepared_xacts "
-				 "WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database() "
-				 "AND pg_catalog.starts_with(gid, $1)",
-				 1, &type, &value, NULL, true);
+	/* The owner's only: a look-alike another role prepared holds nothing of the job's. */
+	catalog_exec("SELECT FROM pg_catalog.pg_prepared_xacts x, " MAILER_SCHEMA ".job j "
+				 "WHERE x.database OPERATOR(pg_catalog.=) pg_catalog.current_database() "
+				 "AND pg_catalog.starts_with(x.gid, $1) AND j.job_id OPERATOR(pg_catalog.=) $2 "
+				 "AND x.owner OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(j.owner)",
+				 2, types, values, NULL, true);
 	found = SPI_processed > 0;
 	SPI_finish();
 	return found;

@@ -31,6 +31,8 @@
 
 typedef struct ExchangeHeader
 {
+	Oid			ext_oid;		/* whose queues: a late subtask of another run must not attach */
+	int64		job_id;
 	int			parallelism;
 	Size		queue_bytes;
 } ExchangeHeader;
@@ -57,7 +59,7 @@ queue_at(dsm_segment *seg, int from, int to, int parallelism)
 }
 
 dsm_handle
-exchange_create(int parallelism)
+exchange_create(Oid ext_oid, int64 job_id, int parallelism)
 {
 	Size		size = MAXALIGN(sizeof(ExchangeHeader)) +
 		(Size) parallelism * parallelism * EXCHANGE_QUEUE_BYTES;
@@ -66,6 +68,8 @@ exchange_create(int parallelism)
 
 	/* The segment lives as long as the coordinator, which attaches again below. */
 	dsm_pin_mapping(seg);
+	h->ext_oid = ext_oid;
+	h->job_id = job_id;
 	h->parallelism = parallelism;
 	h->queue_bytes = EXCHANGE_QUEUE_BYTES;
 	for (int i = 0; i < parallelism; i++)
@@ -76,10 +80,11 @@ exchange_create(int parallelism)
 }
 
 Exchange *
-exchange_attach(dsm_handle handle, int subtask, int parallelism)
+exchange_attach(dsm_handle handle, Oid ext_oid, int64 job_id, int subtask, int parallelism)
 {
 	Exchange   *ex = palloc0(sizeof(Exchange));
 	dsm_segment *seg = dsm_find_mapping(handle);
+	ExchangeHeader *h;
 
 	if (seg == NULL)
 	{
@@ -90,6 +95,11 @@ exchange_attach(dsm_handle handle, int subtask, int parallelism)
 					 errmsg("the job's coordinator has gone before subtask %d started", subtask)));
 		dsm_pin_mapping(seg);
 	}
+	h = dsm_segment_address(seg);
+	if (h->ext_oid != ext_oid || h->job_id != job_id || h->parallelism != parallelism)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the queues of subtask %d's run are gone", subtask)));
 	ex->seg = seg;
 	ex->subtask = subtask;
 	ex->parallelism = parallelism;

@@ -18,8 +18,9 @@ typedef struct Exchange Exchange;
 typedef void (*ExchangeDrain) (void *arg);
 
 /* The coordinator makes the segment; every subtask, the coordinator too, attaches. */
-extern dsm_handle exchange_create(int parallelism);
-extern Exchange *exchange_attach(dsm_handle handle, int subtask, int parallelism);
+extern dsm_handle exchange_create(Oid ext_oid, int64 job_id, int parallelism);
+extern Exchange *exchange_attach(dsm_handle handle, Oid ext_oid, int64 job_id, int subtask,
+								 int parallelism);
 
 /* What the next flush sends to subtask to: append to it. */
 extern StringInfo exchange_outbox(Exchange *ex, int to);

@@ -293,8 +293,9 @@ start_parallel(JobWorkerArgs *args, Job *job)
 	if (job->parallelism == 1 || job->subtask > 0)
 		return;
 	job->slot->parallelism = job->parallelism;
-	job->slot->exchange = exchange_create(job->parallelism);
-	subtasks_start(args, job, job->slot->exchange);
+	args->exchange = exchange_create(job->slot->ext_oid, job->job_id, job->parallelism);
+	job->slot->exchange = args->exchange;
+	subtasks_start(args, job, args->exchange);
 }
 
 static Job *
@@ -314,6 +315,9 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	SpinLockAcquire(&job->coordinator->mutex);
 	job->coordinator_pid = job->coordinator->pid;
 	SpinLockRelease(&job->coordinator->mutex);
+	/* Subtask 0 gone before this subtask started: the run is over. */
+	if (job->coordinator_pid == 0)
+		proc_exit(0);
 	job->job_context = job_context;
 	job->batch_context = AllocSetContextCreate(job_context, "mailer batch", ALLOCSET_DEFAULT_SIZES);
 
@@ -368,8 +372,8 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 		job->keyed = keyed_create(&keyed);
 	}
 	if (job->parallelism > 1)
-		job->shuffle = shuffle_create(job, exchange_attach(job->coordinator->exchange,
-														  job->subtask, job->parallelism));
+		job->shuffle = shuffle_create(job, exchange_attach(args->exchange, job->slot->ext_oid,
+														  job->job_id, job->subtask, job->parallelism));
 	work_xact_end();
 
 	/*

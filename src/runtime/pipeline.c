@@ -95,11 +95,21 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 	watermark_sync_partitions(job->watermarks, job->source);
 	PG_TRY();
 	{
-		guard_each(n, run_message, message_failed, &run, job->batch_context);
-		run.current = -1;
-		/* Records for other subtasks' keys go now, while theirs for ours come in. */
-		if (job->shuffle)
-			shuffle_flush(job);
+		/*
+		 * A parallel job sends what it routed away every so many records,
+		 * so that an outbox stays small whatever the batch size.
+		 */
+		int			chunk = job->shuffle ? SHUFFLE_CHUNK : n;
+
+		for (int start = 0; start < n; start += chunk)
+		{
+			run.msgs = msgs + start;
+			guard_each(Min(chunk, n - start), run_message, message_failed, &run,
+					   job->batch_context);
+			run.current = -1;
+			if (job->shuffle)
+				shuffle_flush(job);
+		}
 	}
 	PG_CATCH();
 	{
@@ -109,11 +119,12 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 		 * retry, the operator needs that record's position: last_error
 		 * shows it.  Failing per on_error names the record already.
 		 */
-		int			current = ((volatile BatchRun *) &run)->current;
+		volatile BatchRun *vrun = &run;
+		int			current = vrun->current;
 
 		if (current >= 0 && !job->failing)
 		{
-			SourceMessage *msg = &msgs[current];
+			SourceMessage *msg = &vrun->msgs[current];
 			ErrorData  *edata;
 
 			MemoryContextSwitchTo(job->batch_context);

@@ -29,6 +29,7 @@
 #include "operators/keyed.h"
 #include "runtime/accounting.h"
 #include "runtime/shuffle.h"
+#include "runtime/subtasks.h"
 
 #define ENTRY_RECORD	'R'
 #define ENTRY_WATERMARK 'W'
@@ -41,6 +42,7 @@ struct Shuffle
 	int16	   *typlen;			/* [naggs] */
 	bool	   *typbyval;
 	StringInfoData group;		/* the record being routed's group key */
+	StringInfoData entry;		/* its entry, made whole before it joins an outbox */
 
 	/* Per input (this subtask's own source included): its latest watermark. */
 	TimestampTz *in_watermark;
@@ -83,6 +85,7 @@ shuffle_create(Job *job, Exchange *ex)
 	for (int a = 0; a < sh->naggs; a++)
 		keyed_arg_type(job->keyed, a, &sh->typlen[a], &sh->typbyval[a]);
 	initStringInfo(&sh->group);
+	initStringInfo(&sh->entry);
 	sh->in_watermark = palloc(sizeof(TimestampTz) * n);
 	sh->in_idle = palloc0(sizeof(bool) * n);
 	for (int k = 0; k < n; k++)
@@ -132,7 +135,12 @@ shuffle_route(Job *job, SourceMessage *msg, Record *rec, const Datum *args, cons
 		return keyed_add_group(job->keyed, sh->group.data, sh->group.len, t, args, nulls) ?
 			SHUFFLE_ADDED : SHUFFLE_LATE;
 
-	out = exchange_outbox(sh->ex, owner);
+	/*
+	 * The entry is made aside and appended whole: a record that fails on the
+	 * way (a value too big) leaves no half entry in the outbox.
+	 */
+	out = &sh->entry;
+	resetStringInfo(out);
 	PUT(out, kind);
 	PUT(out, t);
 	PUT(out, msg->topic);
@@ -158,13 +166,18 @@ shuffle_route(Job *job, SourceMessage *msg, Record *rec, const Datum *args, cons
 		out->len += size;
 		out->data[out->len] = '\0';
 	}
+	appendBinaryStringInfo(exchange_outbox(sh->ex, owner), out->data, out->len);
 	return SHUFFLE_SENT;
 }
 
+/* While a queue is full: the others' records come in, and a subtask gone ends the wait. */
 static void
 drain_callback(void *arg)
 {
-	shuffle_drain((Job *) arg);
+	Job		   *job = (Job *) arg;
+
+	subtasks_check(job);
+	shuffle_drain(job);
 }
 
 void

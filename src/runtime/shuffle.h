@@ -14,6 +14,9 @@
 
 typedef struct Shuffle Shuffle;
 
+/* Records a subtask routes before it sends its outboxes. */
+#define SHUFFLE_CHUNK	256
+
 extern Shuffle *shuffle_create(Job *job, Exchange *ex);
 
 /*

@@ -17,6 +17,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 
 #include "base/mailer.h"
@@ -27,6 +28,10 @@
 
 /* Subtask 0: the workers it registered, by subtask (one job per process). */
 static BackgroundWorkerHandle **handles = NULL;
+static int	nhandles = 0;
+static int	coordinator_index = -1;
+
+static void stop_subtasks(int code, Datum arg);
 
 static bool
 previous_left(JobSlot *coordinator)
@@ -69,6 +74,10 @@ subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle exchange)
 	int			coordinator = job->slot - mailer_shared->slots;
 
 	handles = MemoryContextAllocZero(TopMemoryContext, sizeof(BackgroundWorkerHandle *) * job->parallelism);
+	nhandles = job->parallelism;
+	coordinator_index = coordinator;
+	/* However subtask 0 leaves, its subtasks go with it, as a parallel query's workers do. */
+	before_shmem_exit(stop_subtasks, (Datum) 0);
 	for (int k = 1; k < job->parallelism; k++)
 	{
 		BackgroundWorker worker;
@@ -161,12 +170,42 @@ subtasks_check(Job *job)
 	}
 }
 
+/*
+ * Subtask 0 exits: ask its subtasks to stop (they would fail at their next
+ * look at the queues anyway), and free the slot of any whose worker never
+ * started, which nobody else would.
+ */
+static void
+stop_subtasks(int code, Datum arg)
+{
+	for (int k = 1; k < nhandles; k++)
+	{
+		pid_t		pid;
+		JobSlot    *slot;
+
+		if (handles[k] == NULL)
+			continue;
+		TerminateBackgroundWorker(handles[k]);
+		if (GetBackgroundWorkerPid(handles[k], &pid) != BGWH_STOPPED)
+			continue;
+		slot = job_slots_subtask(&mailer_shared->slots[coordinator_index], k);
+		if (slot && slot->pid == 0)
+			subtasks_release(slot);
+	}
+}
+
 void
 subtasks_release(JobSlot *slot)
 {
 	JobSlot    *coordinator = &mailer_shared->slots[slot->coordinator];
 
 	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
+	/* Released already (by subtask 0, for a worker that never started), maybe taken again. */
+	if (slot->job_id == 0 || slot->subtask == 0 || (slot->pid != 0 && slot->pid != MyProcPid))
+	{
+		LWLockRelease(mailer_shared->lock);
+		return;
+	}
 	if (slot->error[0] && coordinator->job_id == slot->job_id && coordinator->subtask == 0)
 	{
 		SpinLockAcquire(&coordinator->mutex);

@@ -86,7 +86,7 @@ for my $s (@steps)
 	my $gid = "mailer_${ext}_${job_id}_${epoch}_1";
 	my $settled = $decided ? 'committed' : 'rolled back';
 	wait_until("$point ($how): the share of epoch $epoch $settled",
-		sub { pg_log_since($crash_log) =~ /mailer \Q$settled\E the prepared share "\Q$gid\E"/ }, 120);
+		sub { pg_log_since($crash_log) =~ /mailer \Q$settled\E the prepared share "\Q$gid\E_[0-9a-f]{16}"/ }, 120);
 	pass("$point ($how): the prepared share of epoch $epoch was $settled");
 	wait_until("$point: no prepared share left", sub { mailer_prepared() eq '0' }, 120);
 	wait_until("$point: the job runs again", sub { par_subtask_count('t125') eq $P }, 120);
@@ -109,10 +109,24 @@ is(psql("SELECT count(*) FROM (SELECT epoch FROM mailer.checkpoints WHERE job_id
 is(psql("SELECT mailer.stop_job('t125')"), 'stopped', 't125 stopped');
 my $e = decided_epoch();
 psql("CREATE TABLE t125_probe (what text)");
-psql("BEGIN; INSERT INTO t125_probe VALUES ('decided'); PREPARE TRANSACTION 'mailer_${ext}_${job_id}_${e}_1'");
-psql("BEGIN; INSERT INTO t125_probe VALUES ('undecided'); PREPARE TRANSACTION 'mailer_${ext}_${job_id}_" . ($e + 5) . "_1'");
+psql("BEGIN; INSERT INTO t125_probe VALUES ('decided'); PREPARE TRANSACTION 'mailer_${ext}_${job_id}_${e}_1_00000000000000aa'");
+psql("BEGIN; INSERT INTO t125_probe VALUES ('undecided'); PREPARE TRANSACTION 'mailer_${ext}_${job_id}_" . ($e + 5) . "_1_00000000000000bb'");
 wait_until('the launcher settled both shares', sub { mailer_prepared() eq '0' }, 60);
 is(psql("SELECT string_agg(what, ',') FROM t125_probe"), 'decided',
 	'the launcher committed the decided share and rolled back the other');
+
+# A look-alike prepared by another role is not the job's: left alone, and
+# it neither blocks restore_job nor is settled in the job's name.
+psql("CREATE ROLE t125_other LOGIN");
+psql("GRANT INSERT ON t125_probe TO t125_other");
+{
+	local $ENV{PGUSER} = 't125_other';
+	psql("BEGIN; INSERT INTO t125_probe VALUES ('other'); PREPARE TRANSACTION 'mailer_${ext}_${job_id}_" . ($e + 1) . "_1_00000000000000cc'");
+}
+psql("SELECT mailer.restore_job('t125', $e)");
+pass('restore_job is not held up by a look-alike of another role');
+is(psql("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE '%_00000000000000cc'"), 1,
+	'the look-alike is left to its owner');
+psql("ROLLBACK PREPARED 'mailer_${ext}_${job_id}_" . ($e + 1) . "_1_00000000000000cc'");
 
 done_testing();
