@@ -74,8 +74,7 @@ sub par_node_conf
 	my ($slots) = @_;
 	return "mailer.max_jobs = $slots\n"
 	  . 'max_worker_processes = ' . ($slots + 8) . "\n"
-	  . "max_prepared_transactions = 64\n"
-	  . "mailer.max_parallelism_per_job = 8\n";
+	  . "max_prepared_transactions = 64\n";
 }
 
 # Event times are seconds after 2030-01-01 00:00:00 UTC, as in MailerTest.
@@ -284,20 +283,20 @@ sub par_subtask_count
 		  . ($cond ? " AND ($cond)" : ''));
 }
 
-# mailer.subtasks while the job runs: one row per subtask 0..p-1, each with
-# a pid of its own; mailer.metrics and mailer.jobs say the parallelism.
+# mailer.subtasks while the job runs: one row per subtask 0..p-1, each
+# running with a pid of its own; mailer.metrics says the parallelism.
 sub par_subtasks_ok
 {
 	my ($job, $p, $label) = @_;
 	$label //= $job;
 	my $col = subtask_job_column();
 	my $sql = "SELECT string_agg(subtask::text, ',' ORDER BY subtask) || ' ' || count(DISTINCT pid) "
-	  . "FROM mailer.subtasks WHERE $col = '$job'";
-	my $want = join(',', 0 .. $p - 1) . " $p";
+	  . "|| ' ' || count(*) FILTER (WHERE state = 'running') FROM mailer.subtasks WHERE $col = '$job'";
+	my $want = join(',', 0 .. $p - 1) . " $p $p";
 	my $last;
 	# A restarted subtask may not be registered yet: wait for all of them.
 	eval { wait_until("$job shows $p subtasks", sub { ($last = psql($sql)) eq $want }, 60); 1 };
-	Test::More::is($last, $want, "$label: mailer.subtasks shows subtasks 0..$p-1, each with its pid");
+	Test::More::is($last, $want, "$label: mailer.subtasks shows subtasks 0..$p-1 running, each with its pid");
 	Test::More::is(psql("SELECT parallelism FROM mailer.metrics WHERE name = '$job'"), $p,
 		"$label: mailer.metrics says parallelism $p");
 }
