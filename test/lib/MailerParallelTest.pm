@@ -296,7 +296,7 @@ sub par_subtasks_ok
 	my $last;
 	# A restarted subtask may not be registered yet: wait for all of them.
 	eval { wait_until("$job shows $p subtasks", sub { ($last = psql($sql)) eq $want }, 60); 1 };
-	Test::More::is($last, $want, "$label: mailer.subtasks shows subtasks 0..$p-1 running, each with its pid");
+	Test::More::is($last, $want, "$label: mailer.subtasks shows subtasks 0.." . ($p - 1) . " running, each with its pid");
 	Test::More::is(psql("SELECT parallelism FROM mailer.metrics WHERE name = '$job'"), $p,
 		"$label: mailer.metrics says parallelism $p");
 }
