@@ -65,6 +65,7 @@ SKIP:
 		qr/stop/i, 'alter_job refuses a running job');
 	is(psql("SELECT mailer.stop_job('$j')"), 'stopped', 'stopped');
 	my $spec = psql("SELECT spec FROM mailer.jobs WHERE name = '$j'");
+	par_sink('t122_elsewhere', 'tumbling');		# a valid spec, but another table
 	for my $change (['{sink,table}', '"t122_elsewhere"', qr/sink\.table/, 'the sink table'],
 		['{state,backend}', '"memory"', qr/state\.backend/, 'the state backend'],
 		['{key_groups}', '64', qr/key_groups/, 'the key groups'],
