@@ -29,7 +29,7 @@ use Time::HiRes qw(time sleep);
 use MailerTest;
 
 our @EXPORT = qw(@PARALLELISMS par par_list parallel_build par_node_conf
-  par_orders par_produce par_markers par_job par_spec par_sink par_want
+  par_orders par_messages par_send par_produce par_markers par_job par_spec par_sink par_want
   par_same par_subtasks_ok par_partitions_ok par_subtask_pids par_subtask_count alter_parallelism
   %WINDOW EV_BASE_SQL);
 
@@ -113,24 +113,45 @@ sub par_orders
 		  . "FROM generate_series(${from}::bigint, ${to}::bigint) i");
 }
 
+# The orders $from..$to of $table as Kafka messages: { partition =>
+# "order_id<TAB>json\n..." } in order id order within each partition.
+# Read while the server is up, they can be produced while it is not.
+sub par_messages
+{
+	my ($table, $from, $to) = @_;
+	my %by;
+	my $out = psql("SELECT p || E'\\t' || order_id || E'\\t' || json_build_object('order_id', order_id, "
+		  . "'customer_id', customer_id, 'amount', amount, 'ts', ts)::text "
+		  . "FROM $table WHERE order_id BETWEEN $from AND $to ORDER BY order_id");
+	for my $line (split /\n/, $out)
+	{
+		my ($p, $rest) = split /\t/, $line, 2;
+		$by{$p} .= "$rest\n";
+	}
+	return \%by;
+}
+
+# Produce messages of par_messages to $topic, each to its partition.
+sub par_send
+{
+	my ($topic, $by) = @_;
+	for my $p (sort { $a <=> $b } keys %$by)
+	{
+		my $err = '';
+		IPC::Run::run([ 'kcat', '-b', $MailerTest::BROKERS, '-P', '-t', $topic, '-z', 'lz4', '-K', "\t", '-p', $p ],
+			'<', \$by->{$p}, '2>', \$err, IPC::Run::timeout(300))
+		  or die "producing to partition $p of $topic failed: $err\n";
+	}
+	return scalar(keys %$by);
+}
+
 # Produce the orders $from..$to of $table to $topic: each to its partition,
-# keyed by its order id, in order id order within the partition.
+# keyed by its order id, in order id order within the partition.  Returns
+# how many partitions got some.
 sub par_produce
 {
 	my ($table, $topic, $from, $to) = @_;
-	my @parts = split /\n/, psql("SELECT DISTINCT p FROM $table WHERE order_id BETWEEN $from AND $to ORDER BY 1");
-	for my $p (@parts)
-	{
-		my $sql = "SELECT order_id || E'\\t' || json_build_object('order_id', order_id, "
-		  . "'customer_id', customer_id, 'amount', amount, 'ts', ts)::text "
-		  . "FROM $table WHERE order_id BETWEEN $from AND $to AND p = $p ORDER BY order_id";
-		my @psql = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql);
-		my @kcat = ('kcat', '-b', $MailerTest::BROKERS, '-P', '-t', $topic, '-z', 'lz4', '-K', "\t", '-p', $p);
-		my ($err1, $err2) = ('', '');
-		IPC::Run::run(\@psql, '2>', \$err1, '|', \@kcat, '2>', \$err2)
-		  or die "producing orders $from..$to of partition $p to $topic failed: $err1$err2\n";
-	}
-	return scalar(@parts);
+	return par_send($topic, par_messages($table, $from, $to));
 }
 
 # An end marker at event time $t (seconds) in each of the partitions: the

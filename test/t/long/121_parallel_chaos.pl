@@ -2,8 +2,9 @@
 # partitions (Kafka key: the order id; group key: the customer, from the
 # value), produced in 12 bursts, with a malformed record in each, to
 # totals and tumbling-window jobs at parallelism 2 and 4 on RocksDB and on
-# the memory backend, a session job and a sliding one.  During the bursts,
-# 10 random subtasks of random jobs are killed with SIGKILL (each kill
+# the memory backend, a session job and a sliding one.  While the bursts
+# are produced (by a child process, in slices), 10 random subtasks of
+# random jobs, from mailer.subtasks, are killed with SIGKILL (each kill
 # makes the server restart every backend, so every job restarts from its
 # last committed epoch) and the server is stopped with pg_ctl -m immediate
 # and started twice.  Half of the disruptions strike while the jobs
@@ -26,6 +27,7 @@ use MailerTest;
 use MailerKafkaTest qw(lock_tables unlock_tables job_epoch wait_epoch_after);
 use MailerParallelTest;
 use Test::More;
+use POSIX ();
 
 my $BURSTS = 12;
 my $BURST = 25_000;
@@ -71,9 +73,23 @@ sub all_running
 }
 all_running();
 
+# Produce slices of messages in a child process, so that the jobs are
+# disrupted while the burst is being produced (the server may be down
+# meanwhile: the messages are read from it first).  Returns its pid.
+sub produce_in_background
+{
+	my (@slices) = @_;
+	my $pid = fork() // die "fork: $!\n";
+	return $pid if $pid;
+	my $ok = eval { par_send($topic, $_) for @slices; 1 };
+	print STDERR "producer: $@" unless $ok;
+	POSIX::_exit($ok ? 0 : 1);		# not the test's END blocks: they would stop the node
+}
+
 my ($kills, $crashes) = (0, 0);
 my %mode_count;
 my @bad;	# [partition, key] of the malformed records
+my $SLICES = 5;
 for my $round (1 .. $BURSTS)
 {
 	my $target = $jobs[ int(rand(@jobs)) ];
@@ -81,11 +97,16 @@ for my $round (1 .. $BURSTS)
 	my $before = job_epoch($target->{name});
 	my $lock;
 
-	$lock = lock_tables(@names) if $locked_mode;
-	par_produce('t121_orders', $topic, ($round - 1) * $BURST + 1, $round * $BURST);
+	# The burst in slices, a malformed record in the middle one.
+	my $first = ($round - 1) * $BURST;
+	my @slices = map { par_messages('t121_orders', $first + $_ * $BURST / $SLICES + 1, $first + ($_ + 1) * $BURST / $SLICES) }
+	  0 .. $SLICES - 1;
 	my $bad_p = $round % $PARTITIONS;
-	kcat_produce_raw($topic, "bad-$round\t{\"customer_id\": \"c1\", \"amount\": \n", partition => $bad_p);
+	$slices[ int($SLICES / 2) ]{$bad_p} .= "bad-$round\t{\"customer_id\": \"c1\", \"amount\": \n";
 	push @bad, [ $bad_p, "bad-$round" ];
+
+	$lock = lock_tables(@names) if $locked_mode;
+	my $producer = produce_in_background(@slices);
 	if ($locked_mode)
 	{
 		# Jobs read part of the burst and block in their checkpoint.
@@ -99,8 +120,11 @@ for my $round (1 .. $BURSTS)
 		wait_epoch_after($target->{name}, $before, 180);
 	}
 
-	note(sprintf('round %d (%s): %s', $round, $locked_mode ? 'blocked checkpoint' : 'consuming',
-		join(', ', map { "$_ read " . job_metric($_, 'records_in') } @names)));
+	my $status = waitpid($producer, POSIX::WNOHANG()) == $producer ? $? : undef;
+	my $producing = !defined $status;
+	$mode_count{'with the producer still at work'}++ if $producing;
+	note(sprintf('round %d (%s%s): %s', $round, $locked_mode ? 'blocked checkpoint' : 'consuming',
+		$producing ? ', producing' : '', join(', ', map { "$_ read " . job_metric($_, 'records_in') } @names)));
 	my $launcher = launcher_pid();
 	if ($CRASH_ROUND{$round})
 	{
@@ -122,6 +146,8 @@ for my $round (1 .. $BURSTS)
 
 	# The server goes through crash recovery; the launcher restarts the jobs.
 	wait_server_ready(not_launcher => $launcher, timeout => 180);
+	$status = waitpid($producer, 0) == $producer ? $? : -1 if $producing;
+	die "producing burst $round failed\n" if $status != 0;
 	all_running();
 }
 
