@@ -180,8 +180,8 @@ our %WINDOW = (
 # markers filtered out, keyed by customer_id from the value, a window of
 # $o{kind} (tumbling, sliding, session; totals: none), orders = count(*)
 # and total = sum(amount) (or $o{aggregate}, JSON text) into $o{table}.
-# %o also: parallelism, backend, ooo, idle, interval, key_groups,
-# extra_steps (JSON text after the filter), on_error.
+# %o also: parallelism, backend, ooo, idle, interval, retain (checkpoints),
+# key_groups, extra_steps (JSON text after the filter), on_error.
 sub par_spec
 {
 	my (%o) = @_;
@@ -201,14 +201,16 @@ sub par_spec
 		$time = sprintf(qq(,\n "event_time": "(value->>'ts')::timestamptz",\n "watermark": {"max_out_of_orderness": "%s"%s}),
 			$o{ooo} // '5 seconds', $o{idle} ? qq(, "idle_timeout": "$o{idle}") : '');
 	}
+	my $ckpt = sprintf('"interval": "%s"', $o{interval} // '1 second');
+	$ckpt .= qq(, "retain": $o{retain}) if $o{retain};
 	my $extra = '';
 	$extra .= qq(,\n "key_groups": $o{key_groups}) if $o{key_groups};
 	$extra .= qq(,\n "on_error": "$o{on_error}") if $o{on_error};
-	return sprintf(<<'JSON', $MailerTest::BROKERS, $topic_json, $time, join(",\n   ", @steps), $o{table}, $o{interval} // '1 second', $o{backend} // 'rocksdb', $o{parallelism} // 1, $extra);
+	return sprintf(<<'JSON', $MailerTest::BROKERS, $topic_json, $time, join(",\n   ", @steps), $o{table}, $ckpt, $o{backend} // 'rocksdb', $o{parallelism} // 1, $extra);
 {"source": {"type": "kafka", "brokers": "%s", %s, "start": "earliest"}%s,
  "steps": [%s],
  "sink": {"type": "table", "table": "%s"},
- "checkpoint": {"interval": "%s"},
+ "checkpoint": {%s},
  "state": {"backend": "%s"},
  "parallelism": %d%s}
 JSON
