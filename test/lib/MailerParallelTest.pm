@@ -23,9 +23,8 @@ use strict;
 use warnings;
 use Exporter 'import';
 use IPC::Run ();
-use List::Util qw(max min);
+use List::Util qw(max);
 use Test::More ();
-use Time::HiRes qw(time sleep);
 use MailerTest;
 
 our @EXPORT = qw(@PARALLELISMS par par_list parallel_build par_node_conf
