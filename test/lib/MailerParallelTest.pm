@@ -23,13 +23,12 @@ use strict;
 use warnings;
 use Exporter 'import';
 use IPC::Run ();
-use List::Util qw(max min);
+use List::Util qw(max);
 use Test::More ();
-use Time::HiRes qw(time sleep);
 use MailerTest;
 
 our @EXPORT = qw(@PARALLELISMS par par_list parallel_build par_node_conf
-  par_orders par_produce par_markers par_job par_spec par_sink par_want
+  par_orders par_messages par_send par_produce par_markers par_job par_spec par_sink par_want
   par_same par_subtasks_ok par_partitions_ok par_subtask_pids par_subtask_count alter_parallelism
   %WINDOW EV_BASE_SQL);
 
@@ -74,8 +73,7 @@ sub par_node_conf
 	my ($slots) = @_;
 	return "mailer.max_jobs = $slots\n"
 	  . 'max_worker_processes = ' . ($slots + 8) . "\n"
-	  . "max_prepared_transactions = 64\n"
-	  . "mailer.max_parallelism_per_job = 8\n";
+	  . "max_prepared_transactions = 64\n";
 }
 
 # Event times are seconds after 2030-01-01 00:00:00 UTC, as in MailerTest.
@@ -114,24 +112,45 @@ sub par_orders
 		  . "FROM generate_series(${from}::bigint, ${to}::bigint) i");
 }
 
+# The orders $from..$to of $table as Kafka messages: { partition =>
+# "order_id<TAB>json\n..." } in order id order within each partition.
+# Read while the server is up, they can be produced while it is not.
+sub par_messages
+{
+	my ($table, $from, $to) = @_;
+	my %by;
+	my $out = psql("SELECT p || E'\\t' || order_id || E'\\t' || json_build_object('order_id', order_id, "
+		  . "'customer_id', customer_id, 'amount', amount, 'ts', ts)::text "
+		  . "FROM $table WHERE order_id BETWEEN $from AND $to ORDER BY order_id");
+	for my $line (split /\n/, $out)
+	{
+		my ($p, $rest) = split /\t/, $line, 2;
+		$by{$p} .= "$rest\n";
+	}
+	return \%by;
+}
+
+# Produce messages of par_messages to $topic, each to its partition.
+sub par_send
+{
+	my ($topic, $by) = @_;
+	for my $p (sort { $a <=> $b } keys %$by)
+	{
+		my $err = '';
+		IPC::Run::run([ 'kcat', '-b', $MailerTest::BROKERS, '-P', '-t', $topic, '-z', 'lz4', '-K', "\t", '-p', $p ],
+			'<', \$by->{$p}, '2>', \$err, IPC::Run::timeout(300))
+		  or die "producing to partition $p of $topic failed: $err\n";
+	}
+	return scalar(keys %$by);
+}
+
 # Produce the orders $from..$to of $table to $topic: each to its partition,
-# keyed by its order id, in order id order within the partition.
+# keyed by its order id, in order id order within the partition.  Returns
+# how many partitions got some.
 sub par_produce
 {
 	my ($table, $topic, $from, $to) = @_;
-	my @parts = split /\n/, psql("SELECT DISTINCT p FROM $table WHERE order_id BETWEEN $from AND $to ORDER BY 1");
-	for my $p (@parts)
-	{
-		my $sql = "SELECT order_id || E'\\t' || json_build_object('order_id', order_id, "
-		  . "'customer_id', customer_id, 'amount', amount, 'ts', ts)::text "
-		  . "FROM $table WHERE order_id BETWEEN $from AND $to AND p = $p ORDER BY order_id";
-		my @psql = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql);
-		my @kcat = ('kcat', '-b', $MailerTest::BROKERS, '-P', '-t', $topic, '-z', 'lz4', '-K', "\t", '-p', $p);
-		my ($err1, $err2) = ('', '');
-		IPC::Run::run(\@psql, '2>', \$err1, '|', \@kcat, '2>', \$err2)
-		  or die "producing orders $from..$to of partition $p to $topic failed: $err1$err2\n";
-	}
-	return scalar(@parts);
+	return par_send($topic, par_messages($table, $from, $to));
 }
 
 # An end marker at event time $t (seconds) in each of the partitions: the
@@ -160,8 +179,8 @@ our %WINDOW = (
 # markers filtered out, keyed by customer_id from the value, a window of
 # $o{kind} (tumbling, sliding, session; totals: none), orders = count(*)
 # and total = sum(amount) (or $o{aggregate}, JSON text) into $o{table}.
-# %o also: parallelism, backend, ooo, idle, interval, key_groups,
-# extra_steps (JSON text after the filter), on_error.
+# %o also: parallelism, backend, ooo, idle, interval, retain (checkpoints),
+# key_groups, extra_steps (JSON text after the filter), on_error.
 sub par_spec
 {
 	my (%o) = @_;
@@ -181,14 +200,16 @@ sub par_spec
 		$time = sprintf(qq(,\n "event_time": "(value->>'ts')::timestamptz",\n "watermark": {"max_out_of_orderness": "%s"%s}),
 			$o{ooo} // '5 seconds', $o{idle} ? qq(, "idle_timeout": "$o{idle}") : '');
 	}
+	my $ckpt = sprintf('"interval": "%s"', $o{interval} // '1 second');
+	$ckpt .= qq(, "retain": $o{retain}) if $o{retain};
 	my $extra = '';
 	$extra .= qq(,\n "key_groups": $o{key_groups}) if $o{key_groups};
 	$extra .= qq(,\n "on_error": "$o{on_error}") if $o{on_error};
-	return sprintf(<<'JSON', $MailerTest::BROKERS, $topic_json, $time, join(",\n   ", @steps), $o{table}, $o{interval} // '1 second', $o{backend} // 'rocksdb', $o{parallelism} // 1, $extra);
+	return sprintf(<<'JSON', $MailerTest::BROKERS, $topic_json, $time, join(",\n   ", @steps), $o{table}, $ckpt, $o{backend} // 'rocksdb', $o{parallelism} // 1, $extra);
 {"source": {"type": "kafka", "brokers": "%s", %s, "start": "earliest"}%s,
  "steps": [%s],
  "sink": {"type": "table", "table": "%s"},
- "checkpoint": {"interval": "%s"},
+ "checkpoint": {%s},
  "state": {"backend": "%s"},
  "parallelism": %d%s}
 JSON
@@ -284,20 +305,20 @@ sub par_subtask_count
 		  . ($cond ? " AND ($cond)" : ''));
 }
 
-# mailer.subtasks while the job runs: one row per subtask 0..p-1, each with
-# a pid of its own; mailer.metrics and mailer.jobs say the parallelism.
+# mailer.subtasks while the job runs: one row per subtask 0..p-1, each
+# running with a pid of its own; mailer.metrics says the parallelism.
 sub par_subtasks_ok
 {
 	my ($job, $p, $label) = @_;
 	$label //= $job;
 	my $col = subtask_job_column();
 	my $sql = "SELECT string_agg(subtask::text, ',' ORDER BY subtask) || ' ' || count(DISTINCT pid) "
-	  . "FROM mailer.subtasks WHERE $col = '$job'";
-	my $want = join(',', 0 .. $p - 1) . " $p";
+	  . "|| ' ' || count(*) FILTER (WHERE state = 'running') FROM mailer.subtasks WHERE $col = '$job'";
+	my $want = join(',', 0 .. $p - 1) . " $p $p";
 	my $last;
 	# A restarted subtask may not be registered yet: wait for all of them.
 	eval { wait_until("$job shows $p subtasks", sub { ($last = psql($sql)) eq $want }, 60); 1 };
-	Test::More::is($last, $want, "$label: mailer.subtasks shows subtasks 0..$p-1, each with its pid");
+	Test::More::is($last, $want, "$label: mailer.subtasks shows subtasks 0.." . ($p - 1) . " running, each with its pid");
 	Test::More::is(psql("SELECT parallelism FROM mailer.metrics WHERE name = '$job'"), $p,
 		"$label: mailer.metrics says parallelism $p");
 }
