@@ -117,13 +117,17 @@ setup()
 	PM_PID=$(head -1 "$PGDATA/postmaster.pid")
 }
 
-# Sum of the end offsets of a topic's partitions (0 if it has none).
+# Sum of the end offsets of a topic's partitions (0 if it has none).  A
+# topic just created may have no leader yet: kcat fails, and is asked again.
 topic_count()
 {
-	local topic=$1 args=()
+	local topic=$1 args=() out
 	for p in $(seq 0 7); do args+=(-t "$topic:$p:-1"); done
-	timeout 30 kcat -b "$KAFKA_BROKERS" -Q "${args[@]}" 2>/dev/null |
-		awk '/offset/ { s += $NF } END { print s + 0 }'
+	for _ in $(seq 1 20); do
+		out=$(timeout 30 kcat -b "$KAFKA_BROKERS" -Q "${args[@]}" 2>/dev/null) && break
+		sleep 0.5
+	done
+	awk '/offset/ { s += $NF } END { print s + 0 }' <<<"$out"
 }
 
 # A topic of EVENTS orders over KEYS customers (MODE cycle: every key in
