@@ -115,6 +115,7 @@ setup()
 	q -f test/bench/setup.sql >>"$LOG" 2>&1 || die "test/bench/setup.sql failed; see $LOG"
 	PGDATA_OWNER_DIR=$PGDATA/mailer/$(q -c "SELECT oid FROM pg_extension WHERE extname = 'mailer'")
 	PM_PID=$(head -1 "$PGDATA/postmaster.pid")
+	BROKER_PID=$(cat "$KAFKA_DIR/kafka.pid" 2>/dev/null || echo 0)
 }
 
 # Sum of the end offsets of a topic's partitions (0 if it has none).  A
@@ -268,12 +269,13 @@ run_job()
 	local section=$1 label=$2 kind=$3 backend=$4 run=$5 topics=$6 expected=$7
 	local pin=${8:-none} perf_out=${9:-} timeout=${10:-$BENCH_JOB_TIMEOUT}
 	local parallelism=${JOB_PARALLELISM:-1} perf_subtask=${JOB_PERF_SUBTASK:-0}
-	local name spec t0 t1 srv cpu secs state records perf_pid="" timed_out=0 pid restarts
+	local name spec t0 t1 srv cpu secs state records perf_pid="" timed_out=0 pid restarts broker
 	name=bench_${label//[^a-z0-9]/_}
 	drop_job "$name"
 	q -c "TRUNCATE $(sink_of "$kind")"
 	spec=$(job_spec "$kind" "$backend" "$topics" earliest "$parallelism")
 	server_cpu_snapshot >"$BENCH_OUT/server_cpu.before"
+	broker=$(proc_cpu "$BROKER_PID")
 	t0=$(now)
 	JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
 	if [ "$pin" != none ] || [ -n "$perf_out" ]; then
@@ -303,6 +305,7 @@ run_job()
 	cpu=0
 	for pid in $JOB_PIDS; do cpu=$(calc "$cpu + $(proc_cpu "$pid")"); done
 	srv=$(server_cpu_since "$BENCH_OUT/server_cpu.before" "$JOB_PIDS")
+	broker=$(calc "$(proc_cpu "$BROKER_PID") - $broker")
 	records=$(q -c "SELECT records_in FROM mailer.metrics WHERE name = '$name'")
 	if [ "$timed_out" = 1 ]; then
 		say "  $name: still busy after $timeout s, measured on the $records records read"
@@ -317,6 +320,10 @@ run_job()
 	record "$section" "$label" "$backend" "$run" seconds "$secs"
 	record "$section" "$label" "$backend" "$run" cpu_s_per_m "$JOB_CPU_PER_M"
 	record "$section" "$label" "$backend" "$run" server_cpu_s_per_m "$(calc "$srv * 1000000 / $expected")"
+	record "$section" "$label" "$backend" "$run" broker_cpu_s_per_m "$(calc "$broker * 1000000 / $expected")"
+	# Cores kept busy over the run, by the job's processes and by the broker.
+	record "$section" "$label" "$backend" "$run" job_cores "$(calc "$cpu / $secs")"
+	record "$section" "$label" "$backend" "$run" broker_cores "$(calc "$broker / $secs")"
 	record "$section" "$label" "$backend" "$run" rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
 	record "$section" "$label" "$backend" "$run" hwm_mb "$(proc_mb "$JOB_PID" VmHWM)"
 	record "$section" "$label" "$backend" "$run" anon_mb "$(proc_mb "$JOB_PID" RssAnon)"
