@@ -182,6 +182,13 @@ server_cpu_since()
 	server_cpu_snapshot "$skip" | awk 'NR == FNR { before[$1] = $2; next } { s += $2 - before[$1] } END { print s + 0 }' "$file" -
 }
 
+# The machine's CPU seconds so far, over all cores: "busy idle steal"
+# (idle includes iowait; steal is time the hypervisor gave elsewhere).
+machine_cpu()
+{
+	awk -v hz="$CLK_TCK" '$1 == "cpu" { print ($2 + $3 + $4 + $7 + $8) / hz, ($5 + $6) / hz, $9 / hz }' /proc/stat
+}
+
 # A /proc/PID/status field, in MB.
 proc_mb() { awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null; }
 
@@ -270,12 +277,14 @@ run_job()
 	local pin=${8:-none} perf_out=${9:-} timeout=${10:-$BENCH_JOB_TIMEOUT}
 	local parallelism=${JOB_PARALLELISM:-1} perf_subtask=${JOB_PERF_SUBTASK:-0}
 	local name spec t0 t1 srv cpu secs state records perf_pid="" timed_out=0 pid restarts broker
+	local busy0 idle0 steal0 busy1 idle1 steal1
 	name=bench_${label//[^a-z0-9]/_}
 	drop_job "$name"
 	q -c "TRUNCATE $(sink_of "$kind")"
 	spec=$(job_spec "$kind" "$backend" "$topics" earliest "$parallelism")
 	server_cpu_snapshot >"$BENCH_OUT/server_cpu.before"
 	broker=$(proc_cpu "$BROKER_PID")
+	read -r busy0 idle0 steal0 <<<"$(machine_cpu)"
 	t0=$(now)
 	JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
 	if [ "$pin" != none ] || [ -n "$perf_out" ]; then
@@ -293,6 +302,7 @@ run_job()
 		timed_out=1
 	fi
 	t1=$(now)
+	read -r busy1 idle1 steal1 <<<"$(machine_cpu)"
 	[ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
 	JOB_PID=$(job_pid "$name")
 	[ "$state" = running ] && [ "${JOB_PID:-0}" != 0 ] || die "job $name ended as '$state': $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
@@ -324,6 +334,11 @@ run_job()
 	# Cores kept busy over the run, by the job's processes and by the broker.
 	record "$section" "$label" "$backend" "$run" job_cores "$(calc "$cpu / $secs")"
 	record "$section" "$label" "$backend" "$run" broker_cores "$(calc "$broker / $secs")"
+	# The rest of the machine over the same time: every other process
+	# (other work on a shared machine, the harness's psql), idle, stolen.
+	record "$section" "$label" "$backend" "$run" other_cores "$(calc "($busy1 - $busy0 - $cpu - $broker - $srv) / $secs")"
+	record "$section" "$label" "$backend" "$run" idle_cores "$(calc "($idle1 - $idle0) / $secs")"
+	record "$section" "$label" "$backend" "$run" steal_cores "$(calc "($steal1 - $steal0) / $secs")"
 	record "$section" "$label" "$backend" "$run" rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
 	record "$section" "$label" "$backend" "$run" hwm_mb "$(proc_mb "$JOB_PID" VmHWM)"
 	record "$section" "$label" "$backend" "$run" anon_mb "$(proc_mb "$JOB_PID" RssAnon)"
