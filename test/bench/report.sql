@@ -32,6 +32,37 @@ SELECT job, backend,
  ORDER BY array_position(ARRAY['raw', 'passthrough', 'append', 'totals', 'tumbling', 'sliding', 'session'], job),
 		  backend DESC;
 
+\echo 'Parallelism: the same jobs and topic (8 partitions) at each parallelism; CPU-s/M summed over every subtask; ratios to parallelism 1 within a round'
+SELECT split_part(job, '_p', 1) AS job, backend,
+	   substring(job FROM '_p([0-9]+)$')::int AS parallelism,
+	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'cpu_s_per_m'), 2) AS "CPU-s/M subtasks",
+	   round(pg_temp.g(section, job, backend, 'server_cpu_s_per_m'), 2) AS "CPU-s/M rest of server",
+	   round(pg_temp.g(section, job, backend, 'broker_cpu_s_per_m'), 2) AS "CPU-s/M broker",
+	   round(pg_temp.g(section, job, backend, 'job_cores'), 2) AS "cores busy: subtasks",
+	   round(pg_temp.g(section, job, backend, 'broker_cores'), 2) AS "broker",
+	   round(pg_temp.g(section, job, backend, 'other_cores'), 2) AS "other",
+	   round(pg_temp.g(section, job, backend, 'idle_cores'), 2) AS "idle",
+	   round(pg_temp.g(section, job, backend, 'steal_cores'), 2) AS "stolen",
+	   round(pg_temp.g(section, job, backend, 'rate_ratio_to_p1'), 3) AS "records/s ratio",
+	   round(pg_temp.g(section, job, backend, 'cpu_ratio_to_p1'), 3) AS "CPU/record ratio",
+	   round(pg_temp.g(section, job, backend, 'ckpt_ms_median'), 1) AS "ckpt ms",
+	   (SELECT round(v) FROM m WHERE section = 'parallelism' AND metric = 'cores') AS cores,
+	   max(n) AS runs,
+	   pg_temp.timed_out(section, job, backend) AS "timed out"
+  FROM m WHERE section = 'parallelism' AND job <> 'machine'
+ GROUP BY section, job, backend
+ ORDER BY 1, 2 DESC, 3;
+-- The goals of issue 13 at parallelism 2.
+SELECT split_part(job, '_p', 1) AS job, backend,
+	   round(pg_temp.g(section, job, backend, 'cpu_ratio_to_p1'), 3)
+		 AS "exchange + alignment overhead: CPU per record, parallelism 2 / 1 (goal <= 1.15)",
+	   round(pg_temp.g(section, job, backend, 'rate_ratio_to_p1'), 3) AS "records/s, 2 / 1 (goal >= 1.5)",
+	   max(n) AS runs
+  FROM m WHERE section = 'parallelism' AND job LIKE '%\_p2'
+ GROUP BY section, job, backend
+ ORDER BY 1, 2 DESC;
+
 \echo 'Against Apache Flink: tumbling window, RocksDB, 1 s checkpoints, parallelism 1, same CPU (mailer writes a table, Flink a discarding sink)'
 SELECT job AS engine,
 	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",

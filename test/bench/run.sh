@@ -9,6 +9,11 @@
 #   throughput  raw librdkafka consume (raw_consume.c) and mailer's jobs on
 #               the same topic, both state backends: records/s, CPU-s per
 #               million records, ratio to the raw rate
+#   parallelism the tumbling and sliding jobs of the throughput section at
+#               parallelism 1, 2 and 4 on the same 8-partition topic:
+#               records/s, CPU-s per million records summed over every
+#               subtask, both as ratios to parallelism 1 of the same round
+#               (at 2: the exchange and alignment overhead), and the cores
 #   flink       the keyed tumbling-window job on mailer and on Apache Flink
 #               (local MiniCluster), both pinned to the same CPU: events per
 #               CPU-second and their ratio
@@ -18,22 +23,28 @@
 #   latency     produce-to-visible p50/p99 at 50% and 80% of the maximum
 #               sustainable rate, 1 s checkpoints
 #   profile     perf profiles of BENCH_PROFILE_JOBS (by default the job with
-#               the most CPU per record, the tumbling job and passthrough)
+#               the most CPU per record, the tumbling job, passthrough, and
+#               one subtask of the tumbling job at parallelism 2)
 #
 # Settings (environment; test/services/env.sh has the services' own):
 #   BENCH_EVENTS=5000000     orders in the main topic
 #   BENCH_RUNS=3             rounds per figure
 #   BENCH_KEYS=100000        customers in the main topic
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
-#   BENCH_SECTIONS="throughput flink state latency profile"
+#   BENCH_SECTIONS="throughput parallelism flink state latency profile"
+#   BENCH_PARALLELISM="1 2 4"  parallelisms of the parallelism section (1
+#                            must be among them for the ratios)
+#   BENCH_PARALLELISM_JOBS="tumbling:rocksdb sliding:rocksdb"   its jobs, as
+#                            KIND:BACKEND
 #   BENCH_LATENCY_SECONDS=30 how long each latency run produces
 #   BENCH_JOB_TIMEOUT=600    a mailer job still busy after this many seconds
 #                            is measured on what it read so far (marked
 #                            "timed out" in the tables)
 #   BENCH_PROFILE_SECONDS=60 how long perf records each profiled job
-#   BENCH_PROFILE_JOBS="hottest tumbling:rocksdb passthrough:-"   jobs to profile, as
-#                            KIND:BACKEND; "hottest" is the throughput job
-#                            with the most CPU per record
+#   BENCH_PROFILE_JOBS="hottest tumbling:rocksdb passthrough:- tumbling:rocksdb:2"
+#                            jobs to profile, as KIND:BACKEND[:PARALLELISM]
+#                            (above 1, perf records subtask 1); "hottest" is
+#                            the throughput job with the most CPU per record
 #   BENCH_PIN_CPU=<last CPU> the CPU mailer's worker and Flink share in the
 #                            flink section; "none" pins nothing
 #   BENCH_OUT=$MAILER_RUN_DIR/bench/out-<time>   results.tsv, tables.txt,
@@ -49,11 +60,13 @@ BENCH_EVENTS=${BENCH_EVENTS:-5000000}
 BENCH_RUNS=${BENCH_RUNS:-3}
 BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
-BENCH_SECTIONS=${BENCH_SECTIONS:-throughput flink state latency profile}
+BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink state latency profile}
+BENCH_PARALLELISM=${BENCH_PARALLELISM:-1 2 4}
+BENCH_PARALLELISM_JOBS=${BENCH_PARALLELISM_JOBS:-tumbling:rocksdb sliding:rocksdb}
 BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
 BENCH_JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-600}
 BENCH_PROFILE_SECONDS=${BENCH_PROFILE_SECONDS:-60}
-BENCH_PROFILE_JOBS=${BENCH_PROFILE_JOBS:-hottest tumbling:rocksdb passthrough:-}
+BENCH_PROFILE_JOBS=${BENCH_PROFILE_JOBS:-hottest tumbling:rocksdb passthrough:- tumbling:rocksdb:2}
 BENCH_PIN_CPU=${BENCH_PIN_CPU:-$(($(nproc) - 1))}
 BENCH_DIR=$MAILER_RUN_DIR/bench
 BENCH_OUT=${BENCH_OUT:-$BENCH_DIR/out-$(date +%Y%m%d-%H%M%S)}
@@ -102,15 +115,20 @@ setup()
 	q -f test/bench/setup.sql >>"$LOG" 2>&1 || die "test/bench/setup.sql failed; see $LOG"
 	PGDATA_OWNER_DIR=$PGDATA/mailer/$(q -c "SELECT oid FROM pg_extension WHERE extname = 'mailer'")
 	PM_PID=$(head -1 "$PGDATA/postmaster.pid")
+	BROKER_PID=$(cat "$KAFKA_DIR/kafka.pid" 2>/dev/null || echo 0)
 }
 
-# Sum of the end offsets of a topic's partitions (0 if it has none).
+# Sum of the end offsets of a topic's partitions (0 if it has none).  A
+# topic just created may have no leader yet: kcat fails, and is asked again.
 topic_count()
 {
-	local topic=$1 args=()
+	local topic=$1 args=() out
 	for p in $(seq 0 7); do args+=(-t "$topic:$p:-1"); done
-	timeout 30 kcat -b "$KAFKA_BROKERS" -Q "${args[@]}" 2>/dev/null |
-		awk '/offset/ { s += $NF } END { print s + 0 }'
+	for _ in $(seq 1 20); do
+		out=$(timeout 30 kcat -b "$KAFKA_BROKERS" -Q "${args[@]}" 2>/dev/null) && break
+		sleep 0.5
+	done
+	awk '/offset/ { s += $NF } END { print s + 0 }' <<<"$out"
 }
 
 # A topic of EVENTS orders over KEYS customers (MODE cycle: every key in
@@ -143,15 +161,16 @@ proc_cpu()
 }
 
 # CPU seconds of the server's processes (the postmaster and its children
-# but SKIP), one "pid seconds" line each: WAL writer, checkpointer,
-# background writer, autovacuum.
+# but those in SKIP, a list of pids), one "pid seconds" line each: WAL
+# writer, checkpointer, background writer, autovacuum.
 server_cpu_snapshot()
 {
 	local skip=${1:-0}
 	for st in /proc/[0-9]*/stat; do
 		cat "$st" 2>/dev/null || true	# gone meanwhile
 	done | awk -v pm="$PM_PID" -v skip="$skip" -v hz="$CLK_TCK" '
-		{ pid = $1; sub(/^.*\) /, ""); if (($2 == pm || pid == pm) && pid != skip) print pid, ($12 + $13) / hz }'
+		BEGIN { split(skip, s, " "); for (i in s) skipped[s[i]] = 1 }
+		{ pid = $1; sub(/^.*\) /, ""); if (($2 == pm || pid == pm) && !(pid in skipped)) print pid, ($12 + $13) / hz }'
 }
 
 # CPU the server's processes used since snapshot FILE: per process alive
@@ -163,16 +182,30 @@ server_cpu_since()
 	server_cpu_snapshot "$skip" | awk 'NR == FNR { before[$1] = $2; next } { s += $2 - before[$1] } END { print s + 0 }' "$file" -
 }
 
+# The machine's CPU seconds so far, over all cores: "busy idle steal"
+# (idle includes iowait; steal is time the hypervisor gave elsewhere).
+machine_cpu()
+{
+	awk -v hz="$CLK_TCK" '$1 == "cpu" { print ($2 + $3 + $4 + $7 + $8) / hz, ($5 + $6) / hz, $9 / hz }' /proc/stat
+}
+
 # A /proc/PID/status field, in MB.
 proc_mb() { awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null; }
 
 job_pid() { q -c "SELECT coalesce(pid, 0) FROM mailer.jobs WHERE name = '$1' AND state = 'running'"; }
 
+# The pid of subtask K of a running job (0 when it has none yet).
+subtask_pid() { q -c "SELECT coalesce(max(pid), 0) FROM mailer.subtasks WHERE name = '$1' AND subtask = $2"; }
+
+# The pids of every subtask of a running job, in subtask order.
+subtask_pids() { q -c "SELECT string_agg(pid::text, ' ' ORDER BY subtask) FROM mailer.subtasks WHERE name = '$1'"; }
+
+# The pid of the job's worker (subtask 0) or of its subtask K, once running.
 wait_job_pid()
 {
 	local pid=0
 	for _ in $(seq 1 600); do
-		pid=$(job_pid "$1")
+		if [ "${2:-0}" = 0 ]; then pid=$(job_pid "$1"); else pid=$(subtask_pid "$1" "$2"); fi
 		[ "${pid:-0}" != 0 ] && break
 		sleep 0.05
 	done
@@ -182,10 +215,11 @@ wait_job_pid()
 drop_job() { q -c "SELECT mailer.drop_job(name) FROM mailer.job WHERE name = '$1'" >/dev/null; }
 
 # The JSON spec of a benchmark job.  KIND: passthrough append totals
-# tumbling sliding session latency; BACKEND: rocksdb or memory.
+# tumbling sliding session latency; BACKEND: rocksdb or memory; PARALLELISM
+# above 1 adds that field, so the spec at 1 is the throughput section's.
 job_spec()
 {
-	local kind=$1 backend=$2 topics=$3 start=${4:-earliest} steps sink event_time=""
+	local kind=$1 backend=$2 topics=$3 start=${4:-earliest} parallelism=${5:-1} steps sink event_time=""
 	local window="" agg='{"aggregate": {"orders": "count(*)", "total": "sum((value->>'"'"'amount'"'"')::numeric)"}}'
 	local key='{"key_by": {"customer_id": "value->>'"'"'customer_id'"'"'"}}'
 	case $kind in
@@ -215,7 +249,7 @@ job_spec()
 	 $event_time
 	 "steps": $steps,
 	 "sink": $sink,
-	 "checkpoint": {"interval": "1 second"}$([ "$backend" = - ] || echo ", \"state\": {\"backend\": \"$backend\"}")}
+	 "checkpoint": {"interval": "1 second"}$([ "$backend" = - ] || echo ", \"state\": {\"backend\": \"$backend\"}")$([ "$parallelism" = 1 ] || echo ", \"parallelism\": $parallelism")}
 	EOF
 }
 
@@ -230,28 +264,36 @@ sink_of()
 }
 
 # Run one job over a topic's backlog and record what it took.
-#   run_job SECTION LABEL KIND BACKEND RUN TOPICS EXPECTED [PIN_CPU] [PERF_OUT] [TIMEOUT]
-# Sets JOB_RATE, JOB_PID, JOB_ID, JOB_CPU_PER_M for the caller; the job is
-# left running (stopped and dropped by finish_job).  A job that has not
-# read everything after TIMEOUT seconds (BENCH_JOB_TIMEOUT) is measured on
-# the records it read by then.
+#   [JOB_PARALLELISM=P] [JOB_PERF_SUBTASK=K] run_job SECTION LABEL KIND BACKEND RUN TOPICS EXPECTED [PIN_CPU] [PERF_OUT] [TIMEOUT]
+# Sets JOB_RATE, JOB_PID (subtask 0's), JOB_PIDS (every subtask's), JOB_ID,
+# JOB_CPU_PER_M (summed over the subtasks) for the caller; the job is left
+# running (stopped and dropped by finish_job).  A job that has not read
+# everything after TIMEOUT seconds (BENCH_JOB_TIMEOUT) is measured on the
+# records it read by then.  PIN_CPU pins subtask 0; perf records subtask
+# JOB_PERF_SUBTASK (0 by default).
 run_job()
 {
 	local section=$1 label=$2 kind=$3 backend=$4 run=$5 topics=$6 expected=$7
 	local pin=${8:-none} perf_out=${9:-} timeout=${10:-$BENCH_JOB_TIMEOUT}
-	local name spec t0 t1 srv cpu secs state records perf_pid="" timed_out=0
+	local parallelism=${JOB_PARALLELISM:-1} perf_subtask=${JOB_PERF_SUBTASK:-0}
+	local name spec t0 t1 srv cpu secs state records perf_pid="" timed_out=0 pid restarts broker
+	local busy0 idle0 steal0 busy1 idle1 steal1
 	name=bench_${label//[^a-z0-9]/_}
 	drop_job "$name"
 	q -c "TRUNCATE $(sink_of "$kind")"
-	spec=$(job_spec "$kind" "$backend" "$topics")
+	spec=$(job_spec "$kind" "$backend" "$topics" earliest "$parallelism")
 	server_cpu_snapshot >"$BENCH_OUT/server_cpu.before"
+	broker=$(proc_cpu "$BROKER_PID")
+	read -r busy0 idle0 steal0 <<<"$(machine_cpu)"
 	t0=$(now)
 	JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
 	if [ "$pin" != none ] || [ -n "$perf_out" ]; then
 		JOB_PID=$(wait_job_pid "$name")
 		[ "$pin" != none ] && taskset -a -p -c "$pin" "$JOB_PID" >/dev/null
 		if [ -n "$perf_out" ]; then
-			perf record -e cpu-clock -g -o "$perf_out" -p "$JOB_PID" >>"$LOG" 2>&1 &
+			pid=$(wait_job_pid "$name" "$perf_subtask")
+			[ "${pid:-0}" != 0 ] || die "job $name: subtask $perf_subtask did not start"
+			perf record -e cpu-clock -g -o "$perf_out" -p "$pid" >>"$LOG" 2>&1 &
 			perf_pid=$!
 		fi
 	fi
@@ -260,11 +302,20 @@ run_job()
 		timed_out=1
 	fi
 	t1=$(now)
+	read -r busy1 idle1 steal1 <<<"$(machine_cpu)"
 	[ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
 	JOB_PID=$(job_pid "$name")
 	[ "$state" = running ] && [ "${JOB_PID:-0}" != 0 ] || die "job $name ended as '$state': $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
-	cpu=$(proc_cpu "$JOB_PID")
-	srv=$(server_cpu_since "$BENCH_OUT/server_cpu.before" "$JOB_PID")
+	# Every subtask is still running (the job waits for more input): their
+	# CPU is all the job's.  A restart would have lost a process's CPU.
+	JOB_PIDS=$(subtask_pids "$name")
+	[ "$(wc -w <<<"$JOB_PIDS")" = "$parallelism" ] || die "job $name runs subtasks '$JOB_PIDS', not $parallelism"
+	restarts=$(q -c "SELECT restarts FROM mailer.jobs WHERE name = '$name'")
+	[ "$restarts" = 0 ] || die "job $name restarted $restarts times: $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
+	cpu=0
+	for pid in $JOB_PIDS; do cpu=$(calc "$cpu + $(proc_cpu "$pid")"); done
+	srv=$(server_cpu_since "$BENCH_OUT/server_cpu.before" "$JOB_PIDS")
+	broker=$(calc "$(proc_cpu "$BROKER_PID") - $broker")
 	records=$(q -c "SELECT records_in FROM mailer.metrics WHERE name = '$name'")
 	if [ "$timed_out" = 1 ]; then
 		say "  $name: still busy after $timeout s, measured on the $records records read"
@@ -279,6 +330,15 @@ run_job()
 	record "$section" "$label" "$backend" "$run" seconds "$secs"
 	record "$section" "$label" "$backend" "$run" cpu_s_per_m "$JOB_CPU_PER_M"
 	record "$section" "$label" "$backend" "$run" server_cpu_s_per_m "$(calc "$srv * 1000000 / $expected")"
+	record "$section" "$label" "$backend" "$run" broker_cpu_s_per_m "$(calc "$broker * 1000000 / $expected")"
+	# Cores kept busy over the run, by the job's processes and by the broker.
+	record "$section" "$label" "$backend" "$run" job_cores "$(calc "$cpu / $secs")"
+	record "$section" "$label" "$backend" "$run" broker_cores "$(calc "$broker / $secs")"
+	# The rest of the machine over the same time: every other process
+	# (other work on a shared machine, the harness's psql), idle, stolen.
+	record "$section" "$label" "$backend" "$run" other_cores "$(calc "($busy1 - $busy0 - $cpu - $broker - $srv) / $secs")"
+	record "$section" "$label" "$backend" "$run" idle_cores "$(calc "($idle1 - $idle0) / $secs")"
+	record "$section" "$label" "$backend" "$run" steal_cores "$(calc "($steal1 - $steal0) / $secs")"
 	record "$section" "$label" "$backend" "$run" rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
 	record "$section" "$label" "$backend" "$run" hwm_mb "$(proc_mb "$JOB_PID" VmHWM)"
 	record "$section" "$label" "$backend" "$run" anon_mb "$(proc_mb "$JOB_PID" RssAnon)"
@@ -290,7 +350,7 @@ run_job()
 		record "$section" "$label" "$backend" "$run" ckpt_ms_max "$max"
 		record "$section" "$label" "$backend" "$run" checkpoints "$n"
 	}
-	say "  $section $label $backend run $run: $(printf '%.0f' "$JOB_RATE") records/s, $(printf '%.2f' "$JOB_CPU_PER_M") CPU-s/M, ${secs%.*} s"
+	say "  $section $label $backend run $run: $(printf '%.0f' "$JOB_RATE") records/s, $(printf '%.2f' "$JOB_CPU_PER_M") CPU-s/M$([ "$parallelism" = 1 ] || echo " over $parallelism subtasks"), ${secs%.*} s"
 	JOB_NAME=$name
 }
 
@@ -332,6 +392,42 @@ section_throughput()
 			run_job throughput "$kind" "$kind" "$backend" "$run" "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS"
 			record throughput "$kind" "$backend" "$run" ratio_to_raw "$(calc "$JOB_RATE / $RAW_RATE")"
 			finish_job
+		done
+	done
+}
+
+# The throughput section's windowed jobs at each of BENCH_PARALLELISM on the
+# main topic (8 partitions: at 4, two per subtask).  Every ratio is to
+# parallelism 1 of the same round and job; at 2 the CPU ratio is the cost of
+# the exchange and the aligned two-phase checkpoints.  Each round starts at
+# the next parallelism of the list, so none is always the first to run.
+section_parallelism()
+{
+	local jb kind backend p order i n
+	local -A rate cpu
+	read -r -a order <<<"$BENCH_PARALLELISM"
+	n=${#order[@]}
+	say "== parallelism: $MAIN_TOPIC, parallelism ${BENCH_PARALLELISM// /, } on $(nproc) cores, $BENCH_RUNS rounds"
+	record parallelism machine - 0 cores "$(nproc)"
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		for jb in $BENCH_PARALLELISM_JOBS; do
+			kind=${jb%%:*} backend=${jb##*:}
+			rate=() cpu=()
+			for i in $(seq 0 $((n - 1))); do
+				p=${order[$(((i + run - 1) % n))]}
+				JOB_PARALLELISM=$p run_job parallelism "${kind}_p$p" "$kind" "$backend" "$run" "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS"
+				rate[$p]=$JOB_RATE cpu[$p]=$JOB_CPU_PER_M
+				finish_job
+			done
+			[ -n "${rate[1]:-}" ] || continue
+			for p in "${order[@]}"; do
+				[ "$p" = 1 ] && continue
+				record parallelism "${kind}_p$p" "$backend" "$run" rate_ratio_to_p1 "$(calc "${rate[$p]} / ${rate[1]}")"
+				record parallelism "${kind}_p$p" "$backend" "$run" cpu_ratio_to_p1 "$(calc "${cpu[$p]} / ${cpu[1]}")"
+			done
+			say "  parallelism $kind $backend run $run, ratios to 1:$(for p in "${order[@]}"; do
+				[ "$p" = 1 ] || printf ' at %s %.2fx records/s, %.2fx CPU/record;' "$p" "$(calc "${rate[$p]} / ${rate[1]}")" "$(calc "${cpu[$p]} / ${cpu[1]}")"
+			done)"
 		done
 	done
 }
@@ -531,12 +627,17 @@ section_latency()
 }
 
 # perf of one job for BENCH_PROFILE_SECONDS: the report's top, by shared
-# object, by symbol (self) and by symbol with its callees.
+# object, by symbol (self) and by symbol with its callees.  Above
+# parallelism 1, of subtask 1 (a subtask, not the coordinator).
 profile_job()
 {
-	local kind=$1 backend=$2 base=$BENCH_OUT/perf-$1-$2
-	say "== profile: $kind on $backend (perf record -e cpu-clock -g, ${BENCH_PROFILE_SECONDS} s at most)"
-	run_job profile "$kind" "$kind" "$backend" 1 "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS" none "$base.data" "$BENCH_PROFILE_SECONDS"
+	local kind=$1 backend=$2 par=${3:-1} base=$BENCH_OUT/perf-$1-$2 label=$1 subtask=0 who=worker
+	if [ "$par" != 1 ]; then
+		base=$base-p$par label=${kind}_p$par subtask=1 who="subtask 1 of $par"
+	fi
+	say "== profile: $kind on $backend, $who (perf record -e cpu-clock -g, ${BENCH_PROFILE_SECONDS} s at most)"
+	JOB_PARALLELISM=$par JOB_PERF_SUBTASK=$subtask \
+		run_job profile "$label" "$kind" "$backend" 1 "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS" none "$base.data" "$BENCH_PROFILE_SECONDS"
 	finish_job
 	# Whole reports into files first: head on a live pipe would SIGPIPE perf.
 	perf report -i "$base.data" --stdio --no-children -g none --sort dso >"$base.dso.txt" 2>/dev/null
@@ -546,7 +647,7 @@ profile_job()
 		--sort symbol >"$base.callgraph.txt" 2>/dev/null
 	top() { grep -v -e '^#' -e '^$' "$1" | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' | head -"$2" || true; }
 	{
-		echo "# perf record -e cpu-clock -g -p <worker>: job $kind, backend $backend, $(printf '%.0f' "$JOB_RATE") records/s, $(printf '%.2f' "$JOB_CPU_PER_M") CPU-s/M"
+		echo "# perf record -e cpu-clock -g -p <$who>: job $kind, backend $backend, parallelism $par, $(printf '%.0f' "$JOB_RATE") records/s, $(printf '%.2f' "$JOB_CPU_PER_M") CPU-s/M (all subtasks)"
 		echo "# by shared object"
 		top "$base.dso.txt" 12
 		echo
@@ -561,7 +662,7 @@ profile_job()
 
 section_profile()
 {
-	local jb kind backend done_profiles=""
+	local jb kind backend par done_profiles=""
 	: >"$BENCH_OUT/profile.txt"
 	for jb in $BENCH_PROFILE_JOBS; do
 		if [ "$jb" = hottest ]; then
@@ -570,11 +671,11 @@ section_profile()
 				END { for (k in s) print s[k] / n[k], k }' "$RESULTS" | sort -gr | head -1 | cut -d' ' -f2 || true)
 			[ -n "$jb" ] || jb=sliding:rocksdb
 		fi
-		kind=${jb%%:*} backend=${jb##*:}
-		[[ "$jb" == *:* ]] || backend=rocksdb
-		[[ " $done_profiles " == *" $kind:$backend "* ]] && continue
-		done_profiles="$done_profiles $kind:$backend"
-		profile_job "$kind" "$backend"
+		IFS=: read -r kind backend par _ <<<"$jb"
+		backend=${backend:-rocksdb} par=${par:-1}
+		[[ " $done_profiles " == *" $kind:$backend:$par "* ]] && continue
+		done_profiles="$done_profiles $kind:$backend:$par"
+		profile_job "$kind" "$backend" "$par"
 	done
 	say "profile: $BENCH_OUT/profile.txt"
 }
@@ -594,7 +695,7 @@ machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
-	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS"
 }
 
 # ---------------------------------------------------------------- main
@@ -604,6 +705,7 @@ machine | tee -a "$LOG"
 setup
 ensure_topic "$MAIN_TOPIC" "$BENCH_EVENTS" "$BENCH_KEYS"
 section_on throughput && section_throughput
+section_on parallelism && section_parallelism
 section_on flink && section_flink
 section_on state && section_state
 section_on latency && section_latency
