@@ -100,6 +100,7 @@ typedef struct JobSlot
 	pg_atomic_uint32 checkpoint_wanted; /* a subtask's buffers are full */
 	pg_atomic_uint32 final_wanted;	/* a subtask was told to stop */
 	pg_atomic_uint64 final_epoch;	/* the epoch after which all subtasks stop */
+	bool		final_finished; /* ... because every subtask's bounded source is read */
 
 	/* In every subtask's slot. */
 	pg_atomic_uint64 prepared_epoch;	/* its share of this epoch is prepared */

@@ -67,6 +67,21 @@ static void flush_outputs(CheckpointRun *run);
 static void insert_checkpoint_row(CheckpointRun *run);
 static void checkpoint_committed(CheckpointRun *run);
 
+/*
+ * A bounded source read to its end: by this worker, or in a parallel job
+ * by every subtask (said by subtask 0 with the last epoch).
+ */
+static bool
+input_all_read(Job *job)
+{
+	if (job->parallelism > 1)
+	{
+		pg_read_barrier();
+		return job->coordinator->final_finished;
+	}
+	return job->source->ops->finished(job->source);
+}
+
 static double
 ms_since(TimestampTz start)
 {
@@ -349,7 +364,7 @@ flush_outputs(CheckpointRun *run)
 		run->state_ms = ms_since(run->start);
 	}
 	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error,
-								run->final && job->source->ops->finished(job->source), &rejected);
+								run->final && input_all_read(job), &rejected);
 	job->counters[JC_RECORDS_OUT] += written;
 	if (!job->plan->aggregated)
 	{
@@ -424,8 +439,7 @@ insert_checkpoint_row(CheckpointRun *run)
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
 	 * the launcher has seen the worker exit.
 	 */
-	if (run->final && job->subtask == 0 &&
-		(job->parallelism > 1 ? job->all_finished : job->source->ops->finished(job->source)))
+	if (run->final && job->subtask == 0 && input_all_read(job))
 		catalog_exec("UPDATE " MAILER_SCHEMA ".job_status SET state = 'finished', pid = NULL, "
 					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
 					 1, types, values, NULL, false);

@@ -111,9 +111,25 @@ subtask_running(Job *job, int k)
 	return slot;
 }
 
+/*
+ * Shares are prepared, and committed, as the job's owner: a trigger or
+ * function that changed the role for the session would leave them to no
+ * one who may commit them.
+ */
+static void
+require_owner(Job *job)
+{
+	if (GetUserId() != job->owner)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("the checkpoint's transaction changed the current role"),
+				 errhint("Do not change the role in a trigger or function the job calls.")));
+}
+
 static void
 commit_as_coordinator(Job *job, int64 epoch)
 {
+	require_owner(job);
 	for (int k = 1; k < job->parallelism; k++)
 	{
 		/* Looked up each time: a subtask that exits frees its slot, which another may take. */
@@ -149,12 +165,7 @@ prepare_as_subtask(Job *job, int64 epoch)
 {
 	uint64		nonce;
 
-	/* Subtask 0 commits the share as the owner: a trigger must not have changed the role. */
-	if (GetUserId() != job->owner)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("the checkpoint's transaction changed the current role"),
-				 errhint("Do not change the role in a trigger or function the job calls.")));
+	require_owner(job);
 	if (!pg_strong_random(&nonce, sizeof(nonce)))
 		elog(ERROR, "could not generate a random name for a prepared transaction");
 	work_xact_prepare(gid_of(job->ext_oid, job->job_id, epoch, job->subtask, nonce));
@@ -165,7 +176,10 @@ prepare_as_subtask(Job *job, int64 epoch)
 	wake(job->coordinator);
 	while (pg_atomic_read_u64(&job->coordinator->committed_epoch) < (uint64) epoch)
 	{
-		subtasks_check(job);
+		/* Committed just before subtask 0 exited (a last epoch) is committed. */
+		if (!subtasks_coordinator_alive(job) &&
+			pg_atomic_read_u64(&job->coordinator->committed_epoch) < (uint64) epoch)
+			subtasks_check(job);
 		sleep_a_little();
 	}
 }
@@ -204,14 +218,15 @@ job_has_worker(int64 job_id, Oid ext_oid)
 typedef struct Pending
 {
 	char	   *gid;
+	int64		job_id;
 	bool		commit;
 } Pending;
 
-void
-epoch_resolve_prepared(Oid ext_oid, int64 job_id)
+/* The prepared shares of the installation's jobs (or of job_id), by job, with their decisions. */
+static List *
+read_shares(Oid ext_oid, int64 job_id)
 {
-	List	   *pending = NIL;
-	ListCell   *lc;
+	List	   *shares = NIL;
 	Oid			types[2] = {TEXTOID, INT8OID};
 	Datum		values[2] = {CStringGetTextDatum(psprintf(GID_PREFIX "_%u", ext_oid)),
 	Int64GetDatum(job_id)};
@@ -222,13 +237,8 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(ctx);
 	SPI_connect();
-
-	/*
-	 * A share is committed when subtask 0's row of its epoch is.  A job
-	 * with a worker is left to it: its subtask 0 resolves before it starts
-	 * the others.
-	 */
-	catalog_exec("SELECT p.gid, EXISTS (SELECT FROM " MAILER_SCHEMA ".checkpoints c "
+	/* A share is committed when subtask 0's row of its epoch is. */
+	catalog_exec("SELECT p.gid, p.job_id, EXISTS (SELECT FROM " MAILER_SCHEMA ".checkpoints c "
 				 "  WHERE c.job_id OPERATOR(pg_catalog.=) p.job_id "
 				 "  AND c.epoch OPERATOR(pg_catalog.=) p.epoch AND c.subtask OPERATOR(pg_catalog.=) 0) "
 				 "FROM (SELECT x.gid, x.owner, "
@@ -242,7 +252,8 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 				 "LEFT JOIN " MAILER_SCHEMA ".job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id "
 				 "WHERE ($2 OPERATOR(pg_catalog.=) 0 OR p.job_id OPERATOR(pg_catalog.=) $2) "
 				 /* Shares are the job owner's: a look-alike another role prepared is not ours. */
-				 "AND (j.job_id IS NULL OR p.owner OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(j.owner))",
+				 "AND (j.job_id IS NULL OR p.owner OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(j.owner)) "
+				 "ORDER BY p.job_id",
 				 2, types, values, NULL, true);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -250,25 +261,29 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 		Pending    *p = palloc(sizeof(Pending));
 
 		p->gid = catalog_text(i, 1);
-		p->commit = DatumGetBool(catalog_value(i, 2, NULL));
-		pending = lappend(pending, p);
+		p->job_id = DatumGetInt64(catalog_value(i, 2, NULL));
+		p->commit = DatumGetBool(catalog_value(i, 3, NULL));
+		shares = lappend(shares, p);
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(ctx);
+	return shares;
+}
 
-	foreach(lc, pending)
+/* Settle a job's shares, per decisions read now. */
+static void
+settle_job(Oid ext_oid, int64 job_id)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+	ListCell   *lc;
+
+	foreach(lc, read_shares(ext_oid, job_id))
 	{
 		Pending    *p = lfirst(lc);
-		unsigned int ext;
-		long long	id;
 
-		/* A job with a worker settles its own. */
-		if (job_id == 0 && sscanf(p->gid, GID_PREFIX "_%u_%lld_", &ext, &id) == 2 &&
-			job_has_worker((int64) id, ext_oid))
-			continue;
 		StartTransactionCommand();
 		FinishPreparedTransaction(p->gid, p->commit);
 		CommitTransactionCommand();
@@ -276,6 +291,38 @@ epoch_resolve_prepared(Oid ext_oid, int64 job_id)
 		ereport(LOG,
 				(errmsg("mailer %s the prepared share \"%s\" of an epoch",
 						p->commit ? "committed" : "rolled back", p->gid)));
+	}
+}
+
+void
+epoch_resolve_prepared(Oid ext_oid, int64 job_id)
+{
+	int64		last = 0;
+	ListCell   *lc;
+
+	/* Subtask 0 of the job, before it starts: no one else can decide its epochs now. */
+	if (job_id != 0)
+	{
+		settle_job(ext_oid, job_id);
+		return;
+	}
+
+	/*
+	 * The launcher: the jobs that have shares and no worker.  Their
+	 * decisions are read only after that is known (settle_job): a worker
+	 * alive a moment ago may have decided its epoch since, but once it has
+	 * gone only the launcher starts another.  A job with a worker is left
+	 * to it.
+	 */
+	foreach(lc, read_shares(ext_oid, 0))
+	{
+		Pending    *p = lfirst(lc);
+
+		if (p->job_id == last)
+			continue;
+		last = p->job_id;
+		if (!job_has_worker(p->job_id, ext_oid))
+			settle_job(ext_oid, p->job_id);
 	}
 }
 

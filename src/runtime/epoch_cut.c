@@ -76,6 +76,9 @@ epoch_cut_request_stop(Job *job)
 	}
 	if (pg_atomic_read_u64(&job->slot->final_epoch) <= (uint64) job->epoch)
 	{
+		/* Said before the epoch is: every subtask's last share knows whether the input is all read. */
+		job->slot->final_finished = job->all_finished;
+		pg_write_barrier();
 		pg_atomic_write_u64(&job->slot->final_epoch, job->epoch + 1);
 		pg_memory_barrier();
 	}

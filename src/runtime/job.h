@@ -33,6 +33,7 @@ typedef struct Job
 	int			kg_hi;
 	JobSlot    *coordinator;	/* subtask 0's slot (slot itself for subtask 0) */
 	pid_t		coordinator_pid;	/* subtask 0's process, as the subtask started */
+	uint32		generation;		/* the launcher's start of the run: subtask 0's slot's */
 	struct Shuffle *shuffle;	/* NULL at parallelism 1 */
 	bool		all_finished;	/* subtask 0: every subtask's bounded source is read */
 	JobPlan    *plan;

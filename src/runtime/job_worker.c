@@ -161,6 +161,7 @@ claim_slot(JobWorkerArgs *args, JobSlot *slot)
 	pg_atomic_write_u64(&slot->committed_epoch, 0);
 	pg_atomic_write_u64(&slot->prepared_epoch, 0);
 	pg_atomic_write_u64(&slot->final_epoch, 0);
+	slot->final_finished = false;
 	pg_atomic_write_u32(&slot->checkpoint_wanted, 0);
 	pg_atomic_write_u32(&slot->final_wanted, 0);
 	slot->source_finished = false;
@@ -315,8 +316,9 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	SpinLockAcquire(&job->coordinator->mutex);
 	job->coordinator_pid = job->coordinator->pid;
 	SpinLockRelease(&job->coordinator->mutex);
-	/* Subtask 0 gone before this subtask started: the run is over. */
-	if (job->coordinator_pid == 0)
+	job->generation = args->generation;
+	/* Subtask 0 gone before this subtask started, or another run's: this run is over. */
+	if (job->coordinator_pid == 0 || job->coordinator->generation != args->generation)
 		proc_exit(0);
 	job->job_context = job_context;
 	job->batch_context = AllocSetContextCreate(job_context, "mailer batch", ALLOCSET_DEFAULT_SIZES);
@@ -404,6 +406,13 @@ wait_for_sink_table(Job *job)
 
 	while (!OidIsValid(plan_sink_relid(&job->spec->sink, AccessShareLock)))
 	{
+		/* The other subtasks cannot wait for this one: the run ends, and restarts with backoff. */
+		if (job->parallelism > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("the sink table \"%s\" of subtask %d does not exist",
+							job->spec->sink.table, job->subtask),
+					 errhint("Create the table; the job restarts by itself.")));
 		work_xact_end();
 		job_slot_set_waiting(job->slot, JOB_WAIT_TABLE,
 							 psprintf("waiting for the sink table: table \"%s\" does not exist",

@@ -121,19 +121,26 @@ subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle exchange)
 	}
 }
 
+bool
+subtasks_coordinator_alive(Job *job)
+{
+	bool		alive;
+
+	/* The same subtask 0 of the same run: a new run's may have taken its slot since. */
+	SpinLockAcquire(&job->coordinator->mutex);
+	alive = job->coordinator->pid == job->coordinator_pid &&
+		job->coordinator->job_id == job->job_id &&
+		job->coordinator->generation == job->generation;
+	SpinLockRelease(&job->coordinator->mutex);
+	return alive;
+}
+
 void
 subtasks_check(Job *job)
 {
 	if (job->subtask != 0)
 	{
-		bool		alive;
-
-		/* The same subtask 0: a new run's may have taken its slot since. */
-		SpinLockAcquire(&job->coordinator->mutex);
-		alive = job->coordinator->pid == job->coordinator_pid &&
-			job->coordinator->job_id == job->job_id;
-		SpinLockRelease(&job->coordinator->mutex);
-		if (!alive)
+		if (!subtasks_coordinator_alive(job))
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("subtask 0 of the job has stopped")));
@@ -180,16 +187,18 @@ stop_subtasks(int code, Datum arg)
 {
 	for (int k = 1; k < nhandles; k++)
 	{
-		pid_t		pid;
 		JobSlot    *slot;
 
 		if (handles[k] == NULL)
 			continue;
 		TerminateBackgroundWorker(handles[k]);
-		if (GetBackgroundWorkerPid(handles[k], &pid) != BGWH_STOPPED)
-			continue;
+
+		/*
+		 * A worker that has not claimed its slot yet never will: the slot
+		 * is freed now, and a late start finds it no longer its own.
+		 */
 		slot = job_slots_subtask(&mailer_shared->slots[coordinator_index], k);
-		if (slot && slot->pid == 0)
+		if (slot)
 			subtasks_release(slot);
 	}
 }
@@ -198,26 +207,31 @@ void
 subtasks_release(JobSlot *slot)
 {
 	JobSlot    *coordinator = &mailer_shared->slots[slot->coordinator];
+	bool		mine;
 
 	LWLockAcquire(mailer_shared->lock, LW_EXCLUSIVE);
-	/* Released already (by subtask 0, for a worker that never started), maybe taken again. */
-	if (slot->job_id == 0 || slot->subtask == 0 || (slot->pid != 0 && slot->pid != MyProcPid))
-	{
-		LWLockRelease(mailer_shared->lock);
-		return;
-	}
-	if (slot->error[0] && coordinator->job_id == slot->job_id && coordinator->subtask == 0)
+	SpinLockAcquire(&slot->mutex);
+	/* Not claimed by a worker (or by this exiting one), and still a subtask's: free it. */
+	mine = slot->job_id != 0 && slot->subtask > 0 && (slot->pid == 0 || slot->pid == MyProcPid);
+	if (mine)
 	{
 		SpinLockAcquire(&coordinator->mutex);
-		snprintf(coordinator->error, JOB_SLOT_ERROR_LEN, "subtask %d: %s", slot->subtask, slot->error);
-		coordinator->error_at = slot->error_at;
+		/* Why the run ended, unless subtask 0 has said so already, or has gone. */
+		if (slot->error[0] && coordinator->job_id == slot->job_id && coordinator->subtask == 0 &&
+			coordinator->pid != 0 && coordinator->generation == slot->generation &&
+			coordinator->error[0] == '\0')
+		{
+			snprintf(coordinator->error, JOB_SLOT_ERROR_LEN, "subtask %d: %s", slot->subtask, slot->error);
+			coordinator->error_at = slot->error_at;
+		}
 		SpinLockRelease(&coordinator->mutex);
+		slot->job_id = 0;
+		slot->subtask = 0;
+		slot->pid = 0;
+		slot->registered = false;
 	}
-	slot->job_id = 0;
-	slot->subtask = 0;
-	slot->pid = 0;
-	slot->registered = false;
+	SpinLockRelease(&slot->mutex);
 	LWLockRelease(mailer_shared->lock);
-	if (coordinator->latch)
+	if (mine && coordinator->latch)
 		SetLatch(coordinator->latch);
 }

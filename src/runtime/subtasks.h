@@ -18,6 +18,9 @@ extern void subtasks_wait_for_previous(JobSlot *coordinator);
 /* Subtask 0: claim the others' slots and start them on the queues made. */
 extern void subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle exchange);
 
+/* A subtask 1..P-1: subtask 0 of its run still runs. */
+extern bool subtasks_coordinator_alive(Job *job);
+
 /* ERROR when a subtask (or subtask 0) of the run has stopped. */
 extern void subtasks_check(Job *job);
 
