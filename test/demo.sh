@@ -2,8 +2,9 @@
 # `make demo`: the order-totals job of the README's tour, end to end, on a
 # local PostgreSQL and a local Kafka broker.  Installs what is missing,
 # builds, starts the services (leaving them running for you to explore),
-# produces sample orders to the topic "orders", runs the job and prints the
-# result table and mailer.metrics.
+# produces sample orders to the topic "orders", runs the job (at parallelism
+# 2, to show its subtasks: the results are those of one worker) and prints
+# the result table, mailer.subtasks and mailer.metrics.
 set -euo pipefail
 . "$(dirname "$0")/services/env.sh"
 cd "$MAILER_ROOT"
@@ -66,7 +67,8 @@ SELECT mailer.create_job('order_totals', \$\${
     {"aggregate": {"orders": "count(*)", "total": "sum((value->>'amount')::numeric)"}}
   ],
   "sink":       {"type": "table", "table": "customer_totals", "mode": "upsert"},
-  "checkpoint": {"interval": "1 second"}
+  "checkpoint": {"interval": "1 second"},
+  "parallelism": 2
 }\$\$) AS job_id;
 SELECT mailer.wait_job('order_totals', '2 minutes') AS state;
 SQL
@@ -75,6 +77,8 @@ echo "== customer_totals: one row per customer and minute whose window the water
 psql_demo -c "SELECT window_start, count(*) AS customers, sum(orders) AS orders, sum(total) AS total
                 FROM customer_totals GROUP BY 1 ORDER BY 1"
 psql_demo -c "SELECT * FROM customer_totals ORDER BY window_start, customer_id LIMIT 5"
+echo "== mailer.subtasks: the job runs as two workers, each reading 4 partitions and owning half the customers"
+psql_demo -c "SELECT name, subtask, pid, state, records_in, records_accepted, records_out FROM mailer.subtasks"
 echo "== mailer.metrics"
 psql_demo -x -c "SELECT * FROM mailer.metrics"
 echo "== mailer.dead_letters"
