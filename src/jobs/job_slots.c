@@ -142,12 +142,19 @@ slot_reset(JobSlot *slot, int64 job_id, Oid ext_oid, int subtask, int coordinato
 	slot->input_rate = 0;
 	for (int c = 0; c < JC_NUM_COUNTERS; c++)
 		pg_atomic_write_u64(&slot->counters[c], 0);
+	job_slot_reset_run(slot);
+}
+
+void
+job_slot_reset_run(JobSlot *slot)
+{
 	pg_atomic_write_u64(&slot->barrier_epoch, 0);
 	pg_atomic_write_u64(&slot->committed_epoch, 0);
 	pg_atomic_write_u64(&slot->prepared_epoch, 0);
+	pg_atomic_write_u64(&slot->final_epoch, 0);
 	pg_atomic_write_u32(&slot->checkpoint_wanted, 0);
 	pg_atomic_write_u32(&slot->final_wanted, 0);
-	pg_atomic_write_u64(&slot->final_epoch, 0);
+	slot->final_finished = false;
 	slot->source_finished = false;
 }
 
@@ -208,8 +215,16 @@ job_slot_request_stop(JobSlot *slot, TransactionId xid)
 {
 	slot->stop_requested = true;
 	slot->stop_xid = xid;
-	if (slot->latch)
-		SetLatch(slot->latch);
+	job_slot_wake(slot);
+}
+
+void
+job_slot_wake(JobSlot *slot)
+{
+	Latch	   *latch = slot->latch;
+
+	if (latch)
+		SetLatch(latch);
 }
 
 void

@@ -202,6 +202,12 @@ extern void job_slots_wake_launcher(void);
  */
 extern void job_slot_request_stop(JobSlot *slot, TransactionId xid);
 
+/* Set the worker's latch, if it has one now. */
+extern void job_slot_wake(JobSlot *slot);
+
+/* A parallel run's epoch counters, set afresh when a worker claims its slot. */
+extern void job_slot_reset_run(JobSlot *slot);
+
 /* The slot's state changed: wake those waiting on it, and the launcher. */
 extern void job_slot_changed(JobSlot *slot);
 

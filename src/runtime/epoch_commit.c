@@ -54,32 +54,6 @@ gid_of(Oid ext_oid, int64 job_id, int64 epoch, int subtask, uint64 nonce)
 }
 
 static void
-gone(int subtask, JobSlot *slot)
-{
-	char		error[JOB_SLOT_ERROR_LEN];
-
-	SpinLockAcquire(&slot->mutex);
-	strlcpy(error, slot->error, sizeof(error));
-	SpinLockRelease(&slot->mutex);
-	ereport(ERROR,
-			(errcode(ERRCODE_CONNECTION_FAILURE),
-			 errmsg("subtask %d of the job has stopped%s%s", subtask,
-					error[0] ? ": " : "", error),
-			 errdetail("The job restarts from its last committed checkpoint with all its subtasks.")));
-}
-
-static bool
-running(JobSlot *slot)
-{
-	bool		alive;
-
-	SpinLockAcquire(&slot->mutex);
-	alive = slot->pid != 0;
-	SpinLockRelease(&slot->mutex);
-	return alive;
-}
-
-static void
 sleep_a_little(void)
 {
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
@@ -88,27 +62,16 @@ sleep_a_little(void)
 	CHECK_FOR_INTERRUPTS();
 }
 
-static void
-wake(JobSlot *slot)
-{
-	Latch	   *latch;
-
-	SpinLockAcquire(&slot->mutex);
-	latch = slot->latch;
-	SpinLockRelease(&slot->mutex);
-	if (latch)
-		SetLatch(latch);
-}
-
-/* Subtask k's slot while it runs; ERROR once it has gone. */
+/*
+ * Subtask k's slot, once subtasks_check has found every subtask running.
+ * Looked up each time: a subtask that exits frees its slot, which another
+ * job may take.
+ */
 static JobSlot *
-subtask_running(Job *job, int k)
+live_subtask(Job *job, int k)
 {
-	JobSlot    *slot = job_slots_subtask(job->slot, k);
-
-	if (slot == NULL || !running(slot))
-		gone(k, slot ? slot : job->slot);
-	return slot;
+	subtasks_check(job);
+	return job_slots_subtask(job->slot, k);
 }
 
 /*
@@ -132,8 +95,7 @@ commit_as_coordinator(Job *job, int64 epoch)
 	require_owner(job);
 	for (int k = 1; k < job->parallelism; k++)
 	{
-		/* Looked up each time: a subtask that exits frees its slot, which another may take. */
-		while (pg_atomic_read_u64(&subtask_running(job, k)->prepared_epoch) < (uint64) epoch)
+		while (pg_atomic_read_u64(&live_subtask(job, k)->prepared_epoch) < (uint64) epoch)
 			sleep_a_little();
 	}
 	TEST_POINT("epoch_before_decision");
@@ -141,7 +103,7 @@ commit_as_coordinator(Job *job, int64 epoch)
 	TEST_POINT("epoch_after_decision");
 	for (int k = 1; k < job->parallelism; k++)
 	{
-		JobSlot    *slot = subtask_running(job, k);
+		JobSlot    *slot = live_subtask(job, k);
 		char	   *gid;
 
 		pg_read_barrier();
@@ -156,7 +118,7 @@ commit_as_coordinator(Job *job, int64 epoch)
 		JobSlot    *slot = job_slots_subtask(job->slot, k);
 
 		if (slot)
-			wake(slot);
+			job_slot_wake(slot);
 	}
 }
 
@@ -173,7 +135,7 @@ prepare_as_subtask(Job *job, int64 epoch)
 	job->slot->prepared_nonce = nonce;
 	pg_write_barrier();
 	pg_atomic_write_u64(&job->slot->prepared_epoch, epoch);
-	wake(job->coordinator);
+	job_slot_wake(job->coordinator);
 	while (pg_atomic_read_u64(&job->coordinator->committed_epoch) < (uint64) epoch)
 	{
 		/* Committed just before subtask 0 exited (a last epoch) is committed. */

@@ -46,8 +46,8 @@ wake_all(Job *job)
 	{
 		JobSlot    *slot = job_slots_subtask(job->coordinator, k);
 
-		if (slot && slot->latch)
-			SetLatch(slot->latch);
+		if (slot)
+			job_slot_wake(slot);
 	}
 }
 
@@ -69,9 +69,8 @@ epoch_cut_request_stop(Job *job)
 	if (job->subtask > 0)
 	{
 		/* Subtask 0 decides when: it stops every subtask with one last epoch. */
-		if (pg_atomic_exchange_u32(&job->coordinator->final_wanted, 1) == 0 &&
-			job->coordinator->latch)
-			SetLatch(job->coordinator->latch);
+		if (pg_atomic_exchange_u32(&job->coordinator->final_wanted, 1) == 0)
+			job_slot_wake(job->coordinator);
 		return;
 	}
 	if (pg_atomic_read_u64(&job->slot->final_epoch) <= (uint64) job->epoch)
@@ -184,8 +183,7 @@ epoch_cut_round(Job *job, bool finished, bool checkpoint_due)
 	if (finished && !job->slot->source_finished)
 	{
 		job->slot->source_finished = true;
-		if (coordinator->latch)
-			SetLatch(coordinator->latch);
+		job_slot_wake(coordinator);
 	}
 	advance_watermark(job, finished);
 
@@ -202,9 +200,8 @@ epoch_cut_round(Job *job, bool finished, bool checkpoint_due)
 			request_epoch(job);
 	}
 	else if (checkpoint_due && pg_atomic_read_u64(&coordinator->barrier_epoch) < (uint64) next &&
-			 pg_atomic_exchange_u32(&coordinator->checkpoint_wanted, 1) == 0 &&
-			 coordinator->latch)
-		SetLatch(coordinator->latch);
+			 pg_atomic_exchange_u32(&coordinator->checkpoint_wanted, 1) == 0)
+		job_slot_wake(coordinator);
 
 	wait_marks_answer(job);
 	if (pg_atomic_read_u64(&coordinator->barrier_epoch) >= (uint64) next ||

@@ -157,14 +157,7 @@ claim_slot(JobWorkerArgs *args, JobSlot *slot)
 	slot->latch = MyLatch;
 	slot->live_state = JOB_LIVE_STARTING;
 	/* A parallel job's epochs are counted afresh by each run. */
-	pg_atomic_write_u64(&slot->barrier_epoch, 0);
-	pg_atomic_write_u64(&slot->committed_epoch, 0);
-	pg_atomic_write_u64(&slot->prepared_epoch, 0);
-	pg_atomic_write_u64(&slot->final_epoch, 0);
-	slot->final_finished = false;
-	pg_atomic_write_u32(&slot->checkpoint_wanted, 0);
-	pg_atomic_write_u32(&slot->final_wanted, 0);
-	slot->source_finished = false;
+	job_slot_reset_run(slot);
 	slot->exit_kind = JOB_EXIT_NONE;
 	slot->error[0] = '\0';
 	stopping = slot->stop_requested;

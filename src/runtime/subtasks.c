@@ -232,6 +232,6 @@ subtasks_release(JobSlot *slot)
 	}
 	SpinLockRelease(&slot->mutex);
 	LWLockRelease(mailer_shared->lock);
-	if (mine && coordinator->latch)
-		SetLatch(coordinator->latch);
+	if (mine)
+		job_slot_wake(coordinator);
 }

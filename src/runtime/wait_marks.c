@@ -60,8 +60,8 @@ wait_marks_answer(Job *job)
 		if (raised)
 			job->slot->wait_answered = answer;
 		SpinLockRelease(&job->slot->mutex);
-		if (raised && job->coordinator->latch)
-			SetLatch(job->coordinator->latch);
+		if (raised)
+			job_slot_wake(job->coordinator);
 		return;
 	}
 	for (int k = 1; k < job->parallelism; k++)
