@@ -1,0 +1,158 @@
+# MailerKafkaSinkTest: what the Kafka sink tests (test/t/13x_kafka_sink_*.pl)
+# share, on top of MailerTest.  A sink's output is read back from its topic
+# with kcat, as a consumer would (read_committed by default), loaded into a
+# table and compared in SQL with what the same computation gives over the
+# input: as multisets, so that a lost record and a duplicate both show.
+package MailerKafkaSinkTest;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use IPC::Run ();
+use Test::More ();
+use MailerTest;
+
+our @EXPORT = qw(ks_topic ks_sink ks_read ks_load ks_read_into ks_same
+  ks_sink_row ks_wait_published ks_end_offset ks_epoch);
+
+# A new topic named after $prefix, with $partitions partitions; @config
+# are TopicCommand options (e.g. '--config', 'max.message.bytes=20000').
+sub ks_topic
+{
+	my ($prefix, $partitions, @config) = @_;
+	my $topic = unique_name($prefix);
+	kafka('create-topic', $topic, $partitions // 1, @config);
+	return $topic;
+}
+
+# The JSON text of a Kafka sink to $topic; %o adds fields as they are given
+# (JSON text each): key, value, format, headers, options, delivery.
+sub ks_sink
+{
+	my ($topic, %o) = @_;
+	my $json = qq({"type": "kafka", "brokers": "$MailerTest::BROKERS", "topic": "$topic");
+	for my $f (qw(key value format headers options delivery))
+	{
+		$json =~ s/\}$/, "$f": $o{$f}}/ if defined $o{$f};
+	}
+	return $json;
+}
+
+# Every record of a topic, from the beginning, as "key<TAB>value" lines
+# (a null key or value reads NULL).  $opt{isolation}: read_committed (the
+# default: what a transactional consumer sees) or read_uncommitted (also
+# the records of open and aborted transactions).  $opt{format}: kcat's.
+sub ks_read
+{
+	my ($topic, %opt) = @_;
+	my $isolation = $opt{isolation} // 'read_committed';
+	my @cmd = ('kcat', '-b', $MailerTest::BROKERS, '-C', '-t', $topic, '-o', 'beginning',
+		'-e', '-q', '-Z', '-X', "isolation.level=$isolation",
+		'-f', $opt{format} // "%k\t%s\n");
+	my ($out, $err) = ('', '');
+	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat could not read $topic ($isolation): $err\n";
+	return [ split /\n/, $out ];
+}
+
+# Load such lines into a table made anew: $table (n serial, k text, v text).
+sub ks_load
+{
+	my ($table, $lines) = @_;
+	my $copy = '';
+	for my $line (@$lines)
+	{
+		my ($k, $v) = split /\t/, $line, 2;
+		$copy .= join("\t", map {
+			!defined $_ || $_ eq 'NULL' ? '\N' : s/\\/\\\\/gr =~ s/\r/\\r/gr
+		} ($k, $v)) . "\n";
+	}
+	psql("DROP TABLE IF EXISTS $table; CREATE TABLE $table (n serial, k text, v text);\n"
+		  . "COPY $table (k, v) FROM STDIN;\n$copy\\.\n");
+	return scalar @$lines;
+}
+
+# ks_read, then ks_load; returns how many records there were.
+sub ks_read_into
+{
+	my ($table, $topic, %opt) = @_;
+	return ks_load($table, ks_read($topic, %opt));
+}
+
+# Two queries give the same rows, as multisets: nothing missing, nothing
+# extra (a duplicate is one extra).  Shows a few differences when not.
+sub ks_same
+{
+	my ($got, $want, $name) = @_;
+	my ($missing, $extra, $n_got, $n_want) = split /\|/, psql(
+		"SELECT (SELECT count(*) FROM (($want) EXCEPT ALL ($got)) m), "
+		  . "(SELECT count(*) FROM (($got) EXCEPT ALL ($want)) x), "
+		  . "(SELECT count(*) FROM ($got) g), (SELECT count(*) FROM ($want) w)");
+	my $ok = Test::More::is("$missing missing, $extra extra, $n_got records",
+		"0 missing, 0 extra, $n_want records", $name);
+	unless ($ok)
+	{
+		Test::More::diag("missing: " . psql("SELECT string_agg(m::text, ' ') FROM (SELECT * FROM (($want) EXCEPT ALL ($got)) m LIMIT 5) m"));
+		Test::More::diag("extra: " . psql("SELECT string_agg(x::text, ' ') FROM (SELECT * FROM (($got) EXCEPT ALL ($want)) x LIMIT 5) x"));
+	}
+	return $ok;
+}
+
+# A job's row of mailer.kafka_sinks (subtask $subtask, 0 by default) as a
+# hash, or undef.
+sub ks_sink_row
+{
+	my ($job, $subtask) = @_;
+	$subtask //= 0;
+	my $out = psql("SELECT row_to_json(s) FROM mailer.kafka_sinks s WHERE job = '$job' AND subtask = $subtask");
+	return undef if $out eq '';
+	require JSON::PP;
+	return JSON::PP::decode_json($out);
+}
+
+# The newest epoch a job committed (its subtask 0 row: the epoch's decision).
+sub ks_epoch
+{
+	my ($job) = @_;
+	return psql("SELECT coalesce(max(c.epoch), 0) FROM mailer.checkpoints c "
+		  . "JOIN mailer.job j USING (job_id) WHERE j.name = '$job' AND c.subtask = 0");
+}
+
+# Wait until every subtask of a job has published epoch $epoch (the job's
+# newest committed one by default) and has nothing pending: then a
+# read_committed consumer sees all the output of what the job committed.
+# Returns the epoch waited for.
+sub ks_wait_published
+{
+	my ($job, $epoch, $timeout) = @_;
+	$epoch //= ks_epoch($job);
+	my $last = '';
+	eval {
+		wait_until("job $job to publish epoch $epoch", sub {
+			$last = psql("SELECT coalesce(string_agg(subtask || ':' || coalesce(published_epoch::text, '-') || '/'
+				|| pending_records || coalesce(' ' || last_error, ''), ', '), 'no row'),
+				count(*) > 0 AND bool_and(coalesce(published_epoch, 0) >= $epoch AND pending_records = 0)
+				FROM mailer.kafka_sinks WHERE job = '$job'");
+			return $last =~ /\|t$/;
+		}, $timeout // 120);
+		1;
+	} or die "$@(mailer.kafka_sinks: $last)\n";
+	return $epoch;
+}
+
+# The sum over a topic's partitions of their end offsets (the high
+# watermark: the next offset to be written).  Transaction markers take an
+# offset too, so a commit or an abort moves it.
+sub ks_end_offset
+{
+	my ($topic, $partitions) = @_;
+	my @cmd = ('kcat', '-b', $MailerTest::BROKERS, '-Q', map { ('-t', "$topic:$_:-1") } 0 .. ($partitions // 1) - 1);
+	my ($out, $err) = ('', '');
+	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat could not query the offsets of $topic: $err\n";
+	my $sum = 0;
+	$sum += $1 while $out =~ /offset (-?\d+)/g;
+	return $sum;
+}
+
+1;
