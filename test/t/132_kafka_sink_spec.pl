@@ -159,7 +159,7 @@ wait_until('the job to report the failed handshake', sub {
 	defined $info->{last_error};
 }, 120);
 note("last_error: $info->{last_error}");
-my $sink_error = psql("SELECT coalesce(string_agg(last_error, ' '), '') FROM mailer.kafka_sinks WHERE job = 'j132_secret'");
+my $sink_error = psql("SELECT coalesce(string_agg(to_jsonb(s)->>'last_error', ' '), '') FROM mailer.kafka_sinks s WHERE job = 'j132_secret'");
 my $bad_err = psql_fails("SELECT mailer.create_job('j132_bad', \$\$" . ($secret_spec =~ s/"steps"/"stepz"/r) . "\$\$)");
 like($bad_err, qr/unknown field "stepz"/, 'an error in a spec with secrets');
 psql("SELECT mailer.stop_job('j132_secret')");
