@@ -30,12 +30,9 @@ sub ks_topic
 sub ks_sink
 {
 	my ($topic, %o) = @_;
-	my $json = qq({"type": "kafka", "brokers": "$MailerTest::BROKERS", "topic": "$topic");
-	for my $f (qw(key value format headers options delivery))
-	{
-		$json =~ s/\}$/, "$f": $o{$f}}/ if defined $o{$f};
-	}
-	return $json;
+	my @fields = ('"type": "kafka"', qq("brokers": "$MailerTest::BROKERS"), qq("topic": "$topic"));
+	push @fields, map { qq("$_": $o{$_}) } grep { defined $o{$_} } qw(key value format headers options delivery);
+	return '{' . join(', ', @fields) . '}';
 }
 
 # Every record of a topic, from the beginning, as "key<TAB>value" lines
