@@ -14,6 +14,7 @@ use MailerKafkaSinkTest;
 use Test::More;
 
 fresh_extension();
+drop_tables('t132_');
 my $log_start = pg_log_size();
 my $plain = 't132_plain';
 drop_roles($plain);
