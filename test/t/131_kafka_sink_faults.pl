@@ -183,8 +183,11 @@ if (section('stop'))
 	my ($stop_out, $stop_err) = ('', '');
 	my $stopper = IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-c', "SELECT mailer.stop_job('j131_stop', '2 minutes')" ],
 		'>', \$stop_out, '2>', \$stop_err);
-	wait_until('stop_job to ask the job to stop',
-		sub { psql("SELECT desired_state FROM mailer.jobs WHERE name = 'j131_stop'") eq 'stopped' }, 60);
+	# stop_job asks the worker through its slot, then waits (wait event Extension).
+	wait_until('stop_job to ask the job to stop and wait', sub {
+		psql("SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND wait_event_type = 'Extension' "
+			  . "AND query LIKE 'SELECT mailer.stop_job(''j131_stop''%'") eq '1';
+	}, 60);
 	test_point_release();
 	$stopper->finish;
 	chomp $stop_out;
