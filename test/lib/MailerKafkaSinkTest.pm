@@ -13,7 +13,7 @@ use Test::More ();
 use MailerTest;
 
 our @EXPORT = qw(ks_topic ks_sink ks_read ks_load ks_read_into ks_same
-  ks_sink_row ks_wait_published ks_end_offset ks_epoch);
+  ks_sink_row ks_wait_published ks_end_offset ks_epoch ks_release);
 
 # A new topic named after $prefix, with $partitions partitions; @config
 # are TopicCommand options (e.g. '--config', 'max.message.bytes=20000').
@@ -153,6 +153,29 @@ sub ks_end_offset
 	my $sum = 0;
 	$sum += $1 while $out =~ /offset (-?\d+)/g;
 	return $sum;
+}
+
+# test_point_release, then wait until no live process that logged reaching
+# a point since log position $from is still held there.  A worker forked
+# just before the reload can miss its SIGHUP (a background worker ignores
+# SIGHUP until its main function installs a handler, and setting SIG_IGN
+# drops a pending one), so it keeps the old setting: reload again for it.
+sub ks_release
+{
+	my ($from) = @_;
+	test_point_release();
+	wait_until('every process held at a test point released', sub {
+		my %held;
+		my $log = pg_log_since($from);
+		while ($log =~ /\[(\d+)\] [^\n]*mailer test point (\S+) (reached|released)/g)
+		{
+			if ($3 eq 'reached') { $held{$1} = 1 } else { delete $held{$1} }
+		}
+		return 1 unless %held;
+		return 1 if psql("SELECT count(*) FROM pg_stat_activity WHERE pid IN (" . join(', ', keys %held) . ")") eq '0';
+		psql("SELECT pg_reload_conf()");
+		return 0;
+	}, 60);
 }
 
 1;

@@ -47,6 +47,8 @@ psql(qq{SELECT mailer.create_job('j130_b', \$\${
   "state": {"backend": "rocksdb"},
   "checkpoint": {"interval": "300 milliseconds"}}\$\$)});
 psql("CREATE TABLE t130_events (batch int, customer text, ts timestamptz, amount numeric)");
+# The aggregate's watermark: the newest event time produced (seconds, ev_time).
+my $b_watermark = 0;
 
 # ---------------------------------------------------------------------------
 # The two jobs: how a batch is made, what the output must be, how a
@@ -86,9 +88,10 @@ my %job = (
 		},
 	},
 	# Aggregate: 60 events a batch, 1.5 s apart, in [100 * batch, 100 *
-	# batch + 90) s, then a filtered tick at 100 * batch + 95 s whose event
-	# time moves the watermark past all the batch's windows: each fires
-	# once, in the epoch that reads the batch.
+	# batch + 90) s and never on a window's end.  The watermark (the
+	# newest event time) fires each window once a later one has an event:
+	# the batch's last window fires with the next batch's first event, so
+	# the first epoch that reads a batch always has output.
 	b => {
 		name => 'j130_b', out => $out_b, partitions => 2,
 		produce => sub {
@@ -97,20 +100,22 @@ my %job = (
 			for my $i (0 .. 59)
 			{
 				my $c = 'c' . (($i * 3 + $batch) % 5);
-				my $ts = ev_time(100 * $batch + $i * 1.5);
+				my $ts = ev_time(100 * $batch + 0.25 + $i * 1.5);
 				my $amount = sprintf('%.1f', (($batch * 31 + $i * 7) % 50) + 0.5);
 				push @lines, qq($c\t{"customer": "$c", "ts": "$ts", "amount": $amount});
 				push @rows, "($batch, '$c', '$ts', $amount)";
 			}
-			push @lines, sprintf(qq(tick\t{"customer": "tick", "ts": "%s", "amount": 0}), ev_time(100 * $batch + 95));
 			psql("INSERT INTO t130_events VALUES " . join(', ', @rows));
 			kcat_produce($in_b, \@lines);
+			$b_watermark = 100 * $batch + 0.25 + 59 * 1.5;
 		},
 		want => sub {
-			return q{SELECT customer, date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') AS window_start,
-			                date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') + interval '10 seconds' AS window_end,
-			                count(*) AS n, sum(amount) AS total
-			           FROM t130_events GROUP BY 1, 2, 3};
+			return q{SELECT * FROM (
+			           SELECT customer, date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') AS window_start,
+			                  date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') + interval '10 seconds' AS window_end,
+			                  count(*) AS n, sum(amount) AS total
+			             FROM t130_events GROUP BY 1, 2, 3) w
+			          WHERE window_end <= '} . ev_time($b_watermark) . q{'};
 		},
 		got => sub {
 			my ($t) = @_;
@@ -118,10 +123,12 @@ my %job = (
 			                 (v::jsonb->>'window_end')::timestamptz, (v::jsonb->>'n')::bigint,
 			                 (v::jsonb->>'total')::numeric FROM $t};
 		},
+		# The windows only this batch's round emits: the previous batch's
+		# last one and this batch's.
 		of_batch => sub {
 			my ($t, $batch) = @_;
 			return "SELECT count(*) FROM $t WHERE (v::jsonb->>'window_start')::timestamptz >= '"
-			  . ev_time(100 * $batch) . "' AND (v::jsonb->>'window_start')::timestamptz < '" . ev_time(100 * $batch + 100) . "'";
+			  . ev_time(100 * ($batch - 1) + 80) . "'";
 		},
 	},
 );
@@ -260,7 +267,7 @@ for my $r (@rounds)
 		wait_server_ready();
 		pass("$what: the server stopped immediately and started again");
 	}
-	test_point_release();
+	ks_release($crash_log);
 
 	my $aborted = check_exact($j, $what);
 	if ($produced_when_held{$point})
@@ -278,6 +285,9 @@ for my $r (@rounds)
 # In the end: every record once, nothing dead-lettered, no error.
 # ---------------------------------------------------------------------------
 
+# A last event (filtered out) moves the watermark past every window.
+$b_watermark = 100 * ($job{b}{batch} + 1);
+kcat_produce($in_b, [ sprintf(qq(tick\t{"customer": "tick", "ts": "%s", "amount": 0}), ev_time($b_watermark)) ]);
 for my $j (qw(a b))
 {
 	check_exact($j, "after the sweep, $j");
@@ -290,6 +300,8 @@ check_keys('after the sweep');
 is(psql("SELECT count(*) FROM t130_got_a"), psql("SELECT count(*) FROM t130_in_a_rows WHERE (v::jsonb->>'amount')::numeric >= 5"),
 	'the stateless job published each order that passed the filter once');
 is(psql("SELECT sum((v::jsonb->>'n')::bigint) FROM t130_got_b"), 60 * $job{b}{batch}, 'the windows count every event once');
+is(psql("SELECT count(*) FROM t130_got_b"), psql("SELECT count(*) FROM (SELECT DISTINCT customer, date_bin('10 seconds', ts, '1970-01-01') FROM t130_events) w"),
+	'every window was published once');
 
 psql("SELECT mailer.drop_job(name) FROM mailer.jobs");
 kafka('delete-topic', $_) for ($in_a, $out_a, $in_b, $out_b);
