@@ -13,7 +13,7 @@ use Test::More ();
 use MailerTest;
 
 our @EXPORT = qw(ks_topic ks_sink ks_read ks_load ks_read_into ks_same
-  ks_sink_row ks_wait_published ks_end_offset ks_epoch ks_release);
+  ks_sink_row ks_wait_published ks_end_offset ks_epoch ks_hold ks_release ks_wait_job);
 
 # A new topic named after $prefix, with $partitions partitions; @config
 # are TopicCommand options (e.g. '--config', 'max.message.bytes=20000').
@@ -129,6 +129,7 @@ sub ks_wait_published
 	my $last = '';
 	eval {
 		wait_until("job $job to publish its outbox" . (defined $epoch ? " through epoch $epoch" : ''), sub {
+			ks_unstick();
 			$last = psql("SELECT coalesce(string_agg(subtask || ': published ' || coalesce(published_epoch::text, '-') || ', pending '
 				|| pending_records || coalesce(', ' || (to_jsonb(s)->>'last_error'), ''), '; '), 'no row'),
 				count(*) > 0 AND bool_and($want AND pending_records = 0)
@@ -155,27 +156,62 @@ sub ks_end_offset
 	return $sum;
 }
 
-# test_point_release, then wait until no live process that logged reaching
-# a point since log position $from is still held there.  A worker forked
-# just before the reload can miss its SIGHUP (a background worker ignores
-# SIGHUP until its main function installs a handler, and setting SIG_IGN
-# drops a pending one), so it keeps the old setting: reload again for it.
+# Holding and releasing test points around a crash.  A worker forked
+# while the release's reload is under way can miss its SIGHUP (a
+# background worker sets SIGHUP to SIG_IGN while it starts, which drops one
+# already pending) and keep the old setting, to be held at a point later,
+# maybe much later.  So once released, the waits of this module look for a
+# live process that logged reaching a point without leaving it, and reload
+# the configuration again for it (ks_unstick).
+our $released_from;
+
+# test_point_hold, the waits no longer undoing holds.
+sub ks_hold
+{
+	my (@points) = @_;
+	undef $released_from;
+	return test_point_hold(@points);
+}
+
+# test_point_release; from now on the waits release any process held at a
+# point since log position $from.
 sub ks_release
 {
 	my ($from) = @_;
 	test_point_release();
-	wait_until('every process held at a test point released', sub {
-		my %held;
-		my $log = pg_log_since($from);
-		while ($log =~ /\[(\d+)\] [^\n]*mailer test point (\S+) (reached|released)/g)
-		{
-			if ($3 eq 'reached') { $held{$1} = 1 } else { delete $held{$1} }
-		}
-		return 1 unless %held;
-		return 1 if psql("SELECT count(*) FROM pg_stat_activity WHERE pid IN (" . join(', ', keys %held) . ")") eq '0';
+	$released_from = $from;
+	ks_unstick();
+}
+
+sub ks_unstick
+{
+	return unless defined $released_from;
+	my %held;
+	my $log = pg_log_since($released_from);
+	while ($log =~ /\[(\d+)\] [^\n]*mailer test point (\S+) (reached|released)/g)
+	{
+		if ($3 eq 'reached') { $held{$1} = 1 } else { delete $held{$1} }
+	}
+	return unless %held;
+	if (psql("SELECT count(*) FROM pg_stat_activity WHERE pid IN (" . join(', ', keys %held) . ")") ne '0')
+	{
+		Test::More::note("a process still held at a test point after the release: reloading again");
 		psql("SELECT pg_reload_conf()");
-		return 0;
-	}, 60);
+	}
+}
+
+# mailer.wait_job in short calls, releasing held processes in between.
+# Returns the job's state.
+sub ks_wait_job
+{
+	my ($job, $timeout) = @_;
+	my $state;
+	wait_until("job $job to commit its input", sub {
+		ks_unstick();
+		$state = eval { psql("SELECT mailer.wait_job('$job', '2 seconds')") };
+		return defined $state;
+	}, $timeout // 180);
+	return $state;
 }
 
 1;

@@ -164,7 +164,7 @@ sub check_exact
 {
 	my ($j, $what) = @_;
 	my $J = $job{$j};
-	is(wait_job($J->{name}, 180), 'running', "$what: $J->{name} has committed its input");
+	is(ks_wait_job($J->{name}, 180), 'running', "$what: $J->{name} has committed its input");
 	ks_wait_published($J->{name}, undef, 180);
 	ks_read_into("t130_got_$j", $J->{out});
 	my $want = $J->{want}->();
@@ -227,7 +227,7 @@ for my $r (@rounds)
 	my $what = "$J->{name} at $point ($how)";
 	my $batch = ++$J->{batch};
 
-	my $log = test_point_hold($point);
+	my $log = ks_hold($point);
 	$J->{produce}->($batch);
 	my $pid = wait_held($J->{name}, $point, $log);
 	pass("$what: the job's worker ($pid) is held there");
