@@ -107,6 +107,7 @@ consume customer_totals -f 'key=%k value=%s\n'
 
 echo "== the check: every order once in enriched_orders, each customer's latest totals equal SQL's"
 psql_demo <<'SQL'
+SET client_min_messages = warning;
 DROP TABLE IF EXISTS enriched_orders_read, customer_totals_read;
 CREATE TABLE enriched_orders_read (value jsonb);
 CREATE TABLE customer_totals_read (key jsonb, value jsonb);
