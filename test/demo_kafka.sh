@@ -96,8 +96,7 @@ SQL
 echo "== waiting until both sinks have published everything (mailer.kafka_sinks)"
 wait_published enrich_orders
 wait_published customer_totals
-psql_demo -c "SELECT job, subtask, topic, delivery, transactional_id, published_epoch, pending_records, last_error
-                FROM mailer.kafka_sinks ORDER BY job, subtask"
+psql_demo -c "SELECT * FROM mailer.kafka_sinks ORDER BY job, subtask"
 
 echo "== enriched_orders: the first records of partition 0"
 consume enriched_orders -p 0 -c 3 -f 'key=%k value=%s\n'
