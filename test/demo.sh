@@ -23,14 +23,21 @@ esac
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
 
+psql_demo() { "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"; }
+
 test/services/deps.sh
 test/services/kafka.sh fetch
 make -s PG_CONFIG="$PG_CONFIG"
 "${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" install
+# An earlier run's jobs would start again with the server and read the
+# topics deleted below: drop them first (a worker reading a deleted and
+# recreated topic can hang at its exit in librdkafka, holding up the
+# server's shutdown).
+if test/services/pg.sh status; then
+	psql_demo -c "SET client_min_messages = warning; DROP EXTENSION IF EXISTS mailer CASCADE" || true
+fi
 test/services/pg.sh restart
 test/services/kafka.sh start
-
-psql_demo() { "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"; }
 
 echo
 echo "== a fresh topic 'orders' (8 partitions) and a fresh extension"
