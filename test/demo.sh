@@ -33,7 +33,7 @@ make -s PG_CONFIG="$PG_CONFIG"
 # topics deleted below: drop them first (a worker reading a deleted and
 # recreated topic can hang at its exit in librdkafka, holding up the
 # server's shutdown).
-if test/services/pg.sh status; then
+if test/services/pg.sh status >/dev/null; then
 	psql_demo -c "SET client_min_messages = warning; DROP EXTENSION IF EXISTS mailer CASCADE" || true
 fi
 test/services/pg.sh restart

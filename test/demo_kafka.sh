@@ -4,10 +4,10 @@
 # "orders" holds the orders of the table demo_orders.
 #
 # Two jobs chain topic to topic through Kafka sinks:
-#   orders --enrich_orders--> enriched_orders --customer_totals--> customer_totals
+#   orders --enrich_orders--> enriched_orders --running_totals--> customer_totals
 # enrich_orders is stateless: it drops the orders without a positive amount
 # and adds an amount band and the net amount (before a 20% VAT) to each;
-# customer_totals keeps running totals per customer and writes the customers
+# running_totals keeps running totals per customer and writes the customers
 # that changed at each checkpoint.  The script waits until both sinks have
 # published their last checkpoint, shows the output topic as a read_committed
 # consumer sees it, and fails unless every order was published exactly once
@@ -75,9 +75,9 @@ SELECT mailer.create_job('enrich_orders', \$\${
 }\$\$) AS job_id;
 SQL
 
-echo "== job 2, customer_totals: running totals per customer; the default key and value"
+echo "== job 2, running_totals: running totals per customer; the default key and value"
 psql_demo <<SQL
-SELECT mailer.create_job('customer_totals', \$\${
+SELECT mailer.create_job('running_totals', \$\${
   "source": {"type": "kafka", "brokers": "$KAFKA_BROKERS", "topic": "enriched_orders",
              "start": "earliest", "format": "json"},
   "steps": [
@@ -93,7 +93,7 @@ SQL
 
 echo "== waiting until both sinks have published everything (mailer.kafka_sinks)"
 wait_published enrich_orders
-wait_published customer_totals
+wait_published running_totals
 psql_demo -c "SELECT * FROM mailer.kafka_sinks ORDER BY job, subtask"
 
 echo "== enriched_orders: the first records of partition 0"
