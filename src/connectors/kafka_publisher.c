@@ -78,6 +78,7 @@ struct KafkaPublisher
 	KafkaSinkSpec *spec;
 	SinkOwner	owner;
 	OnError		on_error;
+	bool	   *failing;		/* set before on_error "fail" raises */
 	MemoryContext ctx;
 	char	   *transactional_id;
 	char	   *marker_group;
@@ -116,12 +117,13 @@ static char *client_error(KafkaPublisher *pub, const char *what, const char *tex
 
 KafkaPublisher *
 kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, OnError on_error,
-					   MemoryContext parent)
+					   bool *failing, MemoryContext parent)
 {
 	KafkaPublisher *pub = MemoryContextAllocZero(parent, sizeof(KafkaPublisher));
 
 	pub->spec = spec;
 	pub->on_error = on_error;
+	pub->failing = failing;
 	pub->owner = *owner;
 	pub->ctx = parent;
 
@@ -249,6 +251,9 @@ open_producer(KafkaPublisher *pub)
 static void
 close_producer(KafkaPublisher *pub)
 {
+	/* Records not sent yet are dropped: the outbox still holds them. */
+	if (pub->rk)
+		rd_kafka_purge(pub->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 	if (pub->logs)
 		rd_kafka_queue_destroy(pub->logs);
 	if (pub->rk)
@@ -616,10 +621,13 @@ dead_letter_refused(KafkaPublisher *pub)
 									   rd_kafka_err2str(r->err));
 
 		if (pub->on_error == ON_ERROR_FAIL)
+		{
+			*pub->failing = true;
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("an output record could not be written: %s", message),
 					 errhint("Raise the topic's max.message.bytes, or set on_error to dead_letter.")));
+		}
 		values[2] = Int64GetDatum(r->epoch);
 		values[3] = Int32GetDatum(r->seq);
 		if (pub->on_error == ON_ERROR_DEAD_LETTER)
