@@ -31,8 +31,8 @@ fail()
 # Wait until JOB has checkpointed all its input available now and its Kafka
 # sink has published every record of its checkpoints: a checkpoint writes
 # its records to the outbox, and they reach the topic only after it has
-# committed.  (published_epoch moves only with epochs that had records, so
-# an empty outbox is what says everything is out.)
+# committed.  wait_job waits for that publish too; the view shows it as an
+# empty outbox.  (published_epoch moves only with epochs that had records.)
 wait_published()
 {
 	local job=$1 epoch deadline=$((SECONDS + 60))
