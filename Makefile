@@ -32,7 +32,7 @@ EXTRA_CLEAN = $(OBJS:.o=.d)
 
 SERVICES = test/services
 
-.PHONY: deps services services-down test test-long integration demo bench fuzz
+.PHONY: deps services services-down test test-long integration demo demo-kafka bench fuzz
 
 # Debian packages and the Kafka jars; a no-op once installed.
 deps:
@@ -63,6 +63,11 @@ test-long:
 
 demo:
 	test/demo.sh
+
+# Only the demo's Kafka to Kafka pipeline (test/demo_kafka.sh), after the
+# same setup and orders.
+demo-kafka:
+	test/demo.sh kafka
 
 # Differential fuzzing of the JSON field scanner and the ISO 8601 fast path
 # against PostgreSQL's parsers, under AddressSanitizer, in a cluster of its
