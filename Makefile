@@ -29,6 +29,8 @@ include $(PGXS)
 override CPPFLAGS += -MMD -MP
 -include $(OBJS:.o=.d)
 EXTRA_CLEAN = $(OBJS:.o=.d)
+# The version is compiled in: a changed EXTVERSION must reach the library.
+src/jobs/catalog.o: Makefile
 
 SERVICES = test/services
 
