@@ -119,17 +119,17 @@ note($d);
 like($d, qr/^Sink:.*[Kk]afka/m, 'describe_job: a Kafka sink');
 like($d, qr/\Q$out\E/, '... its topic');
 like($d, qr/\Q$BROKERS\E/, '... its brokers');
-like($d, qr/exactly.once/i, '... exactly once by default');
+like($d, qr/^Sink:.*exactly.once/mi, '... exactly once by default');
 unlike($d, qr/INSERT INTO/, '... and no table statement');
 $d = psql("SELECT mailer.describe_job(\$\$" . spec(ks_sink($out, key => '"customer"', value => q("amount * 2"),
 	format => '"text"', headers => '{"source": "\'generator\'"}', delivery => '"at_least_once"',
 	options => '{"linger.ms": "5"}')) . "\$\$)");
 note($d);
-like($d, qr/customer/, 'describe_job: the key expression');
-like($d, qr/amount \* 2/, '... the value expression');
-like($d, qr/text/, '... the format');
-like($d, qr/source/, '... the header');
-like($d, qr/at.least.once/i, '... the delivery');
+like($d, qr/^\s*key\b.*customer/m, 'describe_job: the key expression');
+like($d, qr/^\s*value\b.*amount \* 2/m, '... the value expression');
+like($d, qr/^\s*value\b.*\btext\b/m, '... the format');
+like($d, qr/^\s*header source\b.*'generator'/m, '... the header');
+like($d, qr/^Sink:.*at.least.once/mi, '... the delivery');
 like($d, qr/linger\.ms = 5/, '... and the options');
 
 # ---------------------------------------------------------------------------
