@@ -9,7 +9,9 @@
 # of the output topic must see exactly the records the input gives: none
 # lost, none twice.  A read_uncommitted consumer shows that the
 # transactions a crash cut after their records were produced did exist,
-# and were aborted.  Then the same with an immediate stop of the server.
+# and were aborted.  Then the same with an immediate stop of the server,
+# a sink with delivery at_least_once (a crash repeats, never loses), and a
+# job of parallelism 2 (a transactional.id per subtask).
 # On a server of its own (MailerCluster): it is crashed.
 use strict;
 use warnings;
@@ -18,9 +20,11 @@ use lib "$FindBin::Bin/../lib";
 use MailerCluster;
 use MailerTest;
 use MailerKafkaSinkTest;
+use MailerParallelTest qw(par_node_conf);
 use Test::More;
 
-my $node = mailer_node();
+# Slots and prepared transactions for the parallel job at the end.
+my $node = mailer_node('node', par_node_conf(8));
 fresh_extension();
 drop_tables('t130_');
 
@@ -353,6 +357,80 @@ cmp_ok(psql("SELECT count(*) FROM (($got) EXCEPT ALL (SELECT generate_series(1, 
 	'at_least_once: the held records were sent again (duplicates, as documented)');
 is(psql("SELECT count(*) FROM ($got) g WHERE g.id NOT BETWEEN 1 AND 200"), '0', 'at_least_once: no other record');
 
+# ---------------------------------------------------------------------------
+# A parallel job: each subtask publishes its share of an epoch with a
+# transactional.id of its own; a crash cutting one subtask's transaction
+# loses and repeats nothing either.
+# ---------------------------------------------------------------------------
+
 psql("SELECT mailer.drop_job(name) FROM mailer.jobs");
-kafka('delete-topic', $_) for ($in_a, $out_a, $in_b, $out_b, $in_c, $out_c);
+my $in_d = ks_topic('t130_in_d', 2);
+my $out_d = ks_topic('t130_out_d', 2);
+psql(qq{SELECT mailer.create_job('j130_d', \$\${
+  "source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$in_d", "format": "json", "start": "earliest"},
+  "event_time": "(value->>'ts')::timestamptz",
+  "steps": [{"key_by": {"customer": "value->>'customer'"}},
+            {"window": {"type": "tumbling", "size": "10 seconds", "emit": "final"}},
+            {"aggregate": {"n": "count(*)", "total": "sum((value->>'amount')::numeric)"}}],
+  "sink": @{[ ks_sink($out_d) ]},
+  "parallelism": 2,
+  "checkpoint": {"interval": "300 milliseconds"}}\$\$)});
+psql("CREATE TABLE t130_events_d (customer text, ts timestamptz, amount numeric)");
+# Batch B: on each partition 30 events 3 s apart from 100 * B s, never on
+# a window's end; the job's watermark is the smaller of the partitions'.
+my $d_watermark;
+my $produce_d = sub {
+	my ($batch) = @_;
+	my @rows;
+	for my $p (0, 1)
+	{
+		my @lines;
+		for my $i (0 .. 29)
+		{
+			my $c = 'c' . (($i + $p + $batch) % 6);
+			my $ts = ev_time(100 * $batch + 0.25 + 0.5 * $p + 3 * $i);
+			my $amount = sprintf('%.1f', (($batch * 13 + $i * 5 + $p) % 40) + 0.5);
+			push @lines, qq($c\t{"customer": "$c", "ts": "$ts", "amount": $amount});
+			push @rows, "('$c', '$ts', $amount)";
+		}
+		kcat_produce($in_d, \@lines, partition => $p);
+	}
+	psql("INSERT INTO t130_events_d VALUES " . join(', ', @rows));
+	$d_watermark = 100 * $batch + 0.25 + 3 * 29;
+};
+my $check_d = sub {
+	my ($what) = @_;
+	is(ks_wait_job('j130_d'), 'running', "$what: j130_d has committed its input");
+	ks_wait_published('j130_d');
+	ks_read_into('t130_got_d', $out_d);
+	ks_same(q{SELECT v::jsonb->>'customer', (v::jsonb->>'window_start')::timestamptz, (v::jsonb->>'n')::bigint,
+	                 (v::jsonb->>'total')::numeric FROM t130_got_d},
+		q{SELECT * FROM (SELECT customer, date_bin('10 seconds', ts, '1970-01-01 00:00:00+00') AS ws, count(*), sum(amount)
+		                   FROM t130_events_d GROUP BY 1, 2) w
+		   WHERE ws + interval '10 seconds' <= '} . ev_time($d_watermark) . q{'},
+		"$what: each window of the parallel job once (read_committed)");
+};
+$produce_d->(1);
+$check_d->('parallel, batch 1');
+is(psql("SELECT count(*) || ' ' || count(DISTINCT transactional_id) FROM mailer.kafka_sinks WHERE job = 'j130_d'"), '2 2',
+	'parallel: a row per subtask in mailer.kafka_sinks, each with its transactional.id');
+my $d_batch = 1;
+for my $point (qw(kafka_sink_after_produce kafka_sink_after_kafka_commit))
+{
+	my $what = "j130_d at $point (kill)";
+	$log = ks_hold($point);
+	$produce_d->(++$d_batch);
+	$pid = test_point_wait_reached($point, $log, 120);
+	like(psql("SELECT application_name FROM pg_stat_activity WHERE pid = $pid"), qr/j130_d/, "$what: a subtask of the job is held");
+	$crash_log = pg_log_size();
+	is(kill('KILL', $pid), 1, "$what: SIGKILL to it");
+	wait_until('the server restarted after the crash',
+		sub { pg_log_since($crash_log) =~ /database system is ready to accept connections/ }, 120);
+	wait_server_ready();
+	ks_release($crash_log);
+	$check_d->($what);
+}
+
+psql("SELECT mailer.drop_job(name) FROM mailer.jobs");
+kafka('delete-topic', $_) for ($in_a, $out_a, $in_b, $out_b, $in_c, $out_c, $in_d, $out_d);
 done_testing();
