@@ -147,8 +147,7 @@ mailer_describe_job(PG_FUNCTION_ARGS)
 	spec = spec_parse(spec_doc);
 	spec_check_settings(spec);
 	/* Judged as if the caller created the job: nothing reaches librdkafka otherwise. */
-	spec->source.kafka.owner = GetUserId();
-	spec->sink.kafka.owner = GetUserId();
+	spec_set_owner(spec, GetUserId());
 	plan = plan_compile(spec, true);
 	result = cstring_to_text(plan_describe(plan));
 	end_reading_spec();
@@ -456,8 +455,7 @@ normalize_spec(Jsonb *spec_doc, bool check_settings)
 
 	if (check_settings)
 		spec_check_settings(spec);
-	spec->source.kafka.owner = GetUserId();
-	spec->sink.kafka.owner = GetUserId();
+	spec_set_owner(spec, GetUserId());
 	spec_doc = plan_pin_sink(spec_doc, plan_compile(spec, true));
 	return spec_pin_defaults(spec_doc, spec);
 }

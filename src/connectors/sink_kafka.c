@@ -68,13 +68,14 @@ static void refuse(KafkaSink *sink, KafkaRecord *r, int64 size, DeadLetterBuffer
 static void insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, int n);
 
 KafkaSink *
-kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent, bool *failing)
+kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec, const SinkOwner *owner,
+				  MemoryContext parent, bool *failing)
 {
 	KafkaSink  *sink = MemoryContextAllocZero(parent, sizeof(KafkaSink));
 	ListCell   *lc;
 
-	sink->plan = plan->sink->kafka;
-	sink->spec = &plan->spec->sink.kafka;
+	sink->plan = sink_plan->kafka;
+	sink->spec = spec;
 	sink->owner = *owner;
 	sink->failing = failing;
 	sink->ctx = AllocSetContextCreate(parent, "mailer kafka sink records", ALLOCSET_DEFAULT_SIZES);

@@ -16,8 +16,9 @@
 
 typedef struct KafkaSink KafkaSink;
 
-extern KafkaSink *kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent,
-									bool *failing);
+/* sink_plan and spec: the job's sink, or its changelog. */
+extern KafkaSink *kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec,
+									const SinkOwner *owner, MemoryContext parent, bool *failing);
 extern void kafka_sink_project(KafkaSink *sink, ExprRuntime *out_rt, Record *rec,
 							   Datum *values, bool *nulls);
 extern void kafka_sink_add(KafkaSink *sink, Datum *values, bool *nulls,

@@ -274,7 +274,7 @@ kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id, bool vali
 		{"transactional.id", transactional_id},
 	};
 
-	return build_conf("sink.options", spec->options, spec->owner, defaults,
+	return build_conf(psprintf("%s.options", spec->path ? spec->path : "sink"), spec->options, spec->owner, defaults,
 					  lengthof(defaults) - (spec->exactly_once && transactional_id ? 0 : 1),
 					  producer_forced,
 					  "sink.options takes librdkafka producer properties, as CONFIGURATION.md of librdkafka lists them.",

@@ -39,17 +39,20 @@ static Node *json_object_of(JobPlan *plan, int nslots, const int *slots);
 static CompiledExpr *compile(JobPlan *plan, const char *text, Node *raw, const char *path);
 
 SinkPlan *
-plan_kafka_sink(JobPlan *plan)
+plan_kafka_sink(JobPlan *plan, KafkaSinkSpec *spec)
 {
-	KafkaSinkSpec *spec = &plan->spec->sink.kafka;
 	SinkPlan   *sink = palloc0(sizeof(SinkPlan));
 	KafkaSinkPlan *kp = palloc0(sizeof(KafkaSinkPlan));
 	FieldScope *scope = plan->out_scope;
 	ListCell   *lc;
 	int			h = 0;
 
+	char	   *value_path = psprintf("%s.value", spec->path);
+	char	   *key_path = psprintf("%s.key", spec->path);
+
 	kafka_check_sink_options(spec);
 	sink->kafka = kp;
+	sink->path = spec->path;
 	sink->ncolumns = KAFKA_SINK_COLUMNS;
 	sink->columns = palloc0(sizeof(SinkColumn) * KAFKA_SINK_COLUMNS);
 	sink->columns[KAFKA_COLUMN_KEY].name = "key";
@@ -64,15 +67,15 @@ plan_kafka_sink(JobPlan *plan)
 	}
 
 	if (spec->value)
-		kp->value = compile(plan, spec->value, as_bytes(expr_parse(spec->value, "sink.value"), spec->format),
-							"sink.value");
+		kp->value = compile(plan, spec->value, as_bytes(expr_parse(spec->value, value_path), spec->format),
+							value_path);
 	else
 		kp->value = compile(plan, "the output row as JSON",
-							json_object_of(plan, scope->nvisible, scope->visible), "sink.value");
+							json_object_of(plan, scope->nvisible, scope->visible), value_path);
 
 	if (spec->key)
-		kp->key = compile(plan, spec->key, as_bytes(expr_parse(spec->key, "sink.key"), spec->format),
-						  "sink.key");
+		kp->key = compile(plan, spec->key, as_bytes(expr_parse(spec->key, key_path), spec->format),
+						  key_path);
 	else if (plan->aggregated)
 	{
 		/* key_by fields, then window_start: the first slots of the output */
@@ -81,7 +84,7 @@ plan_kafka_sink(JobPlan *plan)
 
 		for (int i = 0; i < n; i++)
 			slots[i] = i;
-		kp->key = compile(plan, "the key fields as JSON", json_object_of(plan, n, slots), "sink.key");
+		kp->key = compile(plan, "the key fields as JSON", json_object_of(plan, n, slots), key_path);
 	}
 
 	kp->nheaders = list_length(spec->headers);

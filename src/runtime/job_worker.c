@@ -327,8 +327,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 	job->spec = spec_parse(row->spec);
 	/* The catalog may have been edited by hand: judge the owner's options again. */
-	job->spec->source.kafka.owner = job->owner;
-	job->spec->sink.kafka.owner = job->owner;
+	spec_set_owner(job->spec, job->owner);
 	start_parallel(args, job);
 	if (job->spec->sink.type == SINK_TABLE)
 		wait_for_sink_table(job);
