@@ -3,7 +3,7 @@
 
 EXTENSION   = mailer
 MODULE_big  = mailer
-EXTVERSION  = 0.2.0
+EXTVERSION  = 0.3.0
 
 SRCS        = $(sort $(wildcard src/*.c src/*/*.c))
 OBJS        = $(SRCS:.c=.o)

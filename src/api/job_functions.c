@@ -148,6 +148,7 @@ mailer_describe_job(PG_FUNCTION_ARGS)
 	spec_check_settings(spec);
 	/* Judged as if the caller created the job: nothing reaches librdkafka otherwise. */
 	spec->source.kafka.owner = GetUserId();
+	spec->sink.kafka.owner = GetUserId();
 	plan = plan_compile(spec, true);
 	result = cstring_to_text(plan_describe(plan));
 	end_reading_spec();
@@ -254,6 +255,19 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 				 2, types, values, NULL, false);
 	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
 				 2, types, values, NULL, false);
+
+	/*
+	 * A Kafka sink: the output of the forgotten epochs is made again, and
+	 * published again (a consumer sees it twice).  A new generation makes
+	 * the broker's epoch marker, which may be past the epoch, an old one:
+	 * the progress row, moved back with the job, decides what was published
+	 * (docs/ARCHITECTURE.md, "The Kafka sink").
+	 */
+	catalog_exec("DELETE FROM mailer.kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
+				 2, types, values, NULL, false);
+	catalog_exec("UPDATE mailer.kafka_sink_progress SET generation = generation OPERATOR(pg_catalog.+) 1, "
+				 "published_epoch = LEAST(published_epoch, $2) WHERE job_id OPERATOR(pg_catalog.=) $1",
+				 2, types, values, NULL, false);
 	catalog_exec("UPDATE mailer.job_status SET state = 'stopped', changed_at = pg_catalog.now() "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, types, values, NULL, false);
 	SPI_finish();
@@ -303,6 +317,21 @@ mailer_alter_job(PG_FUNCTION_ARGS)
 	/* The secrets are those stored: equal, as compared above. */
 	values[0] = Int64GetDatum(job->job_id);
 	values[1] = JsonbPGetDatum(spec_redact(spec_doc, &secrets));
+	SPI_connect();
+
+	/*
+	 * A Kafka sink's outbox rows belong to the subtask that wrote them, and
+	 * only it publishes them, under its own transactional id.
+	 */
+	catalog_exec("SELECT 1 FROM mailer.kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
+				 1, types, values, NULL, true);
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("job \"%s\" has output its Kafka sink has not published yet", job->name),
+				 errdetail("mailer.kafka_sinks shows its pending records; each subtask publishes its own."),
+				 errhint("Start the job until pending_records is 0 (the topic must be writable), stop it, then alter it.")));
+	SPI_finish();
 	SPI_connect();
 	catalog_exec("UPDATE mailer.job SET spec = $2 WHERE job_id OPERATOR(pg_catalog.=) $1",
 				 2, types, values, NULL, false);
@@ -427,6 +456,7 @@ normalize_spec(Jsonb *spec_doc, bool check_settings)
 	if (check_settings)
 		spec_check_settings(spec);
 	spec->source.kafka.owner = GetUserId();
+	spec->sink.kafka.owner = GetUserId();
 	spec_doc = plan_pin_sink(spec_doc, plan_compile(spec, true));
 	return spec_pin_defaults(spec_doc, spec);
 }

@@ -1,10 +1,11 @@
 /*
  * sink.h
- *		The table sink: rows buffered between checkpoints (coalesced per key
- *		for an upsert) and written in the checkpoint transaction with one
- *		statement per chunk of rows.
+ *		A job's sink: output rows buffered between checkpoints and written in
+ *		the checkpoint transaction.  A table sink (sink_table.h) writes them
+ *		into the table; a Kafka sink (sink_kafka.h) into its outbox, and
+ *		publishes them to the topic once the epoch has committed.
  *
- * Design: docs/ARCHITECTURE.md, "The sink buffer".
+ * Design: docs/ARCHITECTURE.md, "The sink buffer" and "The Kafka sink".
  */
 #ifndef SINK_H
 #define SINK_H
@@ -14,12 +15,22 @@
 
 typedef struct SinkBuffer SinkBuffer;
 
+/* Whose output: a Kafka sink names its outbox rows and transactions by it. */
+typedef struct SinkOwner
+{
+	Oid			ext_oid;
+	int64		job_id;
+	int			subtask;
+} SinkOwner;
+
 /* *failing is set when a refused row fails the job (on_error "fail"). */
-extern SinkBuffer *sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing);
+extern SinkBuffer *sink_buffer_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent,
+									  bool *failing);
 
 /*
  * Convert an output record to the sink's columns (values and nulls have
- * ncolumns entries).  ERROR when a cast fails; the caller dead-letters.
+ * the plan's sink->ncolumns entries).  ERROR when a cast or an expression
+ * fails; the caller dead-letters.
  */
 extern void sink_project(SinkBuffer *sink, ExprRuntime *out_rt, Record *rec,
 						 Datum *values, bool *nulls);
@@ -29,9 +40,9 @@ extern void sink_buffer_add(SinkBuffer *sink, Datum *values, bool *nulls,
 							const char *topic, int32 partition, int64 offset);
 
 /*
- * Delete the table's row with these conflict-key values (upsert sinks), and
- * forget a buffered row with them; a row added later for the key stays.
- * values are in the sink's column order; only key columns are read.
+ * A row replaced by a later one (a merged session's part): a table sink
+ * deletes the row with these conflict-key values and forgets a buffered
+ * one; a Kafka sink writes a tombstone under the row's key.
  */
 extern void sink_buffer_delete(SinkBuffer *sink, Datum *values, bool *nulls);
 
@@ -41,22 +52,25 @@ extern int	sink_buffer_rows(SinkBuffer *sink);
 extern bool sink_buffer_full(SinkBuffer *sink);
 
 /*
- * Resolve the sink table's name now, in the checkpoint transaction, and
- * lock the table.  false: no table has that name (the caller waits and
- * keeps its rows).  A table made anew under the name is written from now
- * on; ERROR when its columns no longer fit the rows.
+ * At the start of the checkpoint transaction: make sure the rows can be
+ * written.  false: they cannot now (no table has the sink's name), and the
+ * caller waits, keeping its rows.  See table_sink_bind.
  */
 extern bool sink_buffer_bind(SinkBuffer *sink, JobPlan *plan);
 
 /*
- * Write the buffered rows (inside the checkpoint transaction).  A row the
- * table rejects for its data goes to dlq, or raises per on_error; any other
- * failure (table missing, no privilege), and every row of two or more
- * refused for the same SQLSTATE (unless last: the final checkpoint of a
- * finished source, which no retry could change), raises.  Returns rows
- * written; *rejected counts the rows dead-lettered or skipped.
+ * Write the buffered rows of epoch (inside its checkpoint transaction).  A
+ * row refused for its data goes to dlq, or raises per on_error.  Returns
+ * rows written; *rejected counts the rows dead-lettered or skipped.
  */
 extern int64 sink_buffer_flush(SinkBuffer *sink, DeadLetterBuffer *dlq, OnError on_error,
-							   bool last, int64 *rejected);
+							   bool last, int64 epoch, int64 *rejected);
+
+/*
+ * After an epoch committed, outside any transaction: hand its rows on.  A
+ * Kafka sink publishes what its outbox holds.  false: not now, *error says
+ * why (the broker or topic); the rows wait for the next call.
+ */
+extern bool sink_buffer_publish(SinkBuffer *sink, char **error);
 
 #endif							/* SINK_H */

@@ -1,6 +1,6 @@
 /*
  * sink_table.c
- *		The table sink (sink.h).
+ *		The table sink (sink_table.h).
  *
  * Rows are kept column by column.  At a checkpoint each chunk of rows is
  * one INSERT ... SELECT * FROM unnest($1, $2, ...) [ON CONFLICT ...], a
@@ -18,7 +18,7 @@
  * checkpoint fails and is retried, nothing is dead-lettered.
  *
  * The spec names the table: each checkpoint resolves the name again
- * (sink_buffer_bind), and a table made anew under it is written from then on.
+ * (table_sink_bind), and a table made anew under it is written from then on.
  */
 #include "postgres.h"
 
@@ -35,7 +35,7 @@
 
 #include "base/guard.h"
 #include "base/record.h"
-#include "connectors/sink.h"
+#include "connectors/sink_table.h"
 
 #define SINK_CHUNK_ROWS 10000
 
@@ -74,7 +74,7 @@ typedef struct SinkFlush
 	List	   *refused;		/* SinkRefusal, in order */
 } SinkFlush;
 
-struct SinkBuffer
+struct TableSink
 {
 	SinkPlan   *plan;
 	MemoryContext ctx;			/* the rows; reset at each flush */
@@ -88,21 +88,21 @@ struct SinkBuffer
 	struct rowset_hash *keys;	/* upsert: row of each key */
 	SPIPlanPtr	insert_plan;
 	bool	   *failing;		/* set before raising a refused row's error (on_error "fail") */
-	SinkBuffer *deletes;		/* keys to delete, as rows of their own */
+	TableSink *deletes;		/* keys to delete, as rows of their own */
 	SPIPlanPtr	delete_plan;
 	FmgrInfo   *key_eq;			/* [column]: the conflict index's equality */
 	FmgrInfo   *key_hash;		/* [column]: a hash that agrees with it */
 };
 
-static uint32 row_hash(SinkBuffer *sink, uint32 row);
-static bool row_equal(SinkBuffer *sink, uint32 a, uint32 b);
+static uint32 row_hash(TableSink *sink, uint32 row);
+static bool row_equal(TableSink *sink, uint32 a, uint32 b);
 
 #define SH_PREFIX rowset
 #define SH_ELEMENT_TYPE RowEntry
 #define SH_KEY_TYPE uint32
 #define SH_KEY row
-#define SH_HASH_KEY(tb, key) row_hash((SinkBuffer *) (tb)->private_data, key)
-#define SH_EQUAL(tb, a, b) row_equal((SinkBuffer *) (tb)->private_data, a, b)
+#define SH_HASH_KEY(tb, key) row_hash((TableSink *) (tb)->private_data, key)
+#define SH_EQUAL(tb, a, b) row_equal((TableSink *) (tb)->private_data, a, b)
 #define SH_STORE_HASH
 #define SH_GET_HASH(tb, a) a->hash
 #define SH_SCOPE static inline
@@ -110,23 +110,23 @@ static bool row_equal(SinkBuffer *sink, uint32 a, uint32 b);
 #define SH_DEFINE
 #include "lib/simplehash.h"
 
-static void grow(SinkBuffer *sink);
-static void compact(SinkBuffer *sink);
-static void delete_keys(SinkBuffer *sink, SinkFlush *fl, DeadLetterBuffer *dlq);
-static void write_range(SinkBuffer *sink, SinkBuffer *rows, bool delete, int from, int to,
+static void grow(TableSink *sink);
+static void compact(TableSink *sink);
+static void delete_keys(TableSink *sink, SinkFlush *fl, DeadLetterBuffer *dlq);
+static void write_range(TableSink *sink, TableSink *rows, bool delete, int from, int to,
 						SinkFlush *fl);
-static void refuse(SinkBuffer *sink, SinkBuffer *rows, bool delete, SinkRefusal *r,
+static void refuse(TableSink *sink, TableSink *rows, bool delete, SinkRefusal *r,
 				   DeadLetterBuffer *dlq, OnError on_error);
 static bool is_row_error(ErrorData *edata);
-static char *row_as_json(SinkBuffer *sink, int row);
-static bool key_has_null(SinkBuffer *sink, int row);
-static void prepare_insert(SinkBuffer *sink);
+static char *row_as_json(TableSink *sink, int row);
+static bool key_has_null(TableSink *sink, int row);
+static void prepare_insert(TableSink *sink);
 static bool sink_plans_alike(SinkPlan *a, SinkPlan *b);
 
-SinkBuffer *
-sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing)
+TableSink *
+table_sink_create(JobPlan *plan, MemoryContext parent, bool *failing)
 {
-	SinkBuffer *sink = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
+	TableSink *sink = MemoryContextAllocZero(parent, sizeof(TableSink));
 	SinkPlan   *sp = plan->sink;
 
 	sink->failing = failing;
@@ -154,7 +154,7 @@ sink_buffer_create(JobPlan *plan, MemoryContext parent, bool *failing)
 }
 
 static void
-prepare_insert(SinkBuffer *sink)
+prepare_insert(TableSink *sink)
 {
 	SinkPlan   *sp = sink->plan;
 
@@ -179,7 +179,7 @@ prepare_insert(SinkBuffer *sink)
 }
 
 bool
-sink_buffer_bind(SinkBuffer *sink, JobPlan *plan)
+table_sink_bind(TableSink *sink, JobPlan *plan)
 {
 	SinkPlan   *sp = sink->plan;
 	Oid			relid = plan_sink_relid(&plan->spec->sink, RowExclusiveLock);
@@ -253,7 +253,7 @@ sink_plans_alike(SinkPlan *a, SinkPlan *b)
 }
 
 void
-sink_project(SinkBuffer *sink, ExprRuntime *out_rt, Record *rec, Datum *values, bool *nulls)
+table_sink_project(TableSink *sink, ExprRuntime *out_rt, Record *rec, Datum *values, bool *nulls)
 {
 	SinkPlan   *sp = sink->plan;
 
@@ -272,7 +272,7 @@ sink_project(SinkBuffer *sink, ExprRuntime *out_rt, Record *rec, Datum *values, 
 }
 
 void
-sink_buffer_add(SinkBuffer *sink, Datum *values, bool *nulls, const char *topic, int32 partition,
+table_sink_add(TableSink *sink, Datum *values, bool *nulls, const char *topic, int32 partition,
 				int64 offset)
 {
 	SinkPlan   *sp = sink->plan;
@@ -326,7 +326,7 @@ sink_buffer_add(SinkBuffer *sink, Datum *values, bool *nulls, const char *topic,
 }
 
 void
-sink_buffer_delete(SinkBuffer *sink, Datum *values, bool *nulls)
+table_sink_delete(TableSink *sink, Datum *values, bool *nulls)
 {
 	SinkPlan   *sp = sink->plan;
 
@@ -336,7 +336,7 @@ sink_buffer_delete(SinkBuffer *sink, Datum *values, bool *nulls)
 		/* The keys to delete are kept as rows of a buffer of their own. */
 		MemoryContext parent = GetMemoryChunkContext(sink);
 
-		sink->deletes = MemoryContextAllocZero(parent, sizeof(SinkBuffer));
+		sink->deletes = MemoryContextAllocZero(parent, sizeof(TableSink));
 		sink->deletes->plan = sp;
 		sink->deletes->ctx = AllocSetContextCreate(parent, "mailer sink deletes", ALLOCSET_DEFAULT_SIZES);
 		sink->deletes->values = MemoryContextAllocZero(parent, sizeof(Datum *) * sp->ncolumns);
@@ -345,7 +345,7 @@ sink_buffer_delete(SinkBuffer *sink, Datum *values, bool *nulls)
 		sink->deletes->key_eq = sink->key_eq;
 		sink->deletes->key_hash = sink->key_hash;
 	}
-	sink_buffer_add(sink->deletes, values, nulls, NULL, -1, -1);
+	table_sink_add(sink->deletes, values, nulls, NULL, -1, -1);
 
 	/* A buffered row of that key must not be written after the delete. */
 	if (sink->keys)
@@ -376,13 +376,13 @@ sink_buffer_delete(SinkBuffer *sink, Datum *values, bool *nulls)
 }
 
 int
-sink_buffer_rows(SinkBuffer *sink)
+table_sink_rows(TableSink *sink)
 {
 	return sink->nrows;
 }
 
 bool
-sink_buffer_full(SinkBuffer *sink)
+table_sink_full(TableSink *sink)
 {
 	Size		bytes = MemoryContextMemAllocated(sink->ctx, true);
 
@@ -392,7 +392,7 @@ sink_buffer_full(SinkBuffer *sink)
 }
 
 int64
-sink_buffer_flush(SinkBuffer *sink, DeadLetterBuffer *dlq, OnError on_error, bool last,
+table_sink_flush(TableSink *sink, DeadLetterBuffer *dlq, OnError on_error, bool last,
 				  int64 *rejected)
 {
 	SinkFlush	fl = {NULL, on_error, 0, NIL};
@@ -466,7 +466,7 @@ sink_buffer_flush(SinkBuffer *sink, DeadLetterBuffer *dlq, OnError on_error, boo
 
 /* Leave out the rows deleted after they were buffered. */
 static void
-compact(SinkBuffer *sink)
+compact(TableSink *sink)
 {
 	SinkPlan   *sp = sink->plan;
 	int			kept = 0;
@@ -494,9 +494,9 @@ compact(SinkBuffer *sink)
  * that raises) is refused as a row, and stays.
  */
 static void
-delete_keys(SinkBuffer *sink, SinkFlush *fl, DeadLetterBuffer *dlq)
+delete_keys(TableSink *sink, SinkFlush *fl, DeadLetterBuffer *dlq)
 {
-	SinkBuffer *del = sink->deletes;
+	TableSink *del = sink->deletes;
 	MemoryContext old;
 	ListCell   *lc;
 
@@ -518,7 +518,7 @@ delete_keys(SinkBuffer *sink, SinkFlush *fl, DeadLetterBuffer *dlq)
 }
 
 static void
-grow(SinkBuffer *sink)
+grow(TableSink *sink)
 {
 	SinkPlan   *sp = sink->plan;
 	int			cap = Max(1024, sink->capacity * 2);
@@ -561,7 +561,7 @@ run_statement(void *arg)
  * after each statement.
  */
 static void
-write_range(SinkBuffer *sink, SinkBuffer *rows, bool delete, int from, int to, SinkFlush *fl)
+write_range(TableSink *sink, TableSink *rows, bool delete, int from, int to, SinkFlush *fl)
 {
 	SinkPlan   *sp = sink->plan;
 	StatementRun run;
@@ -634,7 +634,7 @@ write_range(SinkBuffer *sink, SinkBuffer *rows, bool delete, int from, int to, S
 
 /* A refused row (of rows), per on_error. */
 static void
-refuse(SinkBuffer *sink, SinkBuffer *rows, bool delete, SinkRefusal *r, DeadLetterBuffer *dlq,
+refuse(TableSink *sink, TableSink *rows, bool delete, SinkRefusal *r, DeadLetterBuffer *dlq,
 	   OnError on_error)
 {
 	SinkPlan   *sp = sink->plan;
@@ -695,7 +695,7 @@ is_row_error(ErrorData *edata)
 
 /* A row as a JSON object of its column values' text, for a dead letter. */
 static char *
-row_as_json(SinkBuffer *sink, int row)
+row_as_json(TableSink *sink, int row)
 {
 	SinkPlan   *sp = sink->plan;
 	const char **names = palloc(sizeof(char *) * sp->ncolumns);
@@ -714,7 +714,7 @@ row_as_json(SinkBuffer *sink, int row)
 }
 
 static bool
-key_has_null(SinkBuffer *sink, int row)
+key_has_null(TableSink *sink, int row)
 {
 	SinkPlan   *sp = sink->plan;
 
@@ -730,7 +730,7 @@ key_has_null(SinkBuffer *sink, int row)
  * (rows then meet in one bucket, still told apart by the equality).
  */
 static uint32
-row_hash(SinkBuffer *sink, uint32 row)
+row_hash(TableSink *sink, uint32 row)
 {
 	SinkPlan   *sp = sink->plan;
 	uint32		h = 0;
@@ -757,7 +757,7 @@ row_hash(SinkBuffer *sink, uint32 row)
 }
 
 static bool
-row_equal(SinkBuffer *sink, uint32 a, uint32 b)
+row_equal(TableSink *sink, uint32 a, uint32 b)
 {
 	SinkPlan   *sp = sink->plan;
 

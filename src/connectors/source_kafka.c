@@ -50,6 +50,7 @@
 #include "plan/kafka_options.h"
 #include "base/mailer.h"
 #include "base/signals.h"
+#include "connectors/kafka_client.h"
 #include "connectors/source.h"
 #include "base/test_point.h"
 
@@ -57,7 +58,6 @@
 #define METADATA_RETRY_MS		1000
 #define BROKER_TIMEOUT_MS		2000
 #define CLOSE_COMMIT_MS			1000
-#define SECRET_MASK				"********"
 
 typedef struct KafkaPartition
 {
@@ -99,16 +99,13 @@ typedef struct KafkaSource
 	bool		any_out_of_range;	/* some partition's out_of_range is set */
 	rd_kafka_topic_partition_list_t *assigned;	/* every assigned partition, for positions */
 	rd_kafka_topic_partition_list_t *last_commit;	/* of the last checkpoint, or NULL */
-	char	  **secrets;		/* values of secret options, masked in every text kept */
-	int			nsecrets;
-	int			secrets_capacity;
+	KafkaSecrets secrets;		/* masked in every text kept */
 } KafkaSource;
 
 /* Defined at the end, once its functions are. */
 static const SourceOps kafka_ops;
 
 static void error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque);
-static void drain_logs(KafkaSource *kafka);
 static void refresh_assignment(KafkaSource *kafka);
 static const struct rd_kafka_metadata *read_topic_metadata(KafkaSource *kafka, int t, bool *broker_away);
 static bool add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *md,
@@ -134,59 +131,7 @@ static void release_batch(KafkaSource *kafka);
 static void update_metrics(KafkaSource *kafka);
 static int64 known_end(KafkaSource *kafka, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
-static void add_secret(KafkaSource *kafka, char *text);
-static void collect_secrets(KafkaSource *kafka, List *options);
-static void mask_secrets(KafkaSource *kafka, char *text, size_t size);
 static void kafka_exit(int code, Datum arg);
-
-/* One more text to mask in librdkafka's messages; the list grows as needed. */
-static void
-add_secret(KafkaSource *kafka, char *text)
-{
-	if (kafka->nsecrets == kafka->secrets_capacity)
-	{
-		kafka->secrets_capacity = Max(8, kafka->secrets_capacity * 2);
-		kafka->secrets = kafka->secrets ? repalloc(kafka->secrets, sizeof(char *) * kafka->secrets_capacity) :
-			palloc(sizeof(char *) * kafka->secrets_capacity);
-	}
-	kafka->secrets[kafka->nsecrets++] = text;
-}
-
-/*
- * librdkafka's texts may quote an option's value (an unparsable
- * sasl.oauthbearer.config): mask every secret value, and each of its words
- * of 4 characters or more, wherever it appears.
- */
-static void
-collect_secrets(KafkaSource *kafka, List *options)
-{
-	ListCell   *lc;
-
-	foreach(lc, options)
-	{
-		DefElem    *opt = lfirst(lc);
-		char	   *value = strVal(opt->arg);
-		char	   *words;
-		char	   *word;
-		char	   *save;
-
-		if (!spec_option_is_secret(opt->defname) || value[0] == '\0')
-			continue;
-		add_secret(kafka, pstrdup(value));
-		words = pstrdup(value);
-		for (word = strtok_r(words, " \t\n\r,;", &save); word; word = strtok_r(NULL, " \t\n\r,;", &save))
-		{
-			char	   *eq = strchr(word, '=');
-
-			if (strlen(word) >= 4 && strcmp(word, value) != 0)
-			{
-				add_secret(kafka, word);
-				if (eq && strlen(eq + 1) >= 4)
-					add_secret(kafka, eq + 1);
-			}
-		}
-	}
-}
 
 Source *
 kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot,
@@ -196,7 +141,6 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	KafkaSource *kafka = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
 	rd_kafka_conf_t *conf = kafka_options_conf(spec, spec->group_id ? spec->group_id : job_name, false);
 	char		errstr[512];
-	sigset_t	saved;
 	ListCell   *lc;
 	int			t = 0;
 
@@ -213,7 +157,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	foreach(lc, spec->topics)
 		kafka->base.topic_names[t++] = lfirst(lc);
 
-	collect_secrets(kafka, spec->options);
+	kafka_secrets_collect(&kafka->secrets, spec->options);
 
 	/*
 	 * A position outside the partition's log is mailer's to judge (a gap
@@ -225,13 +169,11 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	rd_kafka_conf_set_error_cb(conf, error_callback);
 	rd_kafka_conf_set_opaque(conf, kafka);
 
-	mailer_block_signals(&saved);
-	kafka->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-	mailer_restore_signals(&saved);
+	kafka->rk = kafka_client_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (kafka->rk == NULL)
 	{
 		/* librdkafka may quote an option's value here, as in its logs. */
-		mask_secrets(kafka, errstr, sizeof(errstr));
+		kafka_secrets_mask(&kafka->secrets, errstr, sizeof(errstr));
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not create a Kafka consumer: %s", errstr)));
@@ -269,71 +211,7 @@ error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	KafkaSource *kafka = (KafkaSource *) opaque;
 
 	snprintf(kafka->broker_error, sizeof(kafka->broker_error), "%s", reason);
-	mask_secrets(kafka, kafka->broker_error, sizeof(kafka->broker_error));
-}
-
-/*
- * Replace, in place, every occurrence of a secret value in text with
- * SECRET_MASK, the longest first; the result is cut to size.
- */
-static void
-mask_secrets(KafkaSource *kafka, char *text, size_t size)
-{
-	char		out[1024];
-	size_t		o = 0;
-	const char *p = text;
-
-	if (kafka->nsecrets == 0)
-		return;
-	while (*p && o < sizeof(out) - 1)
-	{
-		size_t		match = 0;
-
-		for (int i = 0; i < kafka->nsecrets; i++)
-		{
-			size_t		len = strlen(kafka->secrets[i]);
-
-			if (len > match && strncmp(p, kafka->secrets[i], len) == 0)
-				match = len;
-		}
-		if (match > 0)
-		{
-			size_t		n = Min(strlen(SECRET_MASK), sizeof(out) - 1 - o);
-
-			memcpy(out + o, SECRET_MASK, n);
-			o += n;
-			p += match;
-		}
-		else
-			out[o++] = *p++;
-	}
-	out[o] = '\0';
-	strlcpy(text, out, size);
-}
-
-static void
-drain_logs(KafkaSource *kafka)
-{
-	rd_kafka_event_t *ev;
-
-	while ((ev = rd_kafka_queue_poll(kafka->logs, 0)) != NULL)
-	{
-		const char *fac;
-		const char *str;
-		int			level;
-
-		if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_LOG &&
-			rd_kafka_event_log(ev, &fac, &str, &level) == 0)
-		{
-			char		line[1024];
-
-			strlcpy(line, str, sizeof(line));
-			mask_secrets(kafka, line, sizeof(line));
-			ereport(level <= 4 ? LOG : DEBUG1,
-					(errmsg_internal("librdkafka %s: %s", fac, line)));
-		}
-		rd_kafka_event_destroy(ev);
-	}
+	kafka_secrets_mask(&kafka->secrets, kafka->broker_error, sizeof(kafka->broker_error));
 }
 
 /*
@@ -562,7 +440,7 @@ assign_partitions(KafkaSource *kafka, rd_kafka_topic_partition_list_t *list, boo
 	if (error == NULL)
 		return;
 	strlcpy(msg, rd_kafka_error_string(error), sizeof(msg));
-	mask_secrets(kafka, msg, sizeof(msg));
+	kafka_secrets_mask(&kafka->secrets, msg, sizeof(msg));
 	rd_kafka_error_destroy(error);
 	ereport(ERROR,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -688,7 +566,7 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 	int			n = 0;
 	bool		moved;
 
-	drain_logs(kafka);
+	kafka_drain_logs(kafka->logs, &kafka->secrets);
 	rd_kafka_poll(kafka->rk, 0);
 	release_batch(kafka);
 	if (GetCurrentTimestamp() >= kafka->next_refresh)
@@ -784,7 +662,7 @@ hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out)
 		{
 			snprintf(kafka->broker_error, sizeof(kafka->broker_error), "%s",
 					 rd_kafka_message_errstr(m));
-			mask_secrets(kafka, kafka->broker_error, sizeof(kafka->broker_error));
+			kafka_secrets_mask(&kafka->secrets, kafka->broker_error, sizeof(kafka->broker_error));
 		}
 		rd_kafka_message_destroy(m);
 		return false;

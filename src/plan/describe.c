@@ -15,6 +15,7 @@
 
 static void describe_source(StringInfo buf, JobPlan *plan);
 static void describe_kafka(StringInfo buf, KafkaSourceSpec *k);
+static void describe_options(StringInfo buf, List *options);
 static void describe_generator(StringInfo buf, GeneratorSpec *g);
 static void describe_record(StringInfo buf, JobPlan *plan);
 static void describe_event_time(StringInfo buf, JobPlan *plan);
@@ -72,12 +73,21 @@ describe_kafka(StringInfo buf, KafkaSourceSpec *k)
 	appendStringInfo(buf, ", start %s without a checkpoint, consumer group %s (progress only)",
 					 spec_choice_name(spec_kafka_starts, k->start_latest),
 					 k->group_id ? k->group_id : "<job name>");
-	foreach(lc, k->options)
+	describe_options(buf, k->options);
+}
+
+/* librdkafka properties, secrets masked. */
+static void
+describe_options(StringInfo buf, List *options)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
 	{
 		DefElem    *opt = lfirst(lc);
 
 		appendStringInfo(buf, "\n  option %s = %s", opt->defname,
-						 spec_option_is_secret(opt->defname) ? "********" : strVal(opt->arg));
+						 spec_option_is_secret(opt->defname) ? SPEC_SECRET_MASK : strVal(opt->arg));
 	}
 }
 
@@ -184,10 +194,36 @@ describe_window(StringInfo buf, WindowSpec *w)
 }
 
 static void
+describe_kafka_sink(StringInfo buf, JobPlan *plan)
+{
+	KafkaSinkSpec *k = &plan->spec->sink.kafka;
+	KafkaSinkPlan *kp = plan->sink->kafka;
+
+	appendStringInfo(buf, "\nSink: kafka, brokers %s, topic %s, %s, one transaction per checkpoint%s",
+					 k->brokers, k->topic, spec_choice_name(spec_sink_deliveries, k->exactly_once),
+					 k->exactly_once ? "" : " (none: records may repeat after a crash)");
+	appendStringInfo(buf, "\n  key <- %s", kp->key ? kp->key->text : "null");
+	appendStringInfo(buf, "\n  value <- %s", kp->value->text);
+	if (k->key || k->value)
+		appendStringInfo(buf, " (format %s)", spec_choice_name(spec_formats, k->format));
+	for (int h = 0; h < kp->nheaders; h++)
+		appendStringInfo(buf, "\n  header %s <- %s", kp->header_names[h], kp->headers[h]->text);
+	/* Only a merged session replaces a row. */
+	if (plan->window && plan->window->type == WINDOW_SESSION)
+		appendStringInfoString(buf, "\n  replaced rows: a tombstone (null value) under the key");
+	describe_options(buf, k->options);
+}
+
+static void
 describe_sink(StringInfo buf, JobPlan *plan)
 {
 	SinkPlan   *sink = plan->sink;
 
+	if (sink->kafka)
+	{
+		describe_kafka_sink(buf, plan);
+		return;
+	}
 	appendStringInfo(buf, "\nSink: %s into %s",
 					 spec_choice_name(spec_sink_modes, sink->upsert ? SINK_MODE_UPSERT : SINK_MODE_APPEND),
 					 sink->relname);

@@ -1,6 +1,8 @@
 /*
  * kafka_options.c
- *		Which librdkafka properties (source.options) a job's owner may set.
+ *		Which librdkafka properties (source.options, sink.options) a job's
+ *		owner may set, and the configurations of the source's consumer and
+ *		the Kafka sink's producer.
  *
  * librdkafka acts on some properties as the server's OS user: it runs the
  * kinit command through a shell (GSSAPI), reads the files that properties
@@ -64,6 +66,15 @@ static const KafkaOptionRule option_rules[] = {
 	{"session.timeout.ms"}, {"heartbeat.interval.ms"}, {"coordinator.query.interval.ms"},
 	{"max.poll.interval.ms"}, {"auto.commit.interval.ms"}, {"group.instance.id"},
 	{"partition.assignment.strategy"}, {"group.protocol.type"},
+	/* The producer (the Kafka sink). */
+	{"linger.ms"}, {"queue.buffering.max.ms"}, {"queue.buffering.max.messages"},
+	{"queue.buffering.max.kbytes"}, {"batch.num.messages"}, {"batch.size"},
+	{"compression.codec"}, {"compression.type"}, {"compression.level"},
+	{"request.timeout.ms"}, {"message.timeout.ms"}, {"delivery.timeout.ms"},
+	{"transaction.timeout.ms"}, {"retries"}, {"message.send.max.retries"},
+	{"retry.backoff.ms"}, {"retry.backoff.max.ms"}, {"partitioner"},
+	{"sticky.partitioning.linger.ms"}, {"transactional.id"}, {"enable.idempotence"},
+	{"acks"}, {"request.required.acks"},
 	/* mailer sets these itself and refuses them to everyone, with a hint. */
 	{"group.id"}, {"enable.auto.commit"}, {"enable.auto.offset.store"},
 	{"enable.partition.eof"}, {"log.queue"},
@@ -129,6 +140,7 @@ static const KafkaOptionCap option_caps[] = {
 	{"fetch.message.max.bytes", MEMORY_CAP_BYTES},
 	{"max.partition.fetch.bytes", MEMORY_CAP_BYTES},
 	{"message.max.bytes", MEMORY_CAP_BYTES},
+	{"queue.buffering.max.kbytes", MEMORY_CAP_BYTES / 1024},
 	{"socket.receive.buffer.bytes", MEMORY_CAP_BYTES},
 	{"socket.send.buffer.bytes", MEMORY_CAP_BYTES},
 };
@@ -141,24 +153,61 @@ static const char *const safe_mechanisms[] = {
 #define GSSAPI_DETAIL "The GSSAPI mechanism runs kinit through a shell as the database server's operating system user, and authenticates with the server's own Kerberos credentials."
 #define GSSAPI_HINT "Set \"sasl.mechanisms\" to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER, or grant pg_execute_server_program to the job's owner."
 
-/* Properties mailer sets itself: a spec may not override them. */
-static const char *const forced_properties[] = {
-	"enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
-	"log.queue", "group.id", "auto.offset.reset", NULL
+/* A property mailer sets itself, which a spec may not override, and what to do instead. */
+typedef struct ForcedProperty
+{
+	const char *name;
+	const char *hint;
+} ForcedProperty;
+
+#define OWN_OFFSETS_HINT "Leave it out: mailer keeps its own offsets in its checkpoints."
+#define OWN_TRANSACTIONS_HINT "Leave it out: mailer names the sink's transactions per job and subtask, and needs idempotent, fully acknowledged writes for them."
+
+static const ForcedProperty consumer_forced[] = {
+	{"enable.auto.commit", OWN_OFFSETS_HINT}, {"enable.auto.offset.store", OWN_OFFSETS_HINT},
+	{"enable.partition.eof", OWN_OFFSETS_HINT}, {"log.queue", OWN_OFFSETS_HINT},
+	{"auto.offset.reset", OWN_OFFSETS_HINT},
+	{"group.id", "Use \"source.group_id\" to name the consumer group."},
+	{NULL}
+};
+static const ForcedProperty producer_forced[] = {
+	{"transactional.id", OWN_TRANSACTIONS_HINT}, {"enable.idempotence", OWN_TRANSACTIONS_HINT},
+	{"acks", OWN_TRANSACTIONS_HINT}, {"request.required.acks", OWN_TRANSACTIONS_HINT},
+	{"log.queue", OWN_TRANSACTIONS_HINT}, {"group.id", OWN_TRANSACTIONS_HINT},
+	{NULL}
 };
 
-static void check_privileges(List *options, Oid owner);
+/* A property mailer sets before the spec's. */
+typedef struct KafkaDefault
+{
+	const char *name;
+	const char *value;
+} KafkaDefault;
+
+static rd_kafka_conf_t *build_conf(const char *path, List *options, Oid owner,
+								   const KafkaDefault *defaults, int ndefaults,
+								   const ForcedProperty *forced, const char *hint,
+								   bool validate_only);
+static void check_privileges(const char *path, List *options, Oid owner);
 static bool loads_code(const char *name);
-static void check_unsecured_jwt(List *options);
+static void check_unsecured_jwt(const char *path, List *options);
 static const KafkaOptionRule *find_rule(const char *name);
 static bool is_safe_mechanism(const char *value);
-static void refuse(const char *name, const char *detail, const char *hint) pg_attribute_noreturn();
-static void check_cap(const char *name, const char *value);
+static void refuse(const char *path, const char *name, const char *detail, const char *hint) pg_attribute_noreturn();
+static void check_cap(const char *path, const char *name, const char *value);
 
 void
 kafka_check_options(KafkaSourceSpec *spec)
 {
 	rd_kafka_conf_t *conf = kafka_options_conf(spec, "mailer-check", true);
+
+	rd_kafka_conf_destroy(conf);
+}
+
+void
+kafka_check_sink_options(KafkaSinkSpec *spec)
+{
+	rd_kafka_conf_t *conf = kafka_producer_conf(spec, NULL, true);
 
 	rd_kafka_conf_destroy(conf);
 }
@@ -171,14 +220,7 @@ kafka_check_options(KafkaSourceSpec *spec)
 rd_kafka_conf_t *
 kafka_options_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_only)
 {
-	rd_kafka_conf_t *conf;
-	char		errstr[512];
-	ListCell   *lc;
-	struct
-	{
-		const char *name;
-		const char *value;
-	}			defaults[] = {
+	KafkaDefault defaults[] = {
 		{"bootstrap.servers", spec->brokers},
 		{"isolation.level", "read_committed"},
 		{"auto.offset.reset", "earliest"},
@@ -200,36 +242,83 @@ kafka_options_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_on
 		{"group.id", group_id},
 	};
 
-	/* Before librdkafka sees a property: some act as soon as they are set. */
-	check_privileges(spec->options, spec->owner);
-	check_unsecured_jwt(spec->options);
-	conf = rd_kafka_conf_new();
-	for (int i = 0; i < lengthof(defaults); i++)
-		if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-			elog(ERROR, "librdkafka refused %s: %s", defaults[i].name, errstr);
+	return build_conf("source.options", spec->options, spec->owner, defaults, lengthof(defaults),
+					  consumer_forced,
+					  "source.options takes librdkafka consumer properties, as CONFIGURATION.md of librdkafka lists them.",
+					  validate_only);
+}
 
-	foreach(lc, spec->options)
+rd_kafka_conf_t *
+kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id, bool validate_only)
+{
+	KafkaDefault defaults[] = {
+		{"bootstrap.servers", spec->brokers},
+		{"enable.idempotence", "true"},
+		{"acks", "all"},
+		/* The Java clients' partitioner: a key lands where their producers put it. */
+		{"partitioner", "murmur2_random"},
+		{"linger.ms", "5"},
+		/*
+		 * Sending the epoch marker waits out one retry backoff (100 ms by
+		 * default) for the group coordinator: a shorter one keeps a
+		 * checkpoint's Kafka transaction near the broker's round trips.
+		 */
+		{"retry.backoff.ms", "10"},
+		/* A sink writes into a topic made for it, as into a table. */
+		{"allow.auto.create.topics", "false"},
+		{"log.queue", "true"},
+		{"transactional.id", transactional_id},
+	};
+
+	return build_conf("sink.options", spec->options, spec->owner, defaults,
+					  lengthof(defaults) - (spec->exactly_once && transactional_id ? 0 : 1),
+					  producer_forced,
+					  "sink.options takes librdkafka producer properties, as CONFIGURATION.md of librdkafka lists them.",
+					  validate_only);
+}
+
+/*
+ * defaults, then options once judged; a forced property in options is
+ * refused.  validate_only: for create_job and describe_job, in the caller's
+ * backend: properties that load code (librdkafka dlopen()s a plugin as soon
+ * as it is set) are judged by name only, and only the worker sets them.
+ */
+static rd_kafka_conf_t *
+build_conf(const char *path, List *options, Oid owner, const KafkaDefault *defaults, int ndefaults,
+		   const ForcedProperty *forced, const char *hint, bool validate_only)
+{
+	rd_kafka_conf_t *conf;
+	char		errstr[512];
+	ListCell   *lc;
+
+	/* Before librdkafka sees a property: some act as soon as they are set. */
+	check_privileges(path, options, owner);
+	check_unsecured_jwt(path, options);
+	foreach(lc, options)
 	{
 		DefElem    *opt = lfirst(lc);
 
-		for (int i = 0; forced_properties[i]; i++)
-			if (strcmp(opt->defname, forced_properties[i]) == 0)
-			{
-				rd_kafka_conf_destroy(conf);
-				spec_error(psprintf("source.options.%s", opt->defname), ERRCODE_INVALID_PARAMETER_VALUE,
-						   strcmp(opt->defname, "group.id") == 0 ?
-						   "Use \"source.group_id\" to name the consumer group." :
-						   "Leave it out: mailer keeps its own offsets in its checkpoints.",
-						   "mailer sets this property itself");
-			}
+		for (int i = 0; forced[i].name; i++)
+			if (strcmp(opt->defname, forced[i].name) == 0)
+				spec_error(psprintf("%s.%s", path, opt->defname), ERRCODE_INVALID_PARAMETER_VALUE,
+						   forced[i].hint, "mailer sets this property itself");
+	}
+
+	conf = rd_kafka_conf_new();
+	for (int i = 0; i < ndefaults; i++)
+		if (rd_kafka_conf_set(conf, defaults[i].name, defaults[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+			elog(ERROR, "librdkafka refused %s: %s", defaults[i].name, errstr);
+	foreach(lc, options)
+	{
+		DefElem    *opt = lfirst(lc);
+
 		if (validate_only && loads_code(opt->defname))
 			continue;
 		if (rd_kafka_conf_set(conf, opt->defname, strVal(opt->arg), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 		{
 			rd_kafka_conf_destroy(conf);
 			/* librdkafka's message may quote the value: never show a secret. */
-			spec_error(psprintf("source.options.%s", opt->defname), ERRCODE_INVALID_PARAMETER_VALUE,
-					   "source.options takes librdkafka consumer properties, as CONFIGURATION.md of librdkafka lists them.",
+			spec_error(psprintf("%s.%s", path, opt->defname), ERRCODE_INVALID_PARAMETER_VALUE, hint,
 					   "%s", spec_option_is_secret(opt->defname) ? "librdkafka refused the value" : errstr);
 		}
 	}
@@ -244,7 +333,7 @@ kafka_options_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_on
  * lifeSeconds= (digits) and extension_NAME= settings, principal required.
  */
 static void
-check_unsecured_jwt(List *options)
+check_unsecured_jwt(const char *path, List *options)
 {
 	const char *config = NULL;
 	bool		unsecured = false;
@@ -289,7 +378,7 @@ check_unsecured_jwt(List *options)
 	if (word != NULL || !principal)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 spec_errmsg("source.options.sasl.oauthbearer.config",
+				 spec_errmsg(psprintf("%s.sasl.oauthbearer.config", path),
 							 "librdkafka cannot read it as an unsecured JWT's settings"),
 				 errdetail("With \"enable.sasl.oauthbearer.unsecure.jwt\", it is space-separated principal=, principalClaimName=, scope=, lifeSeconds= and extension_NAME= settings, principal required; librdkafka 2.0 fails on anything else."),
 				 errhint("Correct the value (it is not shown: it may be a secret).")));
@@ -301,7 +390,7 @@ check_unsecured_jwt(List *options)
  * librdkafka sees any of them; needs a transaction (role membership).
  */
 static void
-check_privileges(List *options, Oid owner)
+check_privileges(const char *path, List *options, Oid owner)
 {
 	bool		may_execute;
 	bool		may_read;
@@ -322,45 +411,45 @@ check_privileges(List *options, Oid owner)
 		const KafkaOptionRule *rule = find_rule(name);
 
 		if (rule == NULL)
-			refuse(name,
+			refuse(path, name,
 				   "It is not one of the librdkafka properties that run no program, load no code and read no file.",
 				   "The README's section \"Security\" lists the properties a role other than a superuser may set: check the name, or leave it out.");
 		if (rule->needs & NEEDS_SUPERUSER)
-			refuse(name,
+			refuse(path, name,
 				   "It loads a library into the server process, as the database server's operating system user.",
 				   "Only a superuser may set it.");
 		if ((rule->needs & NEEDS_EXECUTE) && !may_execute)
-			refuse(name,
+			refuse(path, name,
 				   strcmp(name, "sasl.kerberos.kinit.cmd") == 0 ?
 				   "It is a command that librdkafka runs through a shell as the database server's operating system user." :
 				   "It configures GSSAPI, whose kinit command librdkafka runs through a shell as the database server's operating system user.",
 				   "Grant pg_execute_server_program to the job's owner, or leave it out.");
 		if ((rule->needs & NEEDS_READ) && !may_read)
-			refuse(name,
+			refuse(path, name,
 				   "It names a file that librdkafka reads as the database server's operating system user.",
 				   rule->inline_pem ?
 				   psprintf("Give the content inline in \"%s\", or grant pg_read_server_files to the job's owner.", rule->inline_pem) :
 				   "Grant pg_read_server_files to the job's owner, or leave it out.");
 
-		check_cap(name, value);
+		check_cap(path, name, value);
 		if (strcmp(name, "sasl.mechanisms") == 0 || strcmp(name, "sasl.mechanism") == 0)
 		{
 			mechanism_set = true;
 			if (!may_execute && !is_safe_mechanism(value))
-				refuse(name, GSSAPI_DETAIL, GSSAPI_HINT);
+				refuse(path, name, GSSAPI_DETAIL, GSSAPI_HINT);
 		}
 		else if (strcmp(name, "security.protocol") == 0)
 			sasl_protocol = pg_strcasecmp(value, "plaintext") != 0 && pg_strcasecmp(value, "ssl") != 0;
 		else if (strcmp(name, "sasl.oauthbearer.token.endpoint.url") == 0 &&
 				 pg_strncasecmp(value, "https://", 8) != 0)
-			refuse(name,
+			refuse(path, name,
 				   "librdkafka fetches the token with libcurl, which reads file:// and other URLs too.",
 				   "Use an https:// URL.");
 	}
 
 	/* librdkafka's default mechanism is GSSAPI. */
 	if (sasl_protocol && !mechanism_set && !may_execute)
-		refuse("security.protocol",
+		refuse(path, "security.protocol",
 			   "Without \"sasl.mechanisms\", SASL means GSSAPI, which runs kinit through a shell as the database server's operating system user and authenticates with the server's own Kerberos credentials.",
 			   GSSAPI_HINT);
 }
@@ -382,7 +471,7 @@ loads_code(const char *name)
  * reads it (strtol, base 0: hex too); one it cannot read, it refuses.
  */
 static void
-check_cap(const char *name, const char *value)
+check_cap(const char *path, const char *name, const char *value)
 {
 	for (int i = 0; i < lengthof(option_caps); i++)
 	{
@@ -397,7 +486,7 @@ check_cap(const char *name, const char *value)
 			return;
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to set source.options.%s above " INT64_FORMAT, name,
+				 errmsg("permission denied to set %s.%s above " INT64_FORMAT, path, name,
 						option_caps[i].max),
 				 errdetail("librdkafka holds that much memory in the job's worker."),
 				 errhint("Give at most " INT64_FORMAT ", or ask a superuser to create the job.",
@@ -425,11 +514,11 @@ is_safe_mechanism(const char *value)
 
 /* The value is never shown: it may be a secret. */
 static void
-refuse(const char *name, const char *detail, const char *hint)
+refuse(const char *path, const char *name, const char *detail, const char *hint)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied to set source.options.%s", name),
+			 errmsg("permission denied to set %s.%s", path, name),
 			 errdetail("%s", detail),
 			 errhint("%s", hint)));
 }

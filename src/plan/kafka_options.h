@@ -1,11 +1,12 @@
 /*
  * kafka_options.h
- *		The librdkafka configuration of a job's Kafka source, and which
- *		properties (source.options) a job's owner may set.
+ *		The librdkafka configurations of a job's Kafka source and Kafka
+ *		sink, and which properties (source.options, sink.options) a job's
+ *		owner may set: both obey one allow-list.
  *
  * librdkafka acts on some properties as the server's OS user: it runs
  * programs, reads files and loads libraries.  A role gets from
- * source.options only what PostgreSQL itself would give it.
+ * source.options and sink.options only what PostgreSQL itself would give it.
  */
 #ifndef KAFKA_OPTIONS_H
 #define KAFKA_OPTIONS_H
@@ -28,5 +29,16 @@ extern void kafka_check_options(KafkaSourceSpec *spec);
  */
 extern struct rd_kafka_conf_s *kafka_options_conf(KafkaSourceSpec *spec, const char *group_id,
 												  bool validate_only);
+
+/* kafka_check_options for sink.options. */
+extern void kafka_check_sink_options(KafkaSinkSpec *spec);
+
+/*
+ * The producer configuration of a Kafka sink: mailer's settings (an
+ * idempotent producer; transactional_id for an exactly-once sink, NULL
+ * when validating), then sink.options once judged.
+ */
+extern struct rd_kafka_conf_s *kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id,
+												   bool validate_only);
 
 #endif							/* KAFKA_OPTIONS_H */

@@ -33,6 +33,16 @@ plan_foreach_expr(JobPlan *plan, PlanExprFn fn, void *arg)
 	for (int i = 0; i < plan->sink->ncolumns; i++)
 		if (plan->sink->columns[i].cast)
 			fn(plan->sink->columns[i].cast, true, arg);
+	if (plan->sink->kafka)
+	{
+		KafkaSinkPlan *kp = plan->sink->kafka;
+
+		if (kp->key)
+			fn(kp->key, true, arg);
+		fn(kp->value, true, arg);
+		for (int i = 0; i < kp->nheaders; i++)
+			fn(kp->headers[i], true, arg);
+	}
 }
 
 /* The runtimes plan_prepare_exprs prepares for. */

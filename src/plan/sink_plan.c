@@ -51,11 +51,17 @@ SinkPlan *
 plan_sink(JobPlan *plan, bool refuse_unhashable_keys)
 {
 	SinkSpec   *spec = &plan->spec->sink;
-	SinkPlan   *sink = palloc0(sizeof(SinkPlan));
-	Relation	rel = open_sink_table(spec, sink);
-	List	   *keys = sink_key_columns(rel, spec, &sink->upsert, &sink->key_index);
-	char	   *colnames = map_columns(plan, sink, rel, keys);
+	SinkPlan   *sink;
+	Relation	rel;
+	List	   *keys;
+	char	   *colnames;
 
+	if (spec->type == SINK_KAFKA)
+		return plan_kafka_sink(plan);
+	sink = palloc0(sizeof(SinkPlan));
+	rel = open_sink_table(spec, sink);
+	keys = sink_key_columns(rel, spec, &sink->upsert, &sink->key_index);
+	colnames = map_columns(plan, sink, rel, keys);
 	check_keys_fed(sink, spec, keys);
 	check_outputs_fed(plan, sink, colnames);
 	check_session_key(plan, sink);
@@ -351,6 +357,8 @@ plan_pin_sink(Jsonb *doc, JobPlan *plan)
 	const char *table_path[] = {"sink", "table"};
 	const char *mode_path[] = {"sink", "mode"};
 
+	if (spec->type == SINK_KAFKA)
+		return doc;				/* a topic's name resolves to nothing else later */
 	doc = spec_jsonb_set(doc, table_path, lengthof(table_path), spec_jsonb_string(spec->table), true);
 	if (spec->mode != SINK_MODE_DEFAULT)
 		doc = spec_jsonb_set(doc, mode_path, lengthof(mode_path),

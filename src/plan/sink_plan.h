@@ -38,8 +38,31 @@ typedef struct SinkColumn
 	char		typalign;
 } SinkColumn;
 
+/*
+ * A Kafka sink's record, made by expressions over the output record: key
+ * and value are text or bytea (their bytes are the message's), headers text.
+ */
+typedef struct KafkaSinkPlan
+{
+	CompiledExpr *key;			/* NULL: records have no key */
+	CompiledExpr *value;
+	int			nheaders;
+	char	  **header_names;
+	CompiledExpr **headers;
+} KafkaSinkPlan;
+
+/* A Kafka sink's "columns": what sink_project makes of an output record. */
+typedef enum KafkaSinkColumn
+{
+	KAFKA_COLUMN_KEY,			/* bytea or text, null: no key */
+	KAFKA_COLUMN_VALUE,			/* bytea or text, null: a tombstone */
+	KAFKA_COLUMN_HEADERS,		/* bytea (kafka_headers_encode), null: none */
+	KAFKA_SINK_COLUMNS
+} KafkaSinkColumn;
+
 typedef struct SinkPlan
 {
+	KafkaSinkPlan *kafka;		/* a Kafka sink: the table fields below are unset */
 	Oid			relid;
 	char	   *relname;		/* schema-qualified, quoted */
 	bool		upsert;
@@ -60,6 +83,9 @@ typedef struct SinkPlan
  * job accepts one.
  */
 extern SinkPlan *plan_sink(struct JobPlan *plan, bool refuse_unhashable_keys);
+
+/* plan_sink of a Kafka sink (kafka_sink_plan.c). */
+extern SinkPlan *plan_kafka_sink(struct JobPlan *plan);
 
 /*
  * The sink's part of the plan compiled again against the table its name

@@ -58,6 +58,9 @@ const SpecChoice spec_sink_types[] = {
 const SpecChoice spec_sink_modes[] = {
 	{"upsert", SINK_MODE_UPSERT}, {"append", SINK_MODE_APPEND}, {NULL}
 };
+const SpecChoice spec_sink_deliveries[] = {
+	{"exactly_once", true}, {"at_least_once", false}, {NULL}
+};
 const SpecChoice spec_state_backends[] = {
 	{"rocksdb", STATE_ROCKSDB}, {"memory", STATE_MEMORY}, {NULL}
 };
@@ -90,6 +93,9 @@ static const char *const window_fields[] = {
 };
 static const char *const table_sink_fields[] = {
 	"type", "table", "mode", "key", NULL
+};
+static const char *const kafka_sink_fields[] = {
+	"type", "brokers", "topic", "key", "value", "format", "headers", "options", "delivery", NULL
 };
 static const char *const checkpoint_fields[] = {"interval", "retain", NULL};
 
@@ -132,6 +138,8 @@ static StepSpec *parse_step(JsonbValue *v, const char *path);
 static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates);
 static void parse_window(JsonObject *obj, WindowSpec *w);
 static void parse_sink(JsonObject *top, SinkSpec *sink);
+static void parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka);
+static List *parse_options(JsonObject *obj);
 
 JobSpec *
 spec_parse(Jsonb *jb)
@@ -275,8 +283,6 @@ static void
 parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 {
 	JsonbValue	v;
-	bool		found;
-	JsonObject	opts;
 
 	kafka->brokers = get_string(obj, "brokers", true,
 								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
@@ -294,31 +300,41 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 	kafka->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
 	kafka->group_id = get_string(obj, "group_id", false, "A consumer group name.");
 
-	opts = get_object(obj, "options", &found);
-	if (found)
+	kafka->options = parse_options(obj);
+}
+
+/* librdkafka properties (DefElem, string values) of obj.options, or NIL. */
+static List *
+parse_options(JsonObject *obj)
+{
+	bool		found;
+	JsonObject	opts = get_object(obj, "options", &found);
+	List	   *options = NIL;
+	JsonbIterator *it;
+	JsonbValue	key,
+				val;
+	char	   *name;
+
+	if (!found)
+		return NIL;
+	it = JsonbIteratorInit(opts.container);
+	while (next_member(&it, &name, &key, &val))
 	{
-		JsonbIterator *it = JsonbIteratorInit(opts.container);
-		JsonbValue	key,
-					val;
-		char	   *name;
+		char	   *value;
 
-		while (next_member(&it, &name, &key, &val))
-		{
-			char	   *value;
-
-			if (val.type == jbvString)
-				value = pnstrdup(val.val.string.val, val.val.string.len);
-			else if (val.type == jbvNumeric)
-				value = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(val.val.numeric)));
-			else if (val.type == jbvBool)
-				value = pstrdup(val.val.boolean ? "true" : "false");
-			else
-				spec_error(child_path(opts.path, name), ERRCODE_INVALID_PARAMETER_VALUE,
-						   "librdkafka properties take strings, numbers or booleans, e.g. \"security.protocol\": \"SASL_SSL\".",
-						   "expected a string, found %s", json_type_name(&val));
-			kafka->options = lappend(kafka->options, makeDefElem(name, (Node *) makeString(value), -1));
-		}
+		if (val.type == jbvString)
+			value = pnstrdup(val.val.string.val, val.val.string.len);
+		else if (val.type == jbvNumeric)
+			value = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(val.val.numeric)));
+		else if (val.type == jbvBool)
+			value = pstrdup(val.val.boolean ? "true" : "false");
+		else
+			spec_error(child_path(opts.path, name), ERRCODE_INVALID_PARAMETER_VALUE,
+					   "librdkafka properties take strings, numbers or booleans, e.g. \"security.protocol\": \"SASL_SSL\".",
+					   "expected a string, found %s", json_type_name(&val));
+		options = lappend(options, makeDefElem(name, (Node *) makeString(value), -1));
 	}
+	return options;
 }
 
 static void
@@ -533,8 +549,11 @@ parse_sink(JsonObject *top, SinkSpec *sink)
 
 	sink->type = get_choice(&obj, "type", spec_sink_types, -1);
 	if (sink->type == SINK_KAFKA)
-		spec_error("sink.type", ERRCODE_FEATURE_NOT_SUPPORTED, "Use \"type\": \"table\".",
-				   "the kafka sink is not available in this version");
+	{
+		check_fields(&obj, kafka_sink_fields);
+		parse_kafka_sink(&obj, &sink->kafka);
+		return;
+	}
 	check_fields(&obj, table_sink_fields);
 	sink->table = get_string(&obj, "table", true, "A table name, optionally schema-qualified: \"public.totals\".");
 	sink->mode = get_choice(&obj, "mode", spec_sink_modes, SINK_MODE_DEFAULT);
@@ -544,6 +563,25 @@ parse_sink(JsonObject *top, SinkSpec *sink)
 		if (sink->mode == SINK_MODE_APPEND)
 			spec_error("sink.key", ERRCODE_INVALID_PARAMETER_VALUE, "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
 	}
+}
+
+static void
+parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
+{
+	JsonbValue	v;
+
+	kafka->brokers = get_string(obj, "brokers", true,
+								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
+	kafka->topic = get_string(obj, "topic", true, "The output topic's name; create the topic before the job.");
+	kafka->key = get_string(obj, "key", false,
+							"An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
+	kafka->value = get_string(obj, "value", false,
+							  "An SQL expression over the output fields; leave it out for the output row as a JSON object.");
+	kafka->format = get_choice(obj, "format", spec_formats, FORMAT_JSON);
+	if (get_value(obj, "headers", &v))
+		kafka->headers = parse_named_exprs(&v, child_path(obj->path, "headers"), false);
+	kafka->options = parse_options(obj);
+	kafka->exactly_once = get_choice(obj, "delivery", spec_sink_deliveries, true);
 }
 
 /*
@@ -566,12 +604,24 @@ spec_option_is_secret(const char *name)
 	return false;
 }
 
-/* jsonb_set(doc, '{source,options,<name>}', value) */
+/*
+ * Secrets of both option objects are kept in one flat object: a source
+ * option under its own name (as since the first version), a sink option
+ * under "sink.options.<name>".
+ */
+#define SINK_SECRET_PREFIX "sink.options."
+
+/* jsonb_set(doc, '{source|sink,options,<name>}', value), name as secrets hold it */
 static Jsonb *
 set_option(Jsonb *doc, const char *name, Jsonb *value)
 {
 	const char *path[] = {"source", "options", name};
 
+	if (strncmp(name, SINK_SECRET_PREFIX, strlen(SINK_SECRET_PREFIX)) == 0)
+	{
+		path[0] = "sink";
+		path[2] = name + strlen(SINK_SECRET_PREFIX);
+	}
 	return spec_jsonb_set(doc, path, lengthof(path), value, false);
 }
 
@@ -602,39 +652,57 @@ spec_jsonb_int(int64 n)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(psprintf(INT64_FORMAT, n))));
 }
 
+/* The options object of spec.<part>, or NULL. */
+static JsonbContainer *
+options_of(Jsonb *spec, const char *part)
+{
+	JsonbValue *obj;
+	JsonbValue *options;
+
+	if (!JB_ROOT_IS_OBJECT(spec))
+		return NULL;
+	obj = getKeyJsonValueFromContainer(&spec->root, part, strlen(part), NULL);
+	if (obj == NULL || obj->type != jbvBinary || !JsonContainerIsObject(obj->val.binary.data))
+		return NULL;
+	options = getKeyJsonValueFromContainer(obj->val.binary.data, "options", 7, NULL);
+	if (options == NULL || options->type != jbvBinary || !JsonContainerIsObject(options->val.binary.data))
+		return NULL;
+	return options->val.binary.data;
+}
+
 Jsonb *
 spec_redact(Jsonb *spec, Jsonb **secrets)
 {
+	static const char *const parts[] = {"source", "sink"};
 	JsonbValue	v;
-	JsonbValue *source;
-	JsonbValue *options;
 	JsonbParseState *state = NULL;
 	bool		any = false;
 	Jsonb	   *result = spec;
 
 	*secrets = NULL;
-	if (!JB_ROOT_IS_OBJECT(spec))
-		return spec;
-	source = getKeyJsonValueFromContainer(&spec->root, "source", 6, NULL);
-	if (source == NULL || source->type != jbvBinary || !JsonContainerIsObject(source->val.binary.data))
-		return spec;
-	options = getKeyJsonValueFromContainer(source->val.binary.data, "options", 7, NULL);
-	if (options == NULL || options->type != jbvBinary || !JsonContainerIsObject(options->val.binary.data))
-		return spec;
-
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int p = 0; p < lengthof(parts); p++)
 	{
-		JsonbIterator *it = JsonbIteratorInit(options->val.binary.data);
+		JsonbContainer *options = options_of(spec, parts[p]);
+		const char *prefix = p == 0 ? "" : SINK_SECRET_PREFIX;
+		JsonbIterator *it;
 		JsonbValue	key;
 		char	   *name;
 
+		if (options == NULL)
+			continue;
+		it = JsonbIteratorInit(options);
 		while (next_member(&it, &name, &key, &v))
 		{
+			char	   *stored_name = psprintf("%s%s", prefix, name);
+
 			if (!spec_option_is_secret(name))
 				continue;
+			key.val.string.val = stored_name;
+			key.val.string.len = strlen(stored_name);
 			pushJsonbValue(&state, WJB_KEY, &key);
 			pushJsonbValue(&state, WJB_VALUE, &v);
-			result = set_option(result, name, spec_jsonb_string("********"));
+			result = set_option(result, stored_name, spec_jsonb_string("********"));
 			any = true;
 		}
 	}

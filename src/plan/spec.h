@@ -107,7 +107,7 @@ typedef struct StepSpec
 typedef enum SinkType
 {
 	SINK_TABLE,
-	SINK_KAFKA					/* a name the spec knows, refused in this version */
+	SINK_KAFKA
 } SinkType;
 
 typedef enum SinkMode
@@ -117,12 +117,29 @@ typedef enum SinkMode
 	SINK_MODE_APPEND
 } SinkMode;
 
+/* A Kafka sink: one output topic, records made by expressions over the output. */
+typedef struct KafkaSinkSpec
+{
+	char	   *brokers;
+	char	   *topic;
+	char	   *key;			/* expression; NULL: the default (see plan_kafka_sink) */
+	char	   *value;			/* expression; NULL: the output row as a JSON object */
+	ValueFormat format;			/* how key and value expressions become bytes */
+	List	   *headers;		/* of NamedExprSpec: header name, value expression */
+	List	   *options;		/* of DefElem: librdkafka producer property, string value */
+	bool		exactly_once;	/* delivery; false: at least once */
+	Oid			owner;			/* whose privileges judge options: set by the caller */
+} KafkaSinkSpec;
+
 typedef struct SinkSpec
 {
 	SinkType	type;
+	/* table */
 	char	   *table;			/* as written; resolved by plan.c */
 	SinkMode	mode;
 	List	   *key;			/* of char *: conflict columns; NIL: primary key */
+	/* kafka */
+	KafkaSinkSpec kafka;
 } SinkSpec;
 
 typedef enum StateBackendType
@@ -228,6 +245,7 @@ extern const SpecChoice spec_window_types[];	/* WindowType */
 extern const SpecChoice spec_window_emits[];	/* WindowSpec.emit_update */
 extern const SpecChoice spec_sink_types[];	/* SinkType */
 extern const SpecChoice spec_sink_modes[];	/* SinkMode but SINK_MODE_DEFAULT */
+extern const SpecChoice spec_sink_deliveries[];	/* KafkaSinkSpec.exactly_once */
 extern const SpecChoice spec_state_backends[];	/* StateBackendType */
 extern const SpecChoice spec_on_errors[];	/* OnError */
 

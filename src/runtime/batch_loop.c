@@ -89,6 +89,17 @@ batch_loop_run(Job *job)
 			epoch_cut_request_stop(job);
 		}
 		wait_marks_take(job);
+		/*
+		 * The sink cannot take the committed output now: read nothing until
+		 * it can (back-pressure).  A parallel job's subtask goes on, so that
+		 * the epochs' rounds and a stop are not held up; its outbox keeps
+		 * what it cannot publish yet.
+		 */
+		if (job->publish_pending && !checkpoint_publish(job) && job->shuffle == NULL)
+		{
+			job_pause_briefly();
+			continue;
+		}
 		if (loop.sink_waiting && !retry_sink(&loop))
 		{
 			job_pause_briefly();
@@ -234,6 +245,9 @@ finish(BatchLoop *loop)
 		loop->sink_waiting = true;
 		return false;
 	}
+	/* Finished once the output is out, or a stop gives up on it (the outbox keeps it). */
+	while (!checkpoint_publish(job) && !job_stop_requested(job->slot))
+		job_pause_briefly();
 	SpinLockAcquire(&job->slot->mutex);
 	job->slot->live_state = JOB_LIVE_FINISHED;
 	job->slot->exit_kind = JOB_EXIT_FINISHED;

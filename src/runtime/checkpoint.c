@@ -364,7 +364,7 @@ flush_outputs(CheckpointRun *run)
 		run->state_ms = ms_since(run->start);
 	}
 	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error,
-								run->final && input_all_read(job), &rejected);
+								run->final && input_all_read(job), run->epoch, &rejected);
 	job->counters[JC_RECORDS_OUT] += written;
 	if (!job->plan->aggregated)
 	{
@@ -468,6 +468,8 @@ checkpoint_committed(CheckpointRun *run)
 	job->source->ops->committed(job->source);
 	/* Committed, and the snapshots it replaced removed. */
 	TEST_POINT("checkpoint_after_commit");
+	job->publish_pending = true;
+	checkpoint_publish(job);
 
 	/*
 	 * Give the memory the checkpoint took (sink statement, RocksDB flush,
@@ -482,6 +484,31 @@ checkpoint_committed(CheckpointRun *run)
 	job->slot->state_bytes = job->state ? job->state->ops->size(job->state) : -1;
 	job->slot->state_checkpoint_ms = job->state ? run->state_ms : -1;
 	job_publish_counters(job);
+}
+
+#define PUBLISH_RETRY_MS 1000
+
+bool
+checkpoint_publish(Job *job)
+{
+	char	   *error;
+
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!job->publish_pending)
+		return true;
+	/* A failed attempt is tried again a second later, not at every round. */
+	if (now < job->publish_retry_at)
+		return false;
+	if (!sink_buffer_publish(job->sink, &error))
+	{
+		job_slot_set_waiting(job->slot, JOB_WAIT_BROKER, error);
+		job->publish_retry_at = TimestampTzPlusMilliseconds(now, PUBLISH_RETRY_MS);
+		return false;
+	}
+	job->publish_pending = false;
+	job->publish_retry_at = 0;
+	return true;
 }
 
 /*

@@ -24,4 +24,12 @@ extern void checkpoint_restore(Job *job);
  */
 extern bool checkpoint_take(Job *job, bool final);
 
+/*
+ * Hand the committed epochs' output on (a Kafka sink publishes its outbox)
+ * when job->publish_pending; checkpoint_take calls it after each commit.
+ * false: not now, the slot says why; the batch loop reads nothing more and
+ * calls it again.
+ */
+extern bool checkpoint_publish(Job *job);
+
 #endif							/* CHECKPOINT_H */

@@ -61,6 +61,8 @@ typedef struct Job
 
 	const char *stage;			/* the step now running, for dead letters */
 	bool		failing;		/* on_error "fail" raised: do not restart */
+	bool		publish_pending;	/* a committed epoch's output is not handed on yet */
+	TimestampTz publish_retry_at;	/* after a failed publish: not before then */
 	Datum	   *topic_datums;	/* the source's topic names as text */
 
 	/* input_rate: records_in at the last sample, and when */

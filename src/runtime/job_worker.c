@@ -328,14 +328,22 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 	job->spec = spec_parse(row->spec);
 	/* The catalog may have been edited by hand: judge the owner's options again. */
 	job->spec->source.kafka.owner = job->owner;
+	job->spec->sink.kafka.owner = job->owner;
 	start_parallel(args, job);
-	wait_for_sink_table(job);
+	if (job->spec->sink.type == SINK_TABLE)
+		wait_for_sink_table(job);
 	job->plan = plan_compile(job->spec, false);
 	job->rt = expr_runtime_create(job->plan->schema);
 	job->out_rt = expr_runtime_create(job->plan->out_schema);
 	plan_prepare_exprs(job->plan, job->rt, job->out_rt);
 
-	job->sink = sink_buffer_create(job->plan, job_context, &job->failing);
+	{
+		SinkOwner	owner = {job->ext_oid, job->job_id, job->subtask};
+
+		job->sink = sink_buffer_create(job->plan, &owner, job_context, &job->failing);
+	}
+	/* What the outbox holds of committed epochs goes out before anything new. */
+	job->publish_pending = true;
 	job->dead_letters = dead_letter_buffer_create(job_context);
 	/* Partition metrics count what this worker reads, not what the slot's last user did. */
 	slot->npartitions = 0;

@@ -1,0 +1,698 @@
+/*
+ * kafka_publisher.c
+ *		Publish a Kafka sink's outbox (kafka_publisher.h).
+ *
+ * The protocol, for an exactly-once sink (docs/ARCHITECTURE.md, "The Kafka
+ * sink", has the crash analysis):
+ *
+ * 1. The checkpoint transaction of epoch E inserts E's records into
+ *    mailer.kafka_outbox and commits (for a parallel job: the epoch's
+ *    decision and this subtask's share are both committed).
+ * 2. Publish, in a Kafka transaction of the producer whose transactional.id
+ *    names the job and subtask: every outbox record past the published
+ *    epoch P, in (epoch, seq) order; then the marker: an offset of the
+ *    memberless group "<transactional.id>.epochs" on the topic's partition
+ *    0, whose value is the last epoch sent and whose metadata names the
+ *    generation, sent with send_offsets_to_transaction so that it commits
+ *    or aborts with the records.  Commit.
+ * 3. In a PostgreSQL transaction: delete the outbox records up to that
+ *    epoch and note it in mailer.kafka_sink_progress.
+ *
+ * P is the marker's epoch, read once per producer right after
+ * init_transactions (which fences an older producer of the same id and
+ * rolls back its open transaction, so the marker is final): records past
+ * it are in no committed Kafka transaction, records up to it are.  The
+ * progress row is the fallback when the broker has no marker (it expired
+ * with offsets.retention.minutes, or the topic was made anew), and it wins
+ * over a marker of an older generation (restore_job moved the job back).
+ *
+ * An at-least-once sink has no transactions and no marker: it produces,
+ * waits for every acknowledgement, then deletes, so a crash in between
+ * sends records again.
+ */
+#include "postgres.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/portal.h"
+
+#include "base/mailer.h"
+#include "base/test_point.h"
+#include "base/work_xact.h"
+#include "connectors/kafka_client.h"
+#include "connectors/kafka_publisher.h"
+#include "connectors/sink_kafka.h"
+#include "jobs/catalog.h"
+#include "plan/kafka_options.h"
+
+/* How long one call into librdkafka may hold the worker. */
+#define KAFKA_CALL_TIMEOUT_MS 10000
+
+/* Outbox rows fetched at a time. */
+#define FETCH_ROWS 10000
+
+/* The marker's partition and its metadata's form. */
+#define MARKER_PARTITION 0
+#define MARKER_METADATA "mailer generation %d"
+
+/* Records the broker refused for their size in one attempt, kept to dead-letter them. */
+#define MAX_REFUSED 1024
+
+typedef struct RefusedRecord
+{
+	int64		epoch;
+	int32		seq;
+	rd_kafka_resp_err_t err;
+} RefusedRecord;
+
+struct KafkaPublisher
+{
+	KafkaSinkSpec *spec;
+	SinkOwner	owner;
+	OnError		on_error;
+	MemoryContext ctx;
+	char	   *transactional_id;
+	char	   *marker_group;
+	KafkaSecrets secrets;
+
+	rd_kafka_t *rk;				/* NULL: made at the next publish */
+	rd_kafka_queue_t *logs;
+	rd_kafka_t *marker_reader;	/* a consumer handle of marker_group, to read the marker */
+	rd_kafka_queue_t *marker_logs;
+	bool		marker_known;	/* published is the marker's, for this producer */
+	int64		published;		/* every record up to this epoch is in the topic */
+	int32		generation;
+
+	/* delivery reports of the current attempt */
+	rd_kafka_resp_err_t delivery_error; /* the first one not about a record's size */
+	RefusedRecord refused[MAX_REFUSED];
+	int			nrefused;
+	int64	   *sent_epochs;	/* [i]: epoch and seq of the i-th record sent */
+	int32	   *sent_seqs;
+	int			nsent;
+	int			sent_capacity;
+};
+
+static void open_producer(KafkaPublisher *pub);
+static void close_producer(KafkaPublisher *pub);
+static void read_progress(KafkaPublisher *pub, int64 *published, int32 *generation);
+static bool read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error);
+static bool topic_exists(KafkaPublisher *pub, char **error);
+static int64 send_outbox(KafkaPublisher *pub, char **error);
+static bool commit_kafka(KafkaPublisher *pub, int64 through, char **error);
+static void record_published(KafkaPublisher *pub, int64 through);
+static void dead_letter_refused(KafkaPublisher *pub);
+static bool txn_failed(KafkaPublisher *pub, rd_kafka_error_t *err, const char *what, char **error);
+static void delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque);
+static char *client_error(KafkaPublisher *pub, const char *what, const char *text);
+
+KafkaPublisher *
+kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, OnError on_error,
+					   MemoryContext parent)
+{
+	KafkaPublisher *pub = MemoryContextAllocZero(parent, sizeof(KafkaPublisher));
+
+	pub->spec = spec;
+	pub->on_error = on_error;
+	pub->owner = *owner;
+	pub->ctx = parent;
+
+	/*
+	 * Unique across every database and server that may share the cluster,
+	 * and new for a job made anew after DROP EXTENSION (its id may repeat,
+	 * the extension's oid does not).
+	 */
+	pub->transactional_id = MemoryContextStrdup(parent,
+												psprintf("mailer." UINT64_FORMAT ".%u.%u." INT64_FORMAT ".%d",
+														 GetSystemIdentifier(), MyDatabaseId,
+														 owner->ext_oid, owner->job_id, owner->subtask));
+	pub->marker_group = MemoryContextStrdup(parent, psprintf("%s.epochs", pub->transactional_id));
+	kafka_secrets_collect(&pub->secrets, spec->options);
+	return pub;
+}
+
+bool
+kafka_publisher_publish(KafkaPublisher *pub, char **error)
+{
+	int64		progress;
+	int32		generation;
+	int64		through;
+
+	*error = NULL;
+	if (pub->rk == NULL)
+		open_producer(pub);
+	if (pub->logs)
+		kafka_drain_logs(pub->logs, &pub->secrets);
+
+	work_xact_begin();
+	read_progress(pub, &progress, &generation);
+	if (!pub->marker_known || generation != pub->generation)
+	{
+		if (!read_marker(pub, progress, generation, error))
+		{
+			work_xact_abort();
+			close_producer(pub);
+			return false;
+		}
+	}
+	if (progress < pub->published)
+		record_published(pub, pub->published);
+
+	for (;;)
+	{
+		if (pub->spec->exactly_once)
+		{
+			rd_kafka_error_t *err = rd_kafka_begin_transaction(pub->rk);
+
+			if (err && txn_failed(pub, err, "begin a transaction", error))
+			{
+				work_xact_abort();
+				return false;
+			}
+			TEST_POINT("kafka_sink_after_begin");
+		}
+		through = send_outbox(pub, error);
+		if (through >= 0)
+			break;
+
+		/*
+		 * Records the broker refused for their size: dead-letter them and
+		 * send the rest again.  Any other failure ends the producer: the
+		 * next call starts over with a new one.
+		 */
+		if (pub->nrefused > 0 && pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR &&
+			(!pub->spec->exactly_once ||
+			 !txn_failed(pub, rd_kafka_abort_transaction(pub->rk, KAFKA_CALL_TIMEOUT_MS),
+						 "abort a transaction", error)))
+		{
+			dead_letter_refused(pub);
+			*error = NULL;
+			continue;
+		}
+		close_producer(pub);
+		work_xact_abort();
+		return false;
+	}
+	if (through == 0)
+	{
+		/* Nothing to send: an empty transaction commits nothing. */
+		if (pub->spec->exactly_once)
+			(void) rd_kafka_abort_transaction(pub->rk, KAFKA_CALL_TIMEOUT_MS);
+		work_xact_end();
+		return true;
+	}
+	if (!commit_kafka(pub, through, error))
+	{
+		close_producer(pub);
+		work_xact_abort();
+		return false;
+	}
+	TEST_POINT("kafka_sink_after_kafka_commit");
+	pub->published = through;
+	record_published(pub, through);
+	work_xact_end();
+	TEST_POINT("kafka_sink_after_cleanup");
+	return true;
+}
+
+/* The producer (and, exactly once, its transactions initialized and the marker reader). */
+static void
+open_producer(KafkaPublisher *pub)
+{
+	char		errstr[512];
+	rd_kafka_conf_t *conf;
+
+	conf = kafka_producer_conf(pub->spec, pub->transactional_id, false);
+	rd_kafka_conf_set_dr_msg_cb(conf, delivery_report);
+	rd_kafka_conf_set_opaque(conf, pub);
+	pub->rk = kafka_client_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (pub->rk == NULL)
+	{
+		kafka_secrets_mask(&pub->secrets, errstr, sizeof(errstr));
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not create a Kafka producer for topic \"%s\": %s", pub->spec->topic, errstr)));
+	}
+	pub->logs = rd_kafka_queue_new(pub->rk);
+	rd_kafka_set_log_queue(pub->rk, pub->logs);
+	pub->marker_known = false;
+}
+
+static void
+close_producer(KafkaPublisher *pub)
+{
+	if (pub->logs)
+		rd_kafka_queue_destroy(pub->logs);
+	if (pub->rk)
+		rd_kafka_destroy(pub->rk);
+	if (pub->marker_logs)
+		rd_kafka_queue_destroy(pub->marker_logs);
+	if (pub->marker_reader)
+		rd_kafka_destroy(pub->marker_reader);
+	pub->logs = pub->marker_logs = NULL;
+	pub->rk = pub->marker_reader = NULL;
+	pub->marker_known = false;
+}
+
+#define Anum_progress_published		1
+#define Anum_progress_generation	2
+
+/* The subtask's progress row, made at its first publish. */
+static void
+read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
+{
+	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
+	Datum		values[3];
+	bool		isnull;
+
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	values[1] = Int32GetDatum(pub->owner.subtask);
+	values[2] = CStringGetTextDatum(pub->transactional_id);
+	SPI_connect();
+	catalog_exec("INSERT INTO " MAILER_SCHEMA ".kafka_sink_progress (job_id, subtask, transactional_id) "
+				 "VALUES ($1, $2, $3) ON CONFLICT (job_id, subtask) DO UPDATE "
+				 "SET transactional_id = EXCLUDED.transactional_id "
+				 "RETURNING published_epoch, generation", 3, types, values, NULL, false);
+	*published = DatumGetInt64(catalog_value(0, Anum_progress_published, &isnull));
+	*generation = DatumGetInt32(catalog_value(0, Anum_progress_generation, &isnull));
+	SPI_finish();
+}
+
+/*
+ * Exactly once: initialize transactions (fencing an older producer of the
+ * id, rolling back its open transaction), then read the marker.  At least
+ * once: the progress row is all there is.
+ */
+static bool
+read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error)
+{
+	rd_kafka_topic_partition_list_t *parts;
+	rd_kafka_topic_partition_t *p;
+	rd_kafka_resp_err_t err;
+	rd_kafka_error_t *txn_err;
+	int32		marker_generation = -1;
+
+	pub->generation = generation;
+	pub->published = progress;
+	if (!topic_exists(pub, error))
+		return false;
+	if (!pub->spec->exactly_once)
+	{
+		pub->marker_known = true;
+		return true;
+	}
+
+	txn_err = rd_kafka_init_transactions(pub->rk, KAFKA_CALL_TIMEOUT_MS);
+	if (txn_err)
+	{
+		*error = client_error(pub, "initialize transactions", rd_kafka_error_string(txn_err));
+		rd_kafka_error_destroy(txn_err);
+		return false;
+	}
+	if (pub->marker_reader == NULL)
+	{
+		char		errstr[512];
+		rd_kafka_conf_t *conf = kafka_options_conf(&(KafkaSourceSpec) {
+			.brokers = pub->spec->brokers, .options = pub->spec->options, .owner = pub->spec->owner},
+			pub->marker_group, false);
+
+		pub->marker_reader = kafka_client_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+		if (pub->marker_reader == NULL)
+		{
+			*error = client_error(pub, "create the marker's reader", errstr);
+			return false;
+		}
+		pub->marker_logs = rd_kafka_queue_new(pub->marker_reader);
+		rd_kafka_set_log_queue(pub->marker_reader, pub->marker_logs);
+	}
+	parts = rd_kafka_topic_partition_list_new(1);
+	p = rd_kafka_topic_partition_list_add(parts, pub->spec->topic, MARKER_PARTITION);
+	err = rd_kafka_committed(pub->marker_reader, parts, KAFKA_CALL_TIMEOUT_MS);
+	kafka_drain_logs(pub->marker_logs, &pub->secrets);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		err = p->err;
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = client_error(pub, "read the epoch marker", rd_kafka_err2str(err));
+		rd_kafka_topic_partition_list_destroy(parts);
+		return false;
+	}
+	if (p->offset >= 0 && p->metadata_size > 0)
+	{
+		char	   *meta = pnstrdup(p->metadata, p->metadata_size);
+
+		if (sscanf(meta, MARKER_METADATA, &marker_generation) != 1)
+			marker_generation = -1;
+	}
+	/*
+	 * The marker of this generation decides.  Without one, or with one of
+	 * an older generation (restore_job moved the job back, and the
+	 * progress row with it), the progress row does.
+	 */
+	if (p->offset >= 0 && marker_generation == generation)
+		pub->published = p->offset;
+	else if (p->offset >= 0 && marker_generation > generation)
+	{
+		*error = psprintf("the epoch marker of topic \"%s\" is of generation %d, newer than the job's %d",
+						  pub->spec->topic, marker_generation, generation);
+		rd_kafka_topic_partition_list_destroy(parts);
+		return false;
+	}
+	rd_kafka_topic_partition_list_destroy(parts);
+	pub->marker_known = true;
+	return true;
+}
+
+/*
+ * The topic must exist before anything is sent to it: librdkafka would
+ * hold the records until message.timeout.ms, and mailer does not create
+ * topics (as it does not create sink tables).
+ */
+static bool
+topic_exists(KafkaPublisher *pub, char **error)
+{
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(pub->rk, pub->spec->topic, NULL);
+	const rd_kafka_metadata_t *md = NULL;
+	rd_kafka_resp_err_t err;
+
+	err = rd_kafka_metadata(pub->rk, 0, rkt, &md, KAFKA_CALL_TIMEOUT_MS);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1)
+		err = md->topics[0].err;
+	if (md)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return true;
+	*error = client_error(pub, "find the topic", err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ?
+						  "the topic does not exist (create it; mailer does not)" : rd_kafka_err2str(err));
+	return false;
+}
+
+/*
+ * Produce the outbox records past pub->published and wait for every
+ * acknowledgement.  Returns the last epoch sent, 0 when there was nothing,
+ * -1 on failure (*error set, or pub->refused holding records the broker
+ * refused for their size).
+ */
+static int64
+send_outbox(KafkaPublisher *pub, char **error)
+{
+	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+	Datum		values[3];
+	Portal		portal;
+	SPIPlanPtr	plan;
+	int64		last = 0;
+	rd_kafka_resp_err_t flush_err;
+	int			nheaders = list_length(pub->spec->headers);
+
+	pub->delivery_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+	pub->nrefused = 0;
+	pub->nsent = 0;
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	values[1] = Int32GetDatum(pub->owner.subtask);
+	values[2] = Int64GetDatum(pub->published);
+
+	SPI_connect();
+	plan = SPI_prepare("SELECT epoch, seq, key, value, headers FROM " MAILER_SCHEMA ".kafka_outbox "
+					   "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2 "
+					   "AND epoch OPERATOR(pg_catalog.>) $3 ORDER BY epoch, seq", 3, types);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the Kafka sink's outbox read: %s", SPI_result_code_string(SPI_result));
+	portal = SPI_cursor_open(NULL, plan, values, NULL, true);
+	for (;;)
+	{
+		SPI_cursor_fetch(portal, true, FETCH_ROWS);
+		if (SPI_processed == 0)
+			break;
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			int64		epoch = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+			int32		seq = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+			Datum		kd = SPI_getbinval(tuple, desc, 3, &isnull);
+			bytea	   *key = isnull ? NULL : DatumGetByteaPP(kd);
+			Datum		vd = SPI_getbinval(tuple, desc, 4, &isnull);
+			bytea	   *value = isnull ? NULL : DatumGetByteaPP(vd);
+			Datum		hd = SPI_getbinval(tuple, desc, 5, &isnull);
+			bytea	   *headers = isnull ? NULL : DatumGetByteaPP(hd);
+			rd_kafka_headers_t *hdrs = NULL;
+			rd_kafka_resp_err_t err;
+			ListCell   *lc;
+			int			h = 0;
+
+			if (headers)
+			{
+				hdrs = rd_kafka_headers_new(nheaders);
+				foreach(lc, pub->spec->headers)
+				{
+					NamedExprSpec *ne = lfirst(lc);
+					const char *data;
+					int			len;
+
+					(void) kafka_headers_value(headers, h++, &data, &len);
+					rd_kafka_header_add(hdrs, ne->name, -1, data, len < 0 ? 0 : len);
+				}
+			}
+			if (pub->nsent == pub->sent_capacity)
+			{
+				MemoryContext old = MemoryContextSwitchTo(pub->ctx);
+
+				pub->sent_capacity = Max(4096, pub->sent_capacity * 2);
+				pub->sent_epochs = pub->sent_epochs ?
+					repalloc_huge(pub->sent_epochs, sizeof(int64) * pub->sent_capacity) :
+					palloc_extended(sizeof(int64) * pub->sent_capacity, MCXT_ALLOC_HUGE);
+				pub->sent_seqs = pub->sent_seqs ?
+					repalloc_huge(pub->sent_seqs, sizeof(int32) * pub->sent_capacity) :
+					palloc_extended(sizeof(int32) * pub->sent_capacity, MCXT_ALLOC_HUGE);
+				MemoryContextSwitchTo(old);
+			}
+			pub->sent_epochs[pub->nsent] = epoch;
+			pub->sent_seqs[pub->nsent] = seq;
+			for (;;)
+			{
+				err = rd_kafka_producev(pub->rk,
+										RD_KAFKA_V_TOPIC(pub->spec->topic),
+										RD_KAFKA_V_KEY(key ? VARDATA_ANY(key) : NULL,
+													   key ? VARSIZE_ANY_EXHDR(key) : 0),
+										RD_KAFKA_V_VALUE(value ? VARDATA_ANY(value) : NULL,
+														 value ? VARSIZE_ANY_EXHDR(value) : 0),
+										RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+										RD_KAFKA_V_HEADERS(hdrs),
+										RD_KAFKA_V_OPAQUE((void *) (intptr_t) (pub->nsent + 1)),
+										RD_KAFKA_V_END);
+				if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+					break;
+				/* The producer's queue is full: let it send, and serve its reports. */
+				rd_kafka_poll(pub->rk, 100);
+				CHECK_FOR_INTERRUPTS();
+			}
+			if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && pub->nrefused < MAX_REFUSED)
+			{
+				pub->refused[pub->nrefused++] = (RefusedRecord) {epoch, seq, err};
+				if (hdrs)
+					rd_kafka_headers_destroy(hdrs);
+			}
+			else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				if (hdrs)
+					rd_kafka_headers_destroy(hdrs);
+				if (pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
+					pub->delivery_error = err;
+			}
+			else
+				pub->nsent++;
+			last = epoch;
+		}
+		if (pub->delivery_error != RD_KAFKA_RESP_ERR_NO_ERROR)
+			break;
+		rd_kafka_poll(pub->rk, 0);
+	}
+	SPI_cursor_close(portal);
+	SPI_finish();
+
+	/* Every acknowledgement, or the first failure, before the marker. */
+	flush_err = rd_kafka_flush(pub->rk, KAFKA_CALL_TIMEOUT_MS * 3);
+	kafka_drain_logs(pub->logs, &pub->secrets);
+	if (flush_err != RD_KAFKA_RESP_ERR_NO_ERROR && pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
+		pub->delivery_error = flush_err;
+	TEST_POINT("kafka_sink_after_produce");
+	if (pub->delivery_error != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = client_error(pub, "write to the topic", rd_kafka_err2str(pub->delivery_error));
+		return -1;
+	}
+	if (pub->nrefused > 0)
+	{
+		*error = client_error(pub, "write to the topic", rd_kafka_err2str(pub->refused[0].err));
+		return -1;
+	}
+	return last;
+}
+
+/* The marker, with the records, then the commit. */
+static bool
+commit_kafka(KafkaPublisher *pub, int64 through, char **error)
+{
+	rd_kafka_topic_partition_list_t *offsets;
+	rd_kafka_consumer_group_metadata_t *group;
+	rd_kafka_error_t *err;
+	char	   *meta;
+
+	if (!pub->spec->exactly_once)
+		return true;
+	offsets = rd_kafka_topic_partition_list_new(1);
+	meta = psprintf(MARKER_METADATA, pub->generation);
+	{
+		rd_kafka_topic_partition_t *p = rd_kafka_topic_partition_list_add(offsets, pub->spec->topic,
+																		   MARKER_PARTITION);
+
+		p->offset = through;
+		p->metadata = strdup(meta);
+		p->metadata_size = strlen(meta);
+	}
+	group = rd_kafka_consumer_group_metadata_new(pub->marker_group);
+	err = rd_kafka_send_offsets_to_transaction(pub->rk, offsets, group, KAFKA_CALL_TIMEOUT_MS);
+	rd_kafka_consumer_group_metadata_destroy(group);
+	rd_kafka_topic_partition_list_destroy(offsets);
+	if (err && txn_failed(pub, err, "send the epoch marker", error))
+		return false;
+	TEST_POINT("kafka_sink_after_marker");
+	err = rd_kafka_commit_transaction(pub->rk, KAFKA_CALL_TIMEOUT_MS * 3);
+	if (err && txn_failed(pub, err, "commit a transaction", error))
+		return false;
+	return true;
+}
+
+/* Forget the outbox records up to through: the topic holds them. */
+static void
+record_published(KafkaPublisher *pub, int64 through)
+{
+	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	values[1] = Int32GetDatum(pub->owner.subtask);
+	values[2] = Int64GetDatum(through);
+	SPI_connect();
+	catalog_exec("DELETE FROM " MAILER_SCHEMA ".kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND subtask OPERATOR(pg_catalog.=) $2 AND epoch OPERATOR(pg_catalog.<=) $3",
+				 3, types, values, NULL, false);
+	catalog_exec("UPDATE " MAILER_SCHEMA ".kafka_sink_progress SET published_epoch = $3, "
+				 "published_at = pg_catalog.now() "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
+				 3, types, values, NULL, false);
+	SPI_finish();
+}
+
+/*
+ * Records the broker refused for their size (the topic's max.message.bytes
+ * is below the producer's limit): each leaves the outbox for
+ * mailer.dead_letters, in the publish's transaction, and the rest is sent
+ * again.  on_error "fail" fails the job instead; "skip" drops them.
+ */
+static void
+dead_letter_refused(KafkaPublisher *pub)
+{
+	Oid			types[4] = {INT8OID, INT4OID, INT8OID, INT4OID};
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	values[1] = Int32GetDatum(pub->owner.subtask);
+	SPI_connect();
+	for (int i = 0; i < pub->nrefused; i++)
+	{
+		RefusedRecord *r = &pub->refused[i];
+		char	   *message = psprintf("topic \"%s\" refused the record: %s", pub->spec->topic,
+									   rd_kafka_err2str(r->err));
+
+		if (pub->on_error == ON_ERROR_FAIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("an output record could not be written: %s", message),
+					 errhint("Raise the topic's max.message.bytes, or set on_error to dead_letter.")));
+		values[2] = Int64GetDatum(r->epoch);
+		values[3] = Int32GetDatum(r->seq);
+		if (pub->on_error == ON_ERROR_DEAD_LETTER)
+		{
+			Oid			dtypes[5] = {INT8OID, INT4OID, INT8OID, INT4OID, TEXTOID};
+			Datum		dvalues[5] = {values[0], values[1], values[2], values[3], CStringGetTextDatum(message)};
+
+			catalog_exec("INSERT INTO " MAILER_SCHEMA ".dead_letters (job_id, epoch, key, value, stage, error) "
+						 "SELECT job_id, epoch, key, value, 'sink', $5 FROM " MAILER_SCHEMA ".kafka_outbox "
+						 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2 "
+						 "AND epoch OPERATOR(pg_catalog.=) $3 AND seq OPERATOR(pg_catalog.=) $4",
+						 5, dtypes, dvalues, NULL, false);
+		}
+		catalog_exec("DELETE FROM " MAILER_SCHEMA ".kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND subtask OPERATOR(pg_catalog.=) $2 AND epoch OPERATOR(pg_catalog.=) $3 "
+					 "AND seq OPERATOR(pg_catalog.=) $4", 4, types, values, NULL, false);
+	}
+	SPI_finish();
+	pub->nrefused = 0;
+}
+
+/*
+ * A transactional call failed (err is destroyed).  An abortable error
+ * aborts the transaction; any other ends the producer: the next publish
+ * makes a new one, whose init_transactions settles whatever this one left
+ * and whose marker says what committed.  Always true.
+ */
+static bool
+txn_failed(KafkaPublisher *pub, rd_kafka_error_t *err, const char *what, char **error)
+{
+	if (err == NULL)
+		return false;
+	if (*error == NULL)
+		*error = client_error(pub, what, rd_kafka_error_string(err));
+	if (rd_kafka_error_txn_requires_abort(err))
+	{
+		rd_kafka_error_t *abort_err = rd_kafka_abort_transaction(pub->rk, KAFKA_CALL_TIMEOUT_MS);
+
+		if (abort_err)
+		{
+			rd_kafka_error_destroy(abort_err);
+			close_producer(pub);
+		}
+	}
+	else
+		close_producer(pub);
+	rd_kafka_error_destroy(err);
+	return true;
+}
+
+/* Served by rd_kafka_poll and rd_kafka_flush, on the worker's own thread. */
+static void
+delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+{
+	KafkaPublisher *pub = (KafkaPublisher *) opaque;
+	int			i = (int) (intptr_t) msg->_private - 1;
+
+	if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	if (msg->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && i >= 0 && i < pub->nsent &&
+		pub->nrefused < MAX_REFUSED)
+		pub->refused[pub->nrefused++] = (RefusedRecord) {pub->sent_epochs[i], pub->sent_seqs[i], msg->err};
+	else if (pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
+		pub->delivery_error = msg->err;
+}
+
+/* An error text that names the topic, with secrets masked. */
+static char *
+client_error(KafkaPublisher *pub, const char *what, const char *text)
+{
+	char		buf[1024];
+
+	snprintf(buf, sizeof(buf), "Kafka sink could not %s for topic \"%s\": %s", what, pub->spec->topic, text);
+	kafka_secrets_mask(&pub->secrets, buf, sizeof(buf));
+	return pstrdup(buf);
+}

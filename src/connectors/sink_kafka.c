@@ -1,0 +1,357 @@
+/*
+ * sink_kafka.c
+ *		The Kafka sink's buffer and outbox (sink_kafka.h).
+ *
+ * An output row becomes a record (key, value, headers) as the plan's
+ * expressions make it; records are kept in order, every one of them (a
+ * topic is a changelog: no coalescing per key).  At the checkpoint they are
+ * inserted into mailer.kafka_outbox under the epoch, in the checkpoint's
+ * own transaction, with one statement per chunk; after the commit the
+ * publisher sends them (kafka_publisher.c).
+ *
+ * Design: docs/ARCHITECTURE.md, "The Kafka sink".
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "nodes/parsenodes.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "base/mailer.h"
+#include "base/test_point.h"
+#include "connectors/kafka_publisher.h"
+#include "connectors/sink_kafka.h"
+#include "jobs/catalog.h"
+
+#define OUTBOX_CHUNK_ROWS 10000
+
+/* Bytes of buffered records past which the worker checkpoints early. */
+#define KAFKA_SINK_MAX_BYTES (64 * 1024 * 1024)
+
+/* librdkafka's default message.max.bytes: the producer refuses a larger record. */
+#define DEFAULT_MESSAGE_MAX_BYTES 1000000
+
+typedef struct KafkaRecord
+{
+	bytea	   *key;			/* NULL: none */
+	bytea	   *value;			/* NULL: a tombstone */
+	bytea	   *headers;		/* NULL: none */
+	const char *topic;			/* where the row's input came from, for dead letters */
+	int32		partition;
+	int64		offset;
+} KafkaRecord;
+
+struct KafkaSink
+{
+	KafkaSinkPlan *plan;
+	KafkaSinkSpec *spec;
+	SinkOwner	owner;
+	MemoryContext ctx;			/* the records; reset at each flush */
+	KafkaRecord *records;
+	int			nrecords;
+	int			capacity;
+	int64		max_bytes;		/* the producer's message.max.bytes */
+	bool	   *failing;
+	KafkaPublisher *publisher;
+	SPIPlanPtr	insert_plan;
+};
+
+static void keep(KafkaSink *sink, Datum *values, bool *nulls, bool tombstone,
+				 const char *topic, int32 partition, int64 offset);
+static int64 record_bytes(KafkaSink *sink, KafkaRecord *r);
+static void refuse(KafkaSink *sink, KafkaRecord *r, int64 size, DeadLetterBuffer *dlq,
+				   OnError on_error);
+static void insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, int n);
+
+KafkaSink *
+kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent, bool *failing)
+{
+	KafkaSink  *sink = MemoryContextAllocZero(parent, sizeof(KafkaSink));
+	ListCell   *lc;
+
+	sink->plan = plan->sink->kafka;
+	sink->spec = &plan->spec->sink.kafka;
+	sink->owner = *owner;
+	sink->failing = failing;
+	sink->ctx = AllocSetContextCreate(parent, "mailer kafka sink records", ALLOCSET_DEFAULT_SIZES);
+	sink->max_bytes = DEFAULT_MESSAGE_MAX_BYTES;
+	foreach(lc, sink->spec->options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		if (strcmp(opt->defname, "message.max.bytes") == 0)
+			sink->max_bytes = strtoll(strVal(opt->arg), NULL, 0);
+	}
+	sink->publisher = kafka_publisher_create(sink->spec, owner, plan->spec->on_error, parent);
+	return sink;
+}
+
+void
+kafka_sink_project(KafkaSink *sink, ExprRuntime *out_rt, Record *rec, Datum *values, bool *nulls)
+{
+	KafkaSinkPlan *kp = sink->plan;
+	Datum	   *hvalues = palloc(sizeof(Datum) * Max(kp->nheaders, 1));
+	bool	   *hnulls = palloc(sizeof(bool) * Max(kp->nheaders, 1));
+
+	nulls[KAFKA_COLUMN_KEY] = true;
+	values[KAFKA_COLUMN_KEY] = (Datum) 0;
+	if (kp->key)
+		values[KAFKA_COLUMN_KEY] = expr_eval(kp->key, out_rt, rec, &nulls[KAFKA_COLUMN_KEY]);
+	values[KAFKA_COLUMN_VALUE] = expr_eval(kp->value, out_rt, rec, &nulls[KAFKA_COLUMN_VALUE]);
+	for (int h = 0; h < kp->nheaders; h++)
+		hvalues[h] = expr_eval(kp->headers[h], out_rt, rec, &hnulls[h]);
+	nulls[KAFKA_COLUMN_HEADERS] = kp->nheaders == 0;
+	values[KAFKA_COLUMN_HEADERS] = kp->nheaders == 0 ? (Datum) 0 :
+		PointerGetDatum(kafka_headers_encode(kp->nheaders, hvalues, hnulls));
+}
+
+void
+kafka_sink_add(KafkaSink *sink, Datum *values, bool *nulls, const char *topic, int32 partition,
+			   int64 offset)
+{
+	keep(sink, values, nulls, false, topic, partition, offset);
+}
+
+void
+kafka_sink_tombstone(KafkaSink *sink, Datum *values, bool *nulls)
+{
+	keep(sink, values, nulls, true, NULL, -1, -1);
+}
+
+/* Text and bytea alike: the record holds the value's bytes. */
+static bytea *
+copy_bytes(Datum d, bool isnull)
+{
+	return isnull ? NULL : (bytea *) PG_DETOAST_DATUM_COPY(d);
+}
+
+static void
+keep(KafkaSink *sink, Datum *values, bool *nulls, bool tombstone, const char *topic,
+	 int32 partition, int64 offset)
+{
+	MemoryContext old = MemoryContextSwitchTo(sink->ctx);
+	KafkaRecord *r;
+
+	if (sink->nrecords == sink->capacity)
+	{
+		sink->capacity = Max(1024, sink->capacity * 2);
+		sink->records = sink->records ?
+			repalloc_huge(sink->records, sizeof(KafkaRecord) * sink->capacity) :
+			palloc_extended(sizeof(KafkaRecord) * sink->capacity, MCXT_ALLOC_HUGE);
+	}
+	r = &sink->records[sink->nrecords++];
+	r->key = copy_bytes(values[KAFKA_COLUMN_KEY], nulls[KAFKA_COLUMN_KEY]);
+	r->value = tombstone ? NULL : copy_bytes(values[KAFKA_COLUMN_VALUE], nulls[KAFKA_COLUMN_VALUE]);
+	r->headers = copy_bytes(values[KAFKA_COLUMN_HEADERS], nulls[KAFKA_COLUMN_HEADERS]);
+	r->topic = topic;
+	r->partition = partition;
+	r->offset = offset;
+	MemoryContextSwitchTo(old);
+}
+
+int
+kafka_sink_rows(KafkaSink *sink)
+{
+	return sink->nrecords;
+}
+
+bool
+kafka_sink_full(KafkaSink *sink)
+{
+	return MemoryContextMemAllocated(sink->ctx, true) >= KAFKA_SINK_MAX_BYTES;
+}
+
+int64
+kafka_sink_flush(KafkaSink *sink, DeadLetterBuffer *dlq, OnError on_error, int64 epoch,
+				 int64 *rejected)
+{
+	KafkaRecord **chunk = palloc(sizeof(KafkaRecord *) * OUTBOX_CHUNK_ROWS);
+	int			n = 0;
+	int64		written = 0;
+
+	*rejected = 0;
+	for (int i = 0; i < sink->nrecords; i++)
+	{
+		KafkaRecord *r = &sink->records[i];
+		int64		size = record_bytes(sink, r);
+
+		/* The producer would refuse it at every attempt: it never reaches the outbox. */
+		if (size > sink->max_bytes)
+		{
+			refuse(sink, r, size, dlq, on_error);
+			(*rejected)++;
+			continue;
+		}
+		chunk[n++] = r;
+		if (n == OUTBOX_CHUNK_ROWS)
+		{
+			insert_chunk(sink, epoch, written, chunk, n);
+			written += n;
+			n = 0;
+		}
+	}
+	if (n > 0)
+		insert_chunk(sink, epoch, written, chunk, n);
+	written += n;
+	TEST_POINT("kafka_sink_after_outbox");
+
+	sink->nrecords = 0;
+	sink->capacity = 0;
+	sink->records = NULL;
+	MemoryContextReset(sink->ctx);
+	pfree(chunk);
+	return written;
+}
+
+bool
+kafka_sink_publish(KafkaSink *sink, char **error)
+{
+	return kafka_publisher_publish(sink->publisher, error);
+}
+
+/* The bytes librdkafka counts against message.max.bytes. */
+static int64
+record_bytes(KafkaSink *sink, KafkaRecord *r)
+{
+	int64		size = 0;
+
+	if (r->key)
+		size += VARSIZE_ANY_EXHDR(r->key);
+	if (r->value)
+		size += VARSIZE_ANY_EXHDR(r->value);
+	if (r->headers)
+	{
+		size += VARSIZE_ANY_EXHDR(r->headers);
+		for (int h = 0; h < sink->plan->nheaders; h++)
+			size += strlen(sink->plan->header_names[h]);
+	}
+	return size;
+}
+
+static void
+refuse(KafkaSink *sink, KafkaRecord *r, int64 size, DeadLetterBuffer *dlq, OnError on_error)
+{
+	char	   *message = psprintf("the record is " INT64_FORMAT " bytes, more than the producer's message.max.bytes (" INT64_FORMAT ")",
+								   size, sink->max_bytes);
+
+	if (on_error == ON_ERROR_FAIL)
+	{
+		*sink->failing = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("an output record could not be written to topic \"%s\": %s",
+						sink->spec->topic, message),
+				 errhint("Raise sink.options.message.max.bytes (and the topic's max.message.bytes), or set on_error to dead_letter.")));
+	}
+	if (on_error == ON_ERROR_DEAD_LETTER)
+		dead_letter_add(dlq, r->topic, r->partition, r->offset,
+						r->key ? VARDATA_ANY(r->key) : NULL, r->key ? VARSIZE_ANY_EXHDR(r->key) : -1,
+						r->value ? VARDATA_ANY(r->value) : NULL, r->value ? VARSIZE_ANY_EXHDR(r->value) : -1,
+						"sink", message);
+}
+
+/* One INSERT ... SELECT FROM unnest of n records, numbered from first_seq. */
+static void
+insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, int n)
+{
+	Oid			types[7] = {INT8OID, INT4OID, INT8OID, INT4OID, BYTEAARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID};
+	Datum		values[7];
+	Datum	   *keys = palloc(sizeof(Datum) * n);
+	Datum	   *vals = palloc(sizeof(Datum) * n);
+	Datum	   *hdrs = palloc(sizeof(Datum) * n);
+	bool	   *knulls = palloc(sizeof(bool) * n);
+	bool	   *vnulls = palloc(sizeof(bool) * n);
+	bool	   *hnulls = palloc(sizeof(bool) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int i = 0; i < n; i++)
+	{
+		keys[i] = PointerGetDatum(chunk[i]->key);
+		knulls[i] = chunk[i]->key == NULL;
+		vals[i] = PointerGetDatum(chunk[i]->value);
+		vnulls[i] = chunk[i]->value == NULL;
+		hdrs[i] = PointerGetDatum(chunk[i]->headers);
+		hnulls[i] = chunk[i]->headers == NULL;
+	}
+	values[0] = Int64GetDatum(sink->owner.job_id);
+	values[1] = Int32GetDatum(sink->owner.subtask);
+	values[2] = Int64GetDatum(epoch);
+	values[3] = Int32GetDatum(first_seq);
+	values[4] = PointerGetDatum(construct_md_array(keys, knulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
+	values[5] = PointerGetDatum(construct_md_array(vals, vnulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
+	values[6] = PointerGetDatum(construct_md_array(hdrs, hnulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
+
+	SPI_connect();
+	if (sink->insert_plan == NULL)
+	{
+		sink->insert_plan = SPI_prepare("INSERT INTO " MAILER_SCHEMA ".kafka_outbox "
+										"(job_id, subtask, epoch, seq, key, value, headers) "
+										"SELECT $1, $2, $3, $4 OPERATOR(pg_catalog.+) r.n::integer, r.k, r.v, r.h "
+										"FROM ROWS FROM (pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7)) "
+										"WITH ORDINALITY AS r(k, v, h, n)",
+										7, types);
+		if (sink->insert_plan == NULL || SPI_keepplan(sink->insert_plan) != 0)
+			elog(ERROR, "could not prepare the Kafka sink's outbox insert: %s",
+				 SPI_result_code_string(SPI_result));
+	}
+	if (SPI_execute_plan(sink->insert_plan, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not write the Kafka sink's outbox");
+	SPI_finish();
+}
+
+/*
+ * Encoded headers: for each of the spec's headers in order, a 4-byte
+ * length in network order (-1: null) and the value's bytes.
+ */
+bytea *
+kafka_headers_encode(int n, Datum *values, bool *nulls)
+{
+	StringInfoData buf;
+	bytea	   *result;
+
+	initStringInfo(&buf);
+	appendStringInfoSpaces(&buf, VARHDRSZ);
+	for (int h = 0; h < n; h++)
+	{
+		text	   *t = nulls[h] ? NULL : DatumGetTextPP(values[h]);
+		uint32		len = pg_hton32(t ? (uint32) VARSIZE_ANY_EXHDR(t) : (uint32) -1);
+
+		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+		if (t)
+			appendBinaryStringInfo(&buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	}
+	result = (bytea *) buf.data;
+	SET_VARSIZE(result, buf.len);
+	return result;
+}
+
+bool
+kafka_headers_value(bytea *headers, int i, const char **data, int *len)
+{
+	const char *p = VARDATA_ANY(headers);
+	const char *end = p + VARSIZE_ANY_EXHDR(headers);
+
+	for (int h = 0; p + sizeof(uint32) <= end; h++)
+	{
+		uint32		n;
+
+		memcpy(&n, p, sizeof(n));
+		n = pg_ntoh32(n);
+		p += sizeof(n);
+		if (h == i)
+		{
+			*data = n == (uint32) -1 ? NULL : p;
+			*len = n == (uint32) -1 ? -1 : (int) n;
+			return n != (uint32) -1;
+		}
+		if (n != (uint32) -1)
+			p += n;
+	}
+	*data = NULL;
+	*len = -1;
+	return false;
+}
