@@ -601,7 +601,7 @@ section_kafka_sink()
 		record kafka_sink raw - "$run" broker_cpu_s_per_m "$(calc "$broker * 1000000 / $BENCH_EVENTS")"
 		record kafka_sink raw - "$run" records_per_cpu_s "${eps[raw]}"
 		record kafka_sink raw - "$run" transactions "$txns"
-		record kafka_sink raw - "$run" records_out "$n"
+		record kafka_sink raw - "$run" records_out_topic "$n"
 		say "  kafka_sink raw run $run: $rate records/s, $cpu CPU-s, $txns transactions, $n records in the topic"
 		[ "$n" = "$BENCH_EVENTS" ] || say "  WARNING: raw: $n records in $KSINK_TOPIC, expected $BENCH_EVENTS"
 		for kind in $BENCH_KAFKA_SINK_JOBS; do
