@@ -3,7 +3,7 @@
 
 EXTENSION   = mailer
 MODULE_big  = mailer
-EXTVERSION  = 0.3.0
+EXTVERSION  = 0.2.0
 
 SRCS        = $(sort $(wildcard src/*.c src/*/*.c))
 OBJS        = $(SRCS:.c=.o)
@@ -29,10 +29,12 @@ include $(PGXS)
 override CPPFLAGS += -MMD -MP
 -include $(OBJS:.o=.d)
 EXTRA_CLEAN = $(OBJS:.o=.d)
+# The version is compiled in: a changed EXTVERSION must reach the library.
+src/jobs/catalog.o: Makefile
 
 SERVICES = test/services
 
-.PHONY: deps services services-down test test-long integration demo bench fuzz
+.PHONY: deps services services-down test test-long integration demo demo-kafka bench fuzz
 
 # Debian packages and the Kafka jars; a no-op once installed.
 deps:
@@ -63,6 +65,11 @@ test-long:
 
 demo:
 	test/demo.sh
+
+# Only the demo's Kafka to Kafka pipeline (test/demo_kafka.sh), after the
+# same setup and orders.
+demo-kafka:
+	test/demo.sh kafka
 
 # Differential fuzzing of the JSON field scanner and the ISO 8601 fast path
 # against PostgreSQL's parsers, under AddressSanitizer, in a cluster of its

@@ -2,33 +2,82 @@
 # `make demo`: the order-totals job of the README's tour, end to end, on a
 # local PostgreSQL and a local Kafka broker.  Installs what is missing,
 # builds, starts the services (leaving them running for you to explore),
-# produces sample orders to the topic "orders", runs the job (at parallelism
-# 2, to show its subtasks: the results are those of one worker) and prints
-# the result table, mailer.subtasks and mailer.metrics.
+# produces sample orders to the topic "orders" (keeping them in the table
+# demo_orders too), runs the job (at parallelism 2, to show its subtasks: the
+# results are those of one worker) and prints the result table,
+# mailer.subtasks and mailer.metrics.  Then test/demo_kafka.sh runs the
+# README's "Kafka to Kafka" pipeline on the same orders.
+#
+# `make demo-kafka` (test/demo.sh kafka) does the same setup and orders, then
+# only the Kafka to Kafka part.
 set -euo pipefail
 . "$(dirname "$0")/services/env.sh"
 cd "$MAILER_ROOT"
 
+part=${1:-all}
+case $part in
+all | kafka) ;;
+*) echo "usage: $0 [kafka]" >&2; exit 2 ;;
+esac
+
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+
+psql_demo() { "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"; }
 
 test/services/deps.sh
 test/services/kafka.sh fetch
 make -s PG_CONFIG="$PG_CONFIG"
 "${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" install
+# An earlier run's jobs would start again with the server and read the
+# topics deleted below: drop them first (a worker reading a deleted and
+# recreated topic can hang at its exit in librdkafka, holding up the
+# server's shutdown).
+if test/services/pg.sh status >/dev/null; then
+	psql_demo -c "SET client_min_messages = warning; DROP EXTENSION IF EXISTS mailer CASCADE" || true
+fi
 test/services/pg.sh restart
 test/services/kafka.sh start
 
-psql_demo() { "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"; }
-
 echo
-echo "== a fresh topic 'orders' (8 partitions) and the sink table"
+echo "== a fresh topic 'orders' (8 partitions) and a fresh extension"
 test/services/kafka.sh delete-topic orders >/dev/null
 test/services/kafka.sh create-topic orders 8
 psql_demo <<'SQL'
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS mailer CASCADE;
 CREATE EXTENSION mailer;
+SQL
+
+echo "== 20,000 sample orders over 10 minutes of event time, a few of them bad"
+# Event times advance 30 ms per order with up to 3 s of disorder; every 2,500th
+# order has a negative amount (filtered out) and two messages are not JSON
+# (dead letters): the jobs keep going.  The table demo_orders keeps the
+# orders (all but the two bad messages) for test/demo_kafka.sh to check its
+# results against.
+psql_demo <<'SQL'
+DROP TABLE IF EXISTS demo_orders;
+CREATE TABLE demo_orders AS
+  SELECT i AS order_id, 'c' || (i % 20) AS customer_id,
+         CASE WHEN i % 2500 = 0 THEN -1 ELSE round((1 + (i * 7919 % 9900) / 100.0)::numeric, 2) END AS amount,
+         timestamptz '2025-06-01 12:00:00+00' + (i * 30 - (i * 37 % 3000)) * interval '1 millisecond' AS ts
+    FROM generate_series(0, 19999) AS i;
+SQL
+psql_demo -Atc "
+  (SELECT customer_id || E'\t' ||
+          json_build_object('order_id', order_id, 'customer_id', customer_id, 'amount', amount, 'ts', ts)::text
+     FROM demo_orders ORDER BY order_id)
+  UNION ALL SELECT E'c1\tnot json at all'
+  UNION ALL SELECT E'c2\t{\"order_id\": \"broken\"'" |
+	kcat -b "$KAFKA_BROKERS" -P -t orders -K $'\t' -z lz4
+
+if [ "$part" = kafka ]; then
+	test/demo_kafka.sh
+	exit
+fi
+
+echo "== the sink table customer_totals"
+psql_demo <<'SQL'
 DROP TABLE IF EXISTS customer_totals;
 CREATE TABLE customer_totals (
     customer_id  text,
@@ -38,20 +87,6 @@ CREATE TABLE customer_totals (
     total        numeric,
     PRIMARY KEY (customer_id, window_start));
 SQL
-
-echo "== 20,000 sample orders over 10 minutes of event time, a few of them bad"
-# Event times advance 30 ms per order with up to 3 s of disorder; every 2,500th
-# order has a negative amount (filtered out) and two messages are not JSON
-# (dead letters): the job keeps going.
-psql_demo -Atc "
-  SELECT 'c' || (i % 20) || E'\t' ||
-         json_build_object('order_id', i, 'customer_id', 'c' || (i % 20),
-                           'amount', CASE WHEN i % 2500 = 0 THEN -1 ELSE round((1 + (i * 7919 % 9900) / 100.0)::numeric, 2) END,
-                           'ts', timestamptz '2025-06-01 12:00:00+00' + (i * 30 - (i * 37 % 3000)) * interval '1 millisecond')::text
-    FROM generate_series(0, 19999) AS i
-  UNION ALL SELECT E'c1\tnot json at all'
-  UNION ALL SELECT E'c2\t{\"order_id\": \"broken\"'" |
-	kcat -b "$KAFKA_BROKERS" -P -t orders -K $'\t' -z lz4
 
 echo "== the job"
 psql_demo <<SQL
@@ -83,7 +118,7 @@ echo "== mailer.metrics"
 psql_demo -x -c "SELECT * FROM mailer.metrics"
 echo "== mailer.dead_letters"
 psql_demo -c "SELECT topic, partition, \"offset\", stage, error, convert_from(value, 'UTF8') AS value FROM mailer.dead_letters"
-echo
 echo "The last minute stays open until later events move the watermark past it."
-echo "The services keep running: psql -h $PGHOST -p $PGPORT -U $PGUSER $PGDATABASE"
-echo "Stop them with: make services-down"
+echo
+
+test/demo_kafka.sh

@@ -63,14 +63,24 @@
 #define MARKER_PARTITION 0
 #define MARKER_METADATA "mailer generation %d"
 
-/* Records the broker refused for their size in one attempt, kept to dead-letter them. */
+/*
+ * The bytes a batch of one record adds to its key, value and headers (the
+ * batch header, the record's lengths and offsets) are under this bound.
+ */
+#define RECORD_OVERHEAD 256
+
+/* librdkafka's default message.max.bytes. */
+#define DEFAULT_MESSAGE_MAX_BYTES 1000000
+
+/* Records refused for their size in one attempt, kept to dead-letter them. */
 #define MAX_REFUSED 1024
 
 typedef struct RefusedRecord
 {
 	int64		epoch;
 	int32		seq;
-	rd_kafka_resp_err_t err;
+	rd_kafka_resp_err_t err;	/* the broker's refusal, or 0: over max_record_bytes */
+	int64		size;
 } RefusedRecord;
 
 struct KafkaPublisher
@@ -78,6 +88,7 @@ struct KafkaPublisher
 	KafkaSinkSpec *spec;
 	SinkOwner	owner;
 	OnError		on_error;
+	bool	   *failing;		/* set before on_error "fail" raises */
 	MemoryContext ctx;
 	char	   *transactional_id;
 	char	   *marker_group;
@@ -85,8 +96,10 @@ struct KafkaPublisher
 
 	rd_kafka_t *rk;				/* NULL: made at the next publish */
 	rd_kafka_queue_t *logs;
-	rd_kafka_t *marker_reader;	/* a consumer handle of marker_group, to read the marker */
-	rd_kafka_queue_t *marker_logs;
+	rd_kafka_t *reader;			/* a consumer of marker_group: reads the marker and the topic's config */
+	rd_kafka_queue_t *reader_logs;
+	int64		max_record_bytes;	/* what the topic and the producer take, less a batch's overhead */
+	bool		progress_made;	/* the progress row exists */
 	bool		marker_known;	/* published is the marker's, for this producer */
 	int64		published;		/* every record up to this epoch is in the topic */
 	int32		generation;
@@ -101,27 +114,30 @@ struct KafkaPublisher
 	int			sent_capacity;
 };
 
-static void open_producer(KafkaPublisher *pub);
+static bool open_session(KafkaPublisher *pub, char **error);
+static bool describe_topic(KafkaPublisher *pub, char **error);
 static void close_producer(KafkaPublisher *pub);
+static void make_progress_row(KafkaPublisher *pub);
 static void read_progress(KafkaPublisher *pub, int64 *published, int32 *generation);
 static bool read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error);
-static bool topic_exists(KafkaPublisher *pub, char **error);
 static int64 send_outbox(KafkaPublisher *pub, char **error);
 static bool commit_kafka(KafkaPublisher *pub, int64 through, char **error);
 static void record_published(KafkaPublisher *pub, int64 through);
 static void dead_letter_refused(KafkaPublisher *pub);
+static void refuse_oversized(KafkaPublisher *pub);
 static bool txn_failed(KafkaPublisher *pub, rd_kafka_error_t *err, const char *what, char **error);
 static void delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque);
 static char *client_error(KafkaPublisher *pub, const char *what, const char *text);
 
 KafkaPublisher *
 kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, OnError on_error,
-					   MemoryContext parent)
+					   bool *failing, MemoryContext parent)
 {
 	KafkaPublisher *pub = MemoryContextAllocZero(parent, sizeof(KafkaPublisher));
 
 	pub->spec = spec;
 	pub->on_error = on_error;
+	pub->failing = failing;
 	pub->owner = *owner;
 	pub->ctx = parent;
 
@@ -147,10 +163,20 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 	int64		through;
 
 	*error = NULL;
-	if (pub->rk == NULL)
-		open_producer(pub);
-	if (pub->logs)
-		kafka_drain_logs(pub->logs, &pub->secrets);
+	if (!pub->progress_made)
+	{
+		/* In a transaction of its own: mailer.kafka_sinks shows a sink that waits too. */
+		work_xact_begin();
+		make_progress_row(pub);
+		work_xact_end();
+		pub->progress_made = true;
+	}
+	if (pub->rk == NULL && !open_session(pub, error))
+	{
+		close_producer(pub);
+		return false;
+	}
+	kafka_drain_logs(pub->logs, &pub->secrets);
 
 	work_xact_begin();
 	read_progress(pub, &progress, &generation);
@@ -165,6 +191,7 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 	}
 	if (progress < pub->published)
 		record_published(pub, pub->published);
+	refuse_oversized(pub);
 
 	for (;;)
 	{
@@ -188,7 +215,7 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 		 * send the rest again.  Any other failure ends the producer: the
 		 * next call starts over with a new one.
 		 */
-		if (pub->nrefused > 0 && pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		if (pub->nrefused > 0 &&
 			(!pub->spec->exactly_once ||
 			 !txn_failed(pub, rd_kafka_abort_transaction(pub->rk, KAFKA_CALL_TIMEOUT_MS),
 						 "abort a transaction", error)))
@@ -223,42 +250,71 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 	return true;
 }
 
-/* The producer (and, exactly once, its transactions initialized and the marker reader). */
-static void
-open_producer(KafkaPublisher *pub)
+/*
+ * A new session: the reader, the topic's limit, then the producer, its
+ * batches no larger than the topic takes (librdkafka does not split a batch
+ * the broker refuses as too large).  The marker is read later, in the
+ * publish's transaction.
+ */
+static bool
+open_session(KafkaPublisher *pub, char **error)
 {
 	char		errstr[512];
 	rd_kafka_conf_t *conf;
+	KafkaSourceSpec as_source = {.brokers = pub->spec->brokers, .options = pub->spec->options,
+	.owner = pub->spec->owner};
+	bool		batch_size_set = false;
+	ListCell   *lc;
+
+	conf = kafka_options_conf(&as_source, pub->marker_group, false);
+	pub->reader = kafka_client_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	if (pub->reader == NULL)
+	{
+		*error = client_error(pub, "create a consumer for the epoch marker", errstr);
+		return false;
+	}
+	pub->reader_logs = rd_kafka_queue_new(pub->reader);
+	rd_kafka_set_log_queue(pub->reader, pub->reader_logs);
+	if (!describe_topic(pub, error))
+		return false;
 
 	conf = kafka_producer_conf(pub->spec, pub->transactional_id, false);
+	foreach(lc, pub->spec->options)
+		batch_size_set |= strcmp(((DefElem *) lfirst(lc))->defname, "batch.size") == 0;
+	if (!batch_size_set &&
+		rd_kafka_conf_set(conf, "batch.size", psprintf(INT64_FORMAT, Min(pub->max_record_bytes + RECORD_OVERHEAD, 1000000)),
+						  errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		elog(ERROR, "librdkafka refused batch.size: %s", errstr);
 	rd_kafka_conf_set_dr_msg_cb(conf, delivery_report);
 	rd_kafka_conf_set_opaque(conf, pub);
 	pub->rk = kafka_client_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (pub->rk == NULL)
 	{
-		kafka_secrets_mask(&pub->secrets, errstr, sizeof(errstr));
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not create a Kafka producer for topic \"%s\": %s", pub->spec->topic, errstr)));
+		*error = client_error(pub, "create a producer", errstr);
+		return false;
 	}
 	pub->logs = rd_kafka_queue_new(pub->rk);
 	rd_kafka_set_log_queue(pub->rk, pub->logs);
 	pub->marker_known = false;
+	return true;
 }
 
 static void
 close_producer(KafkaPublisher *pub)
 {
+	/* Records not sent yet are dropped: the outbox still holds them. */
+	if (pub->rk)
+		rd_kafka_purge(pub->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 	if (pub->logs)
 		rd_kafka_queue_destroy(pub->logs);
 	if (pub->rk)
 		rd_kafka_destroy(pub->rk);
-	if (pub->marker_logs)
-		rd_kafka_queue_destroy(pub->marker_logs);
-	if (pub->marker_reader)
-		rd_kafka_destroy(pub->marker_reader);
-	pub->logs = pub->marker_logs = NULL;
-	pub->rk = pub->marker_reader = NULL;
+	if (pub->reader_logs)
+		rd_kafka_queue_destroy(pub->reader_logs);
+	if (pub->reader)
+		rd_kafka_destroy(pub->reader);
+	pub->logs = pub->reader_logs = NULL;
+	pub->rk = pub->reader = NULL;
 	pub->marker_known = false;
 }
 
@@ -267,11 +323,10 @@ close_producer(KafkaPublisher *pub)
 
 /* The subtask's progress row, made at its first publish. */
 static void
-read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
+make_progress_row(KafkaPublisher *pub)
 {
 	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
 	Datum		values[3];
-	bool		isnull;
 
 	values[0] = Int64GetDatum(pub->owner.job_id);
 	values[1] = Int32GetDatum(pub->owner.subtask);
@@ -279,8 +334,26 @@ read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
 	SPI_connect();
 	catalog_exec("INSERT INTO " MAILER_SCHEMA ".kafka_sink_progress (job_id, subtask, transactional_id) "
 				 "VALUES ($1, $2, $3) ON CONFLICT (job_id, subtask) DO UPDATE "
-				 "SET transactional_id = EXCLUDED.transactional_id "
-				 "RETURNING published_epoch, generation", 3, types, values, NULL, false);
+				 "SET transactional_id = EXCLUDED.transactional_id", 3, types, values, NULL, false);
+	SPI_finish();
+}
+
+static void
+read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
+{
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2];
+	bool		isnull;
+
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	values[1] = Int32GetDatum(pub->owner.subtask);
+	SPI_connect();
+	catalog_exec("SELECT published_epoch, generation FROM " MAILER_SCHEMA ".kafka_sink_progress "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
+				 2, types, values, NULL, true);
+	if (SPI_processed != 1)
+		elog(ERROR, "the Kafka sink's progress row of job " INT64_FORMAT " subtask %d is missing",
+			 pub->owner.job_id, pub->owner.subtask);
 	*published = DatumGetInt64(catalog_value(0, Anum_progress_published, &isnull));
 	*generation = DatumGetInt32(catalog_value(0, Anum_progress_generation, &isnull));
 	SPI_finish();
@@ -302,8 +375,6 @@ read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error)
 
 	pub->generation = generation;
 	pub->published = progress;
-	if (!topic_exists(pub, error))
-		return false;
 	if (!pub->spec->exactly_once)
 	{
 		pub->marker_known = true;
@@ -317,26 +388,10 @@ read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error)
 		rd_kafka_error_destroy(txn_err);
 		return false;
 	}
-	if (pub->marker_reader == NULL)
-	{
-		char		errstr[512];
-		rd_kafka_conf_t *conf = kafka_options_conf(&(KafkaSourceSpec) {
-			.brokers = pub->spec->brokers, .options = pub->spec->options, .owner = pub->spec->owner},
-			pub->marker_group, false);
-
-		pub->marker_reader = kafka_client_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-		if (pub->marker_reader == NULL)
-		{
-			*error = client_error(pub, "create the marker's reader", errstr);
-			return false;
-		}
-		pub->marker_logs = rd_kafka_queue_new(pub->marker_reader);
-		rd_kafka_set_log_queue(pub->marker_reader, pub->marker_logs);
-	}
 	parts = rd_kafka_topic_partition_list_new(1);
 	p = rd_kafka_topic_partition_list_add(parts, pub->spec->topic, MARKER_PARTITION);
-	err = rd_kafka_committed(pub->marker_reader, parts, KAFKA_CALL_TIMEOUT_MS);
-	kafka_drain_logs(pub->marker_logs, &pub->secrets);
+	err = rd_kafka_committed(pub->reader, parts, KAFKA_CALL_TIMEOUT_MS);
+	kafka_drain_logs(pub->reader_logs, &pub->secrets);
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 		err = p->err;
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -372,28 +427,77 @@ read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error)
 }
 
 /*
- * The topic must exist before anything is sent to it: librdkafka would
- * hold the records until message.timeout.ms, and mailer does not create
- * topics (as it does not create sink tables).
+ * The topic must exist before anything is sent to it (librdkafka would hold
+ * the records until message.timeout.ms, and mailer creates no topics, as it
+ * creates no sink tables), and its max.message.bytes bounds a record: the
+ * broker refuses a larger one, and the whole batch around it.  Without the
+ * right to read the topic's configuration, the producer's limit stands.
  */
 static bool
-topic_exists(KafkaPublisher *pub, char **error)
+describe_topic(KafkaPublisher *pub, char **error)
 {
-	rd_kafka_topic_t *rkt = rd_kafka_topic_new(pub->rk, pub->spec->topic, NULL);
-	const rd_kafka_metadata_t *md = NULL;
-	rd_kafka_resp_err_t err;
+	rd_kafka_ConfigResource_t *resource = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, pub->spec->topic);
+	rd_kafka_queue_t *queue = rd_kafka_queue_new(pub->reader);
+	rd_kafka_AdminOptions_t *options = rd_kafka_AdminOptions_new(pub->reader, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+	rd_kafka_event_t *ev;
+	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+	int64		topic_max = -1;
+	int64		producer_max = DEFAULT_MESSAGE_MAX_BYTES;
+	ListCell   *lc;
 
-	err = rd_kafka_metadata(pub->rk, 0, rkt, &md, KAFKA_CALL_TIMEOUT_MS);
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1)
-		err = md->topics[0].err;
-	if (md)
-		rd_kafka_metadata_destroy(md);
-	rd_kafka_topic_destroy(rkt);
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-		return true;
-	*error = client_error(pub, "find the topic", err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ?
-						  "the topic does not exist (create it; mailer does not)" : rd_kafka_err2str(err));
-	return false;
+	foreach(lc, pub->spec->options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		if (strcmp(opt->defname, "message.max.bytes") == 0)
+			producer_max = strtoll(strVal(opt->arg), NULL, 0);
+	}
+	(void) rd_kafka_AdminOptions_set_request_timeout(options, KAFKA_CALL_TIMEOUT_MS, NULL, 0);
+	rd_kafka_DescribeConfigs(pub->reader, &resource, 1, options, queue);
+	ev = rd_kafka_queue_poll(queue, KAFKA_CALL_TIMEOUT_MS + 1000);
+	if (ev)
+	{
+		const rd_kafka_DescribeConfigs_result_t *result = rd_kafka_event_DescribeConfigs_result(ev);
+		size_t		nres = 0;
+		const rd_kafka_ConfigResource_t **res = NULL;
+
+		err = rd_kafka_event_error(ev);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR && result)
+			res = rd_kafka_DescribeConfigs_result_resources(result, &nres);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR && nres == 1)
+		{
+			size_t		nconf = 0;
+			const rd_kafka_ConfigEntry_t **entries = rd_kafka_ConfigResource_configs(res[0], &nconf);
+
+			err = rd_kafka_ConfigResource_error(res[0]);
+			for (size_t i = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && i < nconf; i++)
+				if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "max.message.bytes") == 0 &&
+					rd_kafka_ConfigEntry_value(entries[i]) != NULL)
+					topic_max = strtoll(rd_kafka_ConfigEntry_value(entries[i]), NULL, 10);
+		}
+		rd_kafka_event_destroy(ev);
+	}
+	rd_kafka_AdminOptions_destroy(options);
+	rd_kafka_queue_destroy(queue);
+	rd_kafka_ConfigResource_destroy(resource);
+	kafka_drain_logs(pub->reader_logs, &pub->secrets);
+
+	if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+	{
+		*error = client_error(pub, "find the topic", "the topic does not exist (create it; mailer does not)");
+		return false;
+	}
+	if (err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+		ereport(LOG,
+				(errmsg("Kafka sink of topic \"%s\" may not read the topic's max.message.bytes; records are bounded by the producer's message.max.bytes only",
+						pub->spec->topic)));
+	else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = client_error(pub, "describe the topic", rd_kafka_err2str(err));
+		return false;
+	}
+	pub->max_record_bytes = (topic_max > 0 ? Min(topic_max, producer_max) : producer_max) - RECORD_OVERHEAD;
+	return true;
 }
 
 /*
@@ -426,7 +530,8 @@ send_outbox(KafkaPublisher *pub, char **error)
 					   "AND epoch OPERATOR(pg_catalog.>) $3 ORDER BY epoch, seq", 3, types);
 	if (plan == NULL)
 		elog(ERROR, "could not prepare the Kafka sink's outbox read: %s", SPI_result_code_string(SPI_result));
-	portal = SPI_cursor_open(NULL, plan, values, NULL, true);
+	/* Not read-only: it must see what this transaction deleted before it. */
+	portal = SPI_cursor_open(NULL, plan, values, NULL, false);
 	for (;;)
 	{
 		SPI_cursor_fetch(portal, true, FETCH_ROWS);
@@ -498,7 +603,7 @@ send_outbox(KafkaPublisher *pub, char **error)
 			}
 			if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && pub->nrefused < MAX_REFUSED)
 			{
-				pub->refused[pub->nrefused++] = (RefusedRecord) {epoch, seq, err};
+				pub->refused[pub->nrefused++] = (RefusedRecord) {epoch, seq, err, -1};
 				if (hdrs)
 					rd_kafka_headers_destroy(hdrs);
 			}
@@ -595,6 +700,55 @@ record_published(KafkaPublisher *pub, int64 through)
 }
 
 /*
+ * Records larger than the topic takes never go out: they leave the outbox
+ * before anything is produced, in chunks of MAX_REFUSED.
+ */
+static void
+refuse_oversized(KafkaPublisher *pub)
+{
+	Oid			types[5] = {INT8OID, INT4OID, INT8OID, INT8OID, INT4OID};
+	Datum		values[5];
+	int64		names = 0;
+	ListCell   *lc;
+
+	foreach(lc, pub->spec->headers)
+		names += strlen(((NamedExprSpec *) lfirst(lc))->name);
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	values[1] = Int32GetDatum(pub->owner.subtask);
+	values[2] = Int64GetDatum(pub->published);
+	values[3] = Int64GetDatum(pub->max_record_bytes);
+	values[4] = Int32GetDatum((int32) names);
+	for (;;)
+	{
+		SPI_connect();
+		catalog_exec("SELECT epoch, seq, s FROM (SELECT epoch, seq, "
+					 "coalesce(pg_catalog.octet_length(key), 0) OPERATOR(pg_catalog.+) "
+					 "coalesce(pg_catalog.octet_length(value), 0) OPERATOR(pg_catalog.+) "
+					 "coalesce(pg_catalog.octet_length(headers) OPERATOR(pg_catalog.+) $5, 0) AS s "
+					 "FROM " MAILER_SCHEMA ".kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND subtask OPERATOR(pg_catalog.=) $2 AND epoch OPERATOR(pg_catalog.>) $3) r "
+					 "WHERE s OPERATOR(pg_catalog.>) $4 ORDER BY epoch, seq LIMIT " CppAsString2(MAX_REFUSED),
+					 5, types, values, NULL, false);	/* sees the deletes before it */
+		pub->nrefused = 0;
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+
+			pub->refused[pub->nrefused++] = (RefusedRecord) {
+				DatumGetInt64(catalog_value(i, 1, &isnull)),
+				DatumGetInt32(catalog_value(i, 2, &isnull)),
+				RD_KAFKA_RESP_ERR_NO_ERROR,
+				DatumGetInt64(catalog_value(i, 3, &isnull))
+			};
+		}
+		SPI_finish();
+		if (pub->nrefused == 0)
+			return;
+		dead_letter_refused(pub);
+	}
+}
+
+/*
  * Records the broker refused for their size (the topic's max.message.bytes
  * is below the producer's limit): each leaves the outbox for
  * mailer.dead_letters, in the publish's transaction, and the rest is sent
@@ -612,14 +766,19 @@ dead_letter_refused(KafkaPublisher *pub)
 	for (int i = 0; i < pub->nrefused; i++)
 	{
 		RefusedRecord *r = &pub->refused[i];
-		char	   *message = psprintf("topic \"%s\" refused the record: %s", pub->spec->topic,
-									   rd_kafka_err2str(r->err));
+		char	   *message = r->err ?
+			psprintf("topic \"%s\" refused the record: %s", pub->spec->topic, rd_kafka_err2str(r->err)) :
+			psprintf("the record is " INT64_FORMAT " bytes, more than topic \"%s\" takes (max.message.bytes, less " INT64_FORMAT " bytes of a batch's overhead: " INT64_FORMAT ")",
+					 r->size, pub->spec->topic, (int64) RECORD_OVERHEAD, pub->max_record_bytes);
 
 		if (pub->on_error == ON_ERROR_FAIL)
+		{
+			*pub->failing = true;
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("an output record could not be written: %s", message),
 					 errhint("Raise the topic's max.message.bytes, or set on_error to dead_letter.")));
+		}
 		values[2] = Int64GetDatum(r->epoch);
 		values[3] = Int32GetDatum(r->seq);
 		if (pub->on_error == ON_ERROR_DEAD_LETTER)
@@ -681,7 +840,7 @@ delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 		return;
 	if (msg->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && i >= 0 && i < pub->nsent &&
 		pub->nrefused < MAX_REFUSED)
-		pub->refused[pub->nrefused++] = (RefusedRecord) {pub->sent_epochs[i], pub->sent_seqs[i], msg->err};
+		pub->refused[pub->nrefused++] = (RefusedRecord) {pub->sent_epochs[i], pub->sent_seqs[i], msg->err, -1};
 	else if (pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
 		pub->delivery_error = msg->err;
 }

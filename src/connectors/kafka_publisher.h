@@ -17,7 +17,7 @@ typedef struct KafkaPublisher KafkaPublisher;
 
 /* No connection yet: the producer is made at the first publish. */
 extern KafkaPublisher *kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner,
-											  OnError on_error, MemoryContext parent);
+											  OnError on_error, bool *failing, MemoryContext parent);
 
 /*
  * Outside any transaction: publish every outbox record past the published

@@ -85,7 +85,8 @@ kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent, b
 		if (strcmp(opt->defname, "message.max.bytes") == 0)
 			sink->max_bytes = strtoll(strVal(opt->arg), NULL, 0);
 	}
-	sink->publisher = kafka_publisher_create(sink->spec, owner, plan->spec->on_error, parent);
+	sink->publisher = kafka_publisher_create(sink->spec, owner, plan->spec->on_error, failing,
+											 parent);
 	return sink;
 }
 

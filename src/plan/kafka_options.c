@@ -170,10 +170,14 @@ static const ForcedProperty consumer_forced[] = {
 	{"group.id", "Use \"source.group_id\" to name the consumer group."},
 	{NULL}
 };
+/* The consumer's too: the sink reads its epoch marker with a consumer of the same options. */
 static const ForcedProperty producer_forced[] = {
 	{"transactional.id", OWN_TRANSACTIONS_HINT}, {"enable.idempotence", OWN_TRANSACTIONS_HINT},
 	{"acks", OWN_TRANSACTIONS_HINT}, {"request.required.acks", OWN_TRANSACTIONS_HINT},
 	{"log.queue", OWN_TRANSACTIONS_HINT}, {"group.id", OWN_TRANSACTIONS_HINT},
+	{"enable.auto.commit", OWN_TRANSACTIONS_HINT}, {"enable.auto.offset.store", OWN_TRANSACTIONS_HINT},
+	{"enable.partition.eof", OWN_TRANSACTIONS_HINT}, {"auto.offset.reset", OWN_TRANSACTIONS_HINT},
+	{"isolation.level", OWN_TRANSACTIONS_HINT},
 	{NULL}
 };
 

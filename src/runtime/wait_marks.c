@@ -31,11 +31,14 @@ wait_marks_take(Job *job)
 	job->wait_pending = requested;
 }
 
-/* Whether everything this worker's source had at the mark is committed. */
+/*
+ * Whether everything this worker's source had at the mark is committed,
+ * and handed on: a Kafka sink's output published.
+ */
 static bool
 reached(Job *job)
 {
-	if (job->wait_pending == 0 || job->uncommitted > 0)
+	if (job->wait_pending == 0 || job->uncommitted > 0 || job->publish_pending)
 		return false;
 	/* A source read to its end is answered by the final checkpoint, as finished. */
 	if (job->parallelism == 1 && job->source->ops->finished(job->source) &&
