@@ -50,6 +50,7 @@ struct KafkaSink
 	KafkaSinkSpec *spec;
 	SinkOwner	owner;
 	MemoryContext ctx;			/* the records; reset at each flush */
+	MemoryContext scratch;		/* one row's expression evaluation */
 	KafkaRecord *records;
 	int			nrecords;
 	int			capacity;
@@ -77,6 +78,7 @@ kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent, b
 	sink->owner = *owner;
 	sink->failing = failing;
 	sink->ctx = AllocSetContextCreate(parent, "mailer kafka sink records", ALLOCSET_DEFAULT_SIZES);
+	sink->scratch = AllocSetContextCreate(parent, "mailer kafka sink row", ALLOCSET_DEFAULT_SIZES);
 	sink->max_bytes = DEFAULT_MESSAGE_MAX_BYTES;
 	foreach(lc, sink->spec->options)
 	{
@@ -90,23 +92,39 @@ kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent, b
 	return sink;
 }
 
+/*
+ * The expressions run in a context of their own, reset for every row: what
+ * building a JSON value leaves behind would otherwise pile up until the
+ * caller resets its context, after a whole checkpoint's rows.  Only the
+ * results' bytes are copied out, into the caller's context.
+ */
 void
 kafka_sink_project(KafkaSink *sink, ExprRuntime *out_rt, Record *rec, Datum *values, bool *nulls)
 {
 	KafkaSinkPlan *kp = sink->plan;
+	MemoryContext caller = MemoryContextSwitchTo(sink->scratch);
 	Datum	   *hvalues = palloc(sizeof(Datum) * Max(kp->nheaders, 1));
 	bool	   *hnulls = palloc(sizeof(bool) * Max(kp->nheaders, 1));
+	Datum		key = (Datum) 0;
+	Datum		value;
+	bool		key_null = true;
+	bool		value_null;
 
-	nulls[KAFKA_COLUMN_KEY] = true;
-	values[KAFKA_COLUMN_KEY] = (Datum) 0;
 	if (kp->key)
-		values[KAFKA_COLUMN_KEY] = expr_eval(kp->key, out_rt, rec, &nulls[KAFKA_COLUMN_KEY]);
-	values[KAFKA_COLUMN_VALUE] = expr_eval(kp->value, out_rt, rec, &nulls[KAFKA_COLUMN_VALUE]);
+		key = expr_eval(kp->key, out_rt, rec, &key_null);
+	value = expr_eval(kp->value, out_rt, rec, &value_null);
 	for (int h = 0; h < kp->nheaders; h++)
 		hvalues[h] = expr_eval(kp->headers[h], out_rt, rec, &hnulls[h]);
+
+	MemoryContextSwitchTo(caller);
+	nulls[KAFKA_COLUMN_KEY] = key_null;
+	values[KAFKA_COLUMN_KEY] = key_null ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(key));
+	nulls[KAFKA_COLUMN_VALUE] = value_null;
+	values[KAFKA_COLUMN_VALUE] = value_null ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
 	nulls[KAFKA_COLUMN_HEADERS] = kp->nheaders == 0;
 	values[KAFKA_COLUMN_HEADERS] = kp->nheaders == 0 ? (Datum) 0 :
 		PointerGetDatum(kafka_headers_encode(kp->nheaders, hvalues, hnulls));
+	MemoryContextReset(sink->scratch);
 }
 
 void
