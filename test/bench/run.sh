@@ -528,10 +528,10 @@ ksink_count()
 }
 
 # run_job's JOB_AFTER_WAIT: wait_job has returned, so the newest checkpoint
-# covers the whole input and its records are in the outbox or already in
-# the topic; the clock stops once every subtask's Kafka sink has nothing
-# pending.  (published_epoch only moves with epochs that had records, so
-# it need not reach the newest checkpoint's epoch.)
+# covers the whole input (and wait_job also waits for the publish); the
+# clock stops once every subtask's Kafka sink shows nothing pending, which
+# this checks rather than assumes.  (published_epoch only moves with epochs
+# that had records, so it need not reach the newest checkpoint's epoch.)
 ksink_wait_published()
 {
 	local name=$1 ok
