@@ -321,7 +321,7 @@ run_job()
 		state=$(q -c "SELECT state FROM mailer.jobs WHERE name = '$name'")
 		timed_out=1
 	fi
-	[ -z "${JOB_AFTER_WAIT:-}" ] || "$JOB_AFTER_WAIT" "$name"
+	[ "$timed_out" = 1 ] || [ -z "${JOB_AFTER_WAIT:-}" ] || "$JOB_AFTER_WAIT" "$name"
 	t1=$(now)
 	read -r busy1 idle1 steal1 <<<"$(machine_cpu)"
 	[ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
