@@ -287,6 +287,7 @@ insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, i
 	bool	   *hnulls = palloc(sizeof(bool) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
+	CatalogAccess access;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -305,7 +306,9 @@ insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, i
 	values[5] = PointerGetDatum(construct_md_array(vals, vnulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
 	values[6] = PointerGetDatum(construct_md_array(hdrs, hnulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
 
+	/* The outbox is the extension's: written as the catalog's owner, not the job's. */
 	SPI_connect();
+	catalog_enter(&access);
 	if (sink->insert_plan == NULL)
 	{
 		sink->insert_plan = SPI_prepare("INSERT INTO " MAILER_SCHEMA ".kafka_outbox "
@@ -320,6 +323,7 @@ insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, i
 	}
 	if (SPI_execute_plan(sink->insert_plan, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write the Kafka sink's outbox");
+	catalog_leave(&access);
 	SPI_finish();
 }
 

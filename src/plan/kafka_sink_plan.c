@@ -11,7 +11,9 @@
  * field; the key of an aggregate's record holds the key_by fields, and
  * window_start for a windowed job, which is what identifies a result row
  * (an upsert table's key), so that a compacted topic keeps every window's
- * latest answer and a merged session's tombstone removes its part.
+ * latest answer and a merged session's tombstone removes its part.  Their
+ * times are written in UTC, so that a key's bytes never depend on the
+ * worker's TimeZone.
  *
  * Design: docs/ARCHITECTURE.md, "The Kafka sink".
  */
@@ -28,6 +30,9 @@
 #include "plan/plan.h"
 #include "plan/sink_plan.h"
 #include "plan/spec_error.h"
+
+/* How the defaults write a timestamptz: ISO 8601 in UTC, to the microsecond. */
+#define UTC_FORMAT "YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\""
 
 /* Name/value pairs per jsonb_build_object call: a call takes at most 100 arguments. */
 #define PAIRS_PER_CALL 50
@@ -132,13 +137,22 @@ json_object_of(JobPlan *plan, int nslots, const int *slots)
 
 		for (int i = from; i < nslots && i < from + PAIRS_PER_CALL; i++)
 		{
-			const char *name = plan->out_schema->fields[slots[i]].name;
+			RecordField *field = &plan->out_schema->fields[slots[i]];
 			ColumnRef  *ref = makeNode(ColumnRef);
+			Node	   *arg = (Node *) ref;
 
-			ref->fields = list_make1(makeString(pstrdup(name)));
+			ref->fields = list_make1(makeString(pstrdup(field->name)));
 			ref->location = -1;
-			args = lappend(args, string_const(name));
-			args = lappend(args, ref);
+			/* A time in UTC whatever the worker's TimeZone: the same key each time. */
+			if (field->type == TIMESTAMPTZOID)
+				arg = (Node *) makeFuncCall(SystemFuncName("to_char"),
+											list_make2(makeFuncCall(SystemFuncName("timezone"),
+																	list_make2(string_const("UTC"), arg),
+																	COERCE_EXPLICIT_CALL, -1),
+													   string_const(UTC_FORMAT)),
+											COERCE_EXPLICIT_CALL, -1);
+			args = lappend(args, string_const(field->name));
+			args = lappend(args, arg);
 		}
 		call = (Node *) makeFuncCall(SystemFuncName("jsonb_build_object"),
 									 args, COERCE_EXPLICIT_CALL, -1);

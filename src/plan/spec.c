@@ -94,6 +94,9 @@ static const char *const window_fields[] = {
 static const char *const table_sink_fields[] = {
 	"type", "table", "mode", "key", NULL
 };
+/* What Kafka allows in a topic's name. */
+#define TOPIC_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+
 static const char *const kafka_sink_fields[] = {
 	"type", "brokers", "topic", "key", "value", "format", "headers", "options", "delivery", NULL
 };
@@ -642,6 +645,11 @@ parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
 	kafka->brokers = get_string(obj, "brokers", true,
 								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
 	kafka->topic = get_string(obj, "topic", true, "The output topic's name; create the topic before the job.");
+	if (strlen(kafka->topic) > 249 || strspn(kafka->topic, TOPIC_CHARS) != strlen(kafka->topic) ||
+		strcmp(kafka->topic, ".") == 0 || strcmp(kafka->topic, "..") == 0)
+		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME,
+				   "A Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-', and not \".\" or \"..\".",
+				   "\"%s\" is not a Kafka topic name", kafka->topic);
 	kafka->key = get_string(obj, "key", false,
 							"An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
 	kafka->value = get_string(obj, "value", false,
