@@ -981,3 +981,56 @@ client_error(KafkaPublisher *pub, const char *what, const char *text)
 	kafka_secrets_mask(&pub->secrets, buf, sizeof(buf));
 	return pstrdup(buf);
 }
+
+/*
+ * Encoded headers: for each of the spec's headers in order, a 4-byte
+ * length in network order (-1: null) and the value's bytes.
+ */
+bytea *
+kafka_headers_encode(int n, Datum *values, bool *nulls)
+{
+	StringInfoData buf;
+	bytea	   *result;
+
+	initStringInfo(&buf);
+	appendStringInfoSpaces(&buf, VARHDRSZ);
+	for (int h = 0; h < n; h++)
+	{
+		text	   *t = nulls[h] ? NULL : DatumGetTextPP(values[h]);
+		uint32		len = pg_hton32(t ? (uint32) VARSIZE_ANY_EXHDR(t) : (uint32) -1);
+
+		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+		if (t)
+			appendBinaryStringInfo(&buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	}
+	result = (bytea *) buf.data;
+	SET_VARSIZE(result, buf.len);
+	return result;
+}
+
+bool
+kafka_headers_value(bytea *headers, int i, const char **data, int *len)
+{
+	const char *p = VARDATA_ANY(headers);
+	const char *end = p + VARSIZE_ANY_EXHDR(headers);
+
+	for (int h = 0; p + sizeof(uint32) <= end; h++)
+	{
+		uint32		n;
+
+		memcpy(&n, p, sizeof(n));
+		n = pg_ntoh32(n);
+		p += sizeof(n);
+		if (h == i)
+		{
+			*data = n == (uint32) -1 ? NULL : p;
+			*len = n == (uint32) -1 ? -1 : (int) n;
+			return n != (uint32) -1;
+		}
+		if (n != (uint32) -1)
+			p += n;
+	}
+	*data = NULL;
+	*len = -1;
+	return false;
+}

@@ -37,9 +37,4 @@ extern int64 kafka_sink_flush(KafkaSink *sink, DeadLetterBuffer *dlq, OnError on
 							  int64 epoch, int64 *rejected);
 extern bool kafka_sink_publish(KafkaSink *sink, char **error);
 
-/* The encoded headers' values, as kafka_sink_project makes them. */
-extern bytea *kafka_headers_encode(int n, Datum *values, bool *nulls);
-/* The i-th value of encoded headers; false: it is null. */
-extern bool kafka_headers_value(bytea *headers, int i, const char **data, int *len);
-
 #endif							/* SINK_KAFKA_H */
