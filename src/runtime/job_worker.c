@@ -87,6 +87,12 @@ job_worker_main(Datum main_arg)
 	termination_install_handler();
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
+	/*
+	 * A background worker ignores SIGHUP from its fork until the line
+	 * above: a reload the postmaster signalled meanwhile is lost.  Read the
+	 * configuration once now.
+	 */
+	ProcessConfigFile(PGC_SIGHUP);
 	TEST_POINT("worker_before_claim");
 
 	claim_slot(&args, slot);
