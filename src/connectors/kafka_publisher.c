@@ -75,6 +75,9 @@
 /* librdkafka's default message.max.bytes. */
 #define DEFAULT_MESSAGE_MAX_BYTES 1000000
 
+/* RefusedRecord.size of a record without a key, for a compacted topic */
+#define KEYLESS (-2)
+
 /* Records refused for their size in one attempt, kept to dead-letter them. */
 #define MAX_REFUSED 1024
 
@@ -104,6 +107,7 @@ struct KafkaPublisher
 	rd_kafka_t *reader;			/* a consumer of marker_group: reads the marker and the topic's config */
 	rd_kafka_queue_t *reader_logs;
 	int64		max_record_bytes;	/* what the topic and the producer take, less a batch's overhead */
+	bool		compacted;		/* the topic's cleanup.policy compacts: it takes no null key */
 	bool		progress_made;	/* the progress row exists */
 	bool		more;			/* the last transaction stopped at its size bound */
 	MemoryContext row_ctx;		/* one outbox row's bytes while it is sent */
@@ -571,7 +575,10 @@ describe_topic(KafkaPublisher *pub, char **error)
 
 			err = rd_kafka_ConfigResource_error(res[0]);
 			for (size_t i = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && i < nconf; i++)
-				if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "max.message.bytes") == 0 &&
+				if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "cleanup.policy") == 0 &&
+					rd_kafka_ConfigEntry_value(entries[i]) != NULL)
+					pub->compacted = strstr(rd_kafka_ConfigEntry_value(entries[i]), "compact") != NULL;
+				else if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "max.message.bytes") == 0 &&
 					rd_kafka_ConfigEntry_value(entries[i]) != NULL)
 					topic_max = strtoll(rd_kafka_ConfigEntry_value(entries[i]), NULL, 10);
 		}
@@ -826,14 +833,16 @@ record_published(KafkaPublisher *pub, int64 through)
 }
 
 /*
- * Records larger than the topic takes never go out: they leave the outbox
- * before anything is produced, in chunks of MAX_REFUSED.
+ * Records the topic would refuse whatever is tried never go out: larger
+ * than it takes, or without a key for a compacted topic (the broker refuses
+ * the whole batch around such a record).  They leave the outbox before
+ * anything is produced, in chunks of MAX_REFUSED.
  */
 static void
 refuse_oversized(KafkaPublisher *pub)
 {
-	Oid			types[5] = {INT8OID, INT4OID, INT8OID, INT8OID, INT4OID};
-	Datum		values[5];
+	Oid			types[6] = {INT8OID, INT4OID, INT8OID, INT8OID, INT4OID, BOOLOID};
+	Datum		values[6];
 	int64		names = 0;
 	ListCell   *lc;
 
@@ -844,17 +853,20 @@ refuse_oversized(KafkaPublisher *pub)
 	values[2] = Int64GetDatum(pub->published);
 	values[3] = Int64GetDatum(pub->max_record_bytes);
 	values[4] = Int32GetDatum((int32) names);
+	values[5] = BoolGetDatum(pub->compacted);
 	for (;;)
 	{
 		SPI_connect();
-		catalog_exec("SELECT epoch, seq, s FROM (SELECT epoch, seq, "
+		catalog_exec("SELECT epoch, seq, CASE WHEN s OPERATOR(pg_catalog.>) $4 THEN s ELSE -2 END "
+					 "FROM (SELECT epoch, seq, key IS NULL AS keyless, "
 					 "coalesce(pg_catalog.octet_length(key), 0) OPERATOR(pg_catalog.+) "
 					 "coalesce(pg_catalog.octet_length(value), 0) OPERATOR(pg_catalog.+) "
 					 "coalesce(pg_catalog.octet_length(headers) OPERATOR(pg_catalog.+) $5, 0) AS s "
 					 "FROM " MAILER_SCHEMA ".kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 "
 					 "AND subtask OPERATOR(pg_catalog.=) $2 AND epoch OPERATOR(pg_catalog.>) $3) r "
-					 "WHERE s OPERATOR(pg_catalog.>) $4 ORDER BY epoch, seq LIMIT " CppAsString2(MAX_REFUSED),
-					 5, types, values, NULL, false);	/* sees the deletes before it */
+					 "WHERE s OPERATOR(pg_catalog.>) $4 OR ($6 AND keyless) "
+					 "ORDER BY epoch, seq LIMIT " CppAsString2(MAX_REFUSED),
+					 6, types, values, NULL, false);	/* sees the deletes before it */
 		pub->nrefused = 0;
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
@@ -894,6 +906,8 @@ dead_letter_refused(KafkaPublisher *pub)
 		RefusedRecord *r = &pub->refused[i];
 		char	   *message = r->err ?
 			psprintf("topic \"%s\" refused the record: %s", pub->spec->topic, rd_kafka_err2str(r->err)) :
+			r->size == KEYLESS ?
+			psprintf("topic \"%s\" is compacted (cleanup.policy) and takes no record without a key", pub->spec->topic) :
 			psprintf("the record is " INT64_FORMAT " bytes, more than topic \"%s\" takes (max.message.bytes, less " INT64_FORMAT " bytes of a batch's overhead: " INT64_FORMAT ")",
 					 r->size, pub->spec->topic, (int64) RECORD_OVERHEAD, pub->max_record_bytes);
 
@@ -975,11 +989,10 @@ delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 static char *
 client_error(KafkaPublisher *pub, const char *what, const char *text)
 {
-	char		buf[1024];
+	char	   *message = psprintf("Kafka sink could not %s for topic \"%s\": %s", what, pub->spec->topic, text);
 
-	snprintf(buf, sizeof(buf), "Kafka sink could not %s for topic \"%s\": %s", what, pub->spec->topic, text);
-	kafka_secrets_mask(&pub->secrets, buf, sizeof(buf));
-	return pstrdup(buf);
+	kafka_secrets_mask(&pub->secrets, message, strlen(message) + 1);
+	return message;
 }
 
 /*

@@ -118,6 +118,22 @@ kafka_sink_project(KafkaSink *sink, ExprRuntime *out_rt, Record *rec, Datum *val
 		hvalues[h] = expr_eval(kp->headers[h], out_rt, rec, &hnulls[h]);
 
 	MemoryContextSwitchTo(caller);
+
+	/*
+	 * A null value is a tombstone, which only a replaced row may be: JSON
+	 * says null, other formats have no word for it.
+	 */
+	if (value_null && sink->spec->format == FORMAT_JSON)
+	{
+		value = CStringGetTextDatum("null");
+		value_null = false;
+	}
+	else if (value_null)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("the Kafka sink's value is null for this row"),
+				 errdetail("A record with a null value is a tombstone: it deletes its key from a compacted topic."),
+				 errhint("Give every row a value in %s.value, e.g. with coalesce().", sink->spec->path)));
 	nulls[KAFKA_COLUMN_KEY] = key_null;
 	values[KAFKA_COLUMN_KEY] = key_null ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(key));
 	nulls[KAFKA_COLUMN_VALUE] = value_null;

@@ -269,6 +269,8 @@ kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id, bool vali
 		 * checkpoint's Kafka transaction near the broker's round trips.
 		 */
 		{"retry.backoff.ms", "10"},
+		/* librdkafka's own default is 1 GB per producer. */
+		{"queue.buffering.max.kbytes", "65536"},
 		/* A sink writes into a topic made for it, as into a table. */
 		{"allow.auto.create.topics", "false"},
 		{"log.queue", "true"},

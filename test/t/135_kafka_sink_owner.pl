@@ -73,5 +73,21 @@ $got = kcat_consume($out, format => "%s\n");
 is(join(' ', @$got), join(' ', grep { $_ != 15 } 1 .. 40), 'after the restore every record is in the topic once');
 
 psql("SELECT mailer.drop_job('t135')");
+
+# A compacted topic takes no record without a key, and the broker refuses
+# the whole batch around one: such records are dead letters up front, and
+# the job goes on (a stateless job's records have no key by default).
+my $compacted = unique_name('t135_compact');
+kafka('create-topic', $compacted, 1, '--config', 'cleanup.policy=compact');
+my $keyless = spec_of($compacted);
+$keyless =~ s/"value": "value", "format": "text",/"value": "value", "key": "CASE WHEN value <> '3' THEN value END", "format": "text",/;
+psql_as('t135_alice', "SELECT mailer.create_job('t135c', \$s\$$keyless\$s\$)");
+is(psql_as('t135_alice', "SELECT mailer.wait_job('t135c', '120 s')"), 'running', 'a keyless record does not hold the job up');
+$got = kcat_consume($compacted, format => "%s\n");
+is(scalar(grep { $_ eq '3' } @$got), 0, 'the keyless record is not in the compacted topic');
+is(scalar(@$got), 39, 'the records with a key are');
+like(psql(q{SELECT string_agg(error, '; ') FROM mailer.dead_letters WHERE job_id = (SELECT job_id FROM mailer.job WHERE name = 't135c')}),
+	qr/is compacted \(cleanup\.policy\) and takes no record without a key/, 'it is a dead letter that says why');
+psql("SELECT mailer.drop_job('t135c')");
 psql("DROP ROLE t135_alice");
 done_testing();
