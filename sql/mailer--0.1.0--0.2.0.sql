@@ -302,6 +302,7 @@ CREATE TABLE mailer.kafka_sink_progress (
 	generation		integer NOT NULL DEFAULT 1,
 	published_epoch	bigint NOT NULL DEFAULT 0,
 	published_at	timestamptz,
+	restored_to		bigint,					-- restore_job's epoch, until the next publish
 	PRIMARY KEY (job_id, subtask)
 );
 

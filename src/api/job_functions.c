@@ -147,8 +147,7 @@ mailer_describe_job(PG_FUNCTION_ARGS)
 	spec = spec_parse(spec_doc);
 	spec_check_settings(spec);
 	/* Judged as if the caller created the job: nothing reaches librdkafka otherwise. */
-	spec->source.kafka.owner = GetUserId();
-	spec->sink.kafka.owner = GetUserId();
+	spec_set_owner(spec, GetUserId());
 	plan = plan_compile(spec, true);
 	result = cstring_to_text(plan_describe(plan));
 	end_reading_spec();
@@ -260,14 +259,15 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 	/*
 	 * A Kafka sink: the output of the forgotten epochs is made again, and
 	 * published again (a consumer sees it twice).  A new generation makes
-	 * the broker's epoch marker, which may be past the epoch, an old one:
-	 * the progress row, moved back with the job, decides what was published
-	 * (docs/ARCHITECTURE.md, "The Kafka sink").
+	 * the broker's epoch marker, which may be past the epoch, an old one,
+	 * believed up to restored_to; the progress row, moved back with the
+	 * job, decides past it (docs/ARCHITECTURE.md, "The Kafka sink").
 	 */
 	catalog_exec("DELETE FROM mailer.kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
 				 2, types, values, NULL, false);
 	catalog_exec("UPDATE mailer.kafka_sink_progress SET generation = generation OPERATOR(pg_catalog.+) 1, "
-				 "published_epoch = LEAST(published_epoch, $2) WHERE job_id OPERATOR(pg_catalog.=) $1",
+				 "published_epoch = LEAST(published_epoch, $2), "
+				 "restored_to = LEAST(coalesce(restored_to, $2), $2) WHERE job_id OPERATOR(pg_catalog.=) $1",
 				 2, types, values, NULL, false);
 	catalog_exec("UPDATE mailer.job_status SET state = 'stopped', changed_at = pg_catalog.now() "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, types, values, NULL, false);
@@ -456,8 +456,7 @@ normalize_spec(Jsonb *spec_doc, bool check_settings)
 
 	if (check_settings)
 		spec_check_settings(spec);
-	spec->source.kafka.owner = GetUserId();
-	spec->sink.kafka.owner = GetUserId();
+	spec_set_owner(spec, GetUserId());
 	spec_doc = plan_pin_sink(spec_doc, plan_compile(spec, true));
 	return spec_pin_defaults(spec_doc, spec);
 }

@@ -38,6 +38,11 @@ point_named(const char *name)
 void
 test_point_wait(const char *name)
 {
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
 	if (!point_named(name))
 		return;
 	ereport(LOG,

@@ -14,14 +14,21 @@
 #ifndef TEST_POINT_H
 #define TEST_POINT_H
 
+#include "postmaster/interrupt.h"
+
 extern char *mailer_test_pause_at;
 
 extern void test_point_wait(const char *name);
 
-/* Hold here while a test names this point in mailer.test_pause_at. */
+/*
+ * Hold here while a test names this point in mailer.test_pause_at.  A
+ * reload the process has not taken yet is taken first: a point set while
+ * the worker was busy (a recovery's first publish) must not pass unseen.
+ */
 #define TEST_POINT(name) \
 	do { \
-		if (mailer_test_pause_at != NULL && mailer_test_pause_at[0] != '\0') \
+		if ((mailer_test_pause_at != NULL && mailer_test_pause_at[0] != '\0') || \
+			ConfigReloadPending) \
 			test_point_wait(name); \
 	} while (0)
 

@@ -61,7 +61,10 @@ kafka_secrets_collect(KafkaSecrets *secrets, List *options)
 	}
 }
 
-/* The longest secret first, wherever one starts. */
+/*
+ * The longest secret first, wherever one starts; the result is cut to 1023
+ * bytes after masking.
+ */
 void
 kafka_secrets_mask(const KafkaSecrets *secrets, char *text, size_t size)
 {
@@ -111,12 +114,13 @@ kafka_drain_logs(rd_kafka_queue_t *logs, const KafkaSecrets *secrets)
 		if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_LOG &&
 			rd_kafka_event_log(ev, &fac, &str, &level) == 0)
 		{
-			char		line[1024];
+			/* Masked whole, then cut: a secret across the cut stays hidden. */
+			char	   *line = pstrdup(str);
 
-			strlcpy(line, str, sizeof(line));
-			kafka_secrets_mask(secrets, line, sizeof(line));
+			kafka_secrets_mask(secrets, line, strlen(line) + 1);
 			ereport(level <= 4 ? LOG : DEBUG1,
 					(errmsg_internal("librdkafka %s: %s", fac, line)));
+			pfree(line);
 		}
 		rd_kafka_event_destroy(ev);
 	}

@@ -57,7 +57,10 @@
 #define KAFKA_CALL_TIMEOUT_MS 10000
 
 /* Outbox rows fetched at a time. */
-#define FETCH_ROWS 10000
+#define FETCH_ROWS 1000
+
+/* A Kafka transaction ends at the first epoch's end past this many bytes. */
+#define PUBLISH_MAX_BYTES (64 * 1024 * 1024)
 
 /* The marker's partition and its metadata's form. */
 #define MARKER_PARTITION 0
@@ -71,6 +74,9 @@
 
 /* librdkafka's default message.max.bytes. */
 #define DEFAULT_MESSAGE_MAX_BYTES 1000000
+
+/* RefusedRecord.size of a record without a key, for a compacted topic */
+#define KEYLESS (-2)
 
 /* Records refused for their size in one attempt, kept to dead-letter them. */
 #define MAX_REFUSED 1024
@@ -94,12 +100,17 @@ struct KafkaPublisher
 	char	   *marker_group;
 	KafkaSecrets secrets;
 
+	rd_kafka_conf_t *producer_conf;	/* built once, in a transaction: a session uses a copy */
+	rd_kafka_conf_t *reader_conf;
 	rd_kafka_t *rk;				/* NULL: made at the next publish */
 	rd_kafka_queue_t *logs;
 	rd_kafka_t *reader;			/* a consumer of marker_group: reads the marker and the topic's config */
 	rd_kafka_queue_t *reader_logs;
 	int64		max_record_bytes;	/* what the topic and the producer take, less a batch's overhead */
+	bool		compacted;		/* the topic's cleanup.policy compacts: it takes no null key */
 	bool		progress_made;	/* the progress row exists */
+	bool		more;			/* the last transaction stopped at its size bound */
+	MemoryContext row_ctx;		/* one outbox row's bytes while it is sent */
 	bool		marker_known;	/* published is the marker's, for this producer */
 	int64		published;		/* every record up to this epoch is in the topic */
 	int32		generation;
@@ -115,12 +126,16 @@ struct KafkaPublisher
 };
 
 static bool open_session(KafkaPublisher *pub, char **error);
+static int64 newest_epoch(KafkaPublisher *pub);
 static bool describe_topic(KafkaPublisher *pub, char **error);
 static void close_producer(KafkaPublisher *pub);
 static void make_progress_row(KafkaPublisher *pub);
-static void read_progress(KafkaPublisher *pub, int64 *published, int32 *generation);
-static bool read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error);
+static void read_progress(KafkaPublisher *pub, int64 *published, int32 *generation,
+						  int64 *restored_to);
+static bool read_marker(KafkaPublisher *pub, int64 progress, int32 generation, int64 restored_to,
+						char **error);
 static int64 send_outbox(KafkaPublisher *pub, char **error);
+static int64 produce_row(KafkaPublisher *pub, HeapTuple tuple, TupleDesc desc);
 static bool commit_kafka(KafkaPublisher *pub, int64 through, char **error);
 static void record_published(KafkaPublisher *pub, int64 through);
 static void dead_letter_refused(KafkaPublisher *pub);
@@ -152,15 +167,35 @@ kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, OnError on_e
 														 owner->ext_oid, owner->job_id, owner->subtask));
 	pub->marker_group = MemoryContextStrdup(parent, psprintf("%s.epochs", pub->transactional_id));
 	kafka_secrets_collect(&pub->secrets, spec->options);
+	pub->row_ctx = AllocSetContextCreate(parent, "mailer kafka publish row", ALLOCSET_SMALL_SIZES);
+
+	/*
+	 * The configurations are judged and built here, in the worker's start
+	 * transaction (the owner's privileges are looked up in the catalog),
+	 * and copied for each session.
+	 */
+	pub->producer_conf = kafka_producer_conf(spec, pub->transactional_id, false);
+	rd_kafka_conf_set_dr_msg_cb(pub->producer_conf, delivery_report);
+	rd_kafka_conf_set_opaque(pub->producer_conf, pub);
+	pub->reader_conf = kafka_marker_reader_conf(spec, pub->marker_group);
 	return pub;
 }
+
+/* What one round of publishing came to. */
+typedef enum PublishRound
+{
+	PUBLISH_DONE,				/* the outbox holds nothing past the marker */
+	PUBLISH_MORE,				/* progress made, more to send */
+	PUBLISH_FAILED				/* *error says why */
+} PublishRound;
+
+static PublishRound publish_round(KafkaPublisher *pub, char **error);
+static bool prepare_round(KafkaPublisher *pub, char **error);
 
 bool
 kafka_publisher_publish(KafkaPublisher *pub, char **error)
 {
-	int64		progress;
-	int32		generation;
-	int64		through;
+	PublishRound r;
 
 	*error = NULL;
 	if (!pub->progress_made)
@@ -171,49 +206,71 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 		work_xact_end();
 		pub->progress_made = true;
 	}
-	if (pub->rk == NULL && !open_session(pub, error))
-	{
-		close_producer(pub);
-		return false;
-	}
-	kafka_drain_logs(pub->logs, &pub->secrets);
+	/* Each round sends at most PUBLISH_MAX_BYTES, or dead-letters refused records. */
+	while ((r = publish_round(pub, error)) == PUBLISH_MORE)
+		CHECK_FOR_INTERRUPTS();
+	return r == PUBLISH_DONE;
+}
 
+/*
+ * The session, the marker, and what the outbox holds that can never be
+ * sent: settled and committed before the Kafka transaction, so that no
+ * dead letter hangs on that transaction's outcome.
+ */
+static bool
+prepare_round(KafkaPublisher *pub, char **error)
+{
+	int64		progress;
+	int64		restored_to;
+	int32		generation;
+
+	if (pub->rk == NULL && !open_session(pub, error))
+		return false;
+	kafka_drain_logs(pub->logs, &pub->secrets);
 	work_xact_begin();
-	read_progress(pub, &progress, &generation);
-	if (!pub->marker_known || generation != pub->generation)
+	read_progress(pub, &progress, &generation, &restored_to);
+	if ((!pub->marker_known || generation != pub->generation) &&
+		!read_marker(pub, progress, generation, restored_to, error))
 	{
-		if (!read_marker(pub, progress, generation, error))
-		{
-			work_xact_abort();
-			close_producer(pub);
-			return false;
-		}
+		work_xact_abort();
+		return false;
 	}
 	if (progress < pub->published)
 		record_published(pub, pub->published);
 	refuse_oversized(pub);
+	work_xact_end();
+	return true;
+}
 
-	for (;;)
+static PublishRound
+publish_round(KafkaPublisher *pub, char **error)
+{
+	int64		through;
+
+	if (!prepare_round(pub, error))
 	{
-		if (pub->spec->exactly_once)
+		close_producer(pub);
+		return PUBLISH_FAILED;
+	}
+	work_xact_begin();
+	if (pub->spec->exactly_once)
+	{
+		rd_kafka_error_t *err = rd_kafka_begin_transaction(pub->rk);
+
+		if (err && txn_failed(pub, err, "begin a transaction", error))
 		{
-			rd_kafka_error_t *err = rd_kafka_begin_transaction(pub->rk);
-
-			if (err && txn_failed(pub, err, "begin a transaction", error))
-			{
-				work_xact_abort();
-				return false;
-			}
-			TEST_POINT("kafka_sink_after_begin");
+			work_xact_abort();
+			return PUBLISH_FAILED;
 		}
-		through = send_outbox(pub, error);
-		if (through >= 0)
-			break;
-
+		TEST_POINT("kafka_sink_after_begin");
+	}
+	through = send_outbox(pub, error);
+	if (through < 0)
+	{
 		/*
-		 * Records the broker refused for their size: dead-letter them and
-		 * send the rest again.  Any other failure ends the producer: the
-		 * next call starts over with a new one.
+		 * Records the broker refused for their size: abort, dead-letter
+		 * them (committed now), and send the rest again.  Any other failure
+		 * ends the producer: the next call starts over with a new one.
 		 */
 		if (pub->nrefused > 0 &&
 			(!pub->spec->exactly_once ||
@@ -221,33 +278,36 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 						 "abort a transaction", error)))
 		{
 			dead_letter_refused(pub);
+			work_xact_end();
 			*error = NULL;
-			continue;
+			return PUBLISH_MORE;
 		}
 		close_producer(pub);
 		work_xact_abort();
-		return false;
+		return PUBLISH_FAILED;
 	}
 	if (through == 0)
 	{
 		/* Nothing to send: an empty transaction commits nothing. */
 		if (pub->spec->exactly_once)
-			(void) rd_kafka_abort_transaction(pub->rk, KAFKA_CALL_TIMEOUT_MS);
+			(void) txn_failed(pub, rd_kafka_abort_transaction(pub->rk, KAFKA_CALL_TIMEOUT_MS),
+							  "abort an empty transaction", error);
 		work_xact_end();
-		return true;
+		*error = NULL;
+		return PUBLISH_DONE;
 	}
 	if (!commit_kafka(pub, through, error))
 	{
 		close_producer(pub);
 		work_xact_abort();
-		return false;
+		return PUBLISH_FAILED;
 	}
 	TEST_POINT("kafka_sink_after_kafka_commit");
 	pub->published = through;
 	record_published(pub, through);
 	work_xact_end();
 	TEST_POINT("kafka_sink_after_cleanup");
-	return true;
+	return pub->more ? PUBLISH_MORE : PUBLISH_DONE;
 }
 
 /*
@@ -261,15 +321,14 @@ open_session(KafkaPublisher *pub, char **error)
 {
 	char		errstr[512];
 	rd_kafka_conf_t *conf;
-	KafkaSourceSpec as_source = {.brokers = pub->spec->brokers, .options = pub->spec->options,
-	.owner = pub->spec->owner};
 	bool		batch_size_set = false;
 	ListCell   *lc;
 
-	conf = kafka_options_conf(&as_source, pub->marker_group, false);
+	conf = rd_kafka_conf_dup(pub->reader_conf);
 	pub->reader = kafka_client_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (pub->reader == NULL)
 	{
+		rd_kafka_conf_destroy(conf);
 		*error = client_error(pub, "create a consumer for the epoch marker", errstr);
 		return false;
 	}
@@ -278,18 +337,25 @@ open_session(KafkaPublisher *pub, char **error)
 	if (!describe_topic(pub, error))
 		return false;
 
-	conf = kafka_producer_conf(pub->spec, pub->transactional_id, false);
+	conf = rd_kafka_conf_dup(pub->producer_conf);
 	foreach(lc, pub->spec->options)
 		batch_size_set |= strcmp(((DefElem *) lfirst(lc))->defname, "batch.size") == 0;
-	if (!batch_size_set &&
-		rd_kafka_conf_set(conf, "batch.size", psprintf(INT64_FORMAT, Min(pub->max_record_bytes + RECORD_OVERHEAD, 1000000)),
-						  errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		elog(ERROR, "librdkafka refused batch.size: %s", errstr);
-	rd_kafka_conf_set_dr_msg_cb(conf, delivery_report);
-	rd_kafka_conf_set_opaque(conf, pub);
+	if (!batch_size_set)
+	{
+		char		size[32];
+
+		snprintf(size, sizeof(size), INT64_FORMAT, Min(pub->max_record_bytes + RECORD_OVERHEAD, 1000000));
+		if (rd_kafka_conf_set(conf, "batch.size", size, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		{
+			rd_kafka_conf_destroy(conf);
+			*error = client_error(pub, "bound its batches", errstr);
+			return false;
+		}
+	}
 	pub->rk = kafka_client_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (pub->rk == NULL)
 	{
+		rd_kafka_conf_destroy(conf);
 		*error = client_error(pub, "create a producer", errstr);
 		return false;
 	}
@@ -320,6 +386,7 @@ close_producer(KafkaPublisher *pub)
 
 #define Anum_progress_published		1
 #define Anum_progress_generation	2
+#define Anum_progress_restored_to	3
 
 /* The subtask's progress row, made at its first publish. */
 static void
@@ -339,7 +406,7 @@ make_progress_row(KafkaPublisher *pub)
 }
 
 static void
-read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
+read_progress(KafkaPublisher *pub, int64 *published, int32 *generation, int64 *restored_to)
 {
 	Oid			types[2] = {INT8OID, INT4OID};
 	Datum		values[2];
@@ -348,7 +415,7 @@ read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
 	values[0] = Int64GetDatum(pub->owner.job_id);
 	values[1] = Int32GetDatum(pub->owner.subtask);
 	SPI_connect();
-	catalog_exec("SELECT published_epoch, generation FROM " MAILER_SCHEMA ".kafka_sink_progress "
+	catalog_exec("SELECT published_epoch, generation, restored_to FROM " MAILER_SCHEMA ".kafka_sink_progress "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
 				 2, types, values, NULL, true);
 	if (SPI_processed != 1)
@@ -356,6 +423,9 @@ read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
 			 pub->owner.job_id, pub->owner.subtask);
 	*published = DatumGetInt64(catalog_value(0, Anum_progress_published, &isnull));
 	*generation = DatumGetInt32(catalog_value(0, Anum_progress_generation, &isnull));
+	*restored_to = DatumGetInt64(catalog_value(0, Anum_progress_restored_to, &isnull));
+	if (isnull)
+		*restored_to = -1;
 	SPI_finish();
 }
 
@@ -365,7 +435,7 @@ read_progress(KafkaPublisher *pub, int64 *published, int32 *generation)
  * once: the progress row is all there is.
  */
 static bool
-read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error)
+read_marker(KafkaPublisher *pub, int64 progress, int32 generation, int64 restored_to, char **error)
 {
 	rd_kafka_topic_partition_list_t *parts;
 	rd_kafka_topic_partition_t *p;
@@ -408,12 +478,27 @@ read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error)
 			marker_generation = -1;
 	}
 	/*
-	 * The marker of this generation decides.  Without one, or with one of
-	 * an older generation (restore_job moved the job back, and the
-	 * progress row with it), the progress row does.
+	 * The marker of this generation decides, unless it is past every epoch
+	 * this database has: the database is older than the topic (a failover
+	 * to a replica that lagged, a restored backup), and trusting the marker
+	 * would drop the replayed epochs' records.  A marker of an older
+	 * generation (restore_job moved the job back) is believed up to the
+	 * epoch restored to, which the restore kept; past it the progress row,
+	 * moved back with the job, decides.
 	 */
+	if (p->offset >= 0 && marker_generation == generation && p->offset > newest_epoch(pub))
+	{
+		int64		newest = newest_epoch(pub);
+
+		*error = psprintf("topic \"%s\" holds this job's output up to epoch " INT64_FORMAT ", past the newest checkpoint of this database, epoch " INT64_FORMAT " (a replica or backup older than the topic); stop the job and restore_job it to epoch " INT64_FORMAT " to publish the epochs after it again",
+						  pub->spec->topic, (int64) p->offset, newest, newest);
+		rd_kafka_topic_partition_list_destroy(parts);
+		return false;
+	}
 	if (p->offset >= 0 && marker_generation == generation)
 		pub->published = p->offset;
+	else if (p->offset >= 0 && marker_generation >= 0 && marker_generation < generation && restored_to >= 0)
+		pub->published = Max(progress, Min(p->offset, restored_to));
 	else if (p->offset >= 0 && marker_generation > generation)
 	{
 		*error = psprintf("the epoch marker of topic \"%s\" is of generation %d, newer than the job's %d",
@@ -424,6 +509,25 @@ read_marker(KafkaPublisher *pub, int64 progress, int32 generation, char **error)
 	rd_kafka_topic_partition_list_destroy(parts);
 	pub->marker_known = true;
 	return true;
+}
+
+/* The job's newest committed epoch (subtask 0's row decides an epoch). */
+static int64
+newest_epoch(KafkaPublisher *pub)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+	int64		epoch;
+
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	SPI_connect();
+	catalog_exec("SELECT pg_catalog.max(epoch) FROM " MAILER_SCHEMA ".checkpoints "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) 0",
+				 1, types, values, NULL, false);
+	epoch = DatumGetInt64(catalog_value(0, 1, &isnull));
+	SPI_finish();
+	return isnull ? 0 : epoch;
 }
 
 /*
@@ -471,7 +575,10 @@ describe_topic(KafkaPublisher *pub, char **error)
 
 			err = rd_kafka_ConfigResource_error(res[0]);
 			for (size_t i = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && i < nconf; i++)
-				if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "max.message.bytes") == 0 &&
+				if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "cleanup.policy") == 0 &&
+					rd_kafka_ConfigEntry_value(entries[i]) != NULL)
+					pub->compacted = strstr(rd_kafka_ConfigEntry_value(entries[i]), "compact") != NULL;
+				else if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "max.message.bytes") == 0 &&
 					rd_kafka_ConfigEntry_value(entries[i]) != NULL)
 					topic_max = strtoll(rd_kafka_ConfigEntry_value(entries[i]), NULL, 10);
 		}
@@ -513,18 +620,23 @@ send_outbox(KafkaPublisher *pub, char **error)
 	Datum		values[3];
 	Portal		portal;
 	SPIPlanPtr	plan;
+	CatalogAccess access;
 	int64		last = 0;
+	int64		bytes = 0;
+	bool		stop = false;
 	rd_kafka_resp_err_t flush_err;
-	int			nheaders = list_length(pub->spec->headers);
 
 	pub->delivery_error = RD_KAFKA_RESP_ERR_NO_ERROR;
 	pub->nrefused = 0;
 	pub->nsent = 0;
+	pub->more = false;
 	values[0] = Int64GetDatum(pub->owner.job_id);
 	values[1] = Int32GetDatum(pub->owner.subtask);
 	values[2] = Int64GetDatum(pub->published);
 
+	/* The outbox is the extension's: read it as the catalog's owner, not the job's. */
 	SPI_connect();
+	catalog_enter(&access);
 	plan = SPI_prepare("SELECT epoch, seq, key, value, headers FROM " MAILER_SCHEMA ".kafka_outbox "
 					   "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2 "
 					   "AND epoch OPERATOR(pg_catalog.>) $3 ORDER BY epoch, seq", 3, types);
@@ -532,97 +644,37 @@ send_outbox(KafkaPublisher *pub, char **error)
 		elog(ERROR, "could not prepare the Kafka sink's outbox read: %s", SPI_result_code_string(SPI_result));
 	/* Not read-only: it must see what this transaction deleted before it. */
 	portal = SPI_cursor_open(NULL, plan, values, NULL, false);
-	for (;;)
+	while (!stop && pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		SPI_cursor_fetch(portal, true, FETCH_ROWS);
 		if (SPI_processed == 0)
 			break;
-		for (uint64 i = 0; i < SPI_processed; i++)
+		for (uint64 i = 0; i < SPI_processed && !stop; i++)
 		{
 			HeapTuple	tuple = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-			int64		epoch = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
-			int32		seq = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
-			Datum		kd = SPI_getbinval(tuple, desc, 3, &isnull);
-			bytea	   *key = isnull ? NULL : DatumGetByteaPP(kd);
-			Datum		vd = SPI_getbinval(tuple, desc, 4, &isnull);
-			bytea	   *value = isnull ? NULL : DatumGetByteaPP(vd);
-			Datum		hd = SPI_getbinval(tuple, desc, 5, &isnull);
-			bytea	   *headers = isnull ? NULL : DatumGetByteaPP(hd);
-			rd_kafka_headers_t *hdrs = NULL;
-			rd_kafka_resp_err_t err;
-			ListCell   *lc;
-			int			h = 0;
+			int64		epoch;
 
-			if (headers)
+			/*
+			 * A transaction ends at an epoch's end once it holds enough:
+			 * a backlog goes out in bounded transactions, each well within
+			 * transaction.timeout.ms, each committing its marker.
+			 */
+			epoch = DatumGetInt64(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &(bool) {0}));
+			if (last != 0 && epoch != last && bytes >= PUBLISH_MAX_BYTES)
 			{
-				hdrs = rd_kafka_headers_new(nheaders);
-				foreach(lc, pub->spec->headers)
-				{
-					NamedExprSpec *ne = lfirst(lc);
-					const char *data;
-					int			len;
-
-					(void) kafka_headers_value(headers, h++, &data, &len);
-					rd_kafka_header_add(hdrs, ne->name, -1, data, len < 0 ? 0 : len);
-				}
+				pub->more = true;
+				stop = true;
+				break;
 			}
-			if (pub->nsent == pub->sent_capacity)
-			{
-				MemoryContext old = MemoryContextSwitchTo(pub->ctx);
-
-				pub->sent_capacity = Max(4096, pub->sent_capacity * 2);
-				pub->sent_epochs = pub->sent_epochs ?
-					repalloc_huge(pub->sent_epochs, sizeof(int64) * pub->sent_capacity) :
-					palloc_extended(sizeof(int64) * pub->sent_capacity, MCXT_ALLOC_HUGE);
-				pub->sent_seqs = pub->sent_seqs ?
-					repalloc_huge(pub->sent_seqs, sizeof(int32) * pub->sent_capacity) :
-					palloc_extended(sizeof(int32) * pub->sent_capacity, MCXT_ALLOC_HUGE);
-				MemoryContextSwitchTo(old);
-			}
-			pub->sent_epochs[pub->nsent] = epoch;
-			pub->sent_seqs[pub->nsent] = seq;
-			for (;;)
-			{
-				err = rd_kafka_producev(pub->rk,
-										RD_KAFKA_V_TOPIC(pub->spec->topic),
-										RD_KAFKA_V_KEY(key ? VARDATA_ANY(key) : NULL,
-													   key ? VARSIZE_ANY_EXHDR(key) : 0),
-										RD_KAFKA_V_VALUE(value ? VARDATA_ANY(value) : NULL,
-														 value ? VARSIZE_ANY_EXHDR(value) : 0),
-										RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-										RD_KAFKA_V_HEADERS(hdrs),
-										RD_KAFKA_V_OPAQUE((void *) (intptr_t) (pub->nsent + 1)),
-										RD_KAFKA_V_END);
-				if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-					break;
-				/* The producer's queue is full: let it send, and serve its reports. */
-				rd_kafka_poll(pub->rk, 100);
-				CHECK_FOR_INTERRUPTS();
-			}
-			if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && pub->nrefused < MAX_REFUSED)
-			{
-				pub->refused[pub->nrefused++] = (RefusedRecord) {epoch, seq, err, -1};
-				if (hdrs)
-					rd_kafka_headers_destroy(hdrs);
-			}
-			else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-			{
-				if (hdrs)
-					rd_kafka_headers_destroy(hdrs);
-				if (pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
-					pub->delivery_error = err;
-			}
-			else
-				pub->nsent++;
+			bytes += produce_row(pub, tuple, SPI_tuptable->tupdesc);
 			last = epoch;
 		}
-		if (pub->delivery_error != RD_KAFKA_RESP_ERR_NO_ERROR)
-			break;
+		SPI_freetuptable(SPI_tuptable);
 		rd_kafka_poll(pub->rk, 0);
+		CHECK_FOR_INTERRUPTS();
 	}
 	SPI_cursor_close(portal);
+	catalog_leave(&access);
 	SPI_finish();
 
 	/* Every acknowledgement, or the first failure, before the marker. */
@@ -631,17 +683,98 @@ send_outbox(KafkaPublisher *pub, char **error)
 	if (flush_err != RD_KAFKA_RESP_ERR_NO_ERROR && pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
 		pub->delivery_error = flush_err;
 	TEST_POINT("kafka_sink_after_produce");
-	if (pub->delivery_error != RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		*error = client_error(pub, "write to the topic", rd_kafka_err2str(pub->delivery_error));
-		return -1;
-	}
 	if (pub->nrefused > 0)
 	{
 		*error = client_error(pub, "write to the topic", rd_kafka_err2str(pub->refused[0].err));
 		return -1;
 	}
+	if (pub->delivery_error != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = client_error(pub, "write to the topic", rd_kafka_err2str(pub->delivery_error));
+		return -1;
+	}
 	return last;
+}
+
+/*
+ * Produce one outbox row (epoch, seq, key, value, headers); its bytes.  A
+ * refusal is noted in pub (refused for its size, or delivery_error).
+ */
+static int64
+produce_row(KafkaPublisher *pub, HeapTuple tuple, TupleDesc desc)
+{
+	MemoryContext old = MemoryContextSwitchTo(pub->row_ctx);
+	bool		isnull;
+	int64		epoch = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+	int32		seq = DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull));
+	Datum		kd = SPI_getbinval(tuple, desc, 3, &isnull);
+	bytea	   *key = isnull ? NULL : DatumGetByteaPP(kd);
+	Datum		vd = SPI_getbinval(tuple, desc, 4, &isnull);
+	bytea	   *value = isnull ? NULL : DatumGetByteaPP(vd);
+	Datum		hd = SPI_getbinval(tuple, desc, 5, &isnull);
+	bytea	   *headers = isnull ? NULL : DatumGetByteaPP(hd);
+	rd_kafka_headers_t *hdrs = NULL;
+	rd_kafka_resp_err_t err;
+	int64		bytes = (key ? VARSIZE_ANY_EXHDR(key) : 0) + (value ? VARSIZE_ANY_EXHDR(value) : 0);
+	ListCell   *lc;
+	int			h = 0;
+
+	if (headers)
+	{
+		hdrs = rd_kafka_headers_new(list_length(pub->spec->headers));
+		foreach(lc, pub->spec->headers)
+		{
+			NamedExprSpec *ne = lfirst(lc);
+			const char *data;
+			int			len;
+
+			(void) kafka_headers_value(headers, h++, &data, &len);
+			rd_kafka_header_add(hdrs, ne->name, -1, data, len < 0 ? 0 : len);
+		}
+		bytes += VARSIZE_ANY_EXHDR(headers);
+	}
+	MemoryContextSwitchTo(pub->ctx);
+	if (pub->nsent == pub->sent_capacity)
+	{
+		pub->sent_capacity = Max(4096, pub->sent_capacity * 2);
+		pub->sent_epochs = pub->sent_epochs ?
+			repalloc_huge(pub->sent_epochs, sizeof(int64) * pub->sent_capacity) :
+			palloc_extended(sizeof(int64) * pub->sent_capacity, MCXT_ALLOC_HUGE);
+		pub->sent_seqs = pub->sent_seqs ?
+			repalloc_huge(pub->sent_seqs, sizeof(int32) * pub->sent_capacity) :
+			palloc_extended(sizeof(int32) * pub->sent_capacity, MCXT_ALLOC_HUGE);
+	}
+	pub->sent_epochs[pub->nsent] = epoch;
+	pub->sent_seqs[pub->nsent] = seq;
+	for (;;)
+	{
+		err = rd_kafka_producev(pub->rk,
+								RD_KAFKA_V_TOPIC(pub->spec->topic),
+								RD_KAFKA_V_KEY(key ? VARDATA_ANY(key) : NULL, key ? VARSIZE_ANY_EXHDR(key) : 0),
+								RD_KAFKA_V_VALUE(value ? VARDATA_ANY(value) : NULL,
+												 value ? VARSIZE_ANY_EXHDR(value) : 0),
+								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+								RD_KAFKA_V_HEADERS(hdrs),
+								RD_KAFKA_V_OPAQUE((void *) (intptr_t) (pub->nsent + 1)),
+								RD_KAFKA_V_END);
+		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			break;
+		/* The producer's queue is full: let it send, and serve its reports. */
+		rd_kafka_poll(pub->rk, 100);
+		CHECK_FOR_INTERRUPTS();
+	}
+	/* On failure the headers are still ours. */
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR && hdrs)
+		rd_kafka_headers_destroy(hdrs);
+	if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && pub->nrefused < MAX_REFUSED)
+		pub->refused[pub->nrefused++] = (RefusedRecord) {epoch, seq, err, -1};
+	else if (err != RD_KAFKA_RESP_ERR_NO_ERROR && pub->delivery_error == RD_KAFKA_RESP_ERR_NO_ERROR)
+		pub->delivery_error = err;
+	else if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		pub->nsent++;
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(pub->row_ctx);
+	return bytes;
 }
 
 /* The marker, with the records, then the commit. */
@@ -693,21 +826,23 @@ record_published(KafkaPublisher *pub, int64 through)
 				 "AND subtask OPERATOR(pg_catalog.=) $2 AND epoch OPERATOR(pg_catalog.<=) $3",
 				 3, types, values, NULL, false);
 	catalog_exec("UPDATE " MAILER_SCHEMA ".kafka_sink_progress SET published_epoch = $3, "
-				 "published_at = pg_catalog.now() "
+				 "published_at = pg_catalog.now(), restored_to = NULL "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
 				 3, types, values, NULL, false);
 	SPI_finish();
 }
 
 /*
- * Records larger than the topic takes never go out: they leave the outbox
- * before anything is produced, in chunks of MAX_REFUSED.
+ * Records the topic would refuse whatever is tried never go out: larger
+ * than it takes, or without a key for a compacted topic (the broker refuses
+ * the whole batch around such a record).  They leave the outbox before
+ * anything is produced, in chunks of MAX_REFUSED.
  */
 static void
 refuse_oversized(KafkaPublisher *pub)
 {
-	Oid			types[5] = {INT8OID, INT4OID, INT8OID, INT8OID, INT4OID};
-	Datum		values[5];
+	Oid			types[6] = {INT8OID, INT4OID, INT8OID, INT8OID, INT4OID, BOOLOID};
+	Datum		values[6];
 	int64		names = 0;
 	ListCell   *lc;
 
@@ -718,17 +853,20 @@ refuse_oversized(KafkaPublisher *pub)
 	values[2] = Int64GetDatum(pub->published);
 	values[3] = Int64GetDatum(pub->max_record_bytes);
 	values[4] = Int32GetDatum((int32) names);
+	values[5] = BoolGetDatum(pub->compacted);
 	for (;;)
 	{
 		SPI_connect();
-		catalog_exec("SELECT epoch, seq, s FROM (SELECT epoch, seq, "
+		catalog_exec("SELECT epoch, seq, CASE WHEN s OPERATOR(pg_catalog.>) $4 THEN s ELSE -2 END "
+					 "FROM (SELECT epoch, seq, key IS NULL AS keyless, "
 					 "coalesce(pg_catalog.octet_length(key), 0) OPERATOR(pg_catalog.+) "
 					 "coalesce(pg_catalog.octet_length(value), 0) OPERATOR(pg_catalog.+) "
 					 "coalesce(pg_catalog.octet_length(headers) OPERATOR(pg_catalog.+) $5, 0) AS s "
 					 "FROM " MAILER_SCHEMA ".kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 "
 					 "AND subtask OPERATOR(pg_catalog.=) $2 AND epoch OPERATOR(pg_catalog.>) $3) r "
-					 "WHERE s OPERATOR(pg_catalog.>) $4 ORDER BY epoch, seq LIMIT " CppAsString2(MAX_REFUSED),
-					 5, types, values, NULL, false);	/* sees the deletes before it */
+					 "WHERE s OPERATOR(pg_catalog.>) $4 OR ($6 AND keyless) "
+					 "ORDER BY epoch, seq LIMIT " CppAsString2(MAX_REFUSED),
+					 6, types, values, NULL, false);	/* sees the deletes before it */
 		pub->nrefused = 0;
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
@@ -768,6 +906,8 @@ dead_letter_refused(KafkaPublisher *pub)
 		RefusedRecord *r = &pub->refused[i];
 		char	   *message = r->err ?
 			psprintf("topic \"%s\" refused the record: %s", pub->spec->topic, rd_kafka_err2str(r->err)) :
+			r->size == KEYLESS ?
+			psprintf("topic \"%s\" is compacted (cleanup.policy) and takes no record without a key", pub->spec->topic) :
 			psprintf("the record is " INT64_FORMAT " bytes, more than topic \"%s\" takes (max.message.bytes, less " INT64_FORMAT " bytes of a batch's overhead: " INT64_FORMAT ")",
 					 r->size, pub->spec->topic, (int64) RECORD_OVERHEAD, pub->max_record_bytes);
 
@@ -849,9 +989,61 @@ delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 static char *
 client_error(KafkaPublisher *pub, const char *what, const char *text)
 {
-	char		buf[1024];
+	char	   *message = psprintf("Kafka sink could not %s for topic \"%s\": %s", what, pub->spec->topic, text);
 
-	snprintf(buf, sizeof(buf), "Kafka sink could not %s for topic \"%s\": %s", what, pub->spec->topic, text);
-	kafka_secrets_mask(&pub->secrets, buf, sizeof(buf));
-	return pstrdup(buf);
+	kafka_secrets_mask(&pub->secrets, message, strlen(message) + 1);
+	return message;
+}
+
+/*
+ * Encoded headers: for each of the spec's headers in order, a 4-byte
+ * length in network order (-1: null) and the value's bytes.
+ */
+bytea *
+kafka_headers_encode(int n, Datum *values, bool *nulls)
+{
+	StringInfoData buf;
+	bytea	   *result;
+
+	initStringInfo(&buf);
+	appendStringInfoSpaces(&buf, VARHDRSZ);
+	for (int h = 0; h < n; h++)
+	{
+		text	   *t = nulls[h] ? NULL : DatumGetTextPP(values[h]);
+		uint32		len = pg_hton32(t ? (uint32) VARSIZE_ANY_EXHDR(t) : (uint32) -1);
+
+		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+		if (t)
+			appendBinaryStringInfo(&buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	}
+	result = (bytea *) buf.data;
+	SET_VARSIZE(result, buf.len);
+	return result;
+}
+
+bool
+kafka_headers_value(bytea *headers, int i, const char **data, int *len)
+{
+	const char *p = VARDATA_ANY(headers);
+	const char *end = p + VARSIZE_ANY_EXHDR(headers);
+
+	for (int h = 0; p + sizeof(uint32) <= end; h++)
+	{
+		uint32		n;
+
+		memcpy(&n, p, sizeof(n));
+		n = pg_ntoh32(n);
+		p += sizeof(n);
+		if (h == i)
+		{
+			*data = n == (uint32) -1 ? NULL : p;
+			*len = n == (uint32) -1 ? -1 : (int) n;
+			return n != (uint32) -1;
+		}
+		if (n != (uint32) -1)
+			p += n;
+	}
+	*data = NULL;
+	*len = -1;
+	return false;
 }

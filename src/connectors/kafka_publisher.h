@@ -27,4 +27,13 @@ extern KafkaPublisher *kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwn
  */
 extern bool kafka_publisher_publish(KafkaPublisher *pub, char **error);
 
+/*
+ * A record's headers as the outbox keeps them: the values of the spec's
+ * headers, in order (kafka_sink_project encodes them, the publisher reads
+ * them back).
+ */
+extern bytea *kafka_headers_encode(int n, Datum *values, bool *nulls);
+/* The i-th value of encoded headers; false: it is null. */
+extern bool kafka_headers_value(bytea *headers, int i, const char **data, int *len);
+
 #endif							/* KAFKA_PUBLISHER_H */

@@ -68,13 +68,14 @@ static void refuse(KafkaSink *sink, KafkaRecord *r, int64 size, DeadLetterBuffer
 static void insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, int n);
 
 KafkaSink *
-kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent, bool *failing)
+kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec, const SinkOwner *owner,
+				  MemoryContext parent, bool *failing)
 {
 	KafkaSink  *sink = MemoryContextAllocZero(parent, sizeof(KafkaSink));
 	ListCell   *lc;
 
-	sink->plan = plan->sink->kafka;
-	sink->spec = &plan->spec->sink.kafka;
+	sink->plan = sink_plan->kafka;
+	sink->spec = spec;
 	sink->owner = *owner;
 	sink->failing = failing;
 	sink->ctx = AllocSetContextCreate(parent, "mailer kafka sink records", ALLOCSET_DEFAULT_SIZES);
@@ -117,6 +118,22 @@ kafka_sink_project(KafkaSink *sink, ExprRuntime *out_rt, Record *rec, Datum *val
 		hvalues[h] = expr_eval(kp->headers[h], out_rt, rec, &hnulls[h]);
 
 	MemoryContextSwitchTo(caller);
+
+	/*
+	 * A null value is a tombstone, which only a replaced row may be: JSON
+	 * says null, other formats have no word for it.
+	 */
+	if (value_null && sink->spec->format == FORMAT_JSON)
+	{
+		value = CStringGetTextDatum("null");
+		value_null = false;
+	}
+	else if (value_null)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("the Kafka sink's value is null for this row"),
+				 errdetail("A record with a null value is a tombstone: it deletes its key from a compacted topic."),
+				 errhint("Give every row a value in %s.value, e.g. with coalesce().", sink->spec->path)));
 	nulls[KAFKA_COLUMN_KEY] = key_null;
 	values[KAFKA_COLUMN_KEY] = key_null ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(key));
 	nulls[KAFKA_COLUMN_VALUE] = value_null;
@@ -286,6 +303,7 @@ insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, i
 	bool	   *hnulls = palloc(sizeof(bool) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
+	CatalogAccess access;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -304,7 +322,9 @@ insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, i
 	values[5] = PointerGetDatum(construct_md_array(vals, vnulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
 	values[6] = PointerGetDatum(construct_md_array(hdrs, hnulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
 
+	/* The outbox is the extension's: written as the catalog's owner, not the job's. */
 	SPI_connect();
+	catalog_enter(&access);
 	if (sink->insert_plan == NULL)
 	{
 		sink->insert_plan = SPI_prepare("INSERT INTO " MAILER_SCHEMA ".kafka_outbox "
@@ -319,58 +339,6 @@ insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, i
 	}
 	if (SPI_execute_plan(sink->insert_plan, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write the Kafka sink's outbox");
+	catalog_leave(&access);
 	SPI_finish();
-}
-
-/*
- * Encoded headers: for each of the spec's headers in order, a 4-byte
- * length in network order (-1: null) and the value's bytes.
- */
-bytea *
-kafka_headers_encode(int n, Datum *values, bool *nulls)
-{
-	StringInfoData buf;
-	bytea	   *result;
-
-	initStringInfo(&buf);
-	appendStringInfoSpaces(&buf, VARHDRSZ);
-	for (int h = 0; h < n; h++)
-	{
-		text	   *t = nulls[h] ? NULL : DatumGetTextPP(values[h]);
-		uint32		len = pg_hton32(t ? (uint32) VARSIZE_ANY_EXHDR(t) : (uint32) -1);
-
-		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
-		if (t)
-			appendBinaryStringInfo(&buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-	}
-	result = (bytea *) buf.data;
-	SET_VARSIZE(result, buf.len);
-	return result;
-}
-
-bool
-kafka_headers_value(bytea *headers, int i, const char **data, int *len)
-{
-	const char *p = VARDATA_ANY(headers);
-	const char *end = p + VARSIZE_ANY_EXHDR(headers);
-
-	for (int h = 0; p + sizeof(uint32) <= end; h++)
-	{
-		uint32		n;
-
-		memcpy(&n, p, sizeof(n));
-		n = pg_ntoh32(n);
-		p += sizeof(n);
-		if (h == i)
-		{
-			*data = n == (uint32) -1 ? NULL : p;
-			*len = n == (uint32) -1 ? -1 : (int) n;
-			return n != (uint32) -1;
-		}
-		if (n != (uint32) -1)
-			p += n;
-	}
-	*data = NULL;
-	*len = -1;
-	return false;
 }

@@ -16,8 +16,9 @@
 
 typedef struct KafkaSink KafkaSink;
 
-extern KafkaSink *kafka_sink_create(JobPlan *plan, const SinkOwner *owner, MemoryContext parent,
-									bool *failing);
+/* sink_plan and spec: the job's sink, or its changelog. */
+extern KafkaSink *kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec,
+									const SinkOwner *owner, MemoryContext parent, bool *failing);
 extern void kafka_sink_project(KafkaSink *sink, ExprRuntime *out_rt, Record *rec,
 							   Datum *values, bool *nulls);
 extern void kafka_sink_add(KafkaSink *sink, Datum *values, bool *nulls,
@@ -35,10 +36,5 @@ extern bool kafka_sink_full(KafkaSink *sink);
 extern int64 kafka_sink_flush(KafkaSink *sink, DeadLetterBuffer *dlq, OnError on_error,
 							  int64 epoch, int64 *rejected);
 extern bool kafka_sink_publish(KafkaSink *sink, char **error);
-
-/* The encoded headers' values, as kafka_sink_project makes them. */
-extern bytea *kafka_headers_encode(int n, Datum *values, bool *nulls);
-/* The i-th value of encoded headers; false: it is null. */
-extern bool kafka_headers_value(bytea *headers, int i, const char **data, int *len);
 
 #endif							/* SINK_KAFKA_H */

@@ -210,8 +210,12 @@ error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	KafkaSource *kafka = (KafkaSource *) opaque;
 
-	snprintf(kafka->broker_error, sizeof(kafka->broker_error), "%s", reason);
-	kafka_secrets_mask(&kafka->secrets, kafka->broker_error, sizeof(kafka->broker_error));
+	char	   *masked = pstrdup(reason);
+
+	/* Masked whole, then cut: a secret across the cut stays hidden. */
+	kafka_secrets_mask(&kafka->secrets, masked, strlen(masked) + 1);
+	strlcpy(kafka->broker_error, masked, sizeof(kafka->broker_error));
+	pfree(masked);
 }
 
 /*

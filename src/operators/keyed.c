@@ -231,7 +231,7 @@ project_row(void *arg, int i)
 {
 	ProjectRun *run = (ProjectRun *) arg;
 	KeyedStage *stage = run->stage;
-	int			ncols = stage->plan->sink->ncolumns;
+	int			ncols = stage->plan->sink_width;
 	Datum	   *values = palloc(sizeof(Datum) * ncols);
 	bool	   *nulls = palloc(sizeof(bool) * ncols);
 

@@ -193,14 +193,13 @@ describe_window(StringInfo buf, WindowSpec *w)
 					 spec_choice_name(spec_window_emits, w->emit_update));
 }
 
+/* title: "Sink" or "Changelog" */
 static void
-describe_kafka_sink(StringInfo buf, JobPlan *plan)
+describe_kafka_sink(StringInfo buf, JobPlan *plan, const char *title, KafkaSinkSpec *k,
+					KafkaSinkPlan *kp)
 {
-	KafkaSinkSpec *k = &plan->spec->sink.kafka;
-	KafkaSinkPlan *kp = plan->sink->kafka;
-
-	appendStringInfo(buf, "\nSink: kafka, brokers %s, topic %s, %s, one transaction per checkpoint%s",
-					 k->brokers, k->topic, spec_choice_name(spec_sink_deliveries, k->exactly_once),
+	appendStringInfo(buf, "\n%s: kafka, brokers %s, topic %s, %s, one transaction per checkpoint%s",
+					 title, k->brokers, k->topic, spec_choice_name(spec_sink_deliveries, k->exactly_once),
 					 k->exactly_once ? "" : " (none: records may repeat after a crash)");
 	appendStringInfo(buf, "\n  key <- %s", kp->key ? kp->key->text : "null");
 	appendStringInfo(buf, "\n  value <- %s", kp->value->text);
@@ -221,7 +220,7 @@ describe_sink(StringInfo buf, JobPlan *plan)
 
 	if (sink->kafka)
 	{
-		describe_kafka_sink(buf, plan);
+		describe_kafka_sink(buf, plan, "Sink", &plan->spec->sink.kafka, sink->kafka);
 		return;
 	}
 	appendStringInfo(buf, "\nSink: %s into %s",
@@ -240,6 +239,9 @@ describe_sink(StringInfo buf, JobPlan *plan)
 	/* Only a merged session deletes rows. */
 	if (plan->window && plan->window->type == WINDOW_SESSION)
 		appendStringInfo(buf, "\n  replaced rows: %s", sink->delete_sql);
+	if (plan->changelog)
+		describe_kafka_sink(buf, plan, "Changelog (the same rows, the same epochs)",
+							&plan->spec->changelog->kafka, plan->changelog->kafka);
 }
 
 static char *

@@ -193,6 +193,7 @@ static rd_kafka_conf_t *build_conf(const char *path, List *options, Oid owner,
 								   const ForcedProperty *forced, const char *hint,
 								   bool validate_only);
 static void check_privileges(const char *path, List *options, Oid owner);
+static void check_idempotence(const char *path, List *options);
 static bool loads_code(const char *name);
 static void check_unsecured_jwt(const char *path, List *options);
 static const KafkaOptionRule *find_rule(const char *name);
@@ -268,17 +269,64 @@ kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id, bool vali
 		 * checkpoint's Kafka transaction near the broker's round trips.
 		 */
 		{"retry.backoff.ms", "10"},
+		/* librdkafka's own default is 1 GB per producer. */
+		{"queue.buffering.max.kbytes", "65536"},
 		/* A sink writes into a topic made for it, as into a table. */
 		{"allow.auto.create.topics", "false"},
 		{"log.queue", "true"},
 		{"transactional.id", transactional_id},
 	};
 
-	return build_conf("sink.options", spec->options, spec->owner, defaults,
+	check_idempotence(psprintf("%s.options", spec->path ? spec->path : "sink"), spec->options);
+	return build_conf(psprintf("%s.options", spec->path ? spec->path : "sink"), spec->options, spec->owner, defaults,
 					  lengthof(defaults) - (spec->exactly_once && transactional_id ? 0 : 1),
 					  producer_forced,
 					  "sink.options takes librdkafka producer properties, as CONFIGURATION.md of librdkafka lists them.",
 					  validate_only);
+}
+
+rd_kafka_conf_t *
+kafka_marker_reader_conf(KafkaSinkSpec *spec, const char *group_id)
+{
+	KafkaDefault defaults[] = {
+		{"bootstrap.servers", spec->brokers},
+		/* A marker committed with a transaction is read once that commit is final. */
+		{"isolation.level", "read_committed"},
+		{"enable.auto.commit", "false"},
+		{"log.queue", "true"},
+		{"group.id", group_id},
+	};
+
+	return build_conf(psprintf("%s.options", spec->path ? spec->path : "sink"), spec->options,
+					  spec->owner, defaults, lengthof(defaults), producer_forced,
+					  "sink.options takes librdkafka producer properties, as CONFIGURATION.md of librdkafka lists them.",
+					  false);
+}
+
+/*
+ * An idempotent producer refuses more than 5 requests in flight and no
+ * retries when it is created: refuse them with the spec's path instead.
+ */
+static void
+check_idempotence(const char *path, List *options)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *opt = lfirst(lc);
+		long long	v = strtoll(strVal(opt->arg), NULL, 0);
+
+		if ((strcmp(opt->defname, "max.in.flight.requests.per.connection") == 0 ||
+			 strcmp(opt->defname, "max.in.flight") == 0) && v > 5)
+			spec_error(psprintf("%s.%s", path, opt->defname), ERRCODE_INVALID_PARAMETER_VALUE,
+					   "At most 5: the sink's producer is idempotent.", "%lld requests in flight are too many", v);
+		if ((strcmp(opt->defname, "retries") == 0 || strcmp(opt->defname, "message.send.max.retries") == 0) &&
+			v < 1)
+			spec_error(psprintf("%s.%s", path, opt->defname), ERRCODE_INVALID_PARAMETER_VALUE,
+					   "At least 1: the sink's producer is idempotent, and retries are how it stays exact.",
+					   "a producer without retries cannot be idempotent");
+	}
 }
 
 /*

@@ -41,4 +41,7 @@ extern void kafka_check_sink_options(KafkaSinkSpec *spec);
 extern struct rd_kafka_conf_s *kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id,
 												   bool validate_only);
 
+/* The consumer that reads a Kafka sink's epoch marker: its connection options, read_committed. */
+extern struct rd_kafka_conf_s *kafka_marker_reader_conf(KafkaSinkSpec *spec, const char *group_id);
+
 #endif							/* KAFKA_OPTIONS_H */

@@ -11,7 +11,9 @@
  * field; the key of an aggregate's record holds the key_by fields, and
  * window_start for a windowed job, which is what identifies a result row
  * (an upsert table's key), so that a compacted topic keeps every window's
- * latest answer and a merged session's tombstone removes its part.
+ * latest answer and a merged session's tombstone removes its part.  Their
+ * times are written in UTC, so that a key's bytes never depend on the
+ * worker's TimeZone.
  *
  * Design: docs/ARCHITECTURE.md, "The Kafka sink".
  */
@@ -29,6 +31,9 @@
 #include "plan/sink_plan.h"
 #include "plan/spec_error.h"
 
+/* How the defaults write a timestamptz: ISO 8601 in UTC, to the microsecond. */
+#define UTC_FORMAT "YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\""
+
 /* Name/value pairs per jsonb_build_object call: a call takes at most 100 arguments. */
 #define PAIRS_PER_CALL 50
 
@@ -39,17 +44,20 @@ static Node *json_object_of(JobPlan *plan, int nslots, const int *slots);
 static CompiledExpr *compile(JobPlan *plan, const char *text, Node *raw, const char *path);
 
 SinkPlan *
-plan_kafka_sink(JobPlan *plan)
+plan_kafka_sink(JobPlan *plan, KafkaSinkSpec *spec)
 {
-	KafkaSinkSpec *spec = &plan->spec->sink.kafka;
 	SinkPlan   *sink = palloc0(sizeof(SinkPlan));
 	KafkaSinkPlan *kp = palloc0(sizeof(KafkaSinkPlan));
 	FieldScope *scope = plan->out_scope;
 	ListCell   *lc;
 	int			h = 0;
 
+	char	   *value_path = psprintf("%s.value", spec->path);
+	char	   *key_path = psprintf("%s.key", spec->path);
+
 	kafka_check_sink_options(spec);
 	sink->kafka = kp;
+	sink->path = spec->path;
 	sink->ncolumns = KAFKA_SINK_COLUMNS;
 	sink->columns = palloc0(sizeof(SinkColumn) * KAFKA_SINK_COLUMNS);
 	sink->columns[KAFKA_COLUMN_KEY].name = "key";
@@ -64,15 +72,15 @@ plan_kafka_sink(JobPlan *plan)
 	}
 
 	if (spec->value)
-		kp->value = compile(plan, spec->value, as_bytes(expr_parse(spec->value, "sink.value"), spec->format),
-							"sink.value");
+		kp->value = compile(plan, spec->value, as_bytes(expr_parse(spec->value, value_path), spec->format),
+							value_path);
 	else
 		kp->value = compile(plan, "the output row as JSON",
-							json_object_of(plan, scope->nvisible, scope->visible), "sink.value");
+							json_object_of(plan, scope->nvisible, scope->visible), value_path);
 
 	if (spec->key)
-		kp->key = compile(plan, spec->key, as_bytes(expr_parse(spec->key, "sink.key"), spec->format),
-						  "sink.key");
+		kp->key = compile(plan, spec->key, as_bytes(expr_parse(spec->key, key_path), spec->format),
+						  key_path);
 	else if (plan->aggregated)
 	{
 		/* key_by fields, then window_start: the first slots of the output */
@@ -81,7 +89,7 @@ plan_kafka_sink(JobPlan *plan)
 
 		for (int i = 0; i < n; i++)
 			slots[i] = i;
-		kp->key = compile(plan, "the key fields as JSON", json_object_of(plan, n, slots), "sink.key");
+		kp->key = compile(plan, "the key fields as JSON", json_object_of(plan, n, slots), key_path);
 	}
 
 	kp->nheaders = list_length(spec->headers);
@@ -129,13 +137,22 @@ json_object_of(JobPlan *plan, int nslots, const int *slots)
 
 		for (int i = from; i < nslots && i < from + PAIRS_PER_CALL; i++)
 		{
-			const char *name = plan->out_schema->fields[slots[i]].name;
+			RecordField *field = &plan->out_schema->fields[slots[i]];
 			ColumnRef  *ref = makeNode(ColumnRef);
+			Node	   *arg = (Node *) ref;
 
-			ref->fields = list_make1(makeString(pstrdup(name)));
+			ref->fields = list_make1(makeString(pstrdup(field->name)));
 			ref->location = -1;
-			args = lappend(args, string_const(name));
-			args = lappend(args, ref);
+			/* A time in UTC whatever the worker's TimeZone: the same key each time. */
+			if (field->type == TIMESTAMPTZOID)
+				arg = (Node *) makeFuncCall(SystemFuncName("to_char"),
+											list_make2(makeFuncCall(SystemFuncName("timezone"),
+																	list_make2(string_const("UTC"), arg),
+																	COERCE_EXPLICIT_CALL, -1),
+													   string_const(UTC_FORMAT)),
+											COERCE_EXPLICIT_CALL, -1);
+			args = lappend(args, string_const(field->name));
+			args = lappend(args, arg);
 		}
 		call = (Node *) makeFuncCall(SystemFuncName("jsonb_build_object"),
 									 args, COERCE_EXPLICIT_CALL, -1);

@@ -87,6 +87,12 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 	build_output(plan, cs.agg_paths, cs.window_path);
 	/* create_job and describe_job refuse what a worker of an older job accepts. */
 	plan->sink = plan_sink(plan, prepare_executor);
+	plan->sink_width = plan->sink->ncolumns;
+	if (spec->changelog)
+	{
+		plan->changelog = plan_kafka_sink(plan, &spec->changelog->kafka);
+		plan->sink_width += plan->changelog->ncolumns;
+	}
 	plan->json_fields = json_fields_plan(plan);
 
 	if (prepare_executor)

@@ -53,6 +53,8 @@ typedef struct JobPlan
 	RecordSchema *out_schema;
 	FieldScope *out_scope;
 	SinkPlan   *sink;
+	SinkPlan   *changelog;		/* "sinks": the Kafka sink beside the table, or NULL */
+	int			sink_width;		/* columns sink_project makes: the sink's, then the changelog's */
 	char	  **out_paths;		/* each output field's JSON path, for errors */
 
 	/* JSON fields read straight from the message text (json_fields.h), or NULL */

@@ -33,10 +33,13 @@ plan_foreach_expr(JobPlan *plan, PlanExprFn fn, void *arg)
 	for (int i = 0; i < plan->sink->ncolumns; i++)
 		if (plan->sink->columns[i].cast)
 			fn(plan->sink->columns[i].cast, true, arg);
-	if (plan->sink->kafka)
+	for (int s = 0; s < 2; s++)
 	{
-		KafkaSinkPlan *kp = plan->sink->kafka;
+		SinkPlan   *sink = s == 0 ? plan->sink : plan->changelog;
+		KafkaSinkPlan *kp = sink ? sink->kafka : NULL;
 
+		if (kp == NULL)
+			continue;
 		if (kp->key)
 			fn(kp->key, true, arg);
 		fn(kp->value, true, arg);

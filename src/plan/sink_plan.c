@@ -47,6 +47,13 @@ static void build_insert_sql(SinkPlan *sink);
 static void build_delete_sql(SinkPlan *sink);
 static char *qualified_operator(Oid op);
 
+/* The JSON path of a field of the sink's spec: "sink.table", "sinks[0].key". */
+static const char *
+sink_path(const char *path, const char *field)
+{
+	return psprintf("%s.%s", path, field);
+}
+
 SinkPlan *
 plan_sink(JobPlan *plan, bool refuse_unhashable_keys)
 {
@@ -57,8 +64,9 @@ plan_sink(JobPlan *plan, bool refuse_unhashable_keys)
 	char	   *colnames;
 
 	if (spec->type == SINK_KAFKA)
-		return plan_kafka_sink(plan);
+		return plan_kafka_sink(plan, &spec->kafka);
 	sink = palloc0(sizeof(SinkPlan));
+	sink->path = spec->path;
 	rel = open_sink_table(spec, sink);
 	keys = sink_key_columns(rel, spec, &sink->upsert, &sink->key_index);
 	colnames = map_columns(plan, sink, rel, keys);
@@ -92,20 +100,20 @@ open_sink_table(SinkSpec *spec, SinkPlan *sink)
 	{
 		MemoryContextSwitchTo(ctx);
 		FlushErrorState();
-		spec_error("sink.table", ERRCODE_INVALID_NAME,
+		spec_error(sink_path(spec->path, "table"), ERRCODE_INVALID_NAME,
 				   "A table name as in a query: orders_total, public.orders_total or \"Mixed Case\".",
 				   "\"%s\" is not a table name", spec->table);
 	}
 	PG_END_TRY();
 	sink->relid = RangeVarGetRelid(makeRangeVarFromNameList(names), AccessShareLock, true);
 	if (!OidIsValid(sink->relid))
-		spec_error("sink.table", ERRCODE_UNDEFINED_TABLE,
+		spec_error(sink_path(spec->path, "table"), ERRCODE_UNDEFINED_TABLE,
 				   psprintf("Create the table before the job; an unqualified name is looked up in search_path (%s).",
 							namespace_search_path),
 				   "table \"%s\" does not exist", spec->table);
 	rel = table_open(sink->relid, NoLock);
 	if (rel->rd_rel->relkind != RELKIND_RELATION && rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
-		spec_error("sink.table", ERRCODE_WRONG_OBJECT_TYPE, "A sink is an ordinary or partitioned table.",
+		spec_error(sink_path(spec->path, "table"), ERRCODE_WRONG_OBJECT_TYPE, "A sink is an ordinary or partitioned table.",
 				   "\"%s\" is not a table", spec->table);
 	sink->relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 											   RelationGetRelationName(rel));
@@ -142,7 +150,7 @@ map_columns(JobPlan *plan, SinkPlan *sink, Relation rel, List *keys)
 		if (slot < 0)
 		{
 			if (att->attnotnull && !att->atthasdef && att->attidentity == '\0')
-				spec_error("sink.table", ERRCODE_NOT_NULL_VIOLATION,
+				spec_error(sink_path(sink->path, "table"), ERRCODE_NOT_NULL_VIOLATION,
 						   psprintf("Make a field named \"%s\" (in map, key_by or aggregate), give the column a default, or drop NOT NULL.",
 									attname),
 						   "column \"%s\" of table %s is NOT NULL, has no default, and no field of the job is named after it",
@@ -157,7 +165,7 @@ map_columns(JobPlan *plan, SinkPlan *sink, Relation rel, List *keys)
 		col->is_key = list_member(keys, makeString(attname));
 		get_typlenbyvalalign(getBaseType(col->type), &col->typlen, &col->typbyval, &col->typalign);
 		col->cast = expr_compile_cast(slot, plan->out_scope, att->atttypid, att->atttypmod,
-									  plan->out_paths[slot] ? plan->out_paths[slot] : "sink.table",
+									  plan->out_paths[slot] ? plan->out_paths[slot] : sink_path(sink->path, "table"),
 									  psprintf("column \"%s\" of type", attname));
 		plan->out_schema->fields[slot].referenced = true;
 		if (col->is_key)
@@ -182,7 +190,7 @@ check_keys_fed(SinkPlan *sink, SinkSpec *spec, List *keys)
 			if (sink->columns[i].is_key && strcmp(sink->columns[i].name, strVal(lfirst(lc))) == 0)
 				found = true;
 		if (!found)
-			spec_error(spec->key ? "sink.key" : "sink.table", ERRCODE_INVALID_PARAMETER_VALUE,
+			spec_error(spec->key ? sink_path(spec->path, "key") : sink_path(spec->path, "table"), ERRCODE_INVALID_PARAMETER_VALUE,
 					   psprintf("Name a field \"%s\" in key_by or map, or use \"mode\": \"append\".",
 								strVal(lfirst(lc))),
 					   "conflict column \"%s\" of table %s receives no field",
@@ -200,7 +208,7 @@ check_outputs_fed(JobPlan *plan, SinkPlan *sink, const char *colnames)
 	if (!plan->aggregated)
 	{
 		if (sink->ncolumns == 0)
-			spec_error("sink.table", ERRCODE_UNDEFINED_COLUMN,
+			spec_error(sink_path(sink->path, "table"), ERRCODE_UNDEFINED_COLUMN,
 					   psprintf("Columns receive the fields of the same name (key, value, topic, partition, offset, timestamp, headers, and those made by map or key_by). The table's columns: %s.",
 								colnames),
 					   "no column of table %s is named after a field of the job", sink->relname);
@@ -232,7 +240,7 @@ check_session_key(JobPlan *plan, SinkPlan *sink)
 		if (sink->columns[i].is_key && sink->columns[i].slot > plan->nkeys)
 			ok = false;			/* only key fields and window_start */
 	if (!ok)
-		spec_error("sink", ERRCODE_INVALID_PARAMETER_VALUE,
+		spec_error(sink->path, ERRCODE_INVALID_PARAMETER_VALUE,
 				   psprintf("Give table %s a primary key such as (key fields..., window_start): a merged session's row then replaces the rows of its parts.",
 							sink->relname),
 				   "session windows need an upsert sink whose conflict key is made of the key fields and window_start");
@@ -270,7 +278,7 @@ sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert, Oid *index)
 	if (spec->key != NIL)
 		keys = spec_key_columns(rel, spec, index);
 	else if (!OidIsValid(pk) && deferrable_primary_key(rel))
-		spec_error("sink.table", ERRCODE_FEATURE_NOT_SUPPORTED,
+		spec_error(sink_path(spec->path, "table"), ERRCODE_FEATURE_NOT_SUPPORTED,
 				   "An upsert needs its conflict key checked at once: make the primary key NOT DEFERRABLE, name the columns of a non-deferrable unique index in \"key\", or use \"mode\": \"append\".",
 				   "the primary key of table %s is deferrable", RelationGetRelationName(rel));
 	else if (OidIsValid(pk))
@@ -284,7 +292,7 @@ sink_key_columns(Relation rel, SinkSpec *spec, bool *upsert, Oid *index)
 		*index = pk;
 	}
 	else if (spec->mode == SINK_MODE_UPSERT)
-		spec_error("sink.mode", ERRCODE_INVALID_COLUMN_REFERENCE,
+		spec_error(sink_path(spec->path, "mode"), ERRCODE_INVALID_COLUMN_REFERENCE,
 				   "Add a primary key, name the conflict columns in \"key\", or use \"mode\": \"append\".",
 				   "table %s has no primary key to upsert on", RelationGetRelationName(rel));
 	*upsert = keys != NIL;
@@ -304,18 +312,18 @@ spec_key_columns(Relation rel, SinkSpec *spec, Oid *index)
 		char	   *name = lfirst(lc);
 
 		if (get_attnum(RelationGetRelid(rel), name) == InvalidAttrNumber)
-			spec_error("sink.key", ERRCODE_UNDEFINED_COLUMN, "Name columns of the sink table.",
+			spec_error(sink_path(spec->path, "key"), ERRCODE_UNDEFINED_COLUMN, "Name columns of the sink table.",
 					   "table %s has no column \"%s\"", RelationGetRelationName(rel), name);
 		keys = lappend(keys, makeString(name));
 	}
 	*index = unique_index_on(rel, keys, &deferrable);
 	if (!OidIsValid(*index) && deferrable)
-		spec_error("sink.key", ERRCODE_FEATURE_NOT_SUPPORTED,
+		spec_error(sink_path(spec->path, "key"), ERRCODE_FEATURE_NOT_SUPPORTED,
 				   "An upsert needs its conflict key checked at once: make the constraint NOT DEFERRABLE, or use \"mode\": \"append\".",
 				   "the unique index on these columns of table %s is deferrable",
 				   RelationGetRelationName(rel));
 	if (!OidIsValid(*index))
-		spec_error("sink.key", ERRCODE_INVALID_COLUMN_REFERENCE,
+		spec_error(sink_path(spec->path, "key"), ERRCODE_INVALID_COLUMN_REFERENCE,
 				   "An upsert needs a primary key or a unique, non-partial, non-deferrable index on the key columns.",
 				   "table %s has no unique index on exactly these columns",
 				   RelationGetRelationName(rel));
@@ -354,14 +362,19 @@ Jsonb *
 plan_pin_sink(Jsonb *doc, JobPlan *plan)
 {
 	SinkSpec   *spec = &plan->spec->sink;
-	const char *table_path[] = {"sink", "table"};
-	const char *mode_path[] = {"sink", "mode"};
+	char	   *index = psprintf("%d", spec->index);
+	const char *table_path[] = {"sinks", index, "table"};
+	const char *mode_path[] = {"sinks", index, "mode"};
+	int			skip = spec->index < 0 ? 1 : 0;	/* "sink": {"sink", "table"} */
 
 	if (spec->type == SINK_KAFKA)
 		return doc;				/* a topic's name resolves to nothing else later */
-	doc = spec_jsonb_set(doc, table_path, lengthof(table_path), spec_jsonb_string(spec->table), true);
+	if (skip)
+		table_path[1] = mode_path[1] = "sink";
+	doc = spec_jsonb_set(doc, table_path + skip, lengthof(table_path) - skip,
+						 spec_jsonb_string(spec->table), true);
 	if (spec->mode != SINK_MODE_DEFAULT)
-		doc = spec_jsonb_set(doc, mode_path, lengthof(mode_path),
+		doc = spec_jsonb_set(doc, mode_path + skip, lengthof(mode_path) - skip,
 							 spec_jsonb_string(spec_choice_name(spec_sink_modes, spec->mode)), true);
 	return doc;
 }
@@ -481,7 +494,7 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 			if (!OidIsValid(lhs_hash) && refuse_unhashable)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 spec_errmsg("sink.table", "conflict column \"%s\" of table %s has type %s, whose equality has no hash function",
+						 spec_errmsg(sink_path(sink->path, "table"), "conflict column \"%s\" of table %s has type %s, whose equality has no hash function",
 									 col->name, sink->relname, format_type_be(col->type)),
 						 errdetail("An upsert merges the rows of each key in a hash table before it writes them."),
 						 errhint("Key the table on a type with a hash operator class (cast money to numeric, bit or tsvector to text), or use \"mode\": \"append\".")));
@@ -517,7 +530,7 @@ check_column_privileges(Oid relid, SinkPlan *sink, const char *relname)
 				continue;
 			if (pg_class_aclcheck(relid, GetUserId(), m) != ACLCHECK_OK &&
 				pg_attribute_aclcheck(relid, attnum, GetUserId(), m) != ACLCHECK_OK)
-				spec_error("sink.table", ERRCODE_INSUFFICIENT_PRIVILEGE,
+				spec_error(sink_path(sink->path, "table"), ERRCODE_INSUFFICIENT_PRIVILEGE,
 						   psprintf("A job writes as its owner: grant %s on the table to the job's owner.",
 									sink->upsert ? "INSERT, SELECT and UPDATE" : "INSERT"),
 						   "role \"%s\" may not %s column \"%s\" of table %s",

@@ -63,6 +63,7 @@ typedef enum KafkaSinkColumn
 typedef struct SinkPlan
 {
 	KafkaSinkPlan *kafka;		/* a Kafka sink: the table fields below are unset */
+	const char *path;			/* the spec's "sink" or "sinks[i]", for errors */
 	Oid			relid;
 	char	   *relname;		/* schema-qualified, quoted */
 	bool		upsert;
@@ -84,8 +85,8 @@ typedef struct SinkPlan
  */
 extern SinkPlan *plan_sink(struct JobPlan *plan, bool refuse_unhashable_keys);
 
-/* plan_sink of a Kafka sink (kafka_sink_plan.c). */
-extern SinkPlan *plan_kafka_sink(struct JobPlan *plan);
+/* plan_sink of a Kafka sink, or of a changelog's (kafka_sink_plan.c). */
+extern SinkPlan *plan_kafka_sink(struct JobPlan *plan, KafkaSinkSpec *spec);
 
 /*
  * The sink's part of the plan compiled again against the table its name

@@ -76,7 +76,7 @@ typedef struct JsonObject
 } JsonObject;
 
 static const char *const top_fields[] = {
-	"version", "source", "event_time", "watermark", "steps", "sink",
+	"version", "source", "event_time", "watermark", "steps", "sink", "sinks",
 	"checkpoint", "state", "on_error", "parallelism", "key_groups", NULL
 };
 static const char *const kafka_fields[] = {
@@ -94,9 +94,16 @@ static const char *const window_fields[] = {
 static const char *const table_sink_fields[] = {
 	"type", "table", "mode", "key", NULL
 };
+/* What Kafka allows in a topic's name. */
+#define TOPIC_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+
 static const char *const kafka_sink_fields[] = {
 	"type", "brokers", "topic", "key", "value", "format", "headers", "options", "delivery", NULL
 };
+/* "sinks": a table and a topic */
+#define MAX_SINKS 2
+#define SINKS_HINT "An array of a table sink and a Kafka sink, such as [{\"type\": \"table\", \"table\": \"totals\"}, {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"totals\"}]."
+
 static const char *const checkpoint_fields[] = {"interval", "retain", NULL};
 
 /*
@@ -137,7 +144,8 @@ static List *parse_steps(JsonObject *top);
 static StepSpec *parse_step(JsonbValue *v, const char *path);
 static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates);
 static void parse_window(JsonObject *obj, WindowSpec *w);
-static void parse_sink(JsonObject *top, SinkSpec *sink);
+static void parse_sinks(JsonObject *top, JobSpec *spec);
+static void parse_sink(JsonObject obj, SinkSpec *sink);
 static void parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka);
 static List *parse_options(JsonObject *obj);
 
@@ -165,7 +173,7 @@ spec_parse(Jsonb *jb)
 
 	parse_watermark(&top, spec);
 	spec->steps = parse_steps(&top);
-	parse_sink(&top, &spec->sink);
+	parse_sinks(&top, spec);
 	parse_checkpoint(&top, spec);
 	parse_state(&top, spec);
 	spec->on_error = get_choice(&top, "on_error", spec_on_errors, ON_ERROR_DEAD_LETTER);
@@ -540,17 +548,81 @@ parse_window(JsonObject *obj, WindowSpec *w)
 	w->emit_update = get_choice(obj, "emit", spec_window_emits, false);
 }
 
-static void
-parse_sink(JsonObject *top, SinkSpec *sink)
+/*
+ * "sink": one object; or "sinks": a table sink and a Kafka sink that
+ * receive the same rows in the same epochs (the topic a changelog of the
+ * table), or one sink as "sink" would be.
+ */
+void
+spec_set_owner(JobSpec *spec, Oid owner)
 {
-	JsonObject	obj = required_object(top, "sink",
-									  "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}.");
+	spec->source.kafka.owner = owner;
+	spec->sink.kafka.owner = owner;
+	if (spec->changelog)
+		spec->changelog->kafka.owner = owner;
+}
+
+static void
+parse_sinks(JsonObject *top, JobSpec *spec)
+{
+	JsonbValue	v;
+	JsonbIterator *it;
+	JsonbValue	elem;
+	JsonbIteratorToken tok;
+	SinkSpec	sinks[MAX_SINKS];
+	int			n = 0;
+
+	if (!get_value(top, "sinks", &v))
+	{
+		spec->sink.path = "sink";
+		spec->sink.index = -1;
+		parse_sink(required_object(top, "sink",
+								   "An object such as {\"type\": \"table\", \"table\": \"order_totals\"}."),
+				   &spec->sink);
+		return;
+	}
+	if (get_value(top, "sink", &elem))
+		spec_error("sinks", ERRCODE_INVALID_PARAMETER_VALUE, "Give either \"sink\" (one) or \"sinks\" (a table and a topic).",
+				   "\"sink\" and \"sinks\" are exclusive");
+	if (v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
+		spec_error("sinks", ERRCODE_INVALID_PARAMETER_VALUE, SINKS_HINT, "expected an array, found %s", json_type_name(&v));
+	it = JsonbIteratorInit(v.val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM)
+			continue;
+		if (n == lengthof(sinks))
+			spec_error(psprintf("sinks[%d]", n), ERRCODE_INVALID_PARAMETER_VALUE, SINKS_HINT, "more than two sinks");
+		memset(&sinks[n], 0, sizeof(SinkSpec));
+		sinks[n].path = psprintf("sinks[%d]", n);
+		sinks[n].index = n;
+		parse_sink(as_object(&elem, sinks[n].path), &sinks[n]);
+		n++;
+	}
+	if (n == 0)
+		spec_error("sinks", ERRCODE_INVALID_PARAMETER_VALUE, SINKS_HINT, "no sink");
+	if (n == 2 && sinks[0].type == sinks[1].type)
+		spec_error("sinks[1].type", ERRCODE_FEATURE_NOT_SUPPORTED, SINKS_HINT, "two sinks of type %s",
+				   spec_choice_name(spec_sink_types, sinks[1].type));
+	/* The table first: it is the job's sink, the topic its changelog. */
+	spec->sink = sinks[n == 2 && sinks[1].type == SINK_TABLE ? 1 : 0];
+	if (n == 2)
+	{
+		spec->changelog = palloc(sizeof(SinkSpec));
+		*spec->changelog = sinks[sinks[1].type == SINK_KAFKA ? 1 : 0];
+	}
+}
+
+static void
+parse_sink(JsonObject obj, SinkSpec *sink)
+{
 	JsonbValue	v;
 
 	sink->type = get_choice(&obj, "type", spec_sink_types, -1);
 	if (sink->type == SINK_KAFKA)
 	{
 		check_fields(&obj, kafka_sink_fields);
+		sink->kafka.path = sink->path;
 		parse_kafka_sink(&obj, &sink->kafka);
 		return;
 	}
@@ -561,7 +633,7 @@ parse_sink(JsonObject *top, SinkSpec *sink)
 	{
 		sink->key = get_string_array(&obj, "key", "An array of column names, such as [\"customer_id\", \"window_start\"].");
 		if (sink->mode == SINK_MODE_APPEND)
-			spec_error("sink.key", ERRCODE_INVALID_PARAMETER_VALUE, "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
+			spec_error(child_path(obj.path, "key"), ERRCODE_INVALID_PARAMETER_VALUE, "\"key\" applies to \"mode\": \"upsert\" only.", "an append sink has no key");
 	}
 }
 
@@ -573,6 +645,11 @@ parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
 	kafka->brokers = get_string(obj, "brokers", true,
 								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
 	kafka->topic = get_string(obj, "topic", true, "The output topic's name; create the topic before the job.");
+	if (strlen(kafka->topic) > 249 || strspn(kafka->topic, TOPIC_CHARS) != strlen(kafka->topic) ||
+		strcmp(kafka->topic, ".") == 0 || strcmp(kafka->topic, "..") == 0)
+		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME,
+				   "A Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-', and not \".\" or \"..\".",
+				   "\"%s\" is not a Kafka topic name", kafka->topic);
 	kafka->key = get_string(obj, "key", false,
 							"An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
 	kafka->value = get_string(obj, "value", false,
@@ -605,24 +682,37 @@ spec_option_is_secret(const char *name)
 }
 
 /*
- * Secrets of both option objects are kept in one flat object: a source
- * option under its own name (as since the first version), a sink option
- * under "sink.options.<name>".
+ * The secrets of every options object are kept in one flat object: a
+ * source option under its own name (as since the first version), a sink
+ * option under "sink.options.<name>", one of "sinks" under
+ * "sinks.<i>.options.<name>".
  */
 #define SINK_SECRET_PREFIX "sink.options."
+#define SINKS_SECRET_PREFIX "sinks."
 
-/* jsonb_set(doc, '{source|sink,options,<name>}', value), name as secrets hold it */
+/* jsonb_set(doc, '{...,options,<name>}', value), name as secrets hold it */
 static Jsonb *
 set_option(Jsonb *doc, const char *name, Jsonb *value)
 {
-	const char *path[] = {"source", "options", name};
+	const char *path[4] = {"source", "options", name};
+	int			npath = 3;
 
 	if (strncmp(name, SINK_SECRET_PREFIX, strlen(SINK_SECRET_PREFIX)) == 0)
 	{
 		path[0] = "sink";
 		path[2] = name + strlen(SINK_SECRET_PREFIX);
 	}
-	return spec_jsonb_set(doc, path, lengthof(path), value, false);
+	else if (strncmp(name, SINKS_SECRET_PREFIX, strlen(SINKS_SECRET_PREFIX)) == 0 &&
+			 isdigit((unsigned char) name[strlen(SINKS_SECRET_PREFIX)]) &&
+			 strncmp(name + strlen(SINKS_SECRET_PREFIX) + 1, ".options.", 9) == 0)
+	{
+		path[0] = "sinks";
+		path[1] = pnstrdup(name + strlen(SINKS_SECRET_PREFIX), 1);
+		path[2] = "options";
+		path[3] = name + strlen(SINKS_SECRET_PREFIX) + 1 + 9;
+		npath = 4;
+	}
+	return spec_jsonb_set(doc, path, npath, value, false);
 }
 
 Jsonb *
@@ -652,16 +742,12 @@ spec_jsonb_int(int64 n)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(psprintf(INT64_FORMAT, n))));
 }
 
-/* The options object of spec.<part>, or NULL. */
+/* The options object of an object, or NULL. */
 static JsonbContainer *
-options_of(Jsonb *spec, const char *part)
+options_in(JsonbValue *obj)
 {
-	JsonbValue *obj;
 	JsonbValue *options;
 
-	if (!JB_ROOT_IS_OBJECT(spec))
-		return NULL;
-	obj = getKeyJsonValueFromContainer(&spec->root, part, strlen(part), NULL);
 	if (obj == NULL || obj->type != jbvBinary || !JsonContainerIsObject(obj->val.binary.data))
 		return NULL;
 	options = getKeyJsonValueFromContainer(obj->val.binary.data, "options", 7, NULL);
@@ -670,10 +756,33 @@ options_of(Jsonb *spec, const char *part)
 	return options->val.binary.data;
 }
 
+/*
+ * The options object of the spec's part (0 source, 1 sink, 2.. the sinks
+ * array's elements), or NULL; *prefix: how secrets name its options.
+ */
+static JsonbContainer *
+options_of(Jsonb *spec, int part, const char **prefix)
+{
+	JsonbValue *sinks;
+
+	if (!JB_ROOT_IS_OBJECT(spec))
+		return NULL;
+	if (part < 2)
+	{
+		*prefix = part == 0 ? "" : SINK_SECRET_PREFIX;
+		return options_in(getKeyJsonValueFromContainer(&spec->root, part == 0 ? "source" : "sink",
+													   part == 0 ? 6 : 4, NULL));
+	}
+	*prefix = psprintf(SINKS_SECRET_PREFIX "%d.options.", part - 2);
+	sinks = getKeyJsonValueFromContainer(&spec->root, "sinks", 5, NULL);
+	if (sinks == NULL || sinks->type != jbvBinary || !JsonContainerIsArray(sinks->val.binary.data))
+		return NULL;
+	return options_in(getIthJsonbValueFromContainer(sinks->val.binary.data, part - 2));
+}
+
 Jsonb *
 spec_redact(Jsonb *spec, Jsonb **secrets)
 {
-	static const char *const parts[] = {"source", "sink"};
 	JsonbValue	v;
 	JsonbParseState *state = NULL;
 	bool		any = false;
@@ -681,10 +790,10 @@ spec_redact(Jsonb *spec, Jsonb **secrets)
 
 	*secrets = NULL;
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	for (int p = 0; p < lengthof(parts); p++)
+	for (int p = 0; p < 2 + MAX_SINKS; p++)
 	{
-		JsonbContainer *options = options_of(spec, parts[p]);
-		const char *prefix = p == 0 ? "" : SINK_SECRET_PREFIX;
+		const char *prefix;
+		JsonbContainer *options = options_of(spec, p, &prefix);
 		JsonbIterator *it;
 		JsonbValue	key;
 		char	   *name;

@@ -120,6 +120,7 @@ typedef enum SinkMode
 /* A Kafka sink: one output topic, records made by expressions over the output. */
 typedef struct KafkaSinkSpec
 {
+	const char *path;			/* "sink" or "sinks[i]", for errors */
 	char	   *brokers;
 	char	   *topic;
 	char	   *key;			/* expression; NULL: the default (see plan_kafka_sink) */
@@ -134,6 +135,8 @@ typedef struct KafkaSinkSpec
 typedef struct SinkSpec
 {
 	SinkType	type;
+	const char *path;			/* "sink" or "sinks[i]", for errors */
+	int			index;			/* i of "sinks[i]"; -1 for "sink" */
 	/* table */
 	char	   *table;			/* as written; resolved by plan.c */
 	SinkMode	mode;
@@ -162,7 +165,8 @@ typedef struct JobSpec
 	int64		max_out_of_orderness_us;
 	int64		idle_timeout_us;	/* -1: none */
 	List	   *steps;			/* of StepSpec */
-	SinkSpec	sink;
+	SinkSpec	sink;			/* "sink", or of "sinks" the table (or the one) */
+	SinkSpec   *changelog;		/* "sinks": the Kafka sink beside the table, or NULL */
 	int64		checkpoint_interval_us;
 	int32		checkpoint_retain;
 	StateBackendType state_backend;
@@ -173,6 +177,9 @@ typedef struct JobSpec
 
 /* Parse and check a spec; ERROR (with the JSON path) when it is invalid. */
 extern JobSpec *spec_parse(Jsonb *spec);
+
+/* Whose privileges judge the Kafka options of the spec's source and sinks. */
+extern void spec_set_owner(JobSpec *spec, Oid owner);
 
 /*
  * ERROR unless the server's settings let a job of this spec be created (or

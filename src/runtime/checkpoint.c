@@ -62,6 +62,7 @@ typedef struct CheckpointRun
 
 static void counters_from_jsonb(Job *job, Jsonb *counters);
 static void checkpoint_begin(Job *job);
+static void force_synchronous_commit(void);
 static bool bind_sink(Job *job);
 static void flush_outputs(CheckpointRun *run);
 static void insert_checkpoint_row(CheckpointRun *run);
@@ -304,10 +305,19 @@ checkpoint_take(Job *job, bool final)
 	}
 	flush_outputs(&run);
 	insert_checkpoint_row(&run);
+	/* Durable, whatever an expression of the job set meanwhile (set_config). */
+	force_synchronous_commit();
 	epoch_commit(job, run.epoch);
 	checkpoint_committed(&run);
 	job->stage = NULL;
 	return true;
+}
+
+static void
+force_synchronous_commit(void)
+{
+	(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 }
 
 /*
@@ -324,8 +334,7 @@ checkpoint_begin(Job *job)
 	 * below, whatever synchronous_commit the owner's role sets: a commit
 	 * lost in a crash would leave the job at a deleted snapshot.
 	 */
-	(void) set_config_option("synchronous_commit", "on", PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
+	force_synchronous_commit();
 	(void) set_config_option("lock_timeout", CHECKPOINT_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 

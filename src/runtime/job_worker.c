@@ -87,6 +87,12 @@ job_worker_main(Datum main_arg)
 	termination_install_handler();
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
+	/*
+	 * A background worker ignores SIGHUP from its fork until the line
+	 * above: a reload the postmaster signalled meanwhile is lost.  Read the
+	 * configuration once now.
+	 */
+	ProcessConfigFile(PGC_SIGHUP);
 	TEST_POINT("worker_before_claim");
 
 	claim_slot(&args, slot);
@@ -327,8 +333,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 
 	job->spec = spec_parse(row->spec);
 	/* The catalog may have been edited by hand: judge the owner's options again. */
-	job->spec->source.kafka.owner = job->owner;
-	job->spec->sink.kafka.owner = job->owner;
+	spec_set_owner(job->spec, job->owner);
 	start_parallel(args, job);
 	if (job->spec->sink.type == SINK_TABLE)
 		wait_for_sink_table(job);

@@ -171,6 +171,8 @@ launcher_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, launcher_sigterm);
 	BackgroundWorkerUnblockSignals();
+	/* A reload signalled before the handler was set is lost: read the configuration now. */
+	ProcessConfigFile(PGC_SIGHUP);
 
 	BackgroundWorkerInitializeConnection(mailer_database, NULL, 0);
 	pgstat_report_appname("mailer launcher");

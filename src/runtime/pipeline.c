@@ -265,7 +265,7 @@ static void
 add_to_sink(Job *job, SourceMessage *msg, List *outputs)
 {
 	int			n = list_length(outputs);
-	OutputRows	rows = output_rows_alloc(n, job->plan->sink->ncolumns);
+	OutputRows	rows = output_rows_alloc(n, job->plan->sink_width);
 
 	/* Cast every output first: a cast that fails sends nothing on. */
 	job->stage = "sink";

@@ -76,6 +76,32 @@ SELECT job AS engine,
 SELECT round(v::numeric, 2) AS "mailer/Flink events per CPU-s (median of per-round ratios)", n AS runs
   FROM m WHERE section = 'flink' AND metric = 'mailer_over_flink_per_cpu';
 
+\echo 'Kafka sink (issue 14): the orders into a Kafka topic exactly once; 1 s checkpoints (raw: a transaction per second); engine CPU = mailer worker + rest of server, raw program, Flink JVM over execute()'
+SELECT split_part(job, '_', 1) AS engine, coalesce(nullif(split_part(job, '_', 2), ''), 'passthrough') AS job,
+	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'cpu_s_per_m'), 2) AS "CPU-s/M process",
+	   round(pg_temp.g(section, job, backend, 'server_cpu_s_per_m'), 2) AS "CPU-s/M rest of server",
+	   round(pg_temp.g(section, job, backend, 'broker_cpu_s_per_m'), 2) AS "CPU-s/M broker",
+	   round(pg_temp.g(section, job, backend, 'records_per_cpu_s')) AS "records/CPU-s",
+	   round(pg_temp.g(section, job, backend, 'startup_cpu_s'), 1) AS "start-up CPU-s",
+	   round(pg_temp.g(section, job, backend, 'net_cpu_s_per_m'), 2) AS "CPU-s/M net of start-up",
+	   round(pg_temp.g(section, job, backend, 'records_out_topic')) AS "records in topic",
+	   round(pg_temp.g(section, job, backend, 'ckpt_ms_median'), 1) AS "ckpt ms",
+	   max(n) FILTER (WHERE metric = 'records_per_s') AS runs,
+	   pg_temp.timed_out(section, job, backend) AS "timed out"
+  FROM m WHERE section = 'kafka_sink' AND job NOT LIKE 'ratio\_%'
+ GROUP BY section, job, backend
+ ORDER BY array_position(ARRAY['raw', 'mailer_passthrough', 'flink_passthrough', 'mailer_totals', 'flink_totals'], job);
+SELECT replace(job, 'ratio_', '') AS job,
+	   round(pg_temp.g(section, job, backend, 'mailer_over_raw_per_cpu'), 3) AS "mailer/raw records per CPU-s",
+	   round(pg_temp.g(section, job, backend, 'flink_over_raw_per_cpu'), 3) AS "Flink/raw",
+	   round(pg_temp.g(section, job, backend, 'mailer_over_flink_per_cpu'), 2) AS "mailer/Flink",
+	   round(pg_temp.g(section, job, backend, 'mailer_over_flink_net_per_cpu'), 2) AS "mailer/Flink net of its start-up",
+	   round(pg_temp.g(section, job, backend, 'mailer_over_raw_rate'), 3) AS "mailer/raw records/s",
+	   max(n) AS runs
+  FROM m WHERE section = 'kafka_sink' AND job LIKE 'ratio\_%'
+ GROUP BY section, job, backend
+ ORDER BY 1;
 \echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms and its state share state_checkpoint_ms sampled from mailer.metrics; state restore ms = mailer.metrics.state_restore_ms after the kill)'
 SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'distinct_keys')) AS "distinct keys",

@@ -17,6 +17,12 @@
 #   flink       the keyed tumbling-window job on mailer and on Apache Flink
 #               (local MiniCluster), both pinned to the same CPU: events per
 #               CPU-second and their ratio
+#   kafka_sink  the orders into a Kafka topic, exactly once: mailer's Kafka
+#               sink (passthrough and keyed running totals), raw librdkafka
+#               consume + transactional produce (raw_consume_produce.c) and
+#               Flink's KafkaSink with EXACTLY_ONCE, pinned like the flink
+#               section: records/s, CPU-s per million records (engine and
+#               broker), records per CPU-second and their ratios
 #   state       keyed running totals over 1k, 100k and 5M keys, both
 #               backends: checkpoint duration, restore after kill -9, memory,
 #               state on disk, lookup cost (records/s)
@@ -31,7 +37,7 @@
 #   BENCH_RUNS=3             rounds per figure
 #   BENCH_KEYS=100000        customers in the main topic
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
-#   BENCH_SECTIONS="throughput parallelism flink state latency profile"
+#   BENCH_SECTIONS="throughput parallelism flink kafka_sink state latency profile"
 #   BENCH_PARALLELISM="1 2 4"  parallelisms of the parallelism section (1
 #                            must be among them for the ratios)
 #   BENCH_PARALLELISM_JOBS="tumbling:rocksdb sliding:rocksdb"   its jobs, as
@@ -46,7 +52,9 @@
 #                            (above 1, perf records subtask 1); "hottest" is
 #                            the throughput job with the most CPU per record
 #   BENCH_PIN_CPU=<last CPU> the CPU mailer's worker and Flink share in the
-#                            flink section; "none" pins nothing
+#                            flink and kafka_sink sections (and the raw
+#                            program in kafka_sink); "none" pins nothing
+#   BENCH_KAFKA_SINK_JOBS="passthrough totals"   the kafka_sink section's jobs
 #   BENCH_OUT=$MAILER_RUN_DIR/bench/out-<time>   results.tsv, tables.txt,
 #                            profile.txt and logs
 # Topics are produced once per (events, keys) and reused by later runs.
@@ -60,7 +68,7 @@ BENCH_EVENTS=${BENCH_EVENTS:-5000000}
 BENCH_RUNS=${BENCH_RUNS:-3}
 BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
-BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink state latency profile}
+BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink state latency profile}
 BENCH_PARALLELISM=${BENCH_PARALLELISM:-1 2 4}
 BENCH_PARALLELISM_JOBS=${BENCH_PARALLELISM_JOBS:-tumbling:rocksdb sliding:rocksdb}
 BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
@@ -68,6 +76,7 @@ BENCH_JOB_TIMEOUT=${BENCH_JOB_TIMEOUT:-600}
 BENCH_PROFILE_SECONDS=${BENCH_PROFILE_SECONDS:-60}
 BENCH_PROFILE_JOBS=${BENCH_PROFILE_JOBS:-hottest tumbling:rocksdb passthrough:- tumbling:rocksdb:2}
 BENCH_PIN_CPU=${BENCH_PIN_CPU:-$(($(nproc) - 1))}
+BENCH_KAFKA_SINK_JOBS=${BENCH_KAFKA_SINK_JOBS:-passthrough totals}
 BENCH_DIR=$MAILER_RUN_DIR/bench
 BENCH_OUT=${BENCH_OUT:-$BENCH_DIR/out-$(date +%Y%m%d-%H%M%S)}
 RESULTS=$BENCH_OUT/results.tsv
@@ -112,6 +121,7 @@ setup()
 	mkdir -p "$BENCH_DIR"
 	gcc -O2 -Wall -o "$BENCH_DIR/produce" test/bench/produce.c -lrdkafka
 	gcc -O2 -Wall -o "$BENCH_DIR/raw_consume" test/bench/raw_consume.c -lrdkafka
+	gcc -O2 -Wall -o "$BENCH_DIR/raw_consume_produce" test/bench/raw_consume_produce.c -lrdkafka
 	q -f test/bench/setup.sql >>"$LOG" 2>&1 || die "test/bench/setup.sql failed; see $LOG"
 	PGDATA_OWNER_DIR=$PGDATA/mailer/$(q -c "SELECT oid FROM pg_extension WHERE extname = 'mailer'")
 	PM_PID=$(head -1 "$PGDATA/postmaster.pid")
@@ -232,6 +242,14 @@ job_spec()
 	totals)
 		steps="[$key, $agg]"
 		sink='{"type": "table", "table": "bench.totals"}' ;;
+	kafka_passthrough)
+		# Every order to the Kafka sink's topic, key and value as read.
+		steps='[]'
+		sink='{"type": "kafka", "brokers": "'$KAFKA_BROKERS'", "topic": "'$KSINK_TOPIC'", "key": "key", "value": "value", "format": "text"}' ;;
+	kafka_totals)
+		# Running totals per customer; the sink's default key and value (JSON).
+		steps="[$key, $agg]"
+		sink='{"type": "kafka", "brokers": "'$KAFKA_BROKERS'", "topic": "'$KSINK_TOPIC'"}' ;;
 	tumbling|sliding|session)
 		case $kind in
 		tumbling) window='{"window": {"type": "tumbling", "size": "1 minute"}}' ;;
@@ -256,7 +274,7 @@ job_spec()
 sink_of()
 {
 	case $1 in
-	passthrough) echo bench.passthrough ;;
+	passthrough|kafka_*) echo bench.passthrough ;;
 	append|latency) echo bench.latency ;;
 	totals) echo bench.totals ;;
 	*) echo bench.windows ;;
@@ -270,7 +288,9 @@ sink_of()
 # running (stopped and dropped by finish_job).  A job that has not read
 # everything after TIMEOUT seconds (BENCH_JOB_TIMEOUT) is measured on the
 # records it read by then.  PIN_CPU pins subtask 0; perf records subtask
-# JOB_PERF_SUBTASK (0 by default).
+# JOB_PERF_SUBTASK (0 by default).  JOB_AFTER_WAIT, when set, is a command
+# run with the job's name once wait_job has returned, inside the clock (the
+# Kafka sink section waits there for the output to be published).
 run_job()
 {
 	local section=$1 label=$2 kind=$3 backend=$4 run=$5 topics=$6 expected=$7
@@ -301,6 +321,7 @@ run_job()
 		state=$(q -c "SELECT state FROM mailer.jobs WHERE name = '$name'")
 		timed_out=1
 	fi
+	[ "$timed_out" = 1 ] || [ -z "${JOB_AFTER_WAIT:-}" ] || "$JOB_AFTER_WAIT" "$name"
 	t1=$(now)
 	read -r busy1 idle1 steal1 <<<"$(machine_cpu)"
 	[ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
@@ -325,12 +346,14 @@ run_job()
 	secs=$(calc "$t1 - $t0")
 	JOB_RATE=$(calc "$expected / $secs")
 	JOB_CPU_PER_M=$(calc "$cpu * 1000000 / $expected")
+	JOB_SERVER_CPU_PER_M=$(calc "$srv * 1000000 / $expected")
+	JOB_BROKER_CPU_PER_M=$(calc "$broker * 1000000 / $expected")
 	record "$section" "$label" "$backend" "$run" timed_out "$timed_out"
 	record "$section" "$label" "$backend" "$run" records_per_s "$JOB_RATE"
 	record "$section" "$label" "$backend" "$run" seconds "$secs"
 	record "$section" "$label" "$backend" "$run" cpu_s_per_m "$JOB_CPU_PER_M"
-	record "$section" "$label" "$backend" "$run" server_cpu_s_per_m "$(calc "$srv * 1000000 / $expected")"
-	record "$section" "$label" "$backend" "$run" broker_cpu_s_per_m "$(calc "$broker * 1000000 / $expected")"
+	record "$section" "$label" "$backend" "$run" server_cpu_s_per_m "$JOB_SERVER_CPU_PER_M"
+	record "$section" "$label" "$backend" "$run" broker_cpu_s_per_m "$JOB_BROKER_CPU_PER_M"
 	# Cores kept busy over the run, by the job's processes and by the broker.
 	record "$section" "$label" "$backend" "$run" job_cores "$(calc "$cpu / $secs")"
 	record "$section" "$label" "$backend" "$run" broker_cores "$(calc "$broker / $secs")"
@@ -435,6 +458,7 @@ section_parallelism()
 flink_build()
 {
 	local build=$BENCH_DIR/flink-build
+	[ -z "${FLINK_CP:-}" ] || return 0
 	say "flink: building test/bench/flink (mvn -B -q package)"
 	mvn -B -q -f test/bench/flink/pom.xml -Dmaven.repo.local="$MAILER_CACHE_DIR/m2" \
 		-Dbench.build.dir="$build" package </dev/null >>"$LOG" 2>&1 ||
@@ -476,6 +500,151 @@ section_flink()
 		record flink flink rocksdb "$run" windows "$windows"
 		record flink ratio - "$run" mailer_over_flink_per_cpu "$(calc "$mailer_eps / $flink_eps")"
 		say "  flink run $run: $(printf '%.0f' "$(calc "$BENCH_EVENTS / $secs")") records/s, $flink_eps events/CPU-s (mailer $mailer_eps), $events events in $windows windows"
+	done
+}
+
+# ---- kafka_sink (issue 14): the same orders from the main topic into a
+# Kafka topic, exactly once, by mailer's Kafka sink, by raw librdkafka
+# (raw_consume_produce.c: consume, produce in one transaction per second)
+# and by Flink's KafkaSink (EXACTLY_ONCE, 1 s checkpoints).  Each run
+# writes to a fresh output topic, which is counted read_committed after the
+# clock stopped.  The engine's CPU: mailer's worker plus the rest of the
+# server (the outbox's WAL), the raw program, Flink's JVM; the broker's is
+# shown apart (the transactions' cost lands there).
+KSINK_TOPIC=bench_kafka_sink_out
+KSINK_EMPTY_TOPIC=bench_kafka_sink_empty
+
+# A fresh, empty output topic.
+ksink_topic()
+{
+	test/services/kafka.sh delete-topic "$KSINK_TOPIC" >>"$LOG" 2>&1 || die "cannot delete topic $KSINK_TOPIC"
+	test/services/kafka.sh create-topic "$KSINK_TOPIC" 8 >>"$LOG" 2>&1 || die "cannot create topic $KSINK_TOPIC"
+}
+
+# The records a read_committed consumer sees in the output topic.
+ksink_count()
+{
+	timeout 600 kcat -C -b "$KAFKA_BROKERS" -t "$KSINK_TOPIC" -X isolation.level=read_committed -e -q -f '\n' 2>>"$LOG" | wc -l
+}
+
+# run_job's JOB_AFTER_WAIT: wait_job has returned, so the newest checkpoint
+# covers the whole input (and wait_job also waits for the publish); the
+# clock stops once every subtask's Kafka sink shows nothing pending, which
+# this checks rather than assumes.  (published_epoch only moves with epochs
+# that had records, so it need not reach the newest checkpoint's epoch.)
+ksink_wait_published()
+{
+	local name=$1 ok
+	for _ in $(seq 1 3000); do
+		ok=$(q -c "SELECT count(*) > 0 AND bool_and(published_epoch > 0 AND pending_records = 0)
+		             FROM mailer.kafka_sinks WHERE job = '$name'")
+		[ "$ok" = t ] && return 0
+		sleep 0.2
+	done
+	die "job $name: its Kafka sink still has records pending after 10 minutes: $(q -c "SELECT string_agg(to_jsonb(s)->>'last_error', '; ') FROM mailer.kafka_sinks s WHERE job = '$name'")"
+}
+
+# Flink's KafkaSinkBench in MODE over TOPIC; sets KSINK_OUT to its result
+# line and KSINK_BROKER to the broker's CPU seconds meanwhile.
+ksink_flink_run()
+{
+	local mode=$1 topic=$2 broker
+	rm -rf "$BENCH_DIR/flink-ckpt"
+	broker=$(proc_cpu "$BROKER_PID")
+	KSINK_OUT=$("${KSINK_PIN[@]}" java -Xms1g -Xmx1g -XX:+UseG1GC \
+		--add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED \
+		-cp "$FLINK_CP" mailer.bench.KafkaSinkBench "$KAFKA_BROKERS" "$topic" "$KSINK_TOPIC" "$mode" \
+		"$BENCH_DIR/flink-ckpt" "$BENCH_EVENTS" </dev/null 2>>"$BENCH_OUT/flink.log" | tail -1) ||
+		die "the Flink Kafka sink job failed; see $BENCH_OUT/flink.log"
+	KSINK_BROKER=$(calc "$(proc_cpu "$BROKER_PID") - $broker")
+}
+
+# The state backend of a kafka_sink job (as the results show it).
+ksink_backend() { if [ "$1" = totals ]; then echo rocksdb; else echo -; fi; }
+
+section_kafka_sink()
+{
+	local run kind mailer_pin=none out secs rate cpu pcpu txns delivered broker n
+	local -A eps startup
+	KSINK_PIN=()
+	if [ "$BENCH_PIN_CPU" != none ]; then
+		KSINK_PIN=(taskset -c "$BENCH_PIN_CPU")
+		mailer_pin=$BENCH_PIN_CPU
+	fi
+	flink_build
+	test/services/kafka.sh create-topic "$KSINK_EMPTY_TOPIC" 8 >>"$LOG" 2>&1 || die "cannot create topic $KSINK_EMPTY_TOPIC"
+	say "== kafka_sink: $MAIN_TOPIC to Kafka exactly once (mailer, raw librdkafka, Flink KafkaSink EXACTLY_ONCE), 1 s checkpoints/transactions, CPU $BENCH_PIN_CPU"
+	# Flink's fixed cost: the MiniCluster's start, the job's deployment and
+	# its end, over an empty topic; the report shows Flink's CPU net of it.
+	for kind in $BENCH_KAFKA_SINK_JOBS; do
+		ksink_topic
+		ksink_flink_run "$kind" "$KSINK_EMPTY_TOPIC"
+		read -r _ _ _ _ secs _ cpu _ <<<"$KSINK_OUT"
+		startup[$kind]=$cpu
+		record kafka_sink "flink_$kind" "$(ksink_backend "$kind")" 0 startup_cpu_s "$cpu"
+		say "  flink $kind over an empty topic: $cpu CPU-s, $secs s"
+	done
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		eps=()
+		ksink_topic
+		broker=$(proc_cpu "$BROKER_PID")
+		out=$("${KSINK_PIN[@]}" "$BENCH_DIR/raw_consume_produce" "$KAFKA_BROKERS" "$MAIN_TOPIC" "$KSINK_TOPIC" \
+			"$BENCH_EVENTS" "$BENCH_EVENTS" 1000 2>>"$LOG") || die "raw_consume_produce failed: $out"
+		broker=$(calc "$(proc_cpu "$BROKER_PID") - $broker")
+		# messages N bytes B seconds S rate R cpu_seconds C transactions T delivered D
+		read -r _ _ _ _ _ secs _ rate _ cpu _ txns _ delivered <<<"$out"
+		n=$(ksink_count)
+		eps[raw]=$(calc "$BENCH_EVENTS / $cpu")
+		record kafka_sink raw - "$run" records_per_s "$rate"
+		record kafka_sink raw - "$run" seconds "$secs"
+		record kafka_sink raw - "$run" cpu_s_per_m "$(calc "$cpu * 1000000 / $BENCH_EVENTS")"
+		record kafka_sink raw - "$run" broker_cpu_s_per_m "$(calc "$broker * 1000000 / $BENCH_EVENTS")"
+		record kafka_sink raw - "$run" records_per_cpu_s "${eps[raw]}"
+		record kafka_sink raw - "$run" transactions "$txns"
+		record kafka_sink raw - "$run" records_out_topic "$n"
+		say "  kafka_sink raw run $run: $rate records/s, $cpu CPU-s, $txns transactions, $n records in the topic"
+		[ "$n" = "$BENCH_EVENTS" ] || say "  WARNING: raw: $n records in $KSINK_TOPIC, expected $BENCH_EVENTS"
+		for kind in $BENCH_KAFKA_SINK_JOBS; do
+			local backend
+			backend=$(ksink_backend "$kind")
+			ksink_topic
+			JOB_AFTER_WAIT=ksink_wait_published \
+				run_job kafka_sink "mailer_$kind" "kafka_$kind" "$backend" "$run" "[\"$MAIN_TOPIC\"]" "$BENCH_EVENTS" "$mailer_pin"
+			finish_job
+			n=$(ksink_count)
+			eps[mailer_$kind]=$(calc "1000000 / ($JOB_CPU_PER_M + $JOB_SERVER_CPU_PER_M)")
+			record kafka_sink "mailer_$kind" "$backend" "$run" records_per_cpu_s "${eps[mailer_$kind]}"
+			record kafka_sink "mailer_$kind" "$backend" "$run" records_out_topic "$n"
+			say "  kafka_sink mailer $kind run $run: $n records in the topic, ${eps[mailer_$kind]} records/CPU-s (worker + server)"
+			[ "$kind" != passthrough ] || [ "$n" = "$BENCH_EVENTS" ] ||
+				say "  WARNING: mailer passthrough: $n records in $KSINK_TOPIC, expected $BENCH_EVENTS"
+
+			ksink_topic
+			ksink_flink_run "$kind" "$MAIN_TOPIC"
+			# flink records N seconds S cpu_seconds C process_cpu_seconds P
+			read -r _ _ _ _ secs _ cpu _ pcpu <<<"$KSINK_OUT"
+			n=$(ksink_count)
+			eps[flink_$kind]=$(calc "$BENCH_EVENTS / $cpu")
+			record kafka_sink "flink_$kind" "$backend" "$run" records_per_s "$(calc "$BENCH_EVENTS / $secs")"
+			record kafka_sink "flink_$kind" "$backend" "$run" seconds "$secs"
+			record kafka_sink "flink_$kind" "$backend" "$run" cpu_s_per_m "$(calc "$cpu * 1000000 / $BENCH_EVENTS")"
+			record kafka_sink "flink_$kind" "$backend" "$run" process_cpu_s_per_m "$(calc "$pcpu * 1000000 / $BENCH_EVENTS")"
+			record kafka_sink "flink_$kind" "$backend" "$run" broker_cpu_s_per_m "$(calc "$KSINK_BROKER * 1000000 / $BENCH_EVENTS")"
+			record kafka_sink "flink_$kind" "$backend" "$run" records_per_cpu_s "${eps[flink_$kind]}"
+			record kafka_sink "flink_$kind" "$backend" "$run" net_cpu_s_per_m "$(calc "($cpu - ${startup[$kind]}) * 1000000 / $BENCH_EVENTS")"
+			record kafka_sink "flink_$kind" "$backend" "$run" records_out_topic "$n"
+			say "  kafka_sink flink $kind run $run: $(printf '%.0f' "$(calc "$BENCH_EVENTS / $secs")") records/s, $cpu CPU-s, $n records in the topic"
+			[ "$kind" != passthrough ] || [ "$n" = "$BENCH_EVENTS" ] ||
+				say "  WARNING: flink passthrough: $n records in $KSINK_TOPIC, expected $BENCH_EVENTS"
+
+			# Records per CPU-second, within this round.
+			record kafka_sink "ratio_$kind" - "$run" mailer_over_raw_per_cpu "$(calc "${eps[mailer_$kind]} / ${eps[raw]}")"
+			record kafka_sink "ratio_$kind" - "$run" flink_over_raw_per_cpu "$(calc "${eps[flink_$kind]} / ${eps[raw]}")"
+			record kafka_sink "ratio_$kind" - "$run" mailer_over_flink_per_cpu "$(calc "${eps[mailer_$kind]} / ${eps[flink_$kind]}")"
+			record kafka_sink "ratio_$kind" - "$run" mailer_over_flink_net_per_cpu \
+				"$(calc "${eps[mailer_$kind]} * ($cpu - ${startup[$kind]}) / $BENCH_EVENTS")"
+			record kafka_sink "ratio_$kind" - "$run" mailer_over_raw_rate "$(calc "$JOB_RATE / $rate")"
+		done
 	done
 }
 
@@ -695,7 +864,7 @@ machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
-	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS'"
 }
 
 # ---------------------------------------------------------------- main
@@ -707,6 +876,7 @@ ensure_topic "$MAIN_TOPIC" "$BENCH_EVENTS" "$BENCH_KEYS"
 section_on throughput && section_throughput
 section_on parallelism && section_parallelism
 section_on flink && section_flink
+section_on kafka_sink && section_kafka_sink
 section_on state && section_state
 section_on latency && section_latency
 section_on profile && section_profile
