@@ -161,8 +161,13 @@ if (section('missing'))
 	my $srow = ks_sink_row('j131_missing');
 	ok($srow, '... mailer.kafka_sinks has a row for the job');
 	like(($srow // {})->{last_error} // '', qr/\Q$out\E/, '... whose last_error names the topic');
+	# Back-pressure: the job reads nothing new while it cannot publish.
+	orders($in, 301, 400);
+	like(psql_fails("SELECT mailer.wait_job('j131_missing', '3 seconds')"), qr/did not commit/,
+		'missing topic: wait_job does not return while the output cannot be written');
+	cmp_ok(job_metric('j131_missing', 'records_in'), '<=', 300, '... and the job has read nothing of the input produced since');
 	kafka('create-topic', $out, 1);
-	exact('j131_missing', $out, ids(1, 300), 'missing topic: created, the job resumes');
+	exact('j131_missing', $out, ids(1, 400), 'missing topic: created, the job resumes');
 	wait_job_state('j131_missing', qr/^running$/, 60);
 	pass('missing topic: the job runs again');
 	psql("SELECT mailer.drop_job('j131_missing')");
