@@ -6,7 +6,8 @@
 # - The transaction outlives its transaction.timeout.ms (the broker aborts
 #   it) while the worker is held after producing: the worker recovers.
 # - The output topic does not exist: the job waits, last_error names the
-#   topic; once it is created the job resumes.
+#   topic, and it reads no new input; once the topic is created the job
+#   resumes.
 # - A record larger than the topic's max.message.bytes is dead-lettered
 #   (stage sink); its neighbours are published once.
 # - stop_job while the worker publishes, then start_job.
