@@ -446,9 +446,10 @@ insert_checkpoint_row(CheckpointRun *run)
 	/*
 	 * A bounded source's last checkpoint: the job is finished as soon as it
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
-	 * the launcher has seen the worker exit.
+	 * the launcher has seen the worker exit.  A sink that publishes after
+	 * the commit (Kafka) is finished once it has: the launcher says so.
 	 */
-	if (run->final && job->subtask == 0 && input_all_read(job))
+	if (run->final && job->subtask == 0 && input_all_read(job) && !sink_buffer_publishes(job->sink))
 		catalog_exec("UPDATE " MAILER_SCHEMA ".job_status SET state = 'finished', pid = NULL, "
 					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
 					 1, types, values, NULL, false);
