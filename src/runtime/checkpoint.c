@@ -497,6 +497,7 @@ checkpoint_committed(CheckpointRun *run)
 }
 
 #define PUBLISH_RETRY_MS 1000
+#define PUBLISH_RETRY_MAX_MS 30000
 
 bool
 checkpoint_publish(Job *job)
@@ -512,12 +513,21 @@ checkpoint_publish(Job *job)
 		return false;
 	if (!sink_buffer_publish(job->sink, &error))
 	{
+		/*
+		 * An attempt may wait for the broker up to a few seconds: while it
+		 * stays away, try less often (a parallel job's subtask 0 also runs
+		 * the epochs' rounds).
+		 */
 		job_slot_set_waiting(job->slot, JOB_WAIT_BROKER, error);
-		job->publish_retry_at = TimestampTzPlusMilliseconds(now, PUBLISH_RETRY_MS);
+		job->publish_failures++;
+		job->publish_retry_at = TimestampTzPlusMilliseconds(now,
+															Min(PUBLISH_RETRY_MS << Min(job->publish_failures - 1, 5),
+																PUBLISH_RETRY_MAX_MS));
 		return false;
 	}
 	job->publish_pending = false;
 	job->publish_retry_at = 0;
+	job->publish_failures = 0;
 	return true;
 }
 
