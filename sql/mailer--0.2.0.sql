@@ -440,6 +440,7 @@ CREATE TABLE mailer.kafka_sink_progress (
 	published_epoch	bigint NOT NULL DEFAULT 0,
 	published_at	timestamptz,
 	restored_to		bigint,					-- restore_job's epoch, until the next publish
+	marker_nonce	text NOT NULL,			-- in every marker: one another client commits is not believed
 	PRIMARY KEY (job_id, subtask)
 );
 

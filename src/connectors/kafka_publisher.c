@@ -64,7 +64,7 @@
 
 /* The marker's partition and its metadata's form. */
 #define MARKER_PARTITION 0
-#define MARKER_METADATA "mailer generation %d"
+#define MARKER_METADATA "mailer generation %d nonce %16s"
 
 /*
  * The bytes a batch of one record adds to its key, value and headers (the
@@ -113,6 +113,7 @@ struct KafkaPublisher
 	MemoryContext row_ctx;		/* one outbox row's bytes while it is sent */
 	bool		marker_known;	/* published is the marker's, for this producer */
 	int64		published;		/* every record up to this epoch is in the topic */
+	char		nonce[17];		/* the progress row's: a marker without it is not ours */
 	int32		generation;
 
 	/* delivery reports of the current attempt */
@@ -387,21 +388,30 @@ close_producer(KafkaPublisher *pub)
 #define Anum_progress_published		1
 #define Anum_progress_generation	2
 #define Anum_progress_restored_to	3
+#define Anum_progress_marker_nonce	4
 
 /* The subtask's progress row, made at its first publish. */
 static void
 make_progress_row(KafkaPublisher *pub)
 {
-	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
-	Datum		values[3];
+	Oid			types[4] = {INT8OID, INT4OID, TEXTOID, TEXTOID};
+	Datum		values[4];
+	uint64		random;
 
+	/*
+	 * The nonce goes into every marker and is shown nowhere: a marker that
+	 * another Kafka client committed to the group is not believed.
+	 */
+	if (!pg_strong_random(&random, sizeof(random)))
+		elog(ERROR, "could not generate a nonce for the Kafka sink's epoch marker");
 	values[0] = Int64GetDatum(pub->owner.job_id);
 	values[1] = Int32GetDatum(pub->owner.subtask);
 	values[2] = CStringGetTextDatum(pub->transactional_id);
+	values[3] = CStringGetTextDatum(psprintf("%016" INT64_MODIFIER "x", random));
 	SPI_connect();
-	catalog_exec("INSERT INTO " MAILER_SCHEMA ".kafka_sink_progress (job_id, subtask, transactional_id) "
-				 "VALUES ($1, $2, $3) ON CONFLICT (job_id, subtask) DO UPDATE "
-				 "SET transactional_id = EXCLUDED.transactional_id", 3, types, values, NULL, false);
+	catalog_exec("INSERT INTO " MAILER_SCHEMA ".kafka_sink_progress (job_id, subtask, transactional_id, marker_nonce) "
+				 "VALUES ($1, $2, $3, $4) ON CONFLICT (job_id, subtask) DO UPDATE "
+				 "SET transactional_id = EXCLUDED.transactional_id", 4, types, values, NULL, false);
 	SPI_finish();
 }
 
@@ -415,7 +425,7 @@ read_progress(KafkaPublisher *pub, int64 *published, int32 *generation, int64 *r
 	values[0] = Int64GetDatum(pub->owner.job_id);
 	values[1] = Int32GetDatum(pub->owner.subtask);
 	SPI_connect();
-	catalog_exec("SELECT published_epoch, generation, restored_to FROM " MAILER_SCHEMA ".kafka_sink_progress "
+	catalog_exec("SELECT published_epoch, generation, restored_to, marker_nonce FROM " MAILER_SCHEMA ".kafka_sink_progress "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
 				 2, types, values, NULL, true);
 	if (SPI_processed != 1)
@@ -426,6 +436,7 @@ read_progress(KafkaPublisher *pub, int64 *published, int32 *generation, int64 *r
 	*restored_to = DatumGetInt64(catalog_value(0, Anum_progress_restored_to, &isnull));
 	if (isnull)
 		*restored_to = -1;
+	strlcpy(pub->nonce, catalog_text(0, Anum_progress_marker_nonce), sizeof(pub->nonce));
 	SPI_finish();
 }
 
@@ -473,8 +484,11 @@ read_marker(KafkaPublisher *pub, int64 progress, int32 generation, int64 restore
 	if (p->offset >= 0 && p->metadata_size > 0)
 	{
 		char	   *meta = pnstrdup(p->metadata, p->metadata_size);
+		char		nonce[17];
 
-		if (sscanf(meta, MARKER_METADATA, &marker_generation) != 1)
+		/* Not ours (forged, or of another installation): as if there were none. */
+		if (sscanf(meta, MARKER_METADATA, &marker_generation, nonce) != 2 ||
+			strcmp(nonce, pub->nonce) != 0)
 			marker_generation = -1;
 	}
 	/*
@@ -789,7 +803,7 @@ commit_kafka(KafkaPublisher *pub, int64 through, char **error)
 	if (!pub->spec->exactly_once)
 		return true;
 	offsets = rd_kafka_topic_partition_list_new(1);
-	meta = psprintf(MARKER_METADATA, pub->generation);
+	meta = psprintf("mailer generation %d nonce %s", pub->generation, pub->nonce);
 	{
 		rd_kafka_topic_partition_t *p = rd_kafka_topic_partition_list_add(offsets, pub->spec->topic,
 																		   MARKER_PARTITION);

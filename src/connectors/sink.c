@@ -112,3 +112,9 @@ sink_buffer_publish(SinkBuffer *sink, char **error)
 	*error = NULL;
 	return sink->kafka ? kafka_sink_publish(sink->kafka, error) : true;
 }
+
+bool
+sink_buffer_publishes(SinkBuffer *sink)
+{
+	return sink->kafka != NULL;
+}

@@ -73,4 +73,7 @@ extern int64 sink_buffer_flush(SinkBuffer *sink, DeadLetterBuffer *dlq, OnError 
  */
 extern bool sink_buffer_publish(SinkBuffer *sink, char **error);
 
+/* Whether the sink has work after the commit (sink_buffer_publish). */
+extern bool sink_buffer_publishes(SinkBuffer *sink);
+
 #endif							/* SINK_H */

@@ -245,12 +245,21 @@ finish(BatchLoop *loop)
 		loop->sink_waiting = true;
 		return false;
 	}
-	/* Finished once the output is out, or a stop gives up on it (the outbox keeps it). */
+	/*
+	 * Finished once the output is out.  A stop that gives up on it leaves
+	 * the job stopped, not finished: the outbox keeps the records, and
+	 * start_job publishes them.
+	 */
 	while (!checkpoint_publish(job) && !job_stop_requested(job->slot))
 		job_pause_briefly();
 	SpinLockAcquire(&job->slot->mutex);
-	job->slot->live_state = JOB_LIVE_FINISHED;
-	job->slot->exit_kind = JOB_EXIT_FINISHED;
+	if (job->publish_pending)
+		job->slot->exit_kind = JOB_EXIT_STOPPED;
+	else
+	{
+		job->slot->live_state = JOB_LIVE_FINISHED;
+		job->slot->exit_kind = JOB_EXIT_FINISHED;
+	}
 	SpinLockRelease(&job->slot->mutex);
 	wait_marks_answer(job);
 	return true;

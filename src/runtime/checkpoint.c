@@ -446,9 +446,10 @@ insert_checkpoint_row(CheckpointRun *run)
 	/*
 	 * A bounded source's last checkpoint: the job is finished as soon as it
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
-	 * the launcher has seen the worker exit.
+	 * the launcher has seen the worker exit.  A sink that publishes after
+	 * the commit (Kafka) is finished once it has: the launcher says so.
 	 */
-	if (run->final && job->subtask == 0 && input_all_read(job))
+	if (run->final && job->subtask == 0 && input_all_read(job) && !sink_buffer_publishes(job->sink))
 		catalog_exec("UPDATE " MAILER_SCHEMA ".job_status SET state = 'finished', pid = NULL, "
 					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
 					 1, types, values, NULL, false);
@@ -496,6 +497,7 @@ checkpoint_committed(CheckpointRun *run)
 }
 
 #define PUBLISH_RETRY_MS 1000
+#define PUBLISH_RETRY_MAX_MS 30000
 
 bool
 checkpoint_publish(Job *job)
@@ -511,12 +513,21 @@ checkpoint_publish(Job *job)
 		return false;
 	if (!sink_buffer_publish(job->sink, &error))
 	{
+		/*
+		 * An attempt may wait for the broker up to a few seconds: while it
+		 * stays away, try less often (a parallel job's subtask 0 also runs
+		 * the epochs' rounds).
+		 */
 		job_slot_set_waiting(job->slot, JOB_WAIT_BROKER, error);
-		job->publish_retry_at = TimestampTzPlusMilliseconds(now, PUBLISH_RETRY_MS);
+		job->publish_failures++;
+		job->publish_retry_at = TimestampTzPlusMilliseconds(now,
+															Min(PUBLISH_RETRY_MS << Min(job->publish_failures - 1, 5),
+																PUBLISH_RETRY_MAX_MS));
 		return false;
 	}
 	job->publish_pending = false;
 	job->publish_retry_at = 0;
+	job->publish_failures = 0;
 	return true;
 }
 

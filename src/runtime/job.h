@@ -63,6 +63,7 @@ typedef struct Job
 	bool		failing;		/* on_error "fail" raised: do not restart */
 	bool		publish_pending;	/* a committed epoch's output is not handed on yet */
 	TimestampTz publish_retry_at;	/* after a failed publish: not before then */
+	int			publish_failures;	/* publishes failed in a row, for the backoff */
 	Datum	   *topic_datums;	/* the source's topic names as text */
 
 	/* input_rate: records_in at the last sample, and when */
