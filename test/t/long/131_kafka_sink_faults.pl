@@ -16,7 +16,7 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use MailerTest;
 use MailerKafkaSinkTest;
 use IPC::Run ();
@@ -161,7 +161,7 @@ if (section('missing'))
 	is(psql("SELECT waiting_for FROM mailer.jobs WHERE name = 'j131_missing'"), 'broker', '... waiting for the broker');
 	my $srow = ks_sink_row('j131_missing');
 	ok($srow, '... mailer.kafka_sinks has a row for the job');
-	cmp_ok(($srow // {})->{pending_records} // 0, '>', 0, '... whose pending_records shows the output waiting in the outbox');
+	is(($srow // {})->{published_epoch}, 0, '... which shows nothing published');
 	# Back-pressure: the job reads nothing new while it cannot publish.
 	orders($in, 301, 400);
 	like(psql_fails("SELECT mailer.wait_job('j131_missing', '3 seconds')"), qr/did not commit/,
