@@ -215,7 +215,7 @@ sub private_cluster_init
 		my (undef, undef, $uid, $gid) = getpwnam($OWNER) or die "no user $OWNER to own the cluster\n";
 		chown $uid, $gid, $dir, $c{pgdata}, $c{host}, $c{log} or die "chown $dir: $!\n";
 	}
-	my @initdb = ("$c{bindir}/initdb", '-D', $c{pgdata}, '-U', 'postgres', '--auth=trust',
+	my @initdb = ("$c{bindir}/initdb", '-D', $c{pgdata}, '-U', 'postgres', '--auth=trust', '--encoding=UTF8',
 		'--no-instructions');
 	unshift @initdb, 'runuser', '-u', $OWNER, '--' if $> == 0;
 	_run(\@initdb, 'initdb of the private cluster', log => 'initdb.log');

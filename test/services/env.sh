@@ -2,6 +2,12 @@
 # Every value may be overridden from the environment.
 
 MAILER_ROOT=${MAILER_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+
+# Clusters are UTF-8 (the JSON fast path and the tests' texts need it),
+# whatever locale the caller has, or none (a CI runner's bare environment).
+if [ -z "${LC_ALL:-}" ] && [ -z "${LANG:-}" ]; then
+	export LANG=C.UTF-8
+fi
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PG_BINDIR=${PG_BINDIR:-$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}
 

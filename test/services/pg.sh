@@ -25,7 +25,7 @@ init_cluster()
 	[ -f "$PGDATA/PG_VERSION" ] && return
 	mkdir -p "$PGDATA"
 	chown "$owner" "$PGDATA"
-	as_owner "$PG_BINDIR/initdb" -D "$PGDATA" -U postgres --auth=trust \
+	as_owner "$PG_BINDIR/initdb" -D "$PGDATA" -U postgres --auth=trust --encoding=UTF8 \
 		--no-instructions >"$MAILER_RUN_DIR/initdb.log" 2>&1 ||
 		die_with_log "initdb failed" "$MAILER_RUN_DIR/initdb.log"
 	# The tests restart and crash the server often: keep it small and quick.
