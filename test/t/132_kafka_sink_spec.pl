@@ -181,20 +181,37 @@ psql("SELECT mailer.drop_job('j132_secret')");
 # The records: defaults, expressions, formats, headers
 # ---------------------------------------------------------------------------
 
-# A job over the generator's 20 events, to a topic of its own; returns the
-# "key<TAB>value<TAB>headers" lines its topic holds once published.
-sub run_job
+# A job over the generator's 20 events, to a topic of its own.  The jobs
+# are all created first and run side by side; job_lines returns the
+# "key<TAB>value<TAB>headers" lines a job's topic holds once published.
+my %jobs;
+sub start_job
 {
 	my ($name, $sink_fields, %o) = @_;
 	my $topic = ks_topic("t132_$name", 1);
 	my $done = delete $o{done} // sub { @{ $_[0] } >= 20 };
 	psql("SELECT mailer.create_job('$name', \$\$" . spec(ks_sink($topic, %$sink_fields), %o) . "\$\$)");
+	$jobs{$name} = { topic => $topic, done => $done };
+}
+
+sub job_lines
+{
+	my ($name) = @_;
+	my $job = $jobs{$name};
 	my $lines;
 	wait_until("$name to publish the generator's events",
-		sub { $lines = ks_read($topic, format => "%k\t%s\t%h\n"); $done->($lines) }, 120);
+		sub { $lines = ks_read($job->{topic}, format => "%k\t%s\t%h\n"); $job->{done}->($lines) }, 120);
 	psql("SELECT mailer.drop_job('$name')");
 	return $lines;
 }
+
+start_job('j132_default', {});
+start_job('j132_text', { key => q("'k-' || customer"), value => q("amount::text || ' EUR'"), format => '"text"',
+	headers => q({"origin": "'gen'", "empty": "NULL::text"}) });
+start_job('j132_json', { key => q("customer"), value => q("jsonb_build_object('c', customer, 'a', amount)") });
+my $last_counts = q{SELECT sum(n) FROM (SELECT DISTINCT ON (k) (v::jsonb->>'n')::bigint AS n FROM t132_got ORDER BY k, n DESC) x};
+start_job('j132_agg', {}, steps => q([{"key_by": {"customer": "key"}}, {"aggregate": {"n": "count(*)"}}]),
+	done => sub { ks_load('t132_got', [ map { join("\t", (split /\t/)[0, 1]) } @{ $_[0] } ]); psql($last_counts) eq '20' });
 
 # The generator's events, as a table sink would get them, to compare with.
 psql("CREATE TABLE t132_events (key text, value jsonb)");
@@ -204,7 +221,7 @@ wait_until('the table job to write the 20 events', sub { psql("SELECT count(*) F
 psql("SELECT mailer.drop_job('j132_table')");
 
 # Defaults: value = the output row as JSON, key null (stateless).
-my $lines = run_job('j132_default', {});
+my $lines = job_lines('j132_default');
 is(scalar(@$lines), 20, 'defaults: 20 records');
 ks_load('t132_got', [ map { join("\t", (split /\t/)[0, 1]) } @$lines ]);
 is(psql("SELECT count(k) FROM t132_got"), '0', 'defaults: a stateless job\'s key is null');
@@ -214,8 +231,7 @@ ks_same(q{SELECT v::jsonb->>'customer', (v::jsonb->>'amount')::numeric FROM t132
 	q{SELECT key, (value->>'amount')::numeric FROM t132_events}, 'defaults: the output fields, as a table gets them');
 
 # Key and value expressions, format text, a header and a null header.
-$lines = run_job('j132_text', { key => q("'k-' || customer"), value => q("amount::text || ' EUR'"), format => '"text"',
-	headers => q({"origin": "'gen'", "empty": "NULL::text"}) });
+$lines = job_lines('j132_text');
 ks_load('t132_got', [ map { join("\t", (split /\t/)[0, 1]) } @$lines ]);
 ks_same(q{SELECT k, v FROM t132_got}, q{SELECT 'k-' || key, (value->>'amount')::numeric::text || ' EUR' FROM t132_events},
 	'format text: key and value are the expressions\' text');
@@ -224,16 +240,14 @@ is(scalar(grep { /origin=gen/ } @h), 20, 'headers: each record has the header wi
 is(scalar(grep { /empty/ } @h), 20, 'headers: and the one whose value is null');
 
 # Format json: an expression's value as JSON text.
-$lines = run_job('j132_json', { key => q("customer"), value => q("jsonb_build_object('c', customer, 'a', amount)") });
+$lines = job_lines('j132_json');
 ks_load('t132_got', [ map { join("\t", (split /\t/)[0, 1]) } @$lines ]);
 ks_same(q{SELECT k::jsonb, v::jsonb FROM t132_got},
 	q{SELECT to_jsonb(key), jsonb_build_object('c', key, 'a', (value->>'amount')::numeric) FROM t132_events},
 	'format json: key and value are the expressions as JSON');
 
 # An aggregate: the default key is the key_by fields.
-my $last_counts = q{SELECT sum(n) FROM (SELECT DISTINCT ON (k) (v::jsonb->>'n')::bigint AS n FROM t132_got ORDER BY k, n DESC) x};
-$lines = run_job('j132_agg', {}, steps => q([{"key_by": {"customer": "key"}}, {"aggregate": {"n": "count(*)"}}]),
-	done => sub { ks_load('t132_got', [ map { join("\t", (split /\t/)[0, 1]) } @{ $_[0] } ]); psql($last_counts) eq '20' });
+$lines = job_lines('j132_agg');
 is(psql(q{SELECT count(*) FROM t132_got WHERE k::jsonb IS DISTINCT FROM jsonb_build_object('customer', v::jsonb->'customer')}), '0',
 	'aggregate: the default key is the key_by fields as a JSON object');
 is(psql($last_counts), '20',
