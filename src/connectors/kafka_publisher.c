@@ -72,9 +72,6 @@
  */
 #define RECORD_OVERHEAD 256
 
-/* librdkafka's default message.max.bytes. */
-#define DEFAULT_MESSAGE_MAX_BYTES 1000000
-
 /* RefusedRecord.size of a record without a key, for a compacted topic */
 #define KEYLESS (-2)
 
@@ -560,16 +557,7 @@ describe_topic(KafkaPublisher *pub, char **error)
 	rd_kafka_event_t *ev;
 	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__TIMED_OUT;
 	int64		topic_max = -1;
-	int64		producer_max = DEFAULT_MESSAGE_MAX_BYTES;
-	ListCell   *lc;
-
-	foreach(lc, pub->spec->options)
-	{
-		DefElem    *opt = lfirst(lc);
-
-		if (strcmp(opt->defname, "message.max.bytes") == 0)
-			producer_max = strtoll(strVal(opt->arg), NULL, 0);
-	}
+	int64		producer_max = kafka_producer_max_bytes(pub->spec);
 	(void) rd_kafka_AdminOptions_set_request_timeout(options, KAFKA_CALL_TIMEOUT_MS, NULL, 0);
 	rd_kafka_DescribeConfigs(pub->reader, &resource, 1, options, queue);
 	ev = rd_kafka_queue_poll(queue, KAFKA_CALL_TIMEOUT_MS + 1000);

@@ -25,14 +25,12 @@
 #include "connectors/kafka_publisher.h"
 #include "connectors/sink_kafka.h"
 #include "jobs/catalog.h"
+#include "plan/kafka_options.h"
 
 #define OUTBOX_CHUNK_ROWS 10000
 
 /* Bytes of buffered records past which the worker checkpoints early. */
 #define KAFKA_SINK_MAX_BYTES (64 * 1024 * 1024)
-
-/* librdkafka's default message.max.bytes: the producer refuses a larger record. */
-#define DEFAULT_MESSAGE_MAX_BYTES 1000000
 
 typedef struct KafkaRecord
 {
@@ -72,7 +70,6 @@ kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec, const
 				  MemoryContext parent, bool *failing)
 {
 	KafkaSink  *sink = MemoryContextAllocZero(parent, sizeof(KafkaSink));
-	ListCell   *lc;
 
 	sink->plan = sink_plan->kafka;
 	sink->spec = spec;
@@ -80,14 +77,7 @@ kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec, const
 	sink->failing = failing;
 	sink->ctx = AllocSetContextCreate(parent, "mailer kafka sink records", ALLOCSET_DEFAULT_SIZES);
 	sink->scratch = AllocSetContextCreate(parent, "mailer kafka sink row", ALLOCSET_DEFAULT_SIZES);
-	sink->max_bytes = DEFAULT_MESSAGE_MAX_BYTES;
-	foreach(lc, sink->spec->options)
-	{
-		DefElem    *opt = lfirst(lc);
-
-		if (strcmp(opt->defname, "message.max.bytes") == 0)
-			sink->max_bytes = strtoll(strVal(opt->arg), NULL, 0);
-	}
+	sink->max_bytes = kafka_producer_max_bytes(spec);
 	sink->publisher = kafka_publisher_create(sink->spec, owner, plan->spec->on_error, failing,
 											 parent);
 	return sink;

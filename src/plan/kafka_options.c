@@ -133,6 +133,9 @@ typedef struct KafkaOptionCap
 
 #define MEMORY_CAP_BYTES	INT64CONST(268435456)	/* 256 MB */
 
+/* librdkafka's default message.max.bytes. */
+#define DEFAULT_MESSAGE_MAX_BYTES 1000000
+
 static const KafkaOptionCap option_caps[] = {
 	{"queued.max.messages.kbytes", MEMORY_CAP_BYTES / 1024},
 	{"fetch.max.bytes", MEMORY_CAP_BYTES},
@@ -283,6 +286,22 @@ kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id, bool vali
 					  producer_forced,
 					  "sink.options takes librdkafka producer properties, as CONFIGURATION.md of librdkafka lists them.",
 					  validate_only);
+}
+
+int64
+kafka_producer_max_bytes(KafkaSinkSpec *spec)
+{
+	int64		max = DEFAULT_MESSAGE_MAX_BYTES;
+	ListCell   *lc;
+
+	foreach(lc, spec->options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		if (strcmp(opt->defname, "message.max.bytes") == 0)
+			max = strtoll(strVal(opt->arg), NULL, 0);
+	}
+	return max;
 }
 
 rd_kafka_conf_t *

@@ -41,6 +41,9 @@ extern void kafka_check_sink_options(KafkaSinkSpec *spec);
 extern struct rd_kafka_conf_s *kafka_producer_conf(KafkaSinkSpec *spec, const char *transactional_id,
 												   bool validate_only);
 
+/* The largest record the sink's producer takes: its message.max.bytes. */
+extern int64 kafka_producer_max_bytes(KafkaSinkSpec *spec);
+
 /* The consumer that reads a Kafka sink's epoch marker: its connection options, read_committed. */
 extern struct rd_kafka_conf_s *kafka_marker_reader_conf(KafkaSinkSpec *spec, const char *group_id);
 
