@@ -78,7 +78,9 @@ my $pid2;
 wait_until('a new worker waits for the table', sub {
 	my $i = job_info('j081');
 	$pid2 = $i->{pid};
-	$i->{state} eq 'waiting' && $pid2 && $pid2 != $pid1;
+	# The launcher counts the termination as a restart in the same round
+	# as it starts the new worker, and commits it after: wait for both.
+	$i->{state} eq 'waiting' && $pid2 && $pid2 != $pid1 && $i->{restarts} > $restarts1;
 }, 60);
 my ($pid2b, $restarts2) = wait_waiting_for_table('restarted');
 is(epoch(), $epoch_waiting, 'restarted: still no checkpoint');
