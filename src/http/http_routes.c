@@ -1,0 +1,260 @@
+/*
+ * http_routes.c
+ *		What the HTTP worker answers: routing, the bearer token, and the
+ *		transaction that each request which reads jobs runs in.
+ *
+ * libmicrohttpd calls http_route_request from MHD_run, in the worker's
+ * thread, with its own frames on the stack below: an ereport(ERROR) must
+ * never unwind through them.  So each handler runs inside PG_TRY, and an
+ * error becomes a logged 500 after the transaction is rolled back.
+ *
+ * Design: docs/ARCHITECTURE.md, "The HTTP worker".
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+#include "utils/json.h"
+
+#include "base/mailer.h"
+#include "http/api_json.h"
+#include "http/http_routes.h"
+#include "http/prometheus.h"
+#include "http/static_pages.h"
+
+/* A request's queries: a scrape must not hang, nor hold what a job needs. */
+#define HTTP_STATEMENT_TIMEOUT_MS 5000
+
+#define CONTENT_TYPE_JSON		"application/json"
+#define CONTENT_TYPE_METRICS	"text/plain; version=0.0.4; charset=utf-8"
+#define API_JOBS_PATH			"/api/jobs"
+
+/*
+ * A handler writes its answer's body into out and returns the HTTP status;
+ * it runs in a read-only transaction with a snapshot, and may raise errors.
+ */
+typedef int (*HttpHandler) (const char *arg, StringInfo out);
+
+/* What one request allocates; emptied after each. */
+static MemoryContext request_context;
+
+static int	handle_metrics(const char *arg, StringInfo out);
+static int	handle_jobs(const char *arg, StringInfo out);
+static int	handle_job(const char *arg, StringInfo out);
+static int	run_handler(HttpHandler handler, const char *arg, const char *url, StringInfo out);
+static bool authorized(struct MHD_Connection *connection);
+static bool token_equal(const char *given, const char *token);
+static enum MHD_Result answer(struct MHD_Connection *connection, int status,
+							  const char *content_type, const char *body, size_t length,
+							  enum MHD_ResponseMemoryMode mode, const char *header, const char *value);
+static enum MHD_Result answer_error(struct MHD_Connection *connection, int status, const char *message,
+									const char *header, const char *value);
+
+void
+http_routes_init(void)
+{
+	request_context = AllocSetContextCreate(TopMemoryContext, "mailer http request",
+											ALLOCSET_DEFAULT_SIZES);
+}
+
+enum MHD_Result
+http_route_request(void *cls, struct MHD_Connection *connection, const char *url,
+				   const char *method, const char *version, const char *upload_data,
+				   size_t *upload_data_size, void **request_state)
+{
+	HttpHandler handler = NULL;
+	const char *arg = NULL;
+	const char *content_type = CONTENT_TYPE_JSON;
+	const StaticPage *page;
+	StringInfoData body;
+	enum MHD_Result result;
+	int			status;
+
+	if (!authorized(connection))
+		return answer_error(connection, MHD_HTTP_UNAUTHORIZED, "a valid bearer token is required",
+							MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	/* Nothing here takes a body: a POST is refused before it is read. */
+	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+		return answer_error(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are allowed",
+							MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+
+	if (strcmp(url, "/metrics") == 0)
+	{
+		handler = handle_metrics;
+		content_type = CONTENT_TYPE_METRICS;
+	}
+	else if (strcmp(url, API_JOBS_PATH) == 0)
+		handler = handle_jobs;
+	else if (strncmp(url, API_JOBS_PATH "/", strlen(API_JOBS_PATH "/")) == 0 &&
+			 url[strlen(API_JOBS_PATH "/")] != '\0')
+	{
+		handler = handle_job;
+		arg = url + strlen(API_JOBS_PATH "/");
+	}
+	else if ((page = static_pages_find(url)) != NULL)
+	{
+		if (page->body == NULL)
+			return answer_error(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error", NULL, NULL);
+		return answer(connection, MHD_HTTP_OK, page->content_type, page->body, page->length,
+					  MHD_RESPMEM_PERSISTENT, NULL, NULL);
+	}
+	else
+		return answer_error(connection, MHD_HTTP_NOT_FOUND, "no such path", NULL, NULL);
+
+	MemoryContextSwitchTo(request_context);
+	initStringInfo(&body);
+	status = run_handler(handler, arg, url, &body);
+	if (status == MHD_HTTP_INTERNAL_SERVER_ERROR)
+		result = answer_error(connection, status, "internal error", NULL, NULL);
+	else
+		result = answer(connection, status, content_type, body.data, body.len,
+						MHD_RESPMEM_MUST_COPY, NULL, NULL);
+	MemoryContextSwitchTo(TopMemoryContext);
+	MemoryContextReset(request_context);
+	return result;
+}
+
+static int
+handle_metrics(const char *arg, StringInfo out)
+{
+	prometheus_render(out);
+	return MHD_HTTP_OK;
+}
+
+static int
+handle_jobs(const char *arg, StringInfo out)
+{
+	api_json_jobs(out);
+	return MHD_HTTP_OK;
+}
+
+static int
+handle_job(const char *arg, StringInfo out)
+{
+	StringInfoData message;
+
+	if (api_json_job(arg, out))
+		return MHD_HTTP_OK;
+	resetStringInfo(out);
+	initStringInfo(&message);
+	appendStringInfo(&message, "no job named \"%s\"", arg);
+	appendStringInfoString(out, "{\"error\": ");
+	escape_json(out, message.data);
+	appendStringInfoChar(out, '}');
+	return MHD_HTTP_NOT_FOUND;
+}
+
+/*
+ * Run a handler in a read-only transaction of its own, with a statement
+ * timeout; an error is logged, rolled back, and answered with a 500.
+ * Called in request_context, which holds out.
+ */
+static int
+run_handler(HttpHandler handler, const char *arg, const char *url, StringInfo out)
+{
+	volatile int status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+
+	pgstat_report_activity(STATE_RUNNING, url);
+	PG_TRY();
+	{
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		enable_timeout_after(STATEMENT_TIMEOUT, HTTP_STATEMENT_TIMEOUT_MS);
+		status = handler(arg, out);
+		disable_timeout(STATEMENT_TIMEOUT, false);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(request_context);
+		error = CopyErrorData();
+		FlushErrorState();
+		disable_timeout(STATEMENT_TIMEOUT, false);
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(request_context);
+		ereport(LOG,
+				(errcode(error->sqlerrcode),
+				 errmsg("mailer http worker could not answer %s: %s", url, error->message)));
+		status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return status;
+}
+
+/* Without a token set, everyone; with one, "Authorization: Bearer <token>". */
+static bool
+authorized(struct MHD_Connection *connection)
+{
+	const char *given;
+
+	if (mailer_http_token == NULL || mailer_http_token[0] == '\0')
+		return true;
+	given = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (given == NULL || pg_strncasecmp(given, "Bearer ", 7) != 0)
+		return false;
+	given += 7;
+	while (*given == ' ')
+		given++;
+	return token_equal(given, mailer_http_token);
+}
+
+/*
+ * In a time that depends on the token's length only, not on where a guess
+ * first differs.
+ */
+static bool
+token_equal(const char *given, const char *token)
+{
+	size_t		given_len = strlen(given);
+	size_t		token_len = strlen(token);
+	unsigned char diff = given_len != token_len;
+
+	for (size_t i = 0; i < token_len; i++)
+		diff |= (unsigned char) token[i] ^ (unsigned char) (i < given_len ? given[i] : 0);
+	return diff == 0;
+}
+
+/* Queue an answer with the headers every answer has, plus one more if given. */
+static enum MHD_Result
+answer(struct MHD_Connection *connection, int status, const char *content_type,
+	   const char *body, size_t length, enum MHD_ResponseMemoryMode mode,
+	   const char *header, const char *value)
+{
+	struct MHD_Response *response;
+	enum MHD_Result result;
+
+	response = MHD_create_response_from_buffer(length, (void *) body, mode);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	MHD_add_response_header(response, "X-Content-Type-Options", "nosniff");
+	if (strncmp(content_type, "text/html", 9) == 0)
+		MHD_add_response_header(response, "Content-Security-Policy", "default-src 'self'");
+	if (header != NULL)
+		MHD_add_response_header(response, header, value);
+	result = MHD_queue_response(connection, status, response);
+	MHD_destroy_response(response);
+	return result;
+}
+
+/* {"error": message}; the messages are the routes' own, never a client's text. */
+static enum MHD_Result
+answer_error(struct MHD_Connection *connection, int status, const char *message,
+			 const char *header, const char *value)
+{
+	char		body[256];
+
+	snprintf(body, sizeof(body), "{\"error\": \"%s\"}", message);
+	return answer(connection, status, CONTENT_TYPE_JSON, body, strlen(body),
+				  MHD_RESPMEM_MUST_COPY, header, value);
+}

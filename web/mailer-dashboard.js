@@ -1,0 +1,1 @@
+/* Placeholder until the dashboard script lands. */
