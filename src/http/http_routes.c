@@ -48,6 +48,7 @@ static int	handle_jobs(const char *arg, StringInfo out);
 static int	handle_job(const char *arg, StringInfo out);
 static int	run_handler(HttpHandler handler, const char *arg, const char *url, StringInfo out);
 static bool authorized(struct MHD_Connection *connection);
+static bool has_body(struct MHD_Connection *connection);
 static bool token_equal(const char *given, const char *token);
 static enum MHD_Result answer(struct MHD_Connection *connection, int status,
 							  const char *content_type, const char *body, size_t length,
@@ -75,13 +76,32 @@ http_route_request(void *cls, struct MHD_Connection *connection, const char *url
 	enum MHD_Result result;
 	int			status;
 
-	if (!authorized(connection))
-		return answer_error(connection, MHD_HTTP_UNAUTHORIZED, "a valid bearer token is required",
-							MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	/* Nothing here takes a body: a POST is refused before it is read. */
-	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-		return answer_error(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are allowed",
-							MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+	/*
+	 * libmicrohttpd calls once when the headers are in, and again when the
+	 * request is read.  Answering only then keeps the connection open for
+	 * the client's next request; what is refused is refused at once, and
+	 * the connection closed, without reading a body.
+	 */
+	if (*request_state == NULL)
+	{
+		if (!authorized(connection))
+			return answer_error(connection, MHD_HTTP_UNAUTHORIZED, "a valid bearer token is required",
+								MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+		if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+			return answer_error(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are allowed",
+								MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+		if (has_body(connection))
+			return answer_error(connection, MHD_HTTP_CONTENT_TOO_LARGE, "a request has no body here",
+								NULL, NULL);
+		*request_state = &request_context;
+		return MHD_YES;
+	}
+	/* (None was announced: whatever comes is dropped.) */
+	if (*upload_data_size > 0)
+	{
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
 
 	if (strcmp(url, "/metrics") == 0)
 	{
@@ -205,6 +225,18 @@ authorized(struct MHD_Connection *connection)
 	while (*given == ' ')
 		given++;
 	return token_equal(given, mailer_http_token);
+}
+
+/* A body announced: by its length (but 0), or chunked. */
+static bool
+has_body(struct MHD_Connection *connection)
+{
+	const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+													 MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+	return (length != NULL && strcmp(length, "0") != 0) ||
+		MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+									MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
 }
 
 /*

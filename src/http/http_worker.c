@@ -161,7 +161,11 @@ start_daemon(void)
 	return daemon;
 }
 
-/* libmicrohttpd's own complaints (a refused connection, a bad request): to the server log. */
+/*
+ * libmicrohttpd's own complaints (a refused connection, a bad request): at
+ * DEBUG1, as a client could otherwise fill the server log with them; the
+ * client has its 4xx.  The worker reports its own failures itself.
+ */
 static void
 log_mhd(void *cls, const char *fmt, va_list ap)
 {
@@ -172,7 +176,7 @@ log_mhd(void *cls, const char *fmt, va_list ap)
 	len = strlen(msg);
 	while (len > 0 && msg[len - 1] == '\n')
 		msg[--len] = '\0';
-	ereport(LOG, (errmsg("mailer http: %s", msg)));
+	ereport(DEBUG1, (errmsg_internal("mailer http: %s", msg)));
 }
 
 /* The loop: until SIGTERM, or the postmaster's death (which exits at once). */
