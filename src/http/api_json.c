@@ -84,6 +84,9 @@ typedef struct JobPlanText
 
 static List *plan_cache = NIL;	/* of JobPlanText, in TopMemoryContext */
 
+/* Jobs dropped leave their entry: past this many, the oldest goes. */
+#define PLAN_CACHE_SIZE 1024
+
 static const char *cached_plan(int64 job_id, const char *spec);
 static char *describe(const char *spec);
 static void append_histogram(StringInfo out, Oid ext_oid, int64 job_id);
@@ -181,6 +184,16 @@ cached_plan(int64 job_id, const char *spec)
 	}
 	plan = describe(spec);
 	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (entry == NULL && list_length(plan_cache) >= PLAN_CACHE_SIZE)
+	{
+		JobPlanText *oldest = linitial(plan_cache);
+
+		plan_cache = list_delete_first(plan_cache);
+		pfree(oldest->spec);
+		if (oldest->plan)
+			pfree(oldest->plan);
+		pfree(oldest);
+	}
 	if (entry == NULL)
 	{
 		entry = palloc0(sizeof(JobPlanText));
