@@ -1,34 +1,27 @@
 /*
  * http_routes.c
- *		What the HTTP worker answers: routing, the bearer token, and the
- *		transaction that each request which reads jobs runs in.
+ *		What the HTTP worker answers: routing, the bearer token, the
+ *		answers' headers.
  *
  * libmicrohttpd calls http_route_request from MHD_run, in the worker's
- * thread, with its own frames on the stack below: an ereport(ERROR) must
- * never unwind through them.  So each handler runs inside PG_TRY, and an
- * error becomes a logged 500 after the transaction is rolled back.
+ * thread, with its own frames on the stack below: a handler that reads
+ * jobs runs through http_xact_run, which keeps its errors from unwinding
+ * through them; an error is answered 500.
  *
  * Design: docs/ARCHITECTURE.md, "The HTTP worker".
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "lib/stringinfo.h"
-#include "miscadmin.h"
-#include "pgstat.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
-#include "utils/timeout.h"
 #include "utils/json.h"
+#include "utils/memutils.h"
 
 #include "base/mailer.h"
 #include "http/api_json.h"
 #include "http/http_routes.h"
+#include "http/http_xact.h"
 #include "http/prometheus.h"
 #include "http/static_pages.h"
-
-/* A request's queries: a scrape must not hang, nor hold what a job needs. */
-#define HTTP_STATEMENT_TIMEOUT_MS 5000
 
 #define CONTENT_TYPE_JSON		"application/json"
 #define CONTENT_TYPE_METRICS	"text/plain; version=0.0.4; charset=utf-8"
@@ -40,13 +33,22 @@
  */
 typedef int (*HttpHandler) (const char *arg, StringInfo out);
 
+/* A request for a handler, and its answer. */
+typedef struct HttpRequest
+{
+	HttpHandler handler;
+	const char *arg;
+	StringInfoData body;
+	int			status;
+} HttpRequest;
+
 /* What one request allocates; emptied after each. */
 static MemoryContext request_context;
 
 static int	handle_metrics(const char *arg, StringInfo out);
 static int	handle_jobs(const char *arg, StringInfo out);
 static int	handle_job(const char *arg, StringInfo out);
-static int	run_handler(HttpHandler handler, const char *arg, const char *url, StringInfo out);
+static void run_request(void *arg);
 static bool authorized(struct MHD_Connection *connection);
 static bool has_body(struct MHD_Connection *connection);
 static bool token_equal(const char *given, const char *token);
@@ -68,13 +70,10 @@ http_route_request(void *cls, struct MHD_Connection *connection, const char *url
 				   const char *method, const char *version, const char *upload_data,
 				   size_t *upload_data_size, void **request_state)
 {
-	HttpHandler handler = NULL;
-	const char *arg = NULL;
+	HttpRequest request = {0};
 	const char *content_type = CONTENT_TYPE_JSON;
 	const StaticPage *page;
-	StringInfoData body;
 	enum MHD_Result result;
-	int			status;
 
 	/*
 	 * libmicrohttpd calls once when the headers are in, and again when the
@@ -105,16 +104,16 @@ http_route_request(void *cls, struct MHD_Connection *connection, const char *url
 
 	if (strcmp(url, "/metrics") == 0)
 	{
-		handler = handle_metrics;
+		request.handler = handle_metrics;
 		content_type = CONTENT_TYPE_METRICS;
 	}
 	else if (strcmp(url, API_JOBS_PATH) == 0)
-		handler = handle_jobs;
+		request.handler = handle_jobs;
 	else if (strncmp(url, API_JOBS_PATH "/", strlen(API_JOBS_PATH "/")) == 0 &&
 			 url[strlen(API_JOBS_PATH "/")] != '\0')
 	{
-		handler = handle_job;
-		arg = url + strlen(API_JOBS_PATH "/");
+		request.handler = handle_job;
+		request.arg = url + strlen(API_JOBS_PATH "/");
 	}
 	else if ((page = static_pages_find(url)) != NULL)
 	{
@@ -127,16 +126,24 @@ http_route_request(void *cls, struct MHD_Connection *connection, const char *url
 		return answer_error(connection, MHD_HTTP_NOT_FOUND, "no such path", NULL, NULL);
 
 	MemoryContextSwitchTo(request_context);
-	initStringInfo(&body);
-	status = run_handler(handler, arg, url, &body);
-	if (status == MHD_HTTP_INTERNAL_SERVER_ERROR)
-		result = answer_error(connection, status, "internal error", NULL, NULL);
+	initStringInfo(&request.body);
+	if (http_xact_run(run_request, &request, url))
+		result = answer(connection, request.status, content_type, request.body.data,
+						request.body.len, MHD_RESPMEM_MUST_COPY, NULL, NULL);
 	else
-		result = answer(connection, status, content_type, body.data, body.len,
-						MHD_RESPMEM_MUST_COPY, NULL, NULL);
+		result = answer_error(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error",
+							  NULL, NULL);
 	MemoryContextSwitchTo(TopMemoryContext);
 	MemoryContextReset(request_context);
 	return result;
+}
+
+static void
+run_request(void *arg)
+{
+	HttpRequest *request = arg;
+
+	request->status = request->handler(request->arg, &request->body);
 }
 
 static int
@@ -167,47 +174,6 @@ handle_job(const char *arg, StringInfo out)
 	escape_json(out, message.data);
 	appendStringInfoChar(out, '}');
 	return MHD_HTTP_NOT_FOUND;
-}
-
-/*
- * Run a handler in a read-only transaction of its own, with a statement
- * timeout; an error is logged, rolled back, and answered with a 500.
- * Called in request_context, which holds out.
- */
-static int
-run_handler(HttpHandler handler, const char *arg, const char *url, StringInfo out)
-{
-	volatile int status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-
-	pgstat_report_activity(STATE_RUNNING, url);
-	PG_TRY();
-	{
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		enable_timeout_after(STATEMENT_TIMEOUT, HTTP_STATEMENT_TIMEOUT_MS);
-		status = handler(arg, out);
-		disable_timeout(STATEMENT_TIMEOUT, false);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *error;
-
-		MemoryContextSwitchTo(request_context);
-		error = CopyErrorData();
-		FlushErrorState();
-		disable_timeout(STATEMENT_TIMEOUT, false);
-		AbortCurrentTransaction();
-		MemoryContextSwitchTo(request_context);
-		ereport(LOG,
-				(errcode(error->sqlerrcode),
-				 errmsg("mailer http worker could not answer %s: %s", url, error->message)));
-		status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-	}
-	PG_END_TRY();
-	pgstat_report_activity(STATE_IDLE, NULL);
-	return status;
 }
 
 /* Without a token set, everyone; with one, "Authorization: Bearer <token>". */

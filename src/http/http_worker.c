@@ -30,10 +30,10 @@
 #include "utils/timestamp.h"
 
 #include "base/mailer.h"
+#include "http/history_sampler.h"
 #include "http/http_routes.h"
 #include "http/http_worker.h"
 #include "http/static_pages.h"
-#include "jobs/job_history.h"
 
 /* Limits: a scraper or a browser needs little; a flood gets little. */
 #define HTTP_MAX_CONNECTIONS	64
@@ -210,7 +210,7 @@ serve(struct MHD_Daemon *daemon)
 		now = GetCurrentTimestamp();
 		if (now >= next_sample)
 		{
-			job_history_sample(now);
+			history_sampler_tick(now);
 			next_sample = now + HTTP_SAMPLE_INTERVAL_MS * INT64CONST(1000);
 		}
 		timeout_ms = (long) ((next_sample - now + 999) / 1000);

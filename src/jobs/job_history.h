@@ -29,5 +29,7 @@ extern Size job_history_shmem_size(void);
 extern void job_history_shmem_init(void);
 extern void job_history_sample(TimestampTz now);
 extern int	job_history_read(Oid ext_oid, int64 job_id, JobHistorySample **out);
+/* The job's restart count as the catalog has it: the samples from now on carry it. */
+extern void job_history_note_restarts(Oid ext_oid, int64 job_id, int32 restarts);
 
 #endif							/* JOB_HISTORY_H */
