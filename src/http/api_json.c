@@ -259,27 +259,22 @@ describe(const char *spec)
 	return plan;
 }
 
-/* The job's checkpoint durations, summed over its subtasks; null when slots keep none. */
+/* The job's checkpoint durations, summed over its subtasks. */
 static void
 append_histogram(StringInfo out, Oid ext_oid, int64 job_id)
 {
-	const double *bounds = slot_histogram_bounds();
+	const double *bounds = job_histogram_bounds_seconds;
 	SlotHistograms *slots;
 	int			n = slot_histograms_read(ext_oid, job_id, &slots);
 	HistogramCounts sum = {0};
 
-	if (bounds == NULL)
-	{
-		appendStringInfoString(out, "null");
-		return;
-	}
 	for (int s = 0; s < n; s++)
 		histogram_counts_add(&sum, &slots[s].checkpoint_duration);
 	appendStringInfoString(out, "{\"bounds\": [");
-	for (int b = 0; b < SLOT_HISTOGRAM_BUCKETS - 1; b++)
+	for (int b = 0; b < JOB_HISTOGRAM_BUCKETS - 1; b++)
 		appendStringInfo(out, "%s%g", b > 0 ? ", " : "", bounds[b]);
 	appendStringInfoString(out, "], \"counts\": [");
-	for (int b = 0; b < SLOT_HISTOGRAM_BUCKETS; b++)
+	for (int b = 0; b < JOB_HISTOGRAM_BUCKETS; b++)
 		appendStringInfo(out, "%s" UINT64_FORMAT, b > 0 ? ", " : "", sum.cumulative[b]);
 	appendStringInfo(out, "], \"count\": " UINT64_FORMAT ", \"sum\": %.6f}", sum.count, sum.sum_seconds);
 }

@@ -172,13 +172,11 @@ render_families(StringInfo out, const Family *families, int n, SPITupleTable *ro
 static void
 render_histograms(StringInfo out, SPITupleTable *jobs, Oid ext_oid)
 {
-	const double *bounds = slot_histogram_bounds();
+	const double *bounds = job_histogram_bounds_seconds;
 	SlotHistograms *slots;
 	int			n = slot_histograms_read(ext_oid, 0, &slots);
 	char	  **names = palloc0(sizeof(char *) * Max(n, 1));
 
-	if (bounds == NULL)
-		return;
 	for (int s = 0; s < n; s++)
 		for (uint64 r = 0; r < jobs->numvals && names[s] == NULL; r++)
 		{
@@ -213,9 +211,9 @@ render_histogram(StringInfo out, const char *name, const char *job, int subtask,
 	appendStringInfoString(&labels, "job=\"");
 	append_label_value(&labels, job);
 	appendStringInfo(&labels, "\",subtask=\"%d\"", subtask);
-	for (int b = 0; b < SLOT_HISTOGRAM_BUCKETS; b++)
+	for (int b = 0; b < JOB_HISTOGRAM_BUCKETS; b++)
 	{
-		if (b < SLOT_HISTOGRAM_BUCKETS - 1)
+		if (b < JOB_HISTOGRAM_BUCKETS - 1)
 			appendStringInfo(out, "%s_bucket{%s,le=\"%g\"} " UINT64_FORMAT "\n",
 							 name, labels.data, bounds[b], h->cumulative[b]);
 		else

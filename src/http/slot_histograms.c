@@ -14,21 +14,12 @@
 #include "http/slot_histograms.h"
 #include "jobs/job_slots.h"
 
-/*
- * TODO(merge): the slots' histograms come with helper "instr"'s
- * JobHistogram (JOB_HISTOGRAM_BUCKETS); until then there are none.
- */
-#ifdef JOB_HISTOGRAM_BUCKETS
-
-StaticAssertDecl(JOB_HISTOGRAM_BUCKETS == SLOT_HISTOGRAM_BUCKETS,
-				 "the slots' histograms have the buckets the renderers expect");
-
 static void
 copy_histogram(HistogramCounts *to, JobHistogram *from)
 {
 	uint64		running = 0;
 
-	for (int b = 0; b < SLOT_HISTOGRAM_BUCKETS; b++)
+	for (int b = 0; b < JOB_HISTOGRAM_BUCKETS; b++)
 	{
 		running += pg_atomic_read_u64(&from->buckets[b]);
 		to->cumulative[b] = running;
@@ -36,12 +27,6 @@ copy_histogram(HistogramCounts *to, JobHistogram *from)
 	/* Read after the buckets: a count below their sum would not be a histogram. */
 	to->count = Max(pg_atomic_read_u64(&from->count), running);
 	to->sum_seconds = pg_atomic_read_u64(&from->sum_us) / 1000000.0;
-}
-
-const double *
-slot_histogram_bounds(void)
-{
-	return job_histogram_bounds_seconds;
 }
 
 int
@@ -78,27 +63,10 @@ slot_histograms_read(Oid ext_oid, int64 job_id, SlotHistograms **out)
 	return n;
 }
 
-#else
-
-const double *
-slot_histogram_bounds(void)
-{
-	return NULL;
-}
-
-int
-slot_histograms_read(Oid ext_oid, int64 job_id, SlotHistograms **out)
-{
-	*out = NULL;
-	return 0;
-}
-
-#endif
-
 void
 histogram_counts_add(HistogramCounts *sum, const HistogramCounts *h)
 {
-	for (int b = 0; b < SLOT_HISTOGRAM_BUCKETS; b++)
+	for (int b = 0; b < JOB_HISTOGRAM_BUCKETS; b++)
 		sum->cumulative[b] += h->cumulative[b];
 	sum->count += h->count;
 	sum->sum_seconds += h->sum_seconds;

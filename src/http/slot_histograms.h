@@ -7,11 +7,11 @@
 #ifndef SLOT_HISTOGRAMS_H
 #define SLOT_HISTOGRAMS_H
 
-#define SLOT_HISTOGRAM_BUCKETS 12	/* the last one is +Inf */
+#include "jobs/job_histogram.h"
 
 typedef struct HistogramCounts
 {
-	uint64		cumulative[SLOT_HISTOGRAM_BUCKETS]; /* observations <= each bound */
+	uint64		cumulative[JOB_HISTOGRAM_BUCKETS]; /* observations <= each bound (job_histogram_bounds_seconds, then +Inf) */
 	uint64		count;
 	double		sum_seconds;
 } HistogramCounts;
@@ -23,9 +23,6 @@ typedef struct SlotHistograms
 	HistogramCounts checkpoint_duration;
 	HistogramCounts produce_to_commit;
 } SlotHistograms;
-
-/* The upper bounds in seconds of all buckets but the last; NULL when slots keep none. */
-extern const double *slot_histogram_bounds(void);
 
 /*
  * The histograms of each subtask of the installation's jobs with a worker
