@@ -216,10 +216,10 @@
 	}
 
 	/* What /api/jobs/<name> adds: the topology, the history charts, the plan. */
-	function renderDetail(view, detail) {
+	function renderDetail(view, detail, serverNow) {
 		renderTopology(view, Array.isArray(detail.topology) ? detail.topology : []);
 		const h = detail.history;
-		view.chartViews.forEach(cv => drawChart(cv, h && Array.isArray(h.at) ? h : null));
+		view.chartViews.forEach(cv => drawChart(cv, h && Array.isArray(h.at) ? h : null, serverNow));
 		if (view.planText.textContent !== (detail.plan || ''))
 			view.planText.textContent = detail.plan || '';
 	}
@@ -301,6 +301,8 @@
 
 	const CW = 300, CH = 110, ML = 38, MR = 6, MT = 8, MB = 16;
 	const MIN_SPAN = 60;	/* seconds: a new job's few samples do not fill the width */
+	const MAX_SPAN = 600;	/* seconds: the server keeps ten minutes */
+	const MAX_GAP = 3;		/* seconds between samples beyond which the line breaks */
 
 	/*
 	 * Per-second rates from cumulative counters. A decrease (a counter reset)
@@ -327,7 +329,7 @@
 		return 10 * p;
 	}
 
-	function drawChart(cv, h) {
+	function drawChart(cv, h, serverNow) {
 		const svg = cv.svg;
 		svg.replaceChildren();
 		const at = h ? h.at : [];
@@ -340,13 +342,16 @@
 			cv.now.textContent = '';
 			return;
 		}
-		const tEnd = at[n - 1];
-		const tStart = Math.min(at[0], tEnd - MIN_SPAN);
+		/* the right edge is the server's now: a stopped job's samples drift left */
+		const tEnd = Math.max(at[n - 1], serverNow || 0);
+		const tStart = Math.max(Math.min(at[0], tEnd - MIN_SPAN), tEnd - MAX_SPAN);
+		const shown = i => at[i] >= tStart && isNum(at[i]);
 		let max = 0;
 		for (const { v } of series)
-			for (const y of v)
-				if (isNum(y) && y > max)
+			v.forEach((y, i) => {
+				if (shown(i) && isNum(y) && y > max)
 					max = y;
+			});
 		const yMax = niceMax(max);
 		const px = t => ML + (t - tStart) / (tEnd - tStart) * (CW - ML - MR);
 		const py = y => MT + (1 - y / yMax) * (CH - MT - MB);
@@ -364,12 +369,20 @@
 		right.textContent = 'now';
 		svg.append(left, right);
 
-		/* one path per series; a null breaks the line */
+		if (max === 0 && !series.some(({ v }) => v.some((y, i) => shown(i) && isNum(y)))) {
+			const t = svgEl('text', { x: (ML + CW - MR) / 2, y: CH / 2, 'text-anchor': 'middle' }, 'no-data');
+			t.textContent = 'none';
+			svg.append(t);
+		}
+
+		/* one path per series; a null or a gap of samples breaks the line */
 		for (const { s, v } of series) {
 			let d = '';
 			let pen = false;
 			for (let i = 0; i < n; i++) {
-				if (!isNum(v[i])) {
+				if (i > 0 && at[i] - at[i - 1] > MAX_GAP)
+					pen = false;
+				if (!shown(i) || !isNum(v[i])) {
 					pen = false;
 					continue;
 				}
@@ -414,7 +427,7 @@
 	}
 
 	/* Details for up to MAX_DETAIL_POLLS jobs, rotating through them when there are more. */
-	async function pollDetails(jobs) {
+	async function pollDetails(jobs, serverNow) {
 		let picked = jobs;
 		if (jobs.length > MAX_DETAIL_POLLS) {
 			detailOffset %= jobs.length;
@@ -425,7 +438,7 @@
 			getJson('api/jobs/' + encodeURIComponent(job.name)).then(detail => {
 				const view = views.get(job.name);
 				if (view)
-					renderDetail(view, detail);
+					renderDetail(view, detail, serverNow);
 			})));
 		/* a 404 is a job dropped since the list was read: the next list removes it */
 		const failed = results.find(r => r.status === 'rejected' && r.reason.status !== 404);
@@ -439,7 +452,9 @@
 			const list = await getJson('api/jobs');
 			const jobs = Array.isArray(list.jobs) ? list.jobs : [];
 			syncJobList(jobs);
-			await pollDetails(jobs);
+			/* unix seconds on the server's clock, whatever the browser's says */
+			const serverNow = Date.parse(list.generated_at) / 1000;
+			await pollDetails(jobs, isNum(serverNow) ? serverNow : null);
 			showBanner('');
 			const now = new Date();
 			updatedAt.textContent = now.toLocaleTimeString();
