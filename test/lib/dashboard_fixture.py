@@ -46,8 +46,20 @@ def counters(name, t):
             'records_dead_lettered': dead, 'records_skipped': 0, 'records_late': late}
 
 
+# --flaky-polls A:B: "flaky" is listed only by the A-th to B-th /api/jobs
+# answers (1-based), to watch a job appear or disappear under a headless
+# browser's virtual time, which runs far ahead of the wall clock.
+FLAKY_POLLS = (tuple(int(x) for x in sys.argv[sys.argv.index('--flaky-polls') + 1].split(':'))
+               if '--flaky-polls' in sys.argv else None)
+list_polls = 0
+
+
 def exists(name, t):
-    return name != 'flaky' or int(t) % 60 < 20
+    if name != 'flaky':
+        return True
+    if FLAKY_POLLS:
+        return FLAKY_POLLS[0] <= list_polls <= FLAKY_POLLS[1]
+    return int(t) % 60 < 20
 
 
 def summary(name, t):
@@ -87,7 +99,7 @@ def detail(name, t):
                  'out': m['records_out']})
     now = int(t)
     ats = [s for s in range(now - 599, now + 1) if s >= START - 120 and exists(name, s)]
-    hist = {'interval_seconds': 1, 'at': ats}
+    hist = {'interval_seconds': 1, 'at': ats or [now]}
     for k in ('records_in', 'records_out', 'records_dead_lettered', 'records_late'):
         hist[k] = [counters(name, s)[k] for s in ats]
     hist['consumer_lag'] = [int(50 + 40 * ((s % 11) / 11)) for s in ats]
@@ -130,6 +142,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(500, {'error': 'internal error'})
         names = [n for n in ('orders', 'audit', 'flaky') if exists(n, t)]
         if path == '/api/jobs':
+            global list_polls
+            list_polls += 1
+            names = [n for n in ('orders', 'audit', 'flaky') if exists(n, t)]
             return self.send(200, {'generated_at': iso(t), 'jobs': [summary(n, t) for n in names]})
         if path.startswith('/api/jobs/'):
             name = unquote(path[len('/api/jobs/'):])
