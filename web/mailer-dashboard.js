@@ -404,6 +404,14 @@
 
 	/* ---- the poll loop ---- */
 
+	/* ISO 8601 to unix seconds; also takes PostgreSQL's "+01" offsets, which Date.parse refuses. */
+	function parseTime(text) {
+		if (typeof text !== 'string')
+			return null;
+		const ms = Date.parse(text.replace(' ', 'T').replace(/([+-]\d\d)$/, '$1:00'));
+		return isNum(ms) ? ms / 1000 : null;
+	}
+
 	/* Keep the cards in the API's order, adding and removing as jobs come and go. */
 	function syncJobList(jobs) {
 		const seen = new Set();
@@ -453,8 +461,8 @@
 			const jobs = Array.isArray(list.jobs) ? list.jobs : [];
 			syncJobList(jobs);
 			/* unix seconds on the server's clock, whatever the browser's says */
-			const serverNow = Date.parse(list.generated_at) / 1000;
-			await pollDetails(jobs, isNum(serverNow) ? serverNow : null);
+			const serverNow = parseTime(list.generated_at);
+			await pollDetails(jobs, serverNow);
 			showBanner('');
 			const now = new Date();
 			updatedAt.textContent = now.toLocaleTimeString();
