@@ -171,7 +171,11 @@
 			return value;
 		});
 
-		const lastError = el('p', 'last-error none');
+		/* .last-error holds the error text alone, its time beside it */
+		const errorLine = el('p', 'error-line none');
+		const lastErrorAt = el('span', 'last-error-at');
+		const lastError = el('span', 'last-error');
+		errorLine.append(lastErrorAt, lastError);
 
 		const topology = svgEl('svg', { role: 'img', 'aria-label': 'topology of ' + name }, 'topology');
 
@@ -191,8 +195,8 @@
 		const planText = el('pre');
 		plan.append(el('summary', undefined, 'plan'), planText);
 
-		root.append(head, facts, lastError, topology, charts, plan);
-		return { root, state, waiting, factValues, lastError, topology, topologyKey: null,
+		root.append(head, facts, errorLine, topology, charts, plan);
+		return { root, state, waiting, factValues, errorLine, lastErrorAt, lastError, topology, topologyKey: null,
 			chartViews, planText, markerId: 'arrow-' + (++svgIds) };
 	}
 
@@ -210,9 +214,9 @@
 		const dead = (job.metrics || {}).records_dead_lettered;
 		view.root.querySelector('.dead-letters').classList.toggle('nonzero', isNum(dead) && dead > 0);
 
-		view.lastError.textContent = job.last_error
-			? (job.last_error_at ? job.last_error_at + ': ' : '') + job.last_error : '';
-		view.lastError.classList.toggle('none', !job.last_error);
+		view.lastError.textContent = job.last_error || '';
+		view.lastErrorAt.textContent = job.last_error && job.last_error_at ? job.last_error_at : '';
+		view.errorLine.classList.toggle('none', !job.last_error);
 	}
 
 	/* What /api/jobs/<name> adds: the topology, the history charts, the plan. */
@@ -464,12 +468,14 @@
 			const serverNow = parseTime(list.generated_at);
 			await pollDetails(jobs, serverNow);
 			showBanner('');
+			document.body.classList.remove('stale');
 			const now = new Date();
 			updatedAt.textContent = now.toLocaleTimeString();
 			updatedAt.setAttribute('datetime', now.toISOString());
 		} catch (err) {
 			/* keep the last data on screen, say it is stale */
 			showBanner(err && 'status' in err ? failureText(err) : 'page error: ' + err);
+			document.body.classList.add('stale');
 		}
 		/* setTimeout rather than setInterval: a slow answer never stacks requests */
 		setTimeout(poll, Math.max(0, POLL_MS - (Date.now() - started)));
