@@ -452,8 +452,12 @@
 				if (view)
 					renderDetail(view, detail, serverNow);
 			})));
-		/* a 404 is a job dropped since the list was read: the next list removes it */
-		const failed = results.find(r => r.status === 'rejected' && r.reason.status !== 404);
+		/*
+		 * A 404 is a job dropped since the list was read: the next list
+		 * removes it. (Jobs named "." or ".." have no detail either: a
+		 * browser folds those path segments away.)
+		 */
+		const failed = results.find(r => r.status === 'rejected' && !(r.reason && r.reason.status === 404));
 		if (failed)
 			throw failed.reason;
 	}
@@ -474,7 +478,8 @@
 			updatedAt.setAttribute('datetime', now.toISOString());
 		} catch (err) {
 			/* keep the last data on screen, say it is stale */
-			showBanner(err && 'status' in err ? failureText(err) : 'page error: ' + err);
+			const fromApi = err !== null && typeof err === 'object' && 'status' in err;
+			showBanner(fromApi ? failureText(err) : 'page error: ' + err);
 			document.body.classList.add('stale');
 		}
 		/* setTimeout rather than setInterval: a slow answer never stacks requests */
