@@ -111,6 +111,19 @@
 		return String(parseFloat(v.toPrecision(2)));
 	}
 
+	/* A delay in the largest unit that keeps it readable: "4.7 s", "12 min", "700 d". */
+	function fmtSeconds(v) {
+		if (!isNum(v))
+			return '–';
+		if (Math.abs(v) < 100)
+			return v.toFixed(1) + ' s';
+		if (Math.abs(v) < 6000)
+			return Math.round(v / 60) + ' min';
+		if (Math.abs(v) < 172800)
+			return (v / 3600).toFixed(1) + ' h';
+		return Math.round(v / 86400) + ' d';
+	}
+
 	function fmtBytes(v) {
 		if (!isNum(v))
 			return '–';
@@ -134,7 +147,7 @@
 		['restarts', 'restarts', j => fmtCount(j.restarts)],
 		['input/s', 'input-rate', j => fmtShort(j.metrics.input_rate)],
 		['lag', 'consumer-lag', j => fmtCount(j.metrics.consumer_lag)],
-		['watermark delay', 'watermark-delay', j => (isNum(j.metrics.watermark_delay_seconds) ? j.metrics.watermark_delay_seconds.toFixed(1) + ' s' : '–')],
+		['watermark delay', 'watermark-delay', j => fmtSeconds(j.metrics.watermark_delay_seconds)],
 		['last checkpoint', 'last-checkpoint', j => (isNum(j.metrics.last_checkpoint_ms) ? '#' + j.metrics.last_checkpoint_epoch + ', ' + j.metrics.last_checkpoint_ms + ' ms' : '–')],
 		['state', 'state-bytes', j => fmtBytes(j.metrics.state_bytes)],
 		['subtasks', 'parallelism', j => fmtCount(j.parallelism)],
@@ -230,7 +243,8 @@
 
 	/* ---- topology diagram ---- */
 
-	const BOX_W = 176, BOX_H = 78, GAP = 34, PAD = 4;
+	const BOX_W = 196, BOX_H = 78, GAP = 30, PAD = 4;
+	const LABEL_CHARS = 32;	/* what fits a box at the label's font size */
 
 	function shorten(text, max) {
 		text = text || '';
@@ -281,7 +295,7 @@
 				const title = svgEl('title');
 				title.textContent = s.stage + ': ' + (s.label || '');
 				g.append(title, svgEl('rect', { width: BOX_W, height: BOX_H, rx: 6 }, 'box'));
-				const lines = [['stage-name', 20, s.stage], ['stage-label', 37, shorten(s.label, 30)],
+				const lines = [['stage-name', 20, s.stage], ['stage-label', 37, shorten(s.label, LABEL_CHARS)],
 					['stage-counts', 56, ''], ['stage-extra', 71, '']];
 				for (const [cls, y, text] of lines) {
 					const t = svgEl('text', { x: 10, y: y }, cls);
