@@ -411,10 +411,11 @@
 				svg.append(svgEl('path', { d: d }, 'series series-' + s.cls));
 		}
 
-		/* the caption: each series' latest value */
+		/* the caption: each series' latest value, none once the samples stopped (a stopped job) */
+		const current = at[n - 1] >= tEnd - MAX_GAP;
 		cv.now.replaceChildren();
 		for (const { s, v } of series) {
-			const last = v.length ? v[v.length - 1] : null;
+			const last = current && v.length ? v[v.length - 1] : null;
 			const span = el('span', s.name ? 'key-' + s.cls : '', (s.name ? s.name + ' ' : '') + fmtShort(last) + ' ');
 			cv.now.append(span);
 		}
