@@ -204,13 +204,16 @@
 			return { def: def, svg: svg, now: now };
 		});
 
-		const plan = el('details', 'plan');
-		const planText = el('pre');
-		plan.append(el('summary', undefined, 'plan'), planText);
+		/* folded away: the plan, and the partitions and subtasks as tables */
+		const more = el('details', 'more');
+		const planText = el('pre', 'plan');
+		const partitions = el('table', 'partitions');
+		const subtasks = el('table', 'subtasks');
+		more.append(el('summary', undefined, 'plan, partitions, subtasks'), planText, partitions, subtasks);
 
-		root.append(head, facts, errorLine, topology, charts, plan);
+		root.append(head, facts, errorLine, topology, charts, more);
 		return { root, state, waiting, factValues, errorLine, lastErrorAt, lastError, topology, topologyKey: null,
-			chartViews, planText, markerId: 'arrow-' + (++svgIds) };
+			chartViews, planText, partitions, subtasks, markerId: 'arrow-' + (++svgIds) };
 	}
 
 	/* What /api/jobs says (every job, every poll). */
@@ -239,6 +242,36 @@
 		view.chartViews.forEach(cv => drawChart(cv, h && Array.isArray(h.at) ? h : null, serverNow));
 		if (view.planText.textContent !== (detail.plan || ''))
 			view.planText.textContent = detail.plan || '';
+		renderTable(view.partitions, PARTITION_COLUMNS, detail.partitions);
+		renderTable(view.subtasks, SUBTASK_COLUMNS, detail.subtasks);
+	}
+
+	/* [heading, field, how to render it] for the detail tables. */
+	const PARTITION_COLUMNS = [['subtask', 'subtask', fmtCount], ['topic', 'topic', String],
+		['partition', 'partition', String], ['position', 'position', fmtCount], ['end offset', 'end_offset', fmtCount],
+		['lag', 'lag', fmtCount], ['records in', 'records_in', fmtCount], ['watermark', 'watermark', String],
+		['idle', 'idle', v => (v ? 'idle' : '')], ['offsets skipped', 'offsets_skipped', fmtCount]];
+	const SUBTASK_COLUMNS = [['subtask', 'subtask', fmtCount], ['pid', 'pid', String], ['state', 'state', String],
+		['records in', 'records_in', fmtCount], ['records out', 'records_out', fmtCount],
+		['last error', 'last_error', String]];
+
+	/* A table rebuilt from rows of objects (few rows: a job's partitions); hidden when empty. */
+	function renderTable(table, columns, rows) {
+		rows = Array.isArray(rows) ? rows : [];
+		table.hidden = rows.length === 0;
+		table.replaceChildren();
+		if (!rows.length)
+			return;
+		const head = el('tr');
+		for (const [heading] of columns)
+			head.append(el('th', undefined, heading));
+		table.append(head);
+		for (const row of rows) {
+			const tr = el('tr');
+			for (const [, field, render] of columns)
+				tr.append(el('td', undefined, row[field] === null || row[field] === undefined ? '' : render(row[field])));
+			table.append(tr);
+		}
 	}
 
 	/* ---- topology diagram ---- */
