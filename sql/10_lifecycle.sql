@@ -63,6 +63,7 @@ SELECT epoch, positions, final FROM mailer.checkpoints WHERE job_id = :job_id OR
 SELECT mailer.create_job('lc_bounded', '{}');
 SELECT mailer.create_job('bad name!', '{}');
 SELECT mailer.create_job('', '{}');
+SELECT mailer.create_job('..', '{}');
 -- An invalid spec creates nothing.
 SELECT mailer.create_job('lc_invalid', '{"source": {"type": "generator"}}');
 SELECT count(*) FROM mailer.jobs WHERE name = 'lc_invalid';

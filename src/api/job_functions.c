@@ -561,11 +561,14 @@ check_job_name(const char *name)
 
 	for (const char *p = name; ok && *p; p++)
 		ok = isalnum((unsigned char) *p) || *p == '_' || *p == '-' || *p == '.';
+	/* A URL path folds these away: the job's page (/api/jobs/<name>) could not be reached. */
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		ok = false;
 	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_NAME),
 				 errmsg("invalid job name \"%s\"", name),
-				 errhint("A job name has 1 to 63 letters, digits, '_', '-' or '.'.")));
+				 errhint("A job name has 1 to 63 letters, digits, '_', '-' or '.', and is not \".\" or \"..\".")));
 }
 
 static long

@@ -123,7 +123,13 @@ http_worker_main(Datum main_arg)
 					mailer_http_address, mailer_http_port)));
 	serve(daemon);
 	MHD_stop_daemon(daemon);
-	proc_exit(0);
+
+	/*
+	 * Not 0: a background worker that exits with 0 is never started again,
+	 * and a pg_terminate_backend must not end monitoring until the next
+	 * server start.  At shutdown the postmaster restarts nothing anyway.
+	 */
+	proc_exit(1);
 }
 
 static struct MHD_Daemon *
