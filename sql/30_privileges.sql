@@ -1,6 +1,9 @@
 -- Jobs and privileges: the caller owns the job it creates; only the owner
 -- (a member of the owning role, or a superuser) controls it; the owner
 -- must hold every privilege the job uses, and its worker runs as the owner.
+-- wait_job reports progress in NOTICEs every few seconds, as often as the
+-- machine is slow: the expected output has none.
+SET client_min_messages = warning;
 \set VERBOSITY default
 
 CREATE FUNCTION pg_temp.poll(cond text, timeout interval DEFAULT '60 seconds')

@@ -1,6 +1,9 @@
 -- Table sinks: fields go to the columns of the same name, cast to the
 -- column types; append inserts every record, upsert keeps one row per key
 -- (the newest record's), updating the other columns.
+-- wait_job reports progress in NOTICEs every few seconds, as often as the
+-- machine is slow: the expected output has none.
+SET client_min_messages = warning;
 \set VERBOSITY default
 SET timezone = 'UTC';
 SET datestyle = 'ISO, YMD';
