@@ -17,7 +17,9 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
@@ -79,7 +81,8 @@
 typedef struct JobPlanText
 {
 	int64		job_id;
-	char	   *spec;
+	uint64		spec_hash;		/* of the stored spec the plan describes */
+	size_t		spec_len;
 	char	   *plan;			/* NULL: describe_job refused the spec */
 } JobPlanText;
 
@@ -89,8 +92,14 @@ static HttpQuery describe_query = {DESCRIBE_SQL, 1};
 
 static List *plan_cache = NIL;	/* of JobPlanText, in TopMemoryContext */
 
-/* Jobs dropped leave their entry: past this many, the oldest goes. */
-#define PLAN_CACHE_SIZE 1024
+/*
+ * Bounded whatever jobs come and go, and however long their specs (a role
+ * that may create jobs must not grow this process): at most this many
+ * plans, the least recently asked for goes first, each cut to at most
+ * PLAN_MAX_BYTES.  The cache keeps a hash of the spec, never the spec.
+ */
+#define PLAN_CACHE_SIZE 64
+#define PLAN_MAX_BYTES	(64 * 1024)
 
 static const char *cached_plan(int64 job_id, const char *spec);
 static char *describe(const char *spec);
@@ -167,6 +176,8 @@ api_json_job(const char *name, StringInfo out)
 static const char *
 cached_plan(int64 job_id, const char *spec)
 {
+	size_t		spec_len = strlen(spec);
+	uint64		spec_hash = hash_bytes_extended((const unsigned char *) spec, spec_len, 0);
 	ListCell   *lc;
 	JobPlanText *entry = NULL;
 	MemoryContext old;
@@ -178,38 +189,45 @@ cached_plan(int64 job_id, const char *spec)
 
 		if (c->job_id == job_id)
 		{
-			if (strcmp(c->spec, spec) == 0)
-				return c->plan;
 			entry = c;
+			plan_cache = foreach_delete_current(plan_cache, lc);
 			break;
 		}
 	}
-	plan = describe(spec);
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	if (entry == NULL && list_length(plan_cache) >= PLAN_CACHE_SIZE)
+	if (entry != NULL && entry->spec_hash == spec_hash && entry->spec_len == spec_len)
 	{
-		JobPlanText *oldest = linitial(plan_cache);
-
-		plan_cache = list_delete_first(plan_cache);
-		pfree(oldest->spec);
-		if (oldest->plan)
-			pfree(oldest->plan);
-		pfree(oldest);
+		plan_cache = lappend(plan_cache, entry);	/* the most recently asked for */
+		return entry->plan;
 	}
+
+	plan = describe(spec);
+	if (plan != NULL && strlen(plan) > PLAN_MAX_BYTES)
+	{
+		int			cut = pg_mbcliplen(plan, strlen(plan), PLAN_MAX_BYTES);
+
+		plan = psprintf("%.*s\n... (the plan is cut at %d bytes)", cut, plan, PLAN_MAX_BYTES);
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
 	if (entry == NULL)
 	{
+		if (list_length(plan_cache) >= PLAN_CACHE_SIZE)
+		{
+			JobPlanText *oldest = linitial(plan_cache);
+
+			plan_cache = list_delete_first(plan_cache);
+			if (oldest->plan)
+				pfree(oldest->plan);
+			pfree(oldest);
+		}
 		entry = palloc0(sizeof(JobPlanText));
 		entry->job_id = job_id;
-		plan_cache = lappend(plan_cache, entry);
 	}
-	else
-	{
-		pfree(entry->spec);
-		if (entry->plan)
-			pfree(entry->plan);
-	}
-	entry->spec = pstrdup(spec);
+	else if (entry->plan)
+		pfree(entry->plan);
+	entry->spec_hash = spec_hash;
+	entry->spec_len = spec_len;
 	entry->plan = plan ? pstrdup(plan) : NULL;
+	plan_cache = lappend(plan_cache, entry);
 	MemoryContextSwitchTo(old);
 	return entry->plan;
 }

@@ -167,16 +167,11 @@ handle_jobs(const char *arg, StringInfo out)
 static int
 handle_job(const char *arg, StringInfo out)
 {
-	StringInfoData message;
-
 	if (api_json_job(arg, out))
 		return MHD_HTTP_OK;
+	/* The name is not echoed: it is whatever bytes the client sent. */
 	resetStringInfo(out);
-	initStringInfo(&message);
-	appendStringInfo(&message, "no job named \"%s\"", arg);
-	appendStringInfoString(out, "{\"error\": ");
-	escape_json(out, message.data);
-	appendStringInfoChar(out, '}');
+	appendStringInfoString(out, "{\"error\": \"no job of that name\"}");
 	return MHD_HTTP_NOT_FOUND;
 }
 

@@ -35,8 +35,14 @@
 #include "http/http_worker.h"
 #include "http/static_pages.h"
 
-/* Limits: a scraper or a browser needs little; a flood gets little. */
-#define HTTP_MAX_CONNECTIONS	64
+/*
+ * Limits: a scraper or a browser needs little; a flood gets little.  One
+ * address holds at most a few of the connections, so that a client that
+ * opens many and sends slowly (slowloris) cannot shut out the others; the
+ * whole stays well under the process's file descriptor limit.
+ */
+#define HTTP_MAX_CONNECTIONS	512
+#define HTTP_MAX_CONNECTIONS_PER_ADDRESS 64
 #define HTTP_CONNECTION_TIMEOUT_S 10
 #define HTTP_CONNECTION_MEMORY	(64 * 1024)	/* request line and headers: beyond, 431 */
 
@@ -154,6 +160,7 @@ start_daemon(void)
 							  http_route_request, NULL,
 							  MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
 							  MHD_OPTION_CONNECTION_LIMIT, (unsigned int) HTTP_MAX_CONNECTIONS,
+							  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int) HTTP_MAX_CONNECTIONS_PER_ADDRESS,
 							  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) HTTP_CONNECTION_TIMEOUT_S,
 							  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) HTTP_CONNECTION_MEMORY,
 							  /* none: the port on every address */
@@ -214,6 +221,12 @@ serve(struct MHD_Daemon *daemon)
 		long		timeout_ms;
 		MHD_UNSIGNED_LONG_LONG mhd_timeout;
 
+		/*
+		 * No statement runs here: a cancel (pg_cancel_backend, or a
+		 * statement timeout that fired as a request ended) has nothing to
+		 * cancel, and outside a transaction it would end the worker.
+		 */
+		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
 			return;

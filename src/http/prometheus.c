@@ -13,8 +13,10 @@
 
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "utils/builtins.h"
 
 #include "base/mailer.h"
+#include "http/counter_marks.h"
 #include "http/http_xact.h"
 #include "http/prometheus.h"
 #include "http/slot_histograms.h"
@@ -29,7 +31,8 @@
 	"       m.records_dead_lettered, m.records_skipped, m.records_late, " \
 	"       m.input_rate, m.consumer_lag, m.state_bytes, " \
 	"       extract(epoch FROM clock_timestamp() - m.watermark)::float8 AS watermark_delay, " \
-	"       extract(epoch FROM m.last_checkpoint_at)::float8 AS last_checkpoint " \
+	"       extract(epoch FROM coalesce(m.last_checkpoint_at, j.created_at))::float8 AS last_checkpoint, " \
+	"       extract(epoch FROM j.last_error_at)::float8 AS last_error_at " \
 	"  FROM mailer.jobs j JOIN mailer.metrics m ON m.name = j.name " \
 	" ORDER BY j.name"
 #define Anum_jobs_job_id 1
@@ -75,13 +78,14 @@ static const Family job_families[] = {
 	{"mailer_job_up", "gauge", "1 when the job's worker runs (state running or waiting), else 0.", "up", JOB_LABELS},
 	{"mailer_job_waiting", "gauge", "1 when the job waits on an outside fault (state waiting).", "waiting", JOB_LABELS},
 	{"mailer_job_state", "gauge", "1 for the job's current state.", "current", {"job", "state"}},
-	{"mailer_job_last_error", "gauge", "1 when the job has a last error (mailer.jobs.last_error), else 0.", "has_error", JOB_LABELS},
+	{"mailer_job_last_error", "gauge", "1 when the job has a last error (mailer.jobs.last_error, kept after it recovered), else 0.", "has_error", JOB_LABELS},
 	{"mailer_job_parallelism", "gauge", "Subtasks of the job.", "parallelism", JOB_LABELS},
 	{"mailer_consumer_lag", "gauge", "Records in the source's partitions not read yet.", "consumer_lag", JOB_LABELS},
 	{"mailer_watermark_delay_seconds", "gauge", "How far the job's watermark is behind the clock.", "watermark_delay", JOB_LABELS},
 	{"mailer_state_bytes", "gauge", "Bytes of the job's keyed state.", "state_bytes", JOB_LABELS},
 	{"mailer_input_rate", "gauge", "Records read per second, smoothed.", "input_rate", JOB_LABELS},
-	{"mailer_last_checkpoint_timestamp_seconds", "gauge", "When the job's newest checkpoint committed (Unix time).", "last_checkpoint", JOB_LABELS},
+	{"mailer_last_checkpoint_timestamp_seconds", "gauge", "When the job's newest checkpoint committed, or, before its first, when it was created (Unix time): alert on its age to catch a stuck job.", "last_checkpoint", JOB_LABELS},
+	{"mailer_job_last_error_timestamp_seconds", "gauge", "When the job's last error happened (Unix time); absent when it has none.", "last_error_at", JOB_LABELS},
 };
 
 static const Family partition_families[] = {
@@ -102,7 +106,8 @@ static SPITupleTable *query(HttpQuery *query);
 static HttpQuery jobs_query = {JOBS_SQL};
 static HttpQuery partitions_query = {PARTITIONS_SQL};
 static HttpQuery subtasks_query = {SUBTASKS_SQL};
-static void render_families(StringInfo out, const Family *families, int n, SPITupleTable *rows);
+static void render_families(StringInfo out, const Family *families, int n, SPITupleTable *rows,
+							bool job_counters_go_up);
 static void render_histograms(StringInfo out, SPITupleTable *jobs, Oid ext_oid);
 static void render_histogram(StringInfo out, const char *name, const char *job, int subtask,
 							 const HistogramCounts *h, const double *bounds);
@@ -120,9 +125,12 @@ prometheus_render(StringInfo out)
 		return;
 	SPI_connect();
 	jobs = query(&jobs_query);
-	render_families(out, job_families, lengthof(job_families), jobs);
-	render_families(out, partition_families, lengthof(partition_families), query(&partitions_query));
-	render_families(out, subtask_families, lengthof(subtask_families), query(&subtasks_query));
+	counter_marks_begin();
+	render_families(out, job_families, lengthof(job_families), jobs, true);
+	counter_marks_end();
+	/* A subtask's and a partition's count for one run of a worker: they are reset, truly. */
+	render_families(out, partition_families, lengthof(partition_families), query(&partitions_query), false);
+	render_families(out, subtask_families, lengthof(subtask_families), query(&subtasks_query), false);
 	render_histograms(out, jobs, ext_oid);
 	SPI_finish();
 }
@@ -134,9 +142,15 @@ query(HttpQuery *query)
 	return SPI_tuptable;
 }
 
-/* Each family whole (Prometheus wants a family's series together), header first. */
+/*
+ * Each family whole (Prometheus wants a family's series together), header
+ * first.  With job_counters_go_up, the rows are mailer.jobs' (their first
+ * column the job id), and a counter is never said lower than before
+ * (counter_marks.c).
+ */
 static void
-render_families(StringInfo out, const Family *families, int n, SPITupleTable *rows)
+render_families(StringInfo out, const Family *families, int n, SPITupleTable *rows,
+				bool job_counters_go_up)
 {
 	TupleDesc	desc = rows->tupdesc;
 
@@ -157,6 +171,16 @@ render_families(StringInfo out, const Family *families, int n, SPITupleTable *ro
 
 			if (value == NULL)
 				continue;
+			if (job_counters_go_up && strcmp(family->type, "counter") == 0)
+			{
+				bool		isnull;
+				int64		job_id = DatumGetInt64(SPI_getbinval(row, desc, Anum_jobs_job_id, &isnull));
+
+				StaticAssertStmt(lengthof(job_families) <= COUNTER_MARKS_PER_JOB,
+								 "a mark for each of a job's families");
+				value = psprintf(INT64_FORMAT,
+								 counter_marks_apply(job_id, f, pg_strtoint64(value)));
+			}
 			appendStringInfo(out, "%s{", family->name);
 			for (int l = 0; l < nlabels; l++)
 			{

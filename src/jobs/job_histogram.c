@@ -40,6 +40,13 @@ job_histogram_observe(JobHistogram *h, double seconds, uint64 n)
 		return;
 	if (!(seconds > 0))			/* also NaN */
 		seconds = 0;
+
+	/*
+	 * A record produced long ago (a replay of an old topic, a 1970
+	 * timestamp) counts as an hour: past the last bound either way, and
+	 * the sum, in microseconds, wraps only after billions of such records.
+	 */
+	seconds = Min(seconds, JOB_HISTOGRAM_MAX_SECONDS);
 	while (b < JOB_HISTOGRAM_BUCKETS - 1 && seconds > job_histogram_bounds_seconds[b])
 		b++;
 
@@ -49,6 +56,6 @@ job_histogram_observe(JobHistogram *h, double seconds, uint64 n)
 	 * above the buckets' sum.
 	 */
 	pg_atomic_fetch_add_u64(&h->buckets[b], n);
-	pg_atomic_fetch_add_u64(&h->sum_us, (uint64) llround(Min(seconds, 1e9) * 1e6) * n);
+	pg_atomic_fetch_add_u64(&h->sum_us, (uint64) llround(seconds * 1e6) * n);
 	pg_atomic_fetch_add_u64(&h->count, n);
 }

@@ -32,8 +32,11 @@ extern void job_histogram_reset(JobHistogram *h);
 
 /*
  * n observations of the value seconds (negative counts as 0: clocks of
- * producer and server may disagree).  Single writer only.
+ * producer and server may disagree; more than JOB_HISTOGRAM_MAX_SECONDS
+ * counts as that, so that the sum cannot wrap).  Single writer only.
  */
+#define JOB_HISTOGRAM_MAX_SECONDS 3600.0
+
 extern void job_histogram_observe(JobHistogram *h, double seconds, uint64 n);
 
 #endif							/* JOB_HISTOGRAM_H */

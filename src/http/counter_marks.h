@@ -1,0 +1,21 @@
+/*
+ * counter_marks.h
+ *		What /metrics last said of each job's counters, so that it never says
+ *		less (counter_marks.c).
+ */
+#ifndef COUNTER_MARKS_H
+#define COUNTER_MARKS_H
+
+/* Counters of one job that are kept: at most this many per job. */
+#define COUNTER_MARKS_PER_JOB 24
+
+/* Start a scrape: marks of jobs this scrape does not name are forgotten at its end. */
+extern void counter_marks_begin(void);
+
+/* The job's counter number i: the greater of value and what was said before. */
+extern int64 counter_marks_apply(int64 job_id, int i, int64 value);
+
+/* End a scrape: forget the jobs it did not name (dropped). */
+extern void counter_marks_end(void);
+
+#endif							/* COUNTER_MARKS_H */
