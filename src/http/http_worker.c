@@ -63,6 +63,8 @@ static bool parse_address(const char *address, int port, HttpAddress *addr, bool
 static struct MHD_Daemon *start_daemon(void);
 static void log_mhd(void *cls, const char *fmt, va_list ap) pg_attribute_printf(2, 0);
 static void serve(struct MHD_Daemon *daemon);
+static size_t unescape_url(void *cls, struct MHD_Connection *connection, char *s);
+static int	hex_value(char c);
 
 bool
 http_address_valid(const char *address)
@@ -159,6 +161,7 @@ start_daemon(void)
 	daemon = MHD_start_daemon(flags, (uint16_t) mailer_http_port, NULL, NULL,
 							  http_route_request, NULL,
 							  MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
+							  MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
 							  MHD_OPTION_CONNECTION_LIMIT, (unsigned int) HTTP_MAX_CONNECTIONS,
 							  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int) HTTP_MAX_CONNECTIONS_PER_ADDRESS,
 							  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) HTTP_CONNECTION_TIMEOUT_S,
@@ -195,6 +198,35 @@ log_mhd(void *cls, const char *fmt, va_list ap)
 		msg[--len] = '\0';
 	strlcpy(mhd_message, msg, sizeof(mhd_message));
 	ereport(DEBUG1, (errmsg_internal("mailer http: %s", msg)));
+}
+
+/*
+ * %HH decoded as libmicrohttpd would, except %00: the routes read the path
+ * as a C string, where a NUL would cut "/api/jobs/a%00b" to job "a" (and a
+ * name never holds a NUL, so the path stays one that matches nothing).
+ */
+static size_t
+unescape_url(void *cls, struct MHD_Connection *connection, char *s)
+{
+	char	   *in = s;
+	char	   *out = s;
+
+	while (*in)
+	{
+		int			hi,
+					lo;
+
+		if (in[0] == '%' && (hi = hex_value(in[1])) >= 0 && (lo = hex_value(in[2])) >= 0 &&
+			(hi | lo) != 0)
+		{
+			*out++ = (char) (hi * 16 + lo);
+			in += 3;
+		}
+		else
+			*out++ = *in++;
+	}
+	*out = '\0';
+	return out - s;
 }
 
 /* The loop: until SIGTERM, or the postmaster's death (which exits at once). */
@@ -253,4 +285,17 @@ serve(struct MHD_Daemon *daemon)
 		/* Whatever woke us: libmicrohttpd never blocks here. */
 		MHD_run(daemon);
 	}
+}
+
+/* A hexadecimal digit's value, or -1. */
+static int
+hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
 }
