@@ -17,7 +17,7 @@ use Time::HiRes qw(time);
 use MailerTest qw(psql);
 
 our @EXPORT = qw(http_port http_get http_json raw_request parse_metrics
-  metric_value http_worker_pid proc_status_kb free_port artifacts_dir);
+  metric_value server_processes http_worker_pid proc_status_kb free_port artifacts_dir);
 
 # The port the server's HTTP worker listens on (mailer.http_port), asked of
 # the server itself, so that a test follows the cluster's setting.
@@ -136,10 +136,39 @@ sub metric_value
 	return undef;
 }
 
-# The pid of the server's "mailer http" worker ('' when there is none).
+# The server's processes (the postmaster of $PGDATA and its children), as
+# { pid => process title }.
+sub server_processes
+{
+	open my $fh, '<', "$ENV{PGDATA}/postmaster.pid" or return {};
+	chomp(my $postmaster = <$fh> // '');
+	close $fh;
+	my %procs;
+	for my $dir (glob '/proc/[0-9]*')
+	{
+		my ($pid) = $dir =~ m{(\d+)$};
+		open my $st, '<', "$dir/stat" or next;
+		my $stat = <$st> // '';
+		close $st;
+		my ($ppid) = $stat =~ /\) \S+ (\d+)/ or next;
+		next unless $pid == $postmaster || $ppid == $postmaster;
+		open my $cl, '<', "$dir/cmdline" or next;
+		my $title = do { local $/; <$cl> } // '';
+		close $cl;
+		$title =~ s/\0+$//;
+		$title =~ s/\0/ /g;
+		$procs{$pid} = $title;
+	}
+	return \%procs;
+}
+
+# The pid of the server's "mailer http" worker ('' when there is none):
+# by its process title, which it has from its start (pg_stat_activity
+# shows it only once it has connected to its database).
 sub http_worker_pid
 {
-	my $pid = eval { psql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'mailer http'") };
+	my $procs = server_processes();
+	my ($pid) = grep { $procs->{$_} =~ /^postgres: (?:\S+: )?mailer http\b/ } keys %$procs;
 	return $pid // '';
 }
 
