@@ -19,6 +19,7 @@
 #include "api/api.h"
 #include "base/mailer.h"
 #include "base/test_point.h"
+#include "jobs/job_history.h"
 #include "jobs/job_slots.h"
 #include "runtime/launcher.h"
 
@@ -200,6 +201,11 @@ mailer_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(job_slots_shmem_size());
 	RequestNamedLWLockTranche(MAILER_EXTENSION, 1);
+	if (job_history_enabled())
+	{
+		RequestAddinShmemSpace(job_history_shmem_size());
+		job_history_request_locks();
+	}
 }
 
 static void
@@ -208,4 +214,6 @@ mailer_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	job_slots_shmem_init();
+	if (job_history_enabled())
+		job_history_shmem_init();
 }

@@ -54,6 +54,10 @@ static Jsonb *normalize_spec(Jsonb *spec_doc, bool check_settings);
 static void require_stopped(JobRow *job, const char *what);
 static long interval_to_ms(Interval *iv);
 static void exec_job_update(const char *sql, int64 job_id);
+static void wait_job_progress(const char *name, int64 job_id, Oid ext_oid, TimestampTz started);
+
+/* How often mailer.wait_job says how far the job has come. */
+#define WAIT_JOB_PROGRESS_MS		5000
 
 Datum
 mailer_create_job(PG_FUNCTION_ARGS)
@@ -358,6 +362,8 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 	uint64		ticket = 0;
 	JobState	state = JOB_STATE_NONE;
 	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, false);
+	TimestampTz started = GetCurrentTimestamp();
+	TimestampTz next_progress = TimestampTzPlusMilliseconds(started, WAIT_JOB_PROGRESS_MS);
 
 	mailer_require_preload();
 	/* Waiting makes the job's worker query its source: the owner's business. */
@@ -410,6 +416,11 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 		}
 		TEST_POINT("wait_job_waiting");
 
+		if (GetCurrentTimestamp() >= next_progress)
+		{
+			wait_job_progress(name, job->job_id, ext_oid, started);
+			next_progress = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), WAIT_JOB_PROGRESS_MS);
+		}
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (remaining <= 0)
 			ereport(ERROR,
@@ -432,6 +443,48 @@ mailer_wait_job(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(job_state_name(state)));
 }
 
+/*
+ * Tell a person waiting in psql how far the job has come: the records its
+ * subtasks have read, and the lag of their partitions where it is known.
+ * Counts only, never a record.
+ */
+static void
+wait_job_progress(const char *name, int64 job_id, Oid ext_oid, TimestampTz started)
+{
+	JobSlot    *coordinator;
+	uint64		records_in = 0;
+	int64		lag = -1;
+	int			waited_s = (int) ((GetCurrentTimestamp() - started) / USECS_PER_SEC);
+
+	LWLockAcquire(mailer_shared->lock, LW_SHARED);
+	coordinator = job_slots_find(job_id, ext_oid);
+	for (int k = 0; coordinator != NULL && k < Max(coordinator->parallelism, 1); k++)
+	{
+		JobSlot    *slot = job_slots_subtask(coordinator, k);
+
+		if (slot == NULL)
+			continue;
+		records_in += pg_atomic_read_u64(&slot->counters[JC_RECORDS_IN]);
+		if (slot->consumer_lag >= 0)
+			lag = Max(lag, 0) + slot->consumer_lag;
+	}
+	LWLockRelease(mailer_shared->lock);
+
+	if (coordinator == NULL)
+		ereport(NOTICE,
+				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+				 errmsg("job \"%s\" has no worker yet (waited %d s)", name, waited_s)));
+	else if (lag < 0)
+		ereport(NOTICE,
+				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+				 errmsg("job \"%s\": " UINT64_FORMAT " records read (waited %d s)",
+						name, records_in, waited_s)));
+	else
+		ereport(NOTICE,
+				(errcode(ERRCODE_SUCCESSFUL_COMPLETION),
+				 errmsg("job \"%s\": " UINT64_FORMAT " records read, " INT64_FORMAT " behind (waited %d s)",
+						name, records_in, lag, waited_s)));
+}
 
 static void
 exec_job_update(const char *sql, int64 job_id)

@@ -59,6 +59,8 @@ job_slots_shmem_init(void)
 			pg_atomic_init_u32(&slot->checkpoint_wanted, 0);
 			pg_atomic_init_u32(&slot->final_wanted, 0);
 			pg_atomic_init_u64(&slot->final_epoch, 0);
+			job_histogram_init(&slot->checkpoint_duration);
+			job_histogram_init(&slot->produce_to_commit);
 			ConditionVariableInit(&slot->progress_cv);
 		}
 	}
@@ -156,6 +158,9 @@ job_slot_reset_run(JobSlot *slot)
 	pg_atomic_write_u32(&slot->final_wanted, 0);
 	slot->final_finished = false;
 	slot->source_finished = false;
+	/* A worker's histograms count since it started (Prometheus sees a reset). */
+	job_histogram_reset(&slot->checkpoint_duration);
+	job_histogram_reset(&slot->produce_to_commit);
 }
 
 static int

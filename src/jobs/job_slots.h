@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 
 #include "jobs/job_counters.h"
+#include "jobs/job_histogram.h"
 #include "jobs/job_state.h"
 
 #define JOB_SLOT_ERROR_LEN		1024
@@ -139,6 +140,16 @@ typedef struct JobSlot
 	int			npartitions;
 	PartitionMetrics partitions[JOB_SLOT_MAX_PARTITIONS];
 
+	/*
+	 * Since the worker claimed the slot (a restart starts them again).  In
+	 * a parallel job each subtask observes its own checkpoints and records.
+	 */
+	JobHistogram checkpoint_duration;	/* each committed checkpoint's wall time */
+	JobHistogram produce_to_commit; /* per record with a producer timestamp:
+									 * commit time - the record's Kafka
+									 * timestamp (docs/ARCHITECTURE.md,
+									 * "Shared memory: job slots") */
+
 	/* Signalled after every checkpoint and every change of state. */
 	ConditionVariable progress_cv;
 } JobSlot;
@@ -205,7 +216,10 @@ extern void job_slot_request_stop(JobSlot *slot, TransactionId xid);
 /* Set the worker's latch, if it has one now. */
 extern void job_slot_wake(JobSlot *slot);
 
-/* A parallel run's epoch counters, set afresh when a worker claims its slot. */
+/*
+ * A parallel run's epoch counters, and the slot's histograms, set afresh
+ * when a worker claims its slot.
+ */
 extern void job_slot_reset_run(JobSlot *slot);
 
 /* The slot's state changed: wake those waiting on it, and the launcher. */

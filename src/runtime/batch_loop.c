@@ -197,6 +197,9 @@ read_batch(BatchLoop *loop, bool finished)
 						 job->source->error);
 	if (n > 0)
 	{
+		/* Before the pipeline, which may change what the messages hold. */
+		if (job->spec->source.type == SOURCE_KAFKA)
+			produce_latency_add(&job->produce_latency, loop->msgs, n);
 		work_xact_begin();
 		pipeline_process(job, loop->msgs, n);
 		work_xact_end();

@@ -464,6 +464,7 @@ static void
 checkpoint_committed(CheckpointRun *run)
 {
 	Job		   *job = run->job;
+	TimestampTz committed_at = GetCurrentTimestamp();
 
 	job->epoch = run->epoch;
 	job->uncommitted = 0;
@@ -491,6 +492,10 @@ checkpoint_committed(CheckpointRun *run)
 	job->slot->last_checkpoint_epoch = run->epoch;
 	job->slot->last_checkpoint_at = job->last_checkpoint;
 	job->slot->last_checkpoint_ms = (job->last_checkpoint - run->start) / 1000;
+	job_histogram_observe(&job->slot->checkpoint_duration,
+						  (double) (job->last_checkpoint - run->start) / USECS_PER_SEC, 1);
+	/* The records' commit, before the offsets and any output were handed on. */
+	produce_latency_commit(&job->produce_latency, &job->slot->produce_to_commit, committed_at);
 	job->slot->state_bytes = job->state ? job->state->ops->size(job->state) : -1;
 	job->slot->state_checkpoint_ms = job->state ? run->state_ms : -1;
 	job_publish_counters(job);

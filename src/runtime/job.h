@@ -10,6 +10,7 @@
 #include "connectors/dead_letter.h"
 #include "jobs/job_slots.h"
 #include "plan/plan.h"
+#include "runtime/produce_latency.h"
 #include "connectors/sink.h"
 #include "connectors/source.h"
 #include "state/state.h"
@@ -53,6 +54,7 @@ typedef struct Job
 	int64		epoch;			/* last committed checkpoint, 0 before any */
 	TimestampTz last_checkpoint;
 	int64		uncommitted;	/* records read since the last checkpoint */
+	ProduceLatency produce_latency; /* Kafka timestamps of the uncommitted batches */
 	uint64		counters[JC_NUM_COUNTERS];
 
 	/* wait_job: the newest request the worker has taken up */

@@ -970,18 +970,37 @@ machine()
 
 # ---------------------------------------------------------------- main
 
+# Minutes and seconds.
+mmss() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+
+# Run step NAME: a banner with its number before, its time after, so that
+# a person watching a run of hours sees where it is.
+step()
+{
+	local name=$1 t0=$SECONDS
+	STEP_NO=$((STEP_NO + 1))
+	say "==== step $STEP_NO/${#STEPS[@]}: $name (at $(mmss $((SECONDS - start)))) ===="
+	case $name in
+	setup) setup ;;
+	topic) ensure_topic "$MAIN_TOPIC" "$BENCH_EVENTS" "$BENCH_KEYS" ;;
+	report) report ;;
+	*) "section_$name" ;;
+	esac
+	say "==== step $STEP_NO/${#STEPS[@]}: $name done in $(mmss $((SECONDS - t0))) ===="
+}
+
 start=$SECONDS
-machine | tee -a "$LOG"
-setup
+STEP_NO=0
+STEPS=(setup)
 # Only the scrape section does without the orders.
-[ "$BENCH_SECTIONS" = scrape ] || ensure_topic "$MAIN_TOPIC" "$BENCH_EVENTS" "$BENCH_KEYS"
-section_on throughput && section_throughput
-section_on parallelism && section_parallelism
-section_on flink && section_flink
-section_on kafka_sink && section_kafka_sink
-section_on state && section_state
-section_on latency && section_latency
-section_on profile && section_profile
-section_on scrape && section_scrape
-report
+[ "$BENCH_SECTIONS" = scrape ] || STEPS+=(topic)
+for s in throughput parallelism flink kafka_sink state latency profile scrape; do
+	if section_on "$s"; then STEPS+=("$s"); fi
+done
+STEPS+=(report)
+machine | tee -a "$LOG"
+say "steps: ${STEPS[*]}"
+for s in "${STEPS[@]}"; do
+	step "$s"
+done
 say "done in $(( (SECONDS - start) / 60 )) min; results in $BENCH_OUT"
