@@ -8,6 +8,9 @@ EXTVERSION  = 0.2.0
 SRCS        = $(sort $(wildcard src/*.c src/*/*.c))
 OBJS        = $(SRCS:.c=.o)
 DATA        = $(wildcard sql/mailer--*.sql)
+# The dashboard's page, script and style: the HTTP worker reads them from
+# $(sharedir)/extension/ when it starts.
+DATA       += web/mailer-dashboard.html web/mailer-dashboard.js web/mailer-dashboard.css
 
 REGRESS      = $(patsubst sql/%.sql,%,$(filter-out sql/mailer--%,$(sort $(wildcard sql/*.sql))))
 # Jobs run only in mailer.database, so the tests use that database as it is
@@ -17,7 +20,7 @@ REGRESS_OPTS = --inputdir=. --use-existing
 override CONTRIB_TESTDB = $(or $(PGDATABASE),mailer)
 
 PG_CPPFLAGS = -I$(srcdir)/src -Wall -Werror -DMAILER_VERSION=\"$(EXTVERSION)\"
-SHLIB_LINK  = -lrdkafka -lrocksdb
+SHLIB_LINK  = -lrdkafka -lrocksdb -lmicrohttpd
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 # No LLVM bitcode: JIT inlining of mailer's code is not worth the build.

@@ -1,6 +1,7 @@
 /*
  * mailer.c
- *		Library entry point: settings, shared memory and the launcher.
+ *		Library entry point: settings, shared memory, the launcher and the
+ *		HTTP worker.
  *
  * Everything that must exist before any backend starts happens here, which
  * is why the library has to be in shared_preload_libraries.  No Kafka
@@ -19,9 +20,9 @@
 #include "api/api.h"
 #include "base/mailer.h"
 #include "base/test_point.h"
+#include "http/http_worker.h"
 #include "jobs/job_history.h"
 #include "jobs/job_slots.h"
-#include "runtime/launcher.h"
 
 PG_MODULE_MAGIC;
 
@@ -38,6 +39,9 @@ int			mailer_state_cache_entries = 100000;
 int			mailer_termination_grace_ms = 10000;
 int			mailer_max_outputs_per_record = 100000;
 int			mailer_max_parallelism_per_job = 8;
+int			mailer_http_port = 0;
+char	   *mailer_http_address = NULL;
+char	   *mailer_http_token = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -46,6 +50,8 @@ static void mailer_shmem_request(void);
 static void mailer_shmem_startup(void);
 static void define_server_settings(void);
 static void define_settings(void);
+static void register_worker(const char *function, const char *name);
+static bool check_http_address(char **newval, void **extra, GucSource source);
 
 void
 _PG_init(void)
@@ -63,7 +69,30 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = mailer_shmem_startup;
 
-	launcher_register();
+	register_worker("launcher_main", "mailer launcher");
+	if (mailer_http_port > 0)
+		register_worker("http_worker_main", "mailer http");
+}
+
+/*
+ * A static background worker of the library: connected to a database,
+ * started once recovery is done, and started again 5 s after it exits
+ * with an error (the launcher, the HTTP worker).
+ */
+static void
+register_worker(const char *function, const char *name)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	strlcpy(worker.bgw_library_name, MAILER_EXTENSION, BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(worker.bgw_name, name, BGW_MAXLEN);
+	strlcpy(worker.bgw_type, name, BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
 }
 
 /*
@@ -91,6 +120,45 @@ define_server_settings(void)
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.http_port",
+							"TCP port of the HTTP worker (/metrics, /api/jobs, the dashboard); 0 starts none.",
+							NULL,
+							&mailer_http_port,
+							0, 0, 65535,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("mailer.http_address",
+							   "Address the HTTP worker binds: an IPv4 or IPv6 literal, or * for all.",
+							   NULL,
+							   &mailer_http_address,
+							   "127.0.0.1",
+							   PGC_POSTMASTER,
+							   0,
+							   check_http_address, NULL, NULL);
+
+	/* Only superusers may SHOW it: it is a password. */
+	DefineCustomStringVariable("mailer.http_token",
+							   "Bearer token every HTTP request must carry; empty: none needed.",
+							   NULL,
+							   &mailer_http_token,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+}
+
+/* A bad address stops the server at start, rather than a worker that fails forever. */
+static bool
+check_http_address(char **newval, void **extra, GucSource source)
+{
+	if (http_address_valid(*newval))
+		return true;
+	GUC_check_errdetail("\"%s\" is neither an IPv4 nor an IPv6 address, nor *.", *newval);
+	GUC_check_errhint("Write for example 127.0.0.1, ::1, 0.0.0.0 or *.");
+	return false;
 }
 
 static void

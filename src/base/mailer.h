@@ -33,5 +33,8 @@ extern int	mailer_termination_grace_ms;
 extern int	mailer_test_dead_letter_bytes;
 extern int	mailer_max_outputs_per_record;
 extern int	mailer_max_parallelism_per_job;
+extern int	mailer_http_port;
+extern char *mailer_http_address;
+extern char *mailer_http_token;
 
 #endif							/* MAILER_H */

@@ -50,8 +50,8 @@ typedef struct Sampled
 bool
 job_history_enabled(void)
 {
-	/* The HTTP worker's setting decides once it exists: mailer_http_port > 0. */
-	return true;
+	/* Only the HTTP worker samples and reads the rings. */
+	return mailer_http_port > 0;
 }
 
 Size

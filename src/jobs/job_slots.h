@@ -143,12 +143,12 @@ typedef struct JobSlot
 	/*
 	 * Since the worker claimed the slot (a restart starts them again).  In
 	 * a parallel job each subtask observes its own checkpoints and records.
+	 * produce_to_commit: per record with a Kafka timestamp, the commit time
+	 * less the timestamp, per batch (docs/ARCHITECTURE.md, "Shared memory:
+	 * job slots").
 	 */
 	JobHistogram checkpoint_duration;	/* each committed checkpoint's wall time */
-	JobHistogram produce_to_commit; /* per record with a producer timestamp:
-									 * commit time - the record's Kafka
-									 * timestamp (docs/ARCHITECTURE.md,
-									 * "Shared memory: job slots") */
+	JobHistogram produce_to_commit;
 
 	/* Signalled after every checkpoint and every change of state. */
 	ConditionVariable progress_cv;

@@ -134,22 +134,6 @@ static bool stop_in_progress(JobSlot *slot);
 static bool job_wants_to_run(int64 job_id);
 static long backoff_ms(int failures);
 
-void
-launcher_register(void)
-{
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 5;
-	strlcpy(worker.bgw_library_name, MAILER_EXTENSION, BGW_MAXLEN);
-	strlcpy(worker.bgw_function_name, "launcher_main", BGW_MAXLEN);
-	strlcpy(worker.bgw_name, "mailer launcher", BGW_MAXLEN);
-	strlcpy(worker.bgw_type, "mailer launcher", BGW_MAXLEN);
-	RegisterBackgroundWorker(&worker);
-}
-
 /*
  * SIGTERM.  Between rounds: the shutdown request that the main loop checks
  * (ShutdownRequestPending).  While the launcher connects, adopts the slots

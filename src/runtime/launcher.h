@@ -6,9 +6,7 @@
 #ifndef LAUNCHER_H
 #define LAUNCHER_H
 
-/* Called from _PG_init while preloading. */
-extern void launcher_register(void);
-
+/* _PG_init registers it while preloading: a static worker, "mailer launcher". */
 extern PGDLLEXPORT void launcher_main(Datum main_arg);
 
 #endif							/* LAUNCHER_H */

@@ -743,7 +743,7 @@ sub shared_settings
 	my $text = do { local $/; <$fh> };
 	my ($block) = $text =~ /^# ---- mailer test cluster ----\n(.*?)^CONF$/ms
 	  or die "no settings block in $script\n";
-	my @lines = grep { !/^(port|listen_addresses|unix_socket_directories)\b/ } split /\n/, $block;
+	my @lines = grep { !/^(port|listen_addresses|unix_socket_directories|mailer\.http_port)\b/ } split /\n/, $block;
 	s/\$PGDATABASE/$database/g for @lines;
 	return join("\n", @lines) . "\n";
 }

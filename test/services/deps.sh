@@ -6,7 +6,9 @@ set -euo pipefail
 
 packages=(
 	postgresql-15 postgresql-server-dev-15	# server, headers, PGXS, pg_regress, Test::Cluster
-	librdkafka-dev librocksdb-dev			# the two libraries mailer links
+	librdkafka-dev librocksdb-dev			# libraries mailer links
+	libmicrohttpd-dev						# ... and the HTTP worker's server
+	prometheus chromium						# tests scrape /metrics and load the dashboard
 	rocksdb-tools							# ldb: tests read a job's RocksDB checkpoint
 	kcat									# produce and inspect topics in tests and the demo
 	libipc-run-perl							# PostgreSQL's TAP test modules need IPC::Run

@@ -24,6 +24,9 @@ PGUSER=${PGUSER:-postgres}
 PGDATABASE=${PGDATABASE:-mailer}	# also the cluster's mailer.database
 PGDATA=${PGDATA:-$MAILER_RUN_DIR/pgdata}
 export PGHOST PGPORT PGUSER PGDATABASE PGDATA
+# The shared cluster's HTTP worker (/metrics, /api/jobs, the dashboard).
+MAILER_HTTP_PORT=${MAILER_HTTP_PORT:-$((PGPORT + 1000))}
+export MAILER_HTTP_PORT
 
 # Kafka: a single-node KRaft broker on loopback.
 KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}

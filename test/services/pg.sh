@@ -37,6 +37,7 @@ listen_addresses = ''
 unix_socket_directories = '$PGHOST'
 shared_preload_libraries = 'mailer'
 mailer.database = '$PGDATABASE'
+mailer.http_port = $MAILER_HTTP_PORT
 # Parallel jobs: a slot and a worker per subtask, and up to parallelism - 1
 # prepared transactions per running parallel job.  32 rather than more, so
 # that a regression test can still ask for a parallelism it is too few for.
