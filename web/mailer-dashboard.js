@@ -111,6 +111,19 @@
 		return String(parseFloat(v.toPrecision(2)));
 	}
 
+	/* A delay in the largest unit that keeps it readable: "4.7 s", "12 min", "700 d". */
+	function fmtSeconds(v) {
+		if (!isNum(v))
+			return '–';
+		if (Math.abs(v) < 100)
+			return v.toFixed(1) + ' s';
+		if (Math.abs(v) < 6000)
+			return Math.round(v / 60) + ' min';
+		if (Math.abs(v) < 172800)
+			return (v / 3600).toFixed(1) + ' h';
+		return Math.round(v / 86400) + ' d';
+	}
+
 	function fmtBytes(v) {
 		if (!isNum(v))
 			return '–';
@@ -134,7 +147,7 @@
 		['restarts', 'restarts', j => fmtCount(j.restarts)],
 		['input/s', 'input-rate', j => fmtShort(j.metrics.input_rate)],
 		['lag', 'consumer-lag', j => fmtCount(j.metrics.consumer_lag)],
-		['watermark delay', 'watermark-delay', j => (isNum(j.metrics.watermark_delay_seconds) ? j.metrics.watermark_delay_seconds.toFixed(1) + ' s' : '–')],
+		['watermark delay', 'watermark-delay', j => fmtSeconds(j.metrics.watermark_delay_seconds)],
 		['last checkpoint', 'last-checkpoint', j => (isNum(j.metrics.last_checkpoint_ms) ? '#' + j.metrics.last_checkpoint_epoch + ', ' + j.metrics.last_checkpoint_ms + ' ms' : '–')],
 		['state', 'state-bytes', j => fmtBytes(j.metrics.state_bytes)],
 		['subtasks', 'parallelism', j => fmtCount(j.parallelism)],
@@ -171,7 +184,11 @@
 			return value;
 		});
 
-		const lastError = el('p', 'last-error none');
+		/* .last-error holds the error text alone, its time beside it */
+		const errorLine = el('p', 'error-line none');
+		const lastErrorAt = el('span', 'last-error-at');
+		const lastError = el('span', 'last-error');
+		errorLine.append(lastErrorAt, lastError);
 
 		const topology = svgEl('svg', { role: 'img', 'aria-label': 'topology of ' + name }, 'topology');
 
@@ -187,13 +204,16 @@
 			return { def: def, svg: svg, now: now };
 		});
 
-		const plan = el('details', 'plan');
-		const planText = el('pre');
-		plan.append(el('summary', undefined, 'plan'), planText);
+		/* folded away: the plan, and the partitions and subtasks as tables */
+		const more = el('details', 'more');
+		const planText = el('pre', 'plan');
+		const partitions = el('table', 'partitions');
+		const subtasks = el('table', 'subtasks');
+		more.append(el('summary', undefined, 'plan, partitions, subtasks'), planText, partitions, subtasks);
 
-		root.append(head, facts, lastError, topology, charts, plan);
-		return { root, state, waiting, factValues, lastError, topology, topologyKey: null,
-			chartViews, planText, markerId: 'arrow-' + (++svgIds) };
+		root.append(head, facts, errorLine, topology, charts, more);
+		return { root, state, waiting, factValues, errorLine, lastErrorAt, lastError, topology, topologyKey: null,
+			chartViews, planText, partitions, subtasks, markerId: 'arrow-' + (++svgIds) };
 	}
 
 	/* What /api/jobs says (every job, every poll). */
@@ -210,9 +230,9 @@
 		const dead = (job.metrics || {}).records_dead_lettered;
 		view.root.querySelector('.dead-letters').classList.toggle('nonzero', isNum(dead) && dead > 0);
 
-		view.lastError.textContent = job.last_error
-			? (job.last_error_at ? job.last_error_at + ': ' : '') + job.last_error : '';
-		view.lastError.classList.toggle('none', !job.last_error);
+		view.lastError.textContent = job.last_error || '';
+		view.lastErrorAt.textContent = job.last_error && job.last_error_at ? job.last_error_at : '';
+		view.errorLine.classList.toggle('none', !job.last_error);
 	}
 
 	/* What /api/jobs/<name> adds: the topology, the history charts, the plan. */
@@ -222,11 +242,42 @@
 		view.chartViews.forEach(cv => drawChart(cv, h && Array.isArray(h.at) ? h : null, serverNow));
 		if (view.planText.textContent !== (detail.plan || ''))
 			view.planText.textContent = detail.plan || '';
+		renderTable(view.partitions, PARTITION_COLUMNS, detail.partitions);
+		renderTable(view.subtasks, SUBTASK_COLUMNS, detail.subtasks);
+	}
+
+	/* [heading, field, how to render it] for the detail tables. */
+	const PARTITION_COLUMNS = [['subtask', 'subtask', fmtCount], ['topic', 'topic', String],
+		['partition', 'partition', String], ['position', 'position', fmtCount], ['end offset', 'end_offset', fmtCount],
+		['lag', 'lag', fmtCount], ['records in', 'records_in', fmtCount], ['watermark', 'watermark', String],
+		['idle', 'idle', v => (v ? 'idle' : '')], ['offsets skipped', 'offsets_skipped', fmtCount]];
+	const SUBTASK_COLUMNS = [['subtask', 'subtask', fmtCount], ['pid', 'pid', String], ['state', 'state', String],
+		['records in', 'records_in', fmtCount], ['records out', 'records_out', fmtCount],
+		['last error', 'last_error', String]];
+
+	/* A table rebuilt from rows of objects (few rows: a job's partitions); hidden when empty. */
+	function renderTable(table, columns, rows) {
+		rows = Array.isArray(rows) ? rows : [];
+		table.hidden = rows.length === 0;
+		table.replaceChildren();
+		if (!rows.length)
+			return;
+		const head = el('tr');
+		for (const [heading] of columns)
+			head.append(el('th', undefined, heading));
+		table.append(head);
+		for (const row of rows) {
+			const tr = el('tr');
+			for (const [, field, render] of columns)
+				tr.append(el('td', undefined, row[field] === null || row[field] === undefined ? '' : render(row[field])));
+			table.append(tr);
+		}
 	}
 
 	/* ---- topology diagram ---- */
 
-	const BOX_W = 176, BOX_H = 78, GAP = 34, PAD = 4;
+	const BOX_W = 196, BOX_H = 78, GAP = 30, PAD = 4;
+	const LABEL_CHARS = 32;	/* what fits a box at the label's font size */
 
 	function shorten(text, max) {
 		text = text || '';
@@ -277,7 +328,7 @@
 				const title = svgEl('title');
 				title.textContent = s.stage + ': ' + (s.label || '');
 				g.append(title, svgEl('rect', { width: BOX_W, height: BOX_H, rx: 6 }, 'box'));
-				const lines = [['stage-name', 20, s.stage], ['stage-label', 37, shorten(s.label, 30)],
+				const lines = [['stage-name', 20, s.stage], ['stage-label', 37, shorten(s.label, LABEL_CHARS)],
 					['stage-counts', 56, ''], ['stage-extra', 71, '']];
 				for (const [cls, y, text] of lines) {
 					const t = svgEl('text', { x: 10, y: y }, cls);
@@ -393,10 +444,11 @@
 				svg.append(svgEl('path', { d: d }, 'series series-' + s.cls));
 		}
 
-		/* the caption: each series' latest value */
+		/* the caption: each series' latest value, none once the samples stopped (a stopped job) */
+		const current = at[n - 1] >= tEnd - MAX_GAP;
 		cv.now.replaceChildren();
 		for (const { s, v } of series) {
-			const last = v.length ? v[v.length - 1] : null;
+			const last = current && v.length ? v[v.length - 1] : null;
 			const span = el('span', s.name ? 'key-' + s.cls : '', (s.name ? s.name + ' ' : '') + fmtShort(last) + ' ');
 			cv.now.append(span);
 		}
@@ -448,8 +500,12 @@
 				if (view)
 					renderDetail(view, detail, serverNow);
 			})));
-		/* a 404 is a job dropped since the list was read: the next list removes it */
-		const failed = results.find(r => r.status === 'rejected' && r.reason.status !== 404);
+		/*
+		 * A 404 is a job dropped since the list was read: the next list
+		 * removes it. (Jobs named "." or ".." have no detail either: a
+		 * browser folds those path segments away.)
+		 */
+		const failed = results.find(r => r.status === 'rejected' && !(r.reason && r.reason.status === 404));
 		if (failed)
 			throw failed.reason;
 	}
@@ -464,12 +520,15 @@
 			const serverNow = parseTime(list.generated_at);
 			await pollDetails(jobs, serverNow);
 			showBanner('');
+			document.body.classList.remove('stale');
 			const now = new Date();
 			updatedAt.textContent = now.toLocaleTimeString();
 			updatedAt.setAttribute('datetime', now.toISOString());
 		} catch (err) {
 			/* keep the last data on screen, say it is stale */
-			showBanner(err && 'status' in err ? failureText(err) : 'page error: ' + err);
+			const fromApi = err !== null && typeof err === 'object' && 'status' in err;
+			showBanner(fromApi ? failureText(err) : 'page error: ' + err);
+			document.body.classList.add('stale');
 		}
 		/* setTimeout rather than setInterval: a slow answer never stacks requests */
 		setTimeout(poll, Math.max(0, POLL_MS - (Date.now() - started)));

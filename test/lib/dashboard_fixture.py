@@ -108,7 +108,12 @@ def detail(name, t):
     hist['last_checkpoint_ms'] = [12 + s % 9 for s in ats]
     hist['restarts'] = [d['restarts'] if s > START - 60 else 0 for s in ats]
     d.update({'plan': 'source kafka %s\n  -> filter, map\n  -> sink table public.%s' % (name, name),
-              'topology': topo, 'partitions': [], 'subtasks': [],
+              'topology': topo,
+              'partitions': [{'subtask': p % 2, 'topic': name, 'partition': p, 'position': m['records_in'] // 4,
+                              'end_offset': m['records_in'] // 4 + 12, 'lag': 12, 'records_in': m['records_in'] // 4,
+                              'watermark': iso(t - 3), 'idle': p == 3, 'offsets_skipped': 0} for p in range(4)],
+              'subtasks': [{'subtask': 0, 'pid': 4242, 'state': d['state'], 'records_in': m['records_in'],
+                            'records_out': m['records_out'], 'last_error': d['last_error']}],
               'checkpoint_duration': {'bounds': [0.005, 0.01], 'counts': [1, 2, 3], 'count': 3, 'sum': 0.02},
               'history': hist})
     return d
