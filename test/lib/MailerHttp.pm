@@ -202,7 +202,8 @@ sub artifacts_dir
 	my $dir = $ENV{MAILER_ARTIFACTS} // "$MailerTest::ROOT/tmp_check/artifacts";
 	require File::Path;
 	File::Path::make_path($dir);
-	return $dir;
+	require Cwd;
+	return Cwd::realpath($dir);
 }
 
 1;
