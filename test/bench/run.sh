@@ -878,20 +878,20 @@ scrape_phase()
 	local port token urls=() cpu0 cpu1 t0 t1 next bytes=0 secs=0 rounds=0 out
 	port=$(q -c "SHOW mailer.http_port")
 	token=$(q -c "SHOW mailer.http_token")
-	for path in "$@"; do urls+=("http://127.0.0.1:$port$path"); done
+	for path in "$@"; do urls+=(-o /dev/null "http://127.0.0.1:$port$path"); done
 	cpu0=$(proc_cpu "$pid") t0=$(now)
 	next=$t0
-	while [ "$(calc "$(now) < $t0 + $BENCH_SCRAPE_SECONDS")" = 1 ]; do
+	while [ "$(calc "($(now) < $t0 + $BENCH_SCRAPE_SECONDS)")" = 1 ]; do
 		if [ ${#urls[@]} -gt 0 ]; then
-			out=$(curl -s -o /dev/null ${token:+-H "Authorization: Bearer $token"} \
+			out=$(curl -s ${token:+-H "Authorization: Bearer $token"} \
 				-w '%{http_code} %{size_download} %{time_total}\n' "${urls[@]}") || die "curl of the HTTP endpoint failed"
 			awk '$1 != 200 { bad = 1 } END { exit bad }' <<<"$out" || die "the HTTP endpoint answered: $out"
 			bytes=$(awk -v b="$bytes" '{ b += $2 } END { print b }' <<<"$out")
 			secs=$(awk -v s="$secs" '{ s += $3 } END { print s }' <<<"$out")
 			rounds=$((rounds + 1))
 		fi
-		next=$(calc "$next + 1")
-		sleep "$(calc "$next - $(now) > 0 ? $next - $(now) : 0")"
+		next=$(awk -v a="$next" 'BEGIN { printf "%.3f", a + 1 }')
+		sleep "$(awk -v a="$next" -v b="$(now)" 'BEGIN { printf "%.3f", (a > b ? a - b : 0) }')"
 	done
 	cpu1=$(proc_cpu "$pid") t1=$(now)
 	echo "$(calc "($cpu1 - $cpu0) / ($t1 - $t0)") $(calc "$bytes / ($rounds > 0 ? $rounds : 1)") $(calc "$secs / ($rounds > 0 ? $rounds : 1)")"
@@ -913,7 +913,9 @@ section_scrape()
 	fi
 	pid=$(http_pid)
 	[ -n "$pid" ] || die "no \"mailer http\" process (is mailer.http_port set?)"
-	q -c "DROP TABLE IF EXISTS bench_scrape" -c "CREATE TABLE bench_scrape (order_id bigint, amount numeric)" >/dev/null
+	# Jobs left by an interrupted run go first.
+	q -c "SELECT mailer.drop_job(name) FROM mailer.job WHERE name LIKE 'bench_scrape_%'" >/dev/null
+	q -c "SET client_min_messages = warning" -c "DROP TABLE IF EXISTS bench_scrape" -c "CREATE TABLE bench_scrape (order_id bigint, amount numeric)" >/dev/null
 	for i in $(seq 1 "$BENCH_SCRAPE_JOBS"); do
 		q -c "SELECT mailer.create_job('bench_scrape_$i', \$\$
 			{\"source\": {\"type\": \"generator\", \"rate\": 10},
@@ -921,7 +923,8 @@ section_scrape()
 			 \"sink\": {\"type\": \"table\", \"table\": \"bench_scrape\"}}\$\$)" >/dev/null
 	done
 	for _ in $(seq 1 600); do
-		n=$(q -c "SELECT count(*) FROM mailer.jobs WHERE name LIKE 'bench_scrape_%' AND state = 'running' AND last_checkpoint_at IS NOT NULL" 2>/dev/null || echo 0)
+		n=$(q -c "SELECT count(*) FROM mailer.jobs j JOIN mailer.metrics m USING (name)
+			WHERE j.name LIKE 'bench_scrape_%' AND j.state = 'running' AND m.last_checkpoint_at IS NOT NULL" 2>>"$LOG" || echo 0)
 		[ "$n" = "$BENCH_SCRAPE_JOBS" ] && break
 		sleep 0.5
 	done
