@@ -25,6 +25,7 @@
 
 #include "base/mailer.h"
 #include "http/api_json.h"
+#include "http/http_xact.h"
 #include "http/job_topology.h"
 #include "http/slot_histograms.h"
 #include "jobs/job_history.h"
@@ -82,6 +83,10 @@ typedef struct JobPlanText
 	char	   *plan;			/* NULL: describe_job refused the spec */
 } JobPlanText;
 
+static HttpQuery jobs_query = {JOBS_SQL};
+static HttpQuery job_query = {JOB_SQL, 1};
+static HttpQuery describe_query = {DESCRIBE_SQL, 1};
+
 static List *plan_cache = NIL;	/* of JobPlanText, in TopMemoryContext */
 
 /* Jobs dropped leave their entry: past this many, the oldest goes. */
@@ -104,8 +109,7 @@ api_json_jobs(StringInfo out)
 		return;
 	}
 	SPI_connect();
-	if (SPI_execute(JOBS_SQL, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "SPI_execute failed: %s", JOBS_SQL);
+	http_query_run(&jobs_query, NULL);
 	appendStringInfoString(out, TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
 																  SPI_tuptable->tupdesc, 1, &isnull)));
 	SPI_finish();
@@ -115,7 +119,6 @@ bool
 api_json_job(const char *name, StringInfo out)
 {
 	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, true);
-	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	HeapTuple	row;
 	TupleDesc	desc;
@@ -129,8 +132,7 @@ api_json_job(const char *name, StringInfo out)
 	SPI_connect();
 	/* The name only ever a parameter: no SQL is made from it. */
 	values[0] = CStringGetTextDatum(name);
-	if (SPI_execute_with_args(JOB_SQL, 1, types, values, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s", JOB_SQL);
+	http_query_run(&job_query, values);
 	if (SPI_processed == 0)
 	{
 		SPI_finish();
@@ -222,7 +224,6 @@ describe(const char *spec)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(spec)};
 	char	   *volatile plan = NULL;
 
@@ -230,8 +231,8 @@ describe(const char *spec)
 	MemoryContextSwitchTo(context);
 	PG_TRY();
 	{
-		if (SPI_execute_with_args(DESCRIBE_SQL, 1, types, values, NULL, true, 1) == SPI_OK_SELECT &&
-			SPI_processed == 1)
+		http_query_run(&describe_query, values);
+		if (SPI_processed == 1)
 		{
 			char	   *text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 

@@ -20,6 +20,7 @@
 #define Anum_restarts_restarts	2
 
 static MemoryContext sampler_context;
+static HttpQuery restarts_query = {RESTARTS_SQL};
 
 static void
 note_restarts(void *arg)
@@ -29,8 +30,7 @@ note_restarts(void *arg)
 	if (!OidIsValid(ext_oid))
 		return;
 	SPI_connect();
-	if (SPI_execute(RESTARTS_SQL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed: %s", RESTARTS_SQL);
+	http_query_run(&restarts_query, NULL);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;

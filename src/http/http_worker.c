@@ -50,6 +50,9 @@ typedef union HttpAddress
 	struct sockaddr_in6 in6;
 } HttpAddress;
 
+/* libmicrohttpd's last complaint: why it could not start, when it could not. */
+static char mhd_message[256];
+
 static bool parse_address(const char *address, int port, HttpAddress *addr, bool *ipv6);
 static struct MHD_Daemon *start_daemon(void);
 static void log_mhd(void *cls, const char *fmt, va_list ap) pg_attribute_printf(2, 0);
@@ -157,6 +160,7 @@ start_daemon(void)
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("mailer http worker could not listen on %s port %d",
 						mailer_http_address, mailer_http_port),
+				 mhd_message[0] ? errdetail("libmicrohttpd: %s", mhd_message) : 0,
 				 errhint("Another process may use the port: set mailer.http_port to a free one, or 0 for no HTTP worker.")));
 	return daemon;
 }
@@ -176,6 +180,7 @@ log_mhd(void *cls, const char *fmt, va_list ap)
 	len = strlen(msg);
 	while (len > 0 && msg[len - 1] == '\n')
 		msg[--len] = '\0';
+	strlcpy(mhd_message, msg, sizeof(mhd_message));
 	ereport(DEBUG1, (errmsg_internal("mailer http: %s", msg)));
 }
 
@@ -187,6 +192,11 @@ serve(struct MHD_Daemon *daemon)
 	WaitEventSet *events = CreateWaitEventSet(TopMemoryContext, 3);
 	TimestampTz next_sample = GetCurrentTimestamp();
 
+	if (info == NULL)
+		ereport(FATAL,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("mailer http worker: libmicrohttpd has no epoll descriptor"),
+				 errhint("Install a libmicrohttpd built with epoll (Debian's is).")));
 	AddWaitEventToSet(events, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(events, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(events, WL_SOCKET_READABLE, info->epoll_fd, NULL, NULL);

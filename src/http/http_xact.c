@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/memutils.h"
@@ -59,4 +60,24 @@ http_xact_run(void (*work) (void *arg), void *arg, const char *what)
 	MemoryContextSwitchTo(context);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return ok;
+}
+
+void
+http_query_run(HttpQuery *query, Datum *args)
+{
+	Oid			types[1] = {TEXTOID};
+
+	Assert(query->nargs <= 1);
+	if (query->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(query->sql, query->nargs, types);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed (%s): %s",
+				 SPI_result_code_string(SPI_result), query->sql);
+		SPI_keepplan(plan);
+		query->plan = plan;
+	}
+	if (SPI_execute_plan(query->plan, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", query->sql);
 }

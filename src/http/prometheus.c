@@ -15,6 +15,7 @@
 #include "executor/spi.h"
 
 #include "base/mailer.h"
+#include "http/http_xact.h"
 #include "http/prometheus.h"
 #include "http/slot_histograms.h"
 
@@ -96,7 +97,11 @@ static const Family subtask_families[] = {
 	{"mailer_subtask_up", "gauge", "1 when the subtask's worker runs.", "up", SUBTASK_LABELS},
 };
 
-static SPITupleTable *query(const char *sql);
+static SPITupleTable *query(HttpQuery *query);
+
+static HttpQuery jobs_query = {JOBS_SQL};
+static HttpQuery partitions_query = {PARTITIONS_SQL};
+static HttpQuery subtasks_query = {SUBTASKS_SQL};
 static void render_families(StringInfo out, const Family *families, int n, SPITupleTable *rows);
 static void render_histograms(StringInfo out, SPITupleTable *jobs, Oid ext_oid);
 static void render_histogram(StringInfo out, const char *name, const char *job, int subtask,
@@ -114,19 +119,18 @@ prometheus_render(StringInfo out)
 	if (!OidIsValid(ext_oid))
 		return;
 	SPI_connect();
-	jobs = query(JOBS_SQL);
+	jobs = query(&jobs_query);
 	render_families(out, job_families, lengthof(job_families), jobs);
-	render_families(out, partition_families, lengthof(partition_families), query(PARTITIONS_SQL));
-	render_families(out, subtask_families, lengthof(subtask_families), query(SUBTASKS_SQL));
+	render_families(out, partition_families, lengthof(partition_families), query(&partitions_query));
+	render_families(out, subtask_families, lengthof(subtask_families), query(&subtasks_query));
 	render_histograms(out, jobs, ext_oid);
 	SPI_finish();
 }
 
 static SPITupleTable *
-query(const char *sql)
+query(HttpQuery *query)
 {
-	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed: %s", sql);
+	http_query_run(query, NULL);
 	return SPI_tuptable;
 }
 
