@@ -18,6 +18,7 @@ use lib "$FindBin::Bin/../lib";
 use MailerCluster;
 use MailerTest;
 use MailerHttp;
+use File::Path ();
 use File::Temp qw(tempdir);
 use IPC::Run ();
 use IO::Socket::INET;
@@ -27,6 +28,7 @@ use JSON::PP ();
 use POSIX ();
 use Test::More;
 
+my @tempdirs;
 my $port = free_port();
 my $token = "tok-T142-$$";
 mailer_node('http', "mailer.http_port = $port\nmailer.http_token = '$token'\n");
@@ -212,6 +214,7 @@ is($r->{status}, 404, 'GET /api/jobs/j142_gen%00junk: 404, not the job j142_gen'
 # the token from the URL's fragment.
 {
 	my $home = tempdir('t142_chromium_XXXX', TMPDIR => 1, CLEANUP => 1);
+	push @tempdirs, $home;
 	local $ENV{HOME} = $home;
 	my ($dom, $err) = ('', '');
 	eval {
@@ -231,6 +234,7 @@ my $restarts0 = job_info('j142_gen')->{restarts};
 # /api/jobs and /api/jobs/j142_gen.  $during->() runs in the parent while
 # they do.  Returns (requests answered 200, a summary of the others).
 my $tmp = tempdir('t142_clients_XXXX', TMPDIR => 1, CLEANUP => 1);
+push @tempdirs, $tmp;
 sub burst
 {
 	my ($clients, $per, $during) = @_;
@@ -299,4 +303,6 @@ cmp_ok($rss_after - $rss_warm, '<', 2048,
 	"the HTTP worker's RSS after 2200 requests is within 2 MB of after 200 ($rss_warm kB -> $rss_after kB)");
 
 psql("SELECT mailer.drop_job('j142_gen')");
+# File::Temp's own cleanup does not run under the TAP framework's exit.
+File::Path::remove_tree(@tempdirs);
 done_testing();
