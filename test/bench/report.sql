@@ -138,3 +138,15 @@ SELECT replace(replace(job, 'rate_', ''), 'pct', '%') AS "of max rate",
   FROM m WHERE section = 'latency' AND job LIKE 'rate_%'
  GROUP BY section, job, backend
  ORDER BY 1;
+
+\echo 'The HTTP worker (issue 15): its CPU as a share of one core, with the scrape section''s jobs'
+SELECT CASE job WHEN 'idle' THEN 'idle (history sampler)'
+				WHEN 'metrics_and_jobs' THEN '/metrics + /api/jobs every second'
+				ELSE '/api/jobs + 20 /api/jobs/<name> every second' END AS load,
+	   round(100 * pg_temp.g(section, job, backend, 'cpu_share'), 3) AS "% of a core",
+	   round(pg_temp.g(section, job, backend, 'bytes_per_round')) AS "bytes a second",
+	   round(1000 * pg_temp.g(section, job, backend, 'seconds_per_round'), 1) AS "ms a second",
+	   max(n) AS runs
+  FROM m WHERE section = 'scrape'
+ GROUP BY section, job, backend
+ ORDER BY 2;

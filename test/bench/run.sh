@@ -31,13 +31,19 @@
 #   profile     perf profiles of BENCH_PROFILE_JOBS (by default the job with
 #               the most CPU per record, the tumbling job, passthrough, and
 #               one subtask of the tumbling job at parallelism 2)
+#   scrape      the HTTP worker's CPU (issue 15) with BENCH_SCRAPE_JOBS light
+#               generator jobs: idle (its one-second history sampler only),
+#               a Prometheus-like scrape of /metrics and /api/jobs every
+#               second, and a dashboard's polling (/api/jobs and 20
+#               /api/jobs/<name> every second), each for
+#               BENCH_SCRAPE_SECONDS, as a share of one core
 #
 # Settings (environment; test/services/env.sh has the services' own):
 #   BENCH_EVENTS=5000000     orders in the main topic
 #   BENCH_RUNS=3             rounds per figure
 #   BENCH_KEYS=100000        customers in the main topic
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
-#   BENCH_SECTIONS="throughput parallelism flink kafka_sink state latency profile"
+#   BENCH_SECTIONS="throughput parallelism flink kafka_sink state latency profile scrape"
 #   BENCH_PARALLELISM="1 2 4"  parallelisms of the parallelism section (1
 #                            must be among them for the ratios)
 #   BENCH_PARALLELISM_JOBS="tumbling:rocksdb sliding:rocksdb"   its jobs, as
@@ -55,6 +61,8 @@
 #                            flink and kafka_sink sections (and the raw
 #                            program in kafka_sink); "none" pins nothing
 #   BENCH_KAFKA_SINK_JOBS="passthrough totals"   the kafka_sink section's jobs
+#   BENCH_SCRAPE_JOBS=50     jobs of the scrape section
+#   BENCH_SCRAPE_SECONDS=60  how long each of its phases lasts
 #   BENCH_OUT=$MAILER_RUN_DIR/bench/out-<time>   results.tsv, tables.txt,
 #                            profile.txt and logs
 # Topics are produced once per (events, keys) and reused by later runs.
@@ -68,7 +76,7 @@ BENCH_EVENTS=${BENCH_EVENTS:-5000000}
 BENCH_RUNS=${BENCH_RUNS:-3}
 BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
-BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink state latency profile}
+BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink state latency profile scrape}
 BENCH_PARALLELISM=${BENCH_PARALLELISM:-1 2 4}
 BENCH_PARALLELISM_JOBS=${BENCH_PARALLELISM_JOBS:-tumbling:rocksdb sliding:rocksdb}
 BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
@@ -77,6 +85,8 @@ BENCH_PROFILE_SECONDS=${BENCH_PROFILE_SECONDS:-60}
 BENCH_PROFILE_JOBS=${BENCH_PROFILE_JOBS:-hottest tumbling:rocksdb passthrough:- tumbling:rocksdb:2}
 BENCH_PIN_CPU=${BENCH_PIN_CPU:-$(($(nproc) - 1))}
 BENCH_KAFKA_SINK_JOBS=${BENCH_KAFKA_SINK_JOBS:-passthrough totals}
+BENCH_SCRAPE_JOBS=${BENCH_SCRAPE_JOBS:-50}
+BENCH_SCRAPE_SECONDS=${BENCH_SCRAPE_SECONDS:-60}
 BENCH_DIR=$MAILER_RUN_DIR/bench
 BENCH_OUT=${BENCH_OUT:-$BENCH_DIR/out-$(date +%Y%m%d-%H%M%S)}
 RESULTS=$BENCH_OUT/results.tsv
@@ -849,6 +859,100 @@ section_profile()
 	say "profile: $BENCH_OUT/profile.txt"
 }
 
+# ---------------------------------------------------------------- scrape
+
+# The pid of the server's "mailer http" worker (empty when there is none),
+# by its process title: a child of the postmaster.
+http_pid()
+{
+	ps -o pid=,args= --ppid "$PM_PID" | awk '$2 == "postgres:" && / mailer http/ { print $1; exit }'
+}
+
+# Send the requests of one phase once a second for BENCH_SCRAPE_SECONDS:
+# each argument is a path, fetched in turn by one curl (keep-alive, as a
+# scraper does).  Prints the CPU the HTTP worker used as a share of one
+# core over the phase, then the mean bytes and seconds of one round.
+scrape_phase()
+{
+	local pid=$1; shift
+	local port token urls=() cpu0 cpu1 t0 t1 next bytes=0 secs=0 rounds=0 out
+	port=$(q -c "SHOW mailer.http_port")
+	token=$(q -c "SHOW mailer.http_token")
+	for path in "$@"; do urls+=(-o /dev/null "http://127.0.0.1:$port$path"); done
+	cpu0=$(proc_cpu "$pid") t0=$(now)
+	next=$t0
+	while [ "$(calc "($(now) < $t0 + $BENCH_SCRAPE_SECONDS)")" = 1 ]; do
+		if [ ${#urls[@]} -gt 0 ]; then
+			out=$(curl -s ${token:+-H "Authorization: Bearer $token"} \
+				-w '%{http_code} %{size_download} %{time_total}\n' "${urls[@]}") || die "curl of the HTTP endpoint failed"
+			awk '$1 != 200 { bad = 1 } END { exit bad }' <<<"$out" || die "the HTTP endpoint answered: $out"
+			bytes=$(awk -v b="$bytes" '{ b += $2 } END { print b }' <<<"$out")
+			secs=$(awk -v s="$secs" '{ s += $3 } END { print s }' <<<"$out")
+			rounds=$((rounds + 1))
+		fi
+		next=$(awk -v a="$next" 'BEGIN { printf "%.3f", a + 1 }')
+		sleep "$(awk -v a="$next" -v b="$(now)" 'BEGIN { printf "%.3f", (a > b ? a - b : 0) }')"
+	done
+	cpu1=$(proc_cpu "$pid") t1=$(now)
+	echo "$(calc "($cpu1 - $cpu0) / ($t1 - $t0)") $(calc "$bytes / ($rounds > 0 ? $rounds : 1)") $(calc "$secs / ($rounds > 0 ? $rounds : 1)")"
+}
+
+section_scrape()
+{
+	local run pid port i n c b s restore=0 idle scrape dash details=()
+	say "scrape: $BENCH_SCRAPE_JOBS jobs, the HTTP worker's CPU idle, scraped and polled by a dashboard, ${BENCH_SCRAPE_SECONDS}s each"
+	# Room for the jobs, and the endpoint on if the cluster has none.
+	port=$(q -c "SHOW mailer.http_port")
+	if [ "$(q -c "SHOW mailer.max_jobs")" -lt "$BENCH_SCRAPE_JOBS" ] || [ "$port" = 0 ]; then
+		restore=1
+		q -c "ALTER SYSTEM SET mailer.max_jobs = $((BENCH_SCRAPE_JOBS + 8))" \
+			-c "ALTER SYSTEM SET max_worker_processes = $((BENCH_SCRAPE_JOBS + 16))" >/dev/null
+		[ "$port" != 0 ] || q -c "ALTER SYSTEM SET mailer.http_port = $((PGPORT + 1000))" >/dev/null
+		test/services/pg.sh restart >>"$LOG" 2>&1 || die "restart failed; see $LOG"
+		PM_PID=$(head -1 "$PGDATA/postmaster.pid")
+	fi
+	pid=$(http_pid)
+	[ -n "$pid" ] || die "no \"mailer http\" process (is mailer.http_port set?)"
+	# Jobs left by an interrupted run go first.
+	q -c "SELECT mailer.drop_job(name) FROM mailer.job WHERE name LIKE 'bench_scrape_%'" >/dev/null
+	q -c "SET client_min_messages = warning" -c "DROP TABLE IF EXISTS bench_scrape" -c "CREATE TABLE bench_scrape (order_id bigint, amount numeric)" >/dev/null
+	for i in $(seq 1 "$BENCH_SCRAPE_JOBS"); do
+		q -c "SELECT mailer.create_job('bench_scrape_$i', \$\$
+			{\"source\": {\"type\": \"generator\", \"rate\": 10},
+			 \"steps\": [{\"map\": {\"order_id\": \"(value->>'order_id')::bigint\", \"amount\": \"(value->>'amount')::numeric\"}}],
+			 \"sink\": {\"type\": \"table\", \"table\": \"bench_scrape\"}}\$\$)" >/dev/null
+	done
+	for _ in $(seq 1 600); do
+		n=$(q -c "SELECT count(*) FROM mailer.jobs j JOIN mailer.metrics m USING (name)
+			WHERE j.name LIKE 'bench_scrape_%' AND j.state = 'running' AND m.last_checkpoint_at IS NOT NULL" 2>>"$LOG" || echo 0)
+		[ "$n" = "$BENCH_SCRAPE_JOBS" ] && break
+		sleep 0.5
+	done
+	[ "$n" = "$BENCH_SCRAPE_JOBS" ] || die "only $n of $BENCH_SCRAPE_JOBS scrape jobs are running"
+	for i in $(seq 1 20); do details+=("/api/jobs/bench_scrape_$i"); done
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		idle=$(scrape_phase "$pid")
+		scrape=$(scrape_phase "$pid" /metrics /api/jobs)
+		dash=$(scrape_phase "$pid" /api/jobs "${details[@]}")
+		read -r c _ _ <<<"$idle"; record scrape idle - "$run" cpu_share "$c"
+		read -r c b s <<<"$scrape"
+		record scrape metrics_and_jobs - "$run" cpu_share "$c"
+		record scrape metrics_and_jobs - "$run" bytes_per_round "$b"
+		record scrape metrics_and_jobs - "$run" seconds_per_round "$s"
+		say "scrape round $run: idle $(calc "${idle%% *} * 100")% of a core; /metrics + /api/jobs each second $(calc "$c * 100")% ($b bytes, ${s}s a round); dashboard polling $(calc "${dash%% *} * 100")%"
+		read -r c b s <<<"$dash"
+		record scrape dashboard - "$run" cpu_share "$c"
+		record scrape dashboard - "$run" bytes_per_round "$b"
+		record scrape dashboard - "$run" seconds_per_round "$s"
+	done
+	q -c "SELECT mailer.drop_job(name) FROM mailer.job WHERE name LIKE 'bench_scrape_%'" -c "DROP TABLE bench_scrape" >/dev/null
+	if [ "$restore" = 1 ]; then
+		q -c "ALTER SYSTEM RESET mailer.max_jobs" -c "ALTER SYSTEM RESET max_worker_processes" -c "ALTER SYSTEM RESET mailer.http_port" >/dev/null
+		test/services/pg.sh restart >>"$LOG" 2>&1 || die "restart failed; see $LOG"
+		PM_PID=$(head -1 "$PGDATA/postmaster.pid")
+	fi
+}
+
 # ---------------------------------------------------------------- report
 
 report()
@@ -864,7 +968,7 @@ machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
-	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS'"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
 }
 
 # ---------------------------------------------------------------- main
@@ -890,8 +994,10 @@ step()
 
 start=$SECONDS
 STEP_NO=0
-STEPS=(setup topic)
-for s in throughput parallelism flink kafka_sink state latency profile; do
+STEPS=(setup)
+# Only the scrape section does without the orders.
+[ "$BENCH_SECTIONS" = scrape ] || STEPS+=(topic)
+for s in throughput parallelism flink kafka_sink state latency profile scrape; do
 	if section_on "$s"; then STEPS+=("$s"); fi
 done
 STEPS+=(report)
