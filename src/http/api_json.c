@@ -196,7 +196,10 @@ cached_plan(int64 job_id, const char *spec)
 	}
 	if (entry != NULL && entry->spec_hash == spec_hash && entry->spec_len == spec_len)
 	{
-		plan_cache = lappend(plan_cache, entry);	/* the most recently asked for */
+		/* The most recently asked for; the list lives as long as the cache. */
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		plan_cache = lappend(plan_cache, entry);
+		MemoryContextSwitchTo(old);
 		return entry->plan;
 	}
 
