@@ -83,7 +83,7 @@ typedef struct JobPlanText
 	int64		job_id;
 	uint64		spec_hash;		/* of the stored spec the plan describes */
 	size_t		spec_len;
-	char	   *plan;			/* NULL: describe_job refused the spec */
+	char	   *plan;
 } JobPlanText;
 
 static HttpQuery jobs_query = {JOBS_SQL};
@@ -187,6 +187,36 @@ cached_plan(int64 job_id, const char *spec)
 	{
 		JobPlanText *c = lfirst(lc);
 
+		if (c->job_id == job_id && c->spec_hash == spec_hash && c->spec_len == spec_len)
+		{
+			/* The most recently asked for goes last; the list lives as long as the cache. */
+			plan_cache = foreach_delete_current(plan_cache, lc);
+			old = MemoryContextSwitchTo(TopMemoryContext);
+			plan_cache = lappend(plan_cache, c);
+			MemoryContextSwitchTo(old);
+			return c->plan;
+		}
+	}
+
+	/*
+	 * Not cached: describe it.  A refusal is not cached (it may pass: a
+	 * lock, a table made again), and the cache changes only once the plan
+	 * is in hand, so that an error on the way leaves it whole.
+	 */
+	plan = describe(spec);
+	if (plan == NULL)
+		return NULL;
+	if (strlen(plan) > PLAN_MAX_BYTES)
+	{
+		int			cut = pg_mbcliplen(plan, strlen(plan), PLAN_MAX_BYTES);
+
+		plan = psprintf("%.*s\n... (the plan is cut at %d bytes)", cut, plan, PLAN_MAX_BYTES);
+	}
+	/* The job's plan of an older spec is replaced; else, when full, the least recently asked for. */
+	foreach(lc, plan_cache)
+	{
+		JobPlanText *c = lfirst(lc);
+
 		if (c->job_id == job_id)
 		{
 			entry = c;
@@ -194,42 +224,20 @@ cached_plan(int64 job_id, const char *spec)
 			break;
 		}
 	}
-	if (entry != NULL && entry->spec_hash == spec_hash && entry->spec_len == spec_len)
+	if (entry == NULL && list_length(plan_cache) >= PLAN_CACHE_SIZE)
 	{
-		/* The most recently asked for; the list lives as long as the cache. */
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		plan_cache = lappend(plan_cache, entry);
-		MemoryContextSwitchTo(old);
-		return entry->plan;
-	}
-
-	plan = describe(spec);
-	if (plan != NULL && strlen(plan) > PLAN_MAX_BYTES)
-	{
-		int			cut = pg_mbcliplen(plan, strlen(plan), PLAN_MAX_BYTES);
-
-		plan = psprintf("%.*s\n... (the plan is cut at %d bytes)", cut, plan, PLAN_MAX_BYTES);
+		entry = linitial(plan_cache);
+		plan_cache = list_delete_first(plan_cache);
 	}
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	if (entry == NULL)
-	{
-		if (list_length(plan_cache) >= PLAN_CACHE_SIZE)
-		{
-			JobPlanText *oldest = linitial(plan_cache);
-
-			plan_cache = list_delete_first(plan_cache);
-			if (oldest->plan)
-				pfree(oldest->plan);
-			pfree(oldest);
-		}
-		entry = palloc0(sizeof(JobPlanText));
-		entry->job_id = job_id;
-	}
-	else if (entry->plan)
+	if (entry != NULL)
 		pfree(entry->plan);
+	else
+		entry = palloc(sizeof(JobPlanText));
+	entry->job_id = job_id;
 	entry->spec_hash = spec_hash;
 	entry->spec_len = spec_len;
-	entry->plan = plan ? pstrdup(plan) : NULL;
+	entry->plan = pstrdup(plan);
 	plan_cache = lappend(plan_cache, entry);
 	MemoryContextSwitchTo(old);
 	return entry->plan;
@@ -274,6 +282,14 @@ describe(const char *spec)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(context);
 		CurrentResourceOwner = owner;
+
+		/*
+		 * A cancel, a timeout or a lock waited for is the request's failure,
+		 * not the spec's: the request fails (500), as any other would.
+		 */
+		if (error->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(error);
 		ereport(DEBUG1, (errmsg("mailer http worker: no plan for a job: %s", error->message)));
 		plan = NULL;
 	}

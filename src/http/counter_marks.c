@@ -11,7 +11,11 @@
  * resumes shows no progress until it passes what was already shown, which
  * is what happened to the records.  A restore_job to an older epoch is
  * shown the same way.  A job dropped and created again under the same name
- * has a new id, and starts from its own counters: a true reset.
+ * has a new id, and starts from its own counters: a true reset; so do
+ * the jobs of the extension dropped and created again, whose ids start
+ * again at 1.  The marks live as long as the HTTP worker: one that
+ * restarts says the views' values again, which a rewound worker may show
+ * lower once.
  */
 #include "postgres.h"
 
@@ -28,13 +32,20 @@ typedef struct CounterMarks
 } CounterMarks;
 
 static HTAB *marks = NULL;
+static Oid	marks_ext_oid = InvalidOid;	/* the installation whose jobs they are */
 
 void
-counter_marks_begin(void)
+counter_marks_begin(Oid ext_oid)
 {
 	HASH_SEQ_STATUS seq;
 	CounterMarks *m;
 
+	if (marks != NULL && ext_oid != marks_ext_oid)
+	{
+		hash_destroy(marks);
+		marks = NULL;
+	}
+	marks_ext_oid = ext_oid;
 	if (marks == NULL)
 	{
 		HASHCTL		ctl = {.keysize = sizeof(int64),.entrysize = sizeof(CounterMarks),

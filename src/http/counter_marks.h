@@ -9,8 +9,12 @@
 /* Counters of one job that are kept: at most this many per job. */
 #define COUNTER_MARKS_PER_JOB 24
 
-/* Start a scrape: marks of jobs this scrape does not name are forgotten at its end. */
-extern void counter_marks_begin(void);
+/*
+ * Start a scrape of the installation ext_oid (InvalidOid: none): marks of
+ * jobs this scrape does not name are forgotten at its end, and all of them
+ * when the installation is another (job ids start again at 1).
+ */
+extern void counter_marks_begin(Oid ext_oid);
 
 /* The job's counter number i: the greater of value and what was said before. */
 extern int64 counter_marks_apply(int64 job_id, int i, int64 value);

@@ -73,6 +73,7 @@ http_route_request(void *cls, struct MHD_Connection *connection, const char *url
 	HttpRequest request = {0};
 	const char *content_type = CONTENT_TYPE_JSON;
 	const StaticPage *page;
+	const char *route;
 	enum MHD_Result result;
 
 	/*
@@ -106,16 +107,22 @@ http_route_request(void *cls, struct MHD_Connection *connection, const char *url
 		return MHD_YES;
 	}
 
+	/* The route, not the URL, names the request in pg_stat_activity and the log: the URL is the client's bytes. */
 	if (strcmp(url, "/metrics") == 0)
 	{
+		route = "GET /metrics";
 		request.handler = handle_metrics;
 		content_type = CONTENT_TYPE_METRICS;
 	}
 	else if (strcmp(url, API_JOBS_PATH) == 0)
+	{
+		route = "GET " API_JOBS_PATH;
 		request.handler = handle_jobs;
+	}
 	else if (strncmp(url, API_JOBS_PATH "/", strlen(API_JOBS_PATH "/")) == 0 &&
 			 url[strlen(API_JOBS_PATH "/")] != '\0')
 	{
+		route = "GET " API_JOBS_PATH "/<name>";
 		request.handler = handle_job;
 		request.arg = url + strlen(API_JOBS_PATH "/");
 	}
@@ -131,7 +138,7 @@ http_route_request(void *cls, struct MHD_Connection *connection, const char *url
 
 	MemoryContextSwitchTo(request_context);
 	initStringInfo(&request.body);
-	if (http_xact_run(run_request, &request, url))
+	if (http_xact_run(run_request, &request, route))
 		result = answer(connection, request.status, content_type, request.body.data,
 						request.body.len, MHD_RESPMEM_MUST_COPY, NULL, NULL);
 	else

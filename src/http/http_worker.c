@@ -39,9 +39,10 @@
  * Limits: a scraper or a browser needs little; a flood gets little.  One
  * address holds at most a few of the connections, so that a client that
  * opens many and sends slowly (slowloris) cannot shut out the others; the
- * whole stays well under the process's file descriptor limit.
+ * whole stays well under the process's file descriptor limit (sockets
+ * are not counted in max_files_per_process, which assumes 1024).
  */
-#define HTTP_MAX_CONNECTIONS	512
+#define HTTP_MAX_CONNECTIONS	128
 #define HTTP_MAX_CONNECTIONS_PER_ADDRESS 64
 #define HTTP_CONNECTION_TIMEOUT_S 10
 #define HTTP_CONNECTION_MEMORY	(64 * 1024)	/* request line and headers: beyond, 431 */
@@ -197,7 +198,10 @@ log_mhd(void *cls, const char *fmt, va_list ap)
 	while (len > 0 && msg[len - 1] == '\n')
 		msg[--len] = '\0';
 	strlcpy(mhd_message, msg, sizeof(mhd_message));
+	/* Inside libmicrohttpd: a pending cancel must not turn the report into an error. */
+	HOLD_INTERRUPTS();
 	ereport(DEBUG1, (errmsg_internal("mailer http: %s", msg)));
+	RESUME_INTERRUPTS();
 }
 
 /*

@@ -29,6 +29,8 @@ http_xact_run(void (*work) (void *arg), void *arg, const char *what)
 	MemoryContext context = CurrentMemoryContext;
 	volatile bool ok = false;
 
+	/* A cancel that came between requests was for none of them. */
+	QueryCancelPending = false;
 	pgstat_report_activity(STATE_RUNNING, what);
 	PG_TRY();
 	{

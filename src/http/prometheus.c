@@ -121,11 +121,11 @@ prometheus_render(StringInfo out)
 	SPITupleTable *jobs;
 
 	/* Not installed in mailer.database: no job, so no series. */
+	counter_marks_begin(ext_oid);
 	if (!OidIsValid(ext_oid))
 		return;
 	SPI_connect();
 	jobs = query(&jobs_query);
-	counter_marks_begin();
 	render_families(out, job_families, lengthof(job_families), jobs, true);
 	counter_marks_end();
 	/* A subtask's and a partition's count for one run of a worker: they are reset, truly. */

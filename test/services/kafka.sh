@@ -158,7 +158,8 @@ start()
 	if [ ! -f "$KAFKA_DIR/data/meta.properties" ]; then
 		local id
 		id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-		run_class kafka.tools.StorageTool format --standalone -t "$id" \
+		# --cluster-id=: an id may begin with '-', which "-t <id>" takes for an option
+		run_class kafka.tools.StorageTool format --standalone --cluster-id="$id" \
 			-c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1 ||
 			die_with_log "could not format $KAFKA_DIR/data" "$KAFKA_DIR/format.log"
 	fi
