@@ -15,7 +15,7 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use File::Copy qw(copy);
 use File::Temp qw(tempdir);
 use JSON::PP;
