@@ -25,6 +25,7 @@
 #include "base/mailer.h"
 #include "jobs/catalog.h"
 #include "jobs/job_slots.h"
+#include "jobs/job_view.h"
 
 PG_FUNCTION_INFO_V1(mailer_live_jobs);
 PG_FUNCTION_INFO_V1(mailer_live_partitions);
@@ -133,109 +134,9 @@ job_visible(int64 job_id, const VisibleJobs *visible)
 		bsearch(&job_id, visible->ids, visible->n, sizeof(int64), compare_job_ids) != NULL;
 }
 
-/* What the views show of one slot, read at one moment. */
-typedef struct SlotView
-{
-	int64		job_id;
-	int			subtask;
-	pid_t		pid;
-	JobLiveState live_state;
-	JobWaitFor	waiting_for;
-	bool		live;			/* a worker runs (or has just finished) */
-	bool		no_error;		/* no live error to show */
-	char		error[JOB_SLOT_ERROR_LEN];
-	TimestampTz error_at;
-	uint64		counters[JC_NUM_COUNTERS];
-	double		input_rate;
-	int64		last_checkpoint_epoch;
-	TimestampTz last_checkpoint_at;
-	int64		last_checkpoint_ms;
-	TimestampTz watermark;
-	int64		state_bytes;
-	int64		consumer_lag;
-	double		state_checkpoint_ms;
-	double		state_restore_ms;
-} SlotView;
-
-/* Read a slot; caller holds mailer_shared->lock. */
-static void
-read_slot(JobSlot *slot, SlotView *v)
-{
-	SpinLockAcquire(&slot->mutex);
-	v->job_id = slot->job_id;
-	v->subtask = slot->subtask;
-	v->pid = slot->pid;
-	v->live_state = slot->live_state;
-	v->waiting_for = slot->waiting_for;
-	/* A finished worker may be gone before the launcher records it. */
-	v->live = slot->live_state != JOB_LIVE_NONE &&
-		(slot->pid != 0 || slot->live_state == JOB_LIVE_FINISHED);
-	/* A worker's last error (it may quote a record) is the launcher's to record. */
-	v->no_error = slot->error[0] == '\0' || slot->pid == 0 || slot->exit_kind != JOB_EXIT_NONE;
-	strlcpy(v->error, slot->error, sizeof(v->error));
-	v->error_at = slot->error_at;
-	SpinLockRelease(&slot->mutex);
-	for (int c = 0; c < JC_NUM_COUNTERS; c++)
-		v->counters[c] = pg_atomic_read_u64(&slot->counters[c]);
-	v->input_rate = slot->input_rate;
-	v->last_checkpoint_epoch = slot->last_checkpoint_epoch;
-	v->last_checkpoint_at = slot->last_checkpoint_at;
-	v->last_checkpoint_ms = slot->last_checkpoint_ms;
-	v->watermark = slot->watermark;
-	v->state_bytes = slot->state_bytes;
-	v->consumer_lag = slot->consumer_lag;
-	v->state_checkpoint_ms = slot->state_checkpoint_ms;
-	v->state_restore_ms = slot->state_restore_ms;
-}
-
-/* A sum of quantities where a negative one is unknown: unknown only if both are. */
-static int64
-add_known(int64 a, int64 b)
-{
-	return a < 0 ? b : b < 0 ? a : a + b;
-}
-
-/*
- * Add subtask sub to the job's view v (the coordinator's to start with).
- * The checkpoint is the coordinator's: it commits the epoch for all.
- */
-static void
-merge_subtask(SlotView *v, const SlotView *sub)
-{
-	for (int c = 0; c < JC_NUM_COUNTERS; c++)
-		if (c != JC_CHECKPOINTS)
-			v->counters[c] += sub->counters[c];
-	v->input_rate += sub->input_rate;
-	v->consumer_lag = add_known(v->consumer_lag, sub->consumer_lag);
-	v->state_bytes = add_known(v->state_bytes, sub->state_bytes);
-	v->state_checkpoint_ms = Max(v->state_checkpoint_ms, sub->state_checkpoint_ms);
-	v->state_restore_ms = Max(v->state_restore_ms, sub->state_restore_ms);
-	/* A subtask without a watermark yet holds the job's back. */
-	if (TIMESTAMP_NOT_FINITE(sub->watermark) || sub->watermark < v->watermark)
-		v->watermark = sub->watermark;
-	/* The job waits while one of its subtasks does, and says why. */
-	if (v->live_state == JOB_LIVE_RUNNING && sub->live && sub->live_state == JOB_LIVE_WAITING)
-	{
-		v->live_state = JOB_LIVE_WAITING;
-		v->waiting_for = sub->waiting_for;
-		if (!sub->no_error)
-		{
-			v->no_error = false;
-			strlcpy(v->error, sub->error, sizeof(v->error));
-			v->error_at = sub->error_at;
-		}
-	}
-	else if (v->no_error && !sub->no_error)
-	{
-		v->no_error = false;
-		strlcpy(v->error, sub->error, sizeof(v->error));
-		v->error_at = sub->error_at;
-	}
-}
-
 /* A row of _live_jobs of a job, or of a subtask. */
 static void
-put_live_row(Datum *values, bool *nulls, const SlotView *v, const VisibleJobs *visible)
+put_live_row(Datum *values, bool *nulls, const JobView *v, const VisibleJobs *visible)
 {
 	bool		no_checkpoint = v->last_checkpoint_epoch == 0;
 
@@ -292,8 +193,8 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 	VisibleJobs visible;
 	JobSlot    *coordinator;
 	int			pos = -1;
-	SlotView   *v = palloc(sizeof(SlotView));
-	SlotView   *sub = palloc(sizeof(SlotView));
+	JobView   *v = palloc(sizeof(JobView));
+	JobView   *sub = palloc(sizeof(JobView));
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (mailer_shared == NULL)
@@ -306,16 +207,16 @@ mailer_live_jobs(PG_FUNCTION_ARGS)
 		Datum		values[Natts_live_jobs_subtask] = {0};
 		bool		nulls[Natts_live_jobs_subtask] = {0};
 
-		read_slot(coordinator, v);
+		job_view_read(coordinator, v);
 		for (int k = per_subtask ? 0 : 1; k < coordinator->parallelism; k++)
 		{
 			JobSlot    *slot = job_slots_subtask(coordinator, k);
 
 			if (slot == NULL)
 				continue;
-			read_slot(slot, sub);
+			job_view_read(slot, sub);
 			if (!per_subtask)
-				merge_subtask(v, sub);
+				job_view_add_subtask(v, sub);
 			else if (sub->live)
 			{
 				put_live_row(values, nulls, sub, &visible);

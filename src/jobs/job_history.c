@@ -17,6 +17,7 @@
 #include "base/mailer.h"
 #include "jobs/job_history.h"
 #include "jobs/job_slots.h"
+#include "jobs/job_view.h"
 
 #define JOB_HISTORY_TRANCHE "mailer history"
 
@@ -90,59 +91,28 @@ unix_seconds(TimestampTz t)
 		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
 }
 
-static int64
-add_known(int64 a, int64 b)
-{
-	return a < 0 ? b : b < 0 ? a : a + b;
-}
-
 /*
  * The sample of the job whose subtask 0 has the slot coordinator, its
- * subtasks summed as mailer.metrics sums them: counters and lag added up,
- * the least watermark (one without any holds the job's back), subtask 0's
- * checkpoint, and the job waits while any of its subtasks does.  Caller
+ * subtasks summed as mailer.metrics sums them (jobs/job_view.c).  Caller
  * holds mailer_shared->lock.
  */
 static void
 sample_job(JobSlot *coordinator, TimestampTz now, JobHistorySample *s)
 {
-	TimestampTz watermark = DT_NOEND;
+	JobView		v;
 
+	job_view_read_job(coordinator, &v);
 	memset(s, 0, sizeof(*s));
 	s->at = unix_seconds(now);
-	s->consumer_lag = -1;
-	s->state = -1;
-	for (int k = 0; k < Max(coordinator->parallelism, 1); k++)
-	{
-		JobSlot    *slot = job_slots_subtask(coordinator, k);
-		JobLiveState live_state;
-		bool		live;
-
-		if (slot == NULL)
-			continue;
-		SpinLockAcquire(&slot->mutex);
-		live_state = slot->live_state;
-		live = live_state != JOB_LIVE_NONE &&
-			(slot->pid != 0 || live_state == JOB_LIVE_FINISHED);
-		SpinLockRelease(&slot->mutex);
-		if (k == 0 && live)
-			s->state = live_state;
-		else if (k > 0 && live && live_state == JOB_LIVE_WAITING &&
-				 s->state == JOB_LIVE_RUNNING)
-			s->state = JOB_LIVE_WAITING;
-
-		s->records_in += pg_atomic_read_u64(&slot->counters[JC_RECORDS_IN]);
-		s->records_out += pg_atomic_read_u64(&slot->counters[JC_RECORDS_OUT]);
-		s->records_dead_lettered += pg_atomic_read_u64(&slot->counters[JC_RECORDS_DEAD_LETTERED]);
-		s->records_late += pg_atomic_read_u64(&slot->counters[JC_RECORDS_LATE]);
-		s->consumer_lag = add_known(s->consumer_lag, slot->consumer_lag);
-		if (TIMESTAMP_NOT_FINITE(slot->watermark) || slot->watermark < watermark)
-			watermark = slot->watermark;
-	}
-	s->watermark_delay_ms = TIMESTAMP_NOT_FINITE(watermark) ? -1 :
-		Max(now - watermark, 0) / 1000;
-	s->last_checkpoint_ms = coordinator->last_checkpoint_epoch == 0 ? -1 :
-		coordinator->last_checkpoint_ms;
+	s->records_in = v.counters[JC_RECORDS_IN];
+	s->records_out = v.counters[JC_RECORDS_OUT];
+	s->records_dead_lettered = v.counters[JC_RECORDS_DEAD_LETTERED];
+	s->records_late = v.counters[JC_RECORDS_LATE];
+	s->consumer_lag = v.consumer_lag;
+	s->watermark_delay_ms = TIMESTAMP_NOT_FINITE(v.watermark) ? -1 :
+		Max(now - v.watermark, 0) / 1000;
+	s->last_checkpoint_ms = v.last_checkpoint_epoch == 0 ? -1 : v.last_checkpoint_ms;
+	s->state = v.live ? v.live_state : -1;
 }
 
 /* The job's ring, or NULL; caller holds job_history->lock. */
