@@ -44,6 +44,9 @@
 #   BENCH_KEYS=100000        customers in the main topic
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
 #   BENCH_SECTIONS="throughput parallelism flink kafka_sink state latency profile scrape"
+#   BENCH_THROUGHPUT_JOBS="passthrough:- append:- totals:rocksdb ..."   the
+#                            throughput section's jobs, as KIND:BACKEND (all
+#                            ten by default)
 #   BENCH_PARALLELISM="1 2 4"  parallelisms of the parallelism section (1
 #                            must be among them for the ratios)
 #   BENCH_PARALLELISM_JOBS="tumbling:rocksdb sliding:rocksdb"   its jobs, as
@@ -413,7 +416,7 @@ raw_consume()
 # ---------------------------------------------------------------- sections
 
 MAIN_TOPIC=bench_orders_${BENCH_EVENTS}_${BENCH_KEYS}
-THROUGHPUT_JOBS="passthrough:- append:- totals:rocksdb totals:memory tumbling:rocksdb tumbling:memory sliding:rocksdb sliding:memory session:rocksdb session:memory"
+THROUGHPUT_JOBS=${BENCH_THROUGHPUT_JOBS:-passthrough:- append:- totals:rocksdb totals:memory tumbling:rocksdb tumbling:memory sliding:rocksdb sliding:memory session:rocksdb session:memory}
 
 section_throughput()
 {
