@@ -23,6 +23,10 @@
 #               Flink's KafkaSink with EXACTLY_ONCE, pinned like the flink
 #               section: records/s, CPU-s per million records (engine and
 #               broker), records per CPU-second and their ratios
+#   sink        the table sink's upsert of BENCH_SINK_ROWS changed keys in
+#               one checkpoint against psql's INSERT ... SELECT ... ON
+#               CONFLICT DO UPDATE of the same rows into the same table,
+#               new keys and existing keys: rows/s of both and their ratio
 #   state       keyed running totals over 1k, 100k and 5M keys, both
 #               backends: checkpoint duration, restore after kill -9, memory,
 #               state on disk, lookup cost (records/s)
@@ -43,7 +47,8 @@
 #   BENCH_RUNS=3             rounds per figure
 #   BENCH_KEYS=100000        customers in the main topic
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
-#   BENCH_SECTIONS="throughput parallelism flink kafka_sink state latency profile scrape"
+#   BENCH_SINK_ROWS=100000   distinct keys (rows) of the sink section's checkpoint
+#   BENCH_SECTIONS="throughput parallelism flink kafka_sink sink state latency profile scrape"
 #   BENCH_THROUGHPUT_JOBS="passthrough:- append:- totals:rocksdb ..."   the
 #                            throughput section's jobs, as KIND:BACKEND (all
 #                            ten by default)
@@ -79,7 +84,8 @@ BENCH_EVENTS=${BENCH_EVENTS:-5000000}
 BENCH_RUNS=${BENCH_RUNS:-3}
 BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
-BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink state latency profile scrape}
+BENCH_SINK_ROWS=${BENCH_SINK_ROWS:-100000}
+BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink sink state latency profile scrape}
 BENCH_PARALLELISM=${BENCH_PARALLELISM:-1 2 4}
 BENCH_PARALLELISM_JOBS=${BENCH_PARALLELISM_JOBS:-tumbling:rocksdb sliding:rocksdb}
 BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
@@ -661,6 +667,83 @@ section_kafka_sink()
 	done
 }
 
+# ---- sink (issue 16): one checkpoint of BENCH_SINK_ROWS changed keys.  A
+# stateless job maps each order of a topic where every customer comes once
+# to a row of bench.sink_upsert (bench.totals' columns and primary key); its
+# interval is an hour, so its one checkpoint is the one mailer.max_buffered_rows
+# (100000 by default) or the end of the input makes.  That checkpoint's
+# duration_ms (the sink's statements, the checkpoint row: the job has no
+# state) is set against psql running INSERT ... SELECT ... ON CONFLICT DO
+# UPDATE of the same rows into the same table, timed inside its transaction
+# as duration_ms is (the commit of neither is counted).  "new": the table is
+# empty; "existing": it holds every key already (each row is updated).
+# Before each measured write the table is made the same: truncated, loaded
+# (for "existing") and vacuumed.
+SINK_TOPIC=bench_sink_${BENCH_SINK_ROWS}
+
+# Make bench.sink_upsert empty (new) or hold bench.sink_rows (existing).
+sink_table_reset()
+{
+	q -c "TRUNCATE bench.sink_upsert" >/dev/null
+	[ "$1" = new ] || q -c "INSERT INTO bench.sink_upsert SELECT * FROM bench.sink_rows" >/dev/null
+	q -c "VACUUM ANALYZE bench.sink_upsert" >/dev/null
+}
+
+section_sink()
+{
+	local run case name spec ms t rows have_rows=0
+	local -A job_rps psql_rps
+	say "== sink: one checkpoint upserting $BENCH_SINK_ROWS keys, mailer's sink against psql INSERT ... ON CONFLICT"
+	ensure_topic "$SINK_TOPIC" "$BENCH_SINK_ROWS" "$BENCH_SINK_ROWS" cycle
+	q -c "SET client_min_messages = warning" \
+		-c "DROP TABLE IF EXISTS bench.sink_upsert, bench.sink_rows" \
+		-c "CREATE TABLE bench.sink_upsert (LIKE bench.totals INCLUDING ALL)" >/dev/null
+	name=bench_sink_upsert
+	spec=$(cat <<-EOF
+	{"source": {"type": "kafka", "brokers": "$KAFKA_BROKERS", "topics": ["$SINK_TOPIC"], "start": "earliest"},
+	 "steps": [{"map": {"customer_id": "value->>'customer_id'", "orders": "(value->>'order_id')::bigint",
+	                    "total": "(value->>'amount')::numeric"}}],
+	 "sink": {"type": "table", "table": "bench.sink_upsert"},
+	 "checkpoint": {"interval": "1 hour"}}
+	EOF
+	)
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		for case in new existing; do
+			sink_table_reset "$case"
+			drop_job "$name"
+			JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
+			q -c "SELECT mailer.wait_job('$name', '$BENCH_JOB_TIMEOUT seconds')" >/dev/null ||
+				die "job $name: $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
+			rows=$(q -c "SELECT count(*) FROM bench.sink_upsert")
+			[ "$rows" = "$BENCH_SINK_ROWS" ] || die "job $name left $rows rows in bench.sink_upsert, expected $BENCH_SINK_ROWS"
+			# The checkpoint that wrote the rows: the first to count every record.
+			ms=$(q -c "SELECT duration_ms FROM bench.checkpoint_log WHERE job_id = $JOB_ID AND records_in >= $BENCH_SINK_ROWS ORDER BY epoch LIMIT 1")
+			JOB_NAME=$name
+			finish_job
+			job_rps[$case]=$(calc "$BENCH_SINK_ROWS * 1000 / $ms")
+			record sink "mailer_$case" - "$run" ckpt_ms "$ms"
+			record sink "mailer_$case" - "$run" rows_per_s "${job_rps[$case]}"
+
+			if [ "$have_rows" = 0 ]; then
+				q -c "CREATE TABLE bench.sink_rows AS SELECT * FROM bench.sink_upsert" >/dev/null
+				have_rows=1
+			fi
+			sink_table_reset "$case"
+			# Milliseconds of the statement alone, in its transaction.
+			t=$(q -c "BEGIN" -c "SELECT extract(epoch FROM clock_timestamp())" \
+				-c "INSERT INTO bench.sink_upsert SELECT * FROM bench.sink_rows ON CONFLICT (customer_id) DO UPDATE SET orders = EXCLUDED.orders, total = EXCLUDED.total" \
+				-c "SELECT extract(epoch FROM clock_timestamp())" -c "COMMIT" | paste -sd' ')
+			ms=$(calc "(${t#* } - ${t%% *}) * 1000")
+			psql_rps[$case]=$(calc "$BENCH_SINK_ROWS * 1000 / $ms")
+			record sink "psql_$case" - "$run" ckpt_ms "$ms"
+			record sink "psql_$case" - "$run" rows_per_s "${psql_rps[$case]}"
+			record sink "ratio_$case" - "$run" psql_over_mailer "$(calc "${psql_rps[$case]} / ${job_rps[$case]}")"
+			say "  sink $case keys run $run: mailer $(printf '%.0f' "${job_rps[$case]}") rows/s, psql $(printf '%.0f' "${psql_rps[$case]}") rows/s, psql/mailer $(printf '%.2f' "$(calc "${psql_rps[$case]} / ${job_rps[$case]}")")"
+		done
+	done
+	q -c "DROP TABLE bench.sink_rows, bench.sink_upsert" >/dev/null
+}
+
 # The topic for a key count: the main topic when it has that many keys,
 # else one where every key comes in turn (distinct keys = min(events, keys)).
 state_topic()
@@ -971,7 +1054,7 @@ machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
-	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_SINK_ROWS=$BENCH_SINK_ROWS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
 }
 
 # ---------------------------------------------------------------- main
@@ -1000,7 +1083,7 @@ STEP_NO=0
 STEPS=(setup)
 # Only the scrape section does without the orders.
 [ "$BENCH_SECTIONS" = scrape ] || STEPS+=(topic)
-for s in throughput parallelism flink kafka_sink state latency profile scrape; do
+for s in throughput parallelism flink kafka_sink sink state latency profile scrape; do
 	if section_on "$s"; then STEPS+=("$s"); fi
 done
 STEPS+=(report)
