@@ -4,7 +4,8 @@
  *
  * Rows are kept column by column.  At a checkpoint each chunk of rows is
  * one INSERT ... SELECT * FROM unnest($1, $2, ...) [ON CONFLICT ...], a
- * plan prepared once.  When the table rejects a chunk for a row's data
+ * plan prepared once, or, for an append sink into a table where that is
+ * the same, table_multi_insert() and the index inserts (run_bulk).  When the table rejects a chunk for a row's data
  * (a constraint, a value out of range), the chunk is split in halves until
  * the bad rows are alone; they become dead letters and the rest is written.
  * Deferred constraints are checked in each statement, so that the halving
@@ -48,6 +49,7 @@
 
 #include "base/guard.h"
 #include "base/record.h"
+#include "base/test_point.h"
 #include "connectors/sink_table.h"
 
 #define SINK_CHUNK_ROWS 10000
@@ -457,6 +459,8 @@ table_sink_flush(TableSink *sink, DeadLetterBuffer *dlq, OnError on_error, bool 
 			write_range(sink, sink, false, from, Min(from + SINK_CHUNK_ROWS, sink->nrows), &fl);
 		MemoryContextSwitchTo(old);
 		SPI_finish();
+		if (fl.bulk)
+			TEST_POINT("sink_after_bulk_insert");
 	}
 
 	/*

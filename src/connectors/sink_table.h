@@ -2,7 +2,8 @@
  * sink_table.h
  *		The table sink: rows buffered between checkpoints (coalesced per key
  *		for an upsert) and written in the checkpoint transaction with one
- *		statement per chunk of rows.  Reached through sink.h.
+ *		statement (or one bulk insert) per chunk of rows.  Reached through
+ *		sink.h.
  *
  * Design: docs/ARCHITECTURE.md, "The sink buffer".
  */
