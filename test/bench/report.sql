@@ -151,13 +151,16 @@ SELECT CASE job WHEN 'idle' THEN 'idle (history sampler)'
  GROUP BY section, job, backend
  ORDER BY 2;
 
-\echo 'Sink upsert: one checkpoint of changed keys (mailer.checkpoints.duration_ms of a stateless job) against psql INSERT ... SELECT ... ON CONFLICT DO UPDATE of the same rows, same table; new keys and existing keys'
+\echo 'Sink upsert: one checkpoint of changed keys (mailer.checkpoints.duration_ms of a stateless job; CPU of its worker meanwhile) against psql INSERT ... SELECT ... ON CONFLICT DO UPDATE of the same rows, same table (CPU of its backend); new keys and existing keys'
 SELECT replace(job, 'ratio_', '') AS keys,
 	   round(pg_temp.g(section, 'mailer_' || replace(job, 'ratio_', ''), backend, 'rows_per_s')) AS "mailer rows/s",
 	   round(pg_temp.g(section, 'psql_' || replace(job, 'ratio_', ''), backend, 'rows_per_s')) AS "psql rows/s",
 	   round(pg_temp.g(section, 'mailer_' || replace(job, 'ratio_', ''), backend, 'ckpt_ms'), 1) AS "mailer ms",
 	   round(pg_temp.g(section, 'psql_' || replace(job, 'ratio_', ''), backend, 'ckpt_ms'), 1) AS "psql ms",
 	   round(pg_temp.g(section, job, backend, 'psql_over_mailer'), 2) AS "psql/mailer (goal <= 1.2)",
+	   round(pg_temp.g(section, 'mailer_' || replace(job, 'ratio_', ''), backend, 'cpu_s'), 2) AS "mailer CPU-s",
+	   round(pg_temp.g(section, 'psql_' || replace(job, 'ratio_', ''), backend, 'cpu_s'), 2) AS "psql CPU-s",
+	   round(pg_temp.g(section, job, backend, 'psql_over_mailer_cpu'), 2) AS "rows per CPU-s psql/mailer",
 	   max(n) AS runs
   FROM m WHERE section = 'sink' AND job LIKE 'ratio\_%'
  GROUP BY section, job, backend

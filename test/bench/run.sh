@@ -681,6 +681,23 @@ section_kafka_sink()
 # (for "existing") and vacuumed.
 SINK_TOPIC=bench_sink_${BENCH_SINK_ROWS}
 
+# "time cpu" of process PID every 20 ms, until killed: the CPU a stretch
+# of its wall-clock time took.
+cpu_sampler()
+{
+	while :; do
+		printf '%s %s\n' "$(now)" "$(proc_cpu "$1")"
+		sleep 0.02
+	done
+}
+
+# The CPU seconds of FILE's samples from time FROM to time TO: the last
+# sample at or before FROM to the first at or after TO.
+cpu_between()
+{
+	awk -v a="$2" -v b="$3" '$1 <= a { c0 = $2 } $1 >= b && !done { c1 = $2; done = 1 } END { printf "%.3f", c1 - c0 }' "$1"
+}
+
 # Make bench.sink_upsert empty (new) or hold bench.sink_rows (existing).
 sink_table_reset()
 {
@@ -691,8 +708,8 @@ sink_table_reset()
 
 section_sink()
 {
-	local run case name spec ms t rows have_rows=0
-	local -A job_rps psql_rps
+	local run case name spec ms t0 t1 rows have_rows=0 sampler cpu bpid psql_job
+	local -A job_rps psql_rps job_cpu
 	say "== sink: one checkpoint upserting $BENCH_SINK_ROWS keys, mailer's sink against psql INSERT ... ON CONFLICT"
 	ensure_topic "$SINK_TOPIC" "$BENCH_SINK_ROWS" "$BENCH_SINK_ROWS" cycle
 	q -c "SET client_min_messages = warning" \
@@ -712,33 +729,64 @@ section_sink()
 			sink_table_reset "$case"
 			drop_job "$name"
 			JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
+			JOB_PID=$(wait_job_pid "$name")
+			cpu_sampler "$JOB_PID" >"$BENCH_OUT/sink_cpu.txt" &
+			sampler=$!
 			q -c "SELECT mailer.wait_job('$name', '$BENCH_JOB_TIMEOUT seconds')" >/dev/null ||
 				die "job $name: $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
+			sleep 0.1
+			kill "$sampler"; wait "$sampler" 2>/dev/null || true
 			rows=$(q -c "SELECT count(*) FROM bench.sink_upsert")
 			[ "$rows" = "$BENCH_SINK_ROWS" ] || die "job $name left $rows rows in bench.sink_upsert, expected $BENCH_SINK_ROWS"
-			# The checkpoint that wrote the rows: the first to count every record.
-			ms=$(q -c "SELECT duration_ms FROM bench.checkpoint_log WHERE job_id = $JOB_ID AND records_in >= $BENCH_SINK_ROWS ORDER BY epoch LIMIT 1")
+			# The checkpoint that wrote the rows: the first to count every
+			# record; its row is inserted (committed_at) once duration_ms is taken.
+			read -r ms t1 <<<"$(q -F ' ' -c "SELECT duration_ms, extract(epoch FROM committed_at) FROM bench.checkpoint_log
+				WHERE job_id = $JOB_ID AND records_in >= $BENCH_SINK_ROWS ORDER BY epoch LIMIT 1")"
+			cpu=$(cpu_between "$BENCH_OUT/sink_cpu.txt" "$(calc "$t1 - $ms / 1000")" "$t1")
 			JOB_NAME=$name
 			finish_job
 			job_rps[$case]=$(calc "$BENCH_SINK_ROWS * 1000 / $ms")
+			job_cpu[$case]=$cpu
 			record sink "mailer_$case" - "$run" ckpt_ms "$ms"
 			record sink "mailer_$case" - "$run" rows_per_s "${job_rps[$case]}"
+			record sink "mailer_$case" - "$run" cpu_s "$cpu"
 
 			if [ "$have_rows" = 0 ]; then
 				q -c "CREATE TABLE bench.sink_rows AS SELECT * FROM bench.sink_upsert" >/dev/null
 				have_rows=1
 			fi
 			sink_table_reset "$case"
-			# Milliseconds of the statement alone, in its transaction.
-			t=$(q -c "BEGIN" -c "SELECT extract(epoch FROM clock_timestamp())" \
-				-c "INSERT INTO bench.sink_upsert SELECT * FROM bench.sink_rows ON CONFLICT (customer_id) DO UPDATE SET orders = EXCLUDED.orders, total = EXCLUDED.total" \
-				-c "SELECT extract(epoch FROM clock_timestamp())" -c "COMMIT" | paste -sd' ')
-			ms=$(calc "(${t#* } - ${t%% *}) * 1000")
+			# The statement alone, in its transaction: milliseconds by the
+			# server's clock, CPU of its backend sampled meanwhile.
+			{
+				q -c "SELECT pg_backend_pid()" -c "SELECT pg_sleep(0.2)" -c "BEGIN" -c "SELECT extract(epoch FROM clock_timestamp())" \
+					-c "INSERT INTO bench.sink_upsert SELECT * FROM bench.sink_rows ON CONFLICT (customer_id) DO UPDATE SET orders = EXCLUDED.orders, total = EXCLUDED.total" \
+					-c "SELECT extract(epoch FROM clock_timestamp())" -c "SELECT pg_sleep(0.2)" -c "COMMIT" >"$BENCH_OUT/sink_psql.txt"
+			} &
+			psql_job=$!
+			for _ in $(seq 1 200); do
+				bpid=$(head -1 "$BENCH_OUT/sink_psql.txt" 2>/dev/null || true)
+				[ -n "$bpid" ] && break
+				sleep 0.01
+			done
+			[ -n "$bpid" ] || die "psql of the sink section did not start"
+			cpu_sampler "$bpid" >"$BENCH_OUT/sink_cpu.txt" &
+			sampler=$!
+			wait "$psql_job" || die "psql's INSERT ... ON CONFLICT failed"
+			kill "$sampler"; wait "$sampler" 2>/dev/null || true
+			# Lines: the pid, then the two clocks (pg_sleep prints empty lines).
+			read -r _ t0 t1 <<<"$(grep -v '^$' "$BENCH_OUT/sink_psql.txt" | paste -sd' ')"
+			ms=$(calc "($t1 - $t0) * 1000")
+			cpu=$(cpu_between "$BENCH_OUT/sink_cpu.txt" "$t0" "$t1")
 			psql_rps[$case]=$(calc "$BENCH_SINK_ROWS * 1000 / $ms")
 			record sink "psql_$case" - "$run" ckpt_ms "$ms"
 			record sink "psql_$case" - "$run" rows_per_s "${psql_rps[$case]}"
+			record sink "psql_$case" - "$run" cpu_s "$cpu"
 			record sink "ratio_$case" - "$run" psql_over_mailer "$(calc "${psql_rps[$case]} / ${job_rps[$case]}")"
-			say "  sink $case keys run $run: mailer $(printf '%.0f' "${job_rps[$case]}") rows/s, psql $(printf '%.0f' "${psql_rps[$case]}") rows/s, psql/mailer $(printf '%.2f' "$(calc "${psql_rps[$case]} / ${job_rps[$case]}")")"
+			# Rows per CPU-second, psql's over mailer's (0 CPU: too short to see).
+			[ "$(calc "($cpu > 0 && ${job_cpu[$case]} > 0)")" = 1 ] &&
+				record sink "ratio_$case" - "$run" psql_over_mailer_cpu "$(calc "${job_cpu[$case]} / $cpu")"
+			say "  sink $case keys run $run: mailer $(printf '%.0f' "${job_rps[$case]}") rows/s (${job_cpu[$case]} CPU-s), psql $(printf '%.0f' "${psql_rps[$case]}") rows/s ($cpu CPU-s), psql/mailer $(printf '%.2f' "$(calc "${psql_rps[$case]} / ${job_rps[$case]}")")"
 		done
 	done
 	q -c "DROP TABLE bench.sink_rows, bench.sink_upsert" >/dev/null
