@@ -743,6 +743,8 @@ section_sink()
 			read -r ms t1 <<<"$(q -F ' ' -c "SELECT duration_ms, extract(epoch FROM committed_at) FROM bench.checkpoint_log
 				WHERE job_id = $JOB_ID AND records_in >= $BENCH_SINK_ROWS ORDER BY epoch LIMIT 1")"
 			cpu=$(cpu_between "$BENCH_OUT/sink_cpu.txt" "$(calc "$t1 - $ms / 1000")" "$t1")
+			[ "$(q -c "SELECT count(*) FROM bench.checkpoint_log WHERE job_id = $JOB_ID AND records_in > 0")" = 1 ] ||
+				die "job $name wrote its rows in more than one checkpoint: BENCH_SINK_ROWS above mailer.max_buffered_rows ($(q -c "SHOW mailer.max_buffered_rows"))?"
 			JOB_NAME=$name
 			finish_job
 			job_rps[$case]=$(calc "$BENCH_SINK_ROWS * 1000 / $ms")
