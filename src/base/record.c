@@ -115,6 +115,8 @@ record_alloc(RecordSchema *schema)
 	Record	   *rec = palloc(sizeof(Record));
 
 	rec->event_time = DT_NOBEGIN;
+	rec->pending_json = NULL;
+	rec->pending_len = 0;
 	rec->values = palloc0(sizeof(Datum) * schema->nfields);
 	rec->isnull = palloc(sizeof(bool) * schema->nfields);
 	memset(rec->isnull, true, sizeof(bool) * schema->nfields);

@@ -60,6 +60,14 @@ typedef struct Record
 	TimestampTz event_time;
 	Datum	   *values;
 	bool	   *isnull;
+
+	/*
+	 * A JSON value not built yet: the message text, which becomes the jsonb
+	 * in values[FIELD_VALUE] at the value's first use whole (json_scan.h).
+	 * NULL once built, or when the value is not built lazily.
+	 */
+	const char *pending_json;
+	int			pending_len;
 } Record;
 
 /* A schema with the base fields; value_type depends on source.format. */

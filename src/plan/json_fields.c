@@ -23,6 +23,7 @@ typedef struct Analysis
 {
 	JobPlan    *plan;
 	bool		other_use;		/* the jsonb value is used whole somewhere */
+	bool		field_use;		/* and a field of it somewhere */
 	JsonFields *jf;
 	RecordSchema *schema;
 } Analysis;
@@ -103,7 +104,10 @@ analyse(Node *node, Analysis *a)
 	if (node == NULL)
 		return false;
 	if (field_access(node, &as_text) != NULL)
+	{
+		a->field_use = true;
 		return false;
+	}
 	if (is_value_param(node))
 	{
 		a->other_use = true;
@@ -179,15 +183,25 @@ json_fields_plan(JobPlan *plan)
 	a.plan = plan;
 	a.schema = plan->schema;
 	plan_foreach_expr(plan, analyse_expr, &a);
+	a.jf = palloc0(sizeof(JsonFields));
 	/* A sink column fed the value itself needs the jsonb too. */
 	if (plan->out_schema == plan->schema)
 		for (int i = 0; i < plan->sink->ncolumns; i++)
-			if (plan->sink->columns[i].slot == FIELD_VALUE)
-				a.other_use = true;
-	if (a.other_use)
+			if (plan->sink->columns[i].slot == FIELD_VALUE && plan->sink->columns[i].cast == NULL)
+				a.other_use = a.jf->sink_reads_value = true;
+
+	/*
+	 * A value used whole and never for a field is built from every message,
+	 * as before.  Used whole and for fields, it is built only for the
+	 * records that reach a whole use: a filter on a field drops most
+	 * records of many jobs before any such use.
+	 */
+	if (a.other_use && !a.field_use)
 		return NULL;
-	a.jf = palloc0(sizeof(JsonFields));
 	plan_foreach_expr(plan, rewrite_expr, &a);
-	plan->schema->fields[FIELD_VALUE].referenced = false;
+	if (a.other_use)
+		a.jf->lazy_value = true;
+	else
+		plan->schema->fields[FIELD_VALUE].referenced = false;
 	return a.jf;
 }

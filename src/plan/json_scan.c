@@ -23,6 +23,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include "plan/json_scan.h"
 
@@ -49,11 +50,26 @@ typedef struct Scanner
 	const char *text;
 	int			len;
 	bool		declined;		/* too deep: leave the message to jsonb_in */
+	bool		jsonb_errors;	/* invalid JSON fails as jsonb_in says it */
 } Scanner;
+
+/*
+ * A job that builds the value (JsonFields.lazy_value) built it from every
+ * message before, so its dead letters carry jsonb_in's error for invalid
+ * JSON: give that one, from the whole message, the scanner having found
+ * the message invalid.
+ */
+static void
+fail_as_jsonb(Scanner *s)
+{
+	if (s->jsonb_errors)
+		(void) DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(s->text, s->len)));
+}
 
 static void pg_attribute_noreturn()
 syntax_error(Scanner *s, const char *what)
 {
+	fail_as_jsonb(s);
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 			 errmsg("invalid input syntax for type json"),
@@ -115,10 +131,13 @@ scan_unicode_escape(Scanner *s, StringInfo out)
 	else if (cp >= 0xDC00 && cp <= 0xDFFF)
 		syntax_error(s, "Unicode low surrogate must follow a high surrogate");
 	if (cp == 0)
+	{
+		fail_as_jsonb(s);
 		ereport(ERROR,
 				(errcode(ERRCODE_UNTRANSLATABLE_CHARACTER),
 				 errmsg("unsupported Unicode escape sequence"),
 				 errdetail("\\u0000 cannot be converted to text.")));
+	}
 	if (out)
 	{
 		unsigned char buf[8];
@@ -306,7 +325,7 @@ grammar_error(Scanner *s, const char *what)
 static void scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
 static void scan_object(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
 static void scan_array(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
-static int	scan_key(Scanner *s, StringInfo key, JsonFields *jf);
+static int	scan_key(Scanner *s, JsonFields *jf);
 static bool scan_empty(Scanner *s, char close);
 static bool scan_separator(Scanner *s, char close, const char *expected);
 
@@ -370,12 +389,8 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 static void
 scan_object(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 {
-	StringInfoData key;
-
 	if (scan_empty(s, '}'))
 		return;
-	if (depth == 0)
-		initStringInfo(&key);
 	do
 	{
 		int			wanted = -1;
@@ -385,7 +400,7 @@ scan_object(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 		if (s->p >= s->end || *s->p != '"')
 			grammar_error(s, "Expected string");
 		if (depth == 0)
-			wanted = scan_key(s, &key, jf);
+			wanted = scan_key(s, jf);
 		else
 			scan_string(s, NULL);
 		skip_space(s);
@@ -418,19 +433,32 @@ scan_array(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 	} while (scan_separator(s, ']', "Expected \",\" or \"]\""));
 }
 
-/* A top-level member's key: the index of the wanted field it names, or -1. */
+/*
+ * A top-level member's key: the index of the wanted field it names, or -1.
+ * A key without escapes is compared as it stands in the text.
+ */
 static int
-scan_key(Scanner *s, StringInfo key, JsonFields *jf)
+scan_key(Scanner *s, JsonFields *jf)
 {
-	int			wanted = -1;
+	const char *key = s->p + 1;
+	int			len;
 
-	resetStringInfo(key);
-	scan_string(s, key);
+	scan_string(s, NULL);
+	len = s->p - 1 - key;
+	if (memchr(key, '\\', len) != NULL)
+	{
+		Scanner		k = {key - 1, s->p, key - 1, len + 2};
+
+		resetStringInfo(&jf->scratch);
+		scan_string(&k, &jf->scratch);
+		key = jf->scratch.data;
+		len = jf->scratch.len;
+	}
+	/* Keys are distinct in jf. */
 	for (int i = 0; i < jf->nfields; i++)
-		if (jf->fields[i].key_len == key->len &&
-			memcmp(jf->fields[i].key, key->data, key->len) == 0)
-			wanted = i;
-	return wanted;
+		if (jf->fields[i].key_len == len && memcmp(jf->fields[i].key, key, len) == 0)
+			return i;
+	return -1;
 }
 
 /*
@@ -476,7 +504,7 @@ span_jsonb(FieldSpan *span)
 
 /* What value->>'key' gives for a field's JSON text. */
 static Datum
-span_text(FieldSpan *span, bool *isnull)
+span_text(JsonFields *jf, FieldSpan *span, bool *isnull)
 {
 	const char *p = span->start;
 	int			n = span->end - span->start;
@@ -486,12 +514,14 @@ span_text(FieldSpan *span, bool *isnull)
 	{
 		case '"':
 			{
-				StringInfoData buf;
 				Scanner		s = {p, span->end, p, n};
 
-				initStringInfo(&buf);
-				scan_string(&s, &buf);
-				return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
+				/* Most strings have no escapes: their text is as it stands. */
+				if (memchr(p + 1, '\\', n - 2) == NULL)
+					return PointerGetDatum(cstring_to_text_with_len(p + 1, n - 2));
+				resetStringInfo(&jf->scratch);
+				scan_string(&s, &jf->scratch);
+				return PointerGetDatum(cstring_to_text_with_len(jf->scratch.data, jf->scratch.len));
 			}
 		case 'n':
 			*isnull = true;
@@ -553,6 +583,11 @@ extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
 			rec->values[f->jsonb_slot] = call_field(jsonb_object_field, jb, f,
 													&rec->isnull[f->jsonb_slot]);
 	}
+	if (jf->lazy_value)
+	{
+		rec->values[FIELD_VALUE] = jb;
+		rec->isnull[FIELD_VALUE] = false;
+	}
 }
 
 void
@@ -567,7 +602,18 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		extract_with_jsonb(jf, text, len, rec);
 		return;
 	}
-	spans = palloc0(sizeof(FieldSpan) * Max(jf->nfields, 1));
+	if (jf->spans == NULL)
+	{
+		MemoryContext cxt = GetMemoryChunkContext(jf);
+
+		jf->spans = MemoryContextAlloc(cxt, sizeof(FieldSpan) * Max(jf->nfields, 1));
+		jf->scratch.data = MemoryContextAlloc(cxt, 1024);
+		jf->scratch.maxlen = 1024;
+		resetStringInfo(&jf->scratch);
+	}
+	spans = jf->spans;
+	memset(spans, 0, sizeof(FieldSpan) * jf->nfields);
+	s.jsonb_errors = jf->lazy_value;
 	skip_space(&s);
 	is_object = s.p < s.end && *s.p == '{';
 	scan_value(&s, 0, jf, spans);
@@ -589,7 +635,7 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		{
 			rec->isnull[f->text_slot] = true;
 			if (found)
-				rec->values[f->text_slot] = span_text(&spans[i], &rec->isnull[f->text_slot]);
+				rec->values[f->text_slot] = span_text(jf, &spans[i], &rec->isnull[f->text_slot]);
 		}
 		if (f->jsonb_slot >= 0)
 		{
@@ -598,4 +644,23 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 				rec->values[f->jsonb_slot] = span_jsonb(&spans[i]);
 		}
 	}
+	if (jf->lazy_value)
+	{
+		rec->pending_json = text;
+		rec->pending_len = len;
+		rec->isnull[FIELD_VALUE] = false;
+	}
+}
+
+void
+json_value_build(Record *rec)
+{
+	MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(rec->values));
+	char	   *text = pnstrdup(rec->pending_json, rec->pending_len);
+
+	/* The scanner found the text valid: this fails only as the scanner would have. */
+	rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
+	rec->pending_json = NULL;
+	pfree(text);
+	MemoryContextSwitchTo(old);
 }

@@ -10,6 +10,8 @@
 #ifndef JSON_SCAN_H
 #define JSON_SCAN_H
 
+#include "lib/stringinfo.h"
+
 #include "base/record.h"
 
 typedef struct JsonField
@@ -24,9 +26,29 @@ typedef struct JsonFields
 {
 	int			nfields;
 	JsonField  *fields;
+
+	/*
+	 * The value is also used whole: it is built from the text at its first
+	 * such use (json_value_build), and invalid JSON fails with jsonb_in's
+	 * own error, as when every message was built.
+	 */
+	bool		lazy_value;
+	/* A sink column takes the value as it is, not through an expression. */
+	bool		sink_reads_value;
+
+	/* Kept from message to message: no allocation per record for these. */
+	struct FieldSpan *spans;
+	StringInfoData scratch;
 } JsonFields;
 
-/* Validate the JSON text and fill the fields of rec; ERROR as jsonb_in would. */
+/*
+ * Validate the JSON text and fill the fields of rec; ERROR as jsonb_in
+ * would.  With lazy_value, the value is left pending in rec: the text must
+ * stay as it is while rec is used.
+ */
 extern void json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec);
+
+/* Build rec's pending value, in the memory context that holds rec. */
+extern void json_value_build(Record *rec);
 
 #endif							/* JSON_SCAN_H */
