@@ -62,12 +62,12 @@ typedef struct Record
 	bool	   *isnull;
 
 	/*
-	 * A JSON value not built yet: the message text, which becomes the jsonb
-	 * in values[FIELD_VALUE] at the value's first use whole (json_scan.h).
-	 * NULL once built, or when the value is not built lazily.
+	 * Fields computed at their first use, from the message they were read
+	 * from (json_scan.h: the JSON value built, a field cast): pending[slot]
+	 * until then.  NULL when no field is.
 	 */
-	const char *pending_json;
-	int			pending_len;
+	bool	   *pending;
+	struct JsonPending *json;
 } Record;
 
 /* A schema with the base fields; value_type depends on source.format. */

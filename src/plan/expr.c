@@ -350,9 +350,9 @@ record_param_fetch(ParamListInfo params, int paramid, bool speculative,
 	ExprRuntime *rt = (ExprRuntime *) params->paramFetchArg;
 	int			slot = paramid - 1;
 
-	/* A JSON value read for its fields until now: built at its first use whole. */
-	if (unlikely(rt->current->pending_json != NULL) && slot == FIELD_VALUE)
-		json_value_build(rt->current);
+	/* Computed here, where the executor needs it first (json_scan.h). */
+	if (unlikely(rt->current->pending != NULL) && rt->current->pending[slot])
+		json_field_build(rt->current, slot);
 	workspace->value = rt->current->values[slot];
 	workspace->isnull = rt->current->isnull[slot];
 	workspace->pflags = PARAM_FLAG_CONST;

@@ -147,14 +147,22 @@ scan_unicode_escape(Scanner *s, StringInfo out)
 	}
 }
 
+/* A byte that stands for itself in a JSON string. */
+static inline bool
+is_plain_string_byte(unsigned char c)
+{
+	return c >= 0x20 && c != '"' && c != '\\';
+}
+
 /*
  * A string at s->p (the opening quote): validated and skipped; when out is
- * not NULL, its unescaped bytes are appended.
+ * not NULL, its unescaped bytes are appended.  True if it had escapes.
  */
-static void
+static bool
 scan_string(Scanner *s, StringInfo out)
 {
 	const char *run;
+	bool		escaped = false;
 
 	s->p++;						/* the quote */
 	run = s->p;
@@ -162,6 +170,8 @@ scan_string(Scanner *s, StringInfo out)
 	{
 		unsigned char c;
 
+		while (s->p < s->end && is_plain_string_byte((unsigned char) *s->p))
+			s->p++;
 		if (s->p >= s->end)
 			syntax_error(s, "Unterminated string");
 		c = (unsigned char) *s->p;
@@ -169,11 +179,7 @@ scan_string(Scanner *s, StringInfo out)
 			break;
 		if (c < 0x20)
 			syntax_error(s, "Control characters must be escaped in strings");
-		if (c != '\\')
-		{
-			s->p++;
-			continue;
-		}
+		escaped = true;
 		if (out)
 			appendBinaryStringInfo(out, run, s->p - run);
 		if (s->p + 1 >= s->end)
@@ -208,6 +214,7 @@ scan_string(Scanner *s, StringInfo out)
 	if (out)
 		appendBinaryStringInfo(out, run, s->p - run);
 	s->p++;						/* the quote */
+	return escaped;
 }
 
 static void
@@ -219,8 +226,11 @@ scan_digits(Scanner *s)
 		s->p++;
 }
 
-/* The number at s->p: skipped if it is one by the JSON grammar. */
-static void
+/*
+ * The number at s->p: skipped if it is one by the JSON grammar.  True if it
+ * has an exponent.
+ */
+static bool
 scan_number(Scanner *s)
 {
 	if (*s->p == '-')
@@ -240,7 +250,9 @@ scan_number(Scanner *s)
 		if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
 			s->p++;
 		scan_digits(s);
+		return true;
 	}
+	return false;
 }
 
 /* PostgreSQL's JSON_ALPHANUMERIC_CHAR: what its lexer reads as one word. */
@@ -296,13 +308,14 @@ static void
 scan_numeric(Scanner *s)
 {
 	const char *start = s->p;
+	bool		exponent;
 	int			n;
 
-	scan_number(s);
+	exponent = scan_number(s);
 	if (s->p < s->end && is_word_char(*s->p))
 		syntax_error(s, "Token is invalid");
 	n = s->p - start;
-	if (n > JSON_FIELDS_SAFE_NUMBER_LEN || memchr(start, 'e', n) || memchr(start, 'E', n))
+	if (n > JSON_FIELDS_SAFE_NUMBER_LEN || exponent)
 	{
 		lex_next_token(s);
 		(void) DirectFunctionCall3(numeric_in, CStringGetDatum(pnstrdup(start, n)),
@@ -354,7 +367,9 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 		s->declined = true;
 		return;
 	}
-	check_stack_depth();
+	/* Frames here are small: a check every few levels is enough. */
+	if (depth % 16 == 15)
+		check_stack_depth();
 	switch (*s->p)
 	{
 		case '{':
@@ -441,11 +456,10 @@ static int
 scan_key(Scanner *s, JsonFields *jf)
 {
 	const char *key = s->p + 1;
-	int			len;
+	bool		escaped = scan_string(s, NULL);
+	int			len = s->p - 1 - key;
 
-	scan_string(s, NULL);
-	len = s->p - 1 - key;
-	if (memchr(key, '\\', len) != NULL)
+	if (escaped)
 	{
 		Scanner		k = {key - 1, s->p, key - 1, len + 2};
 
@@ -566,6 +580,52 @@ call_field(PGFunction fn, Datum jb, JsonField *f, bool *isnull)
 	return result;
 }
 
+/*
+ * What computes a record's pending fields: the message text and, per
+ * wanted field, where its value is in it (or the jsonb built from it, when
+ * the scanner declined the message).
+ */
+typedef struct JsonPending
+{
+	JsonFields *jf;
+	const char *text;
+	int			len;
+	bool		is_object;
+	Datum		jb;				/* 0 unless built at once */
+	FieldSpan	spans[FLEXIBLE_ARRAY_MEMBER];
+} JsonPending;
+
+/* Mark rec's lazily computed fields pending. */
+static void
+set_pending(JsonFields *jf, const char *text, int len, Record *rec, FieldSpan *spans,
+			bool is_object, Datum jb)
+{
+	JsonPending *jp;
+
+	if (!jf->lazy_value && jf->ntyped == 0)
+		return;
+	jp = palloc(offsetof(JsonPending, spans) + sizeof(FieldSpan) * jf->nfields);
+	jp->jf = jf;
+	jp->text = text;
+	jp->len = len;
+	jp->is_object = is_object;
+	jp->jb = jb;
+	if (spans)
+		memcpy(jp->spans, spans, sizeof(FieldSpan) * jf->nfields);
+	rec->json = jp;
+	rec->pending = palloc0(sizeof(bool) * jf->nslots);
+	for (int i = 0; i < jf->ntyped; i++)
+		rec->pending[jf->typed[i].slot] = true;
+	if (jf->lazy_value)
+	{
+		rec->isnull[FIELD_VALUE] = false;
+		if (jb != (Datum) 0)
+			rec->values[FIELD_VALUE] = jb;
+		else
+			rec->pending[FIELD_VALUE] = true;
+	}
+}
+
 /* The fields through jsonb_in and the operators, for what the scanner declines. */
 static void
 extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
@@ -583,11 +643,7 @@ extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
 			rec->values[f->jsonb_slot] = call_field(jsonb_object_field, jb, f,
 													&rec->isnull[f->jsonb_slot]);
 	}
-	if (jf->lazy_value)
-	{
-		rec->values[FIELD_VALUE] = jb;
-		rec->isnull[FIELD_VALUE] = false;
-	}
+	set_pending(jf, text, len, rec, NULL, false, jb);
 }
 
 void
@@ -644,23 +700,108 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 				rec->values[f->jsonb_slot] = span_jsonb(&spans[i]);
 		}
 	}
-	if (jf->lazy_value)
+	set_pending(jf, text, len, rec, spans, is_object, (Datum) 0);
+}
+
+/*
+ * The text value->>'key' gives for a field, as the C string the cast's
+ * output function would make of it; NULL for SQL NULL.  The usual values
+ * (strings, plain numbers, true and false) are copied straight from the
+ * message into the scratch buffer.
+ */
+static char *
+field_cstring(JsonPending *jp, JsonField *f, int field)
+{
+	JsonFields *jf = jp->jf;
+	FieldSpan  *span = &jp->spans[field];
+	const char *p = span->start;
+	int			n = span->end - span->start;
+	bool		isnull;
+	Datum		d;
+
+	if (jp->jb != (Datum) 0)
+		d = call_field(jsonb_object_field_text, jp->jb, f, &isnull);
+	else if (!jp->is_object || p == NULL)
+		return NULL;
+	else
 	{
-		rec->pending_json = text;
-		rec->pending_len = len;
-		rec->isnull[FIELD_VALUE] = false;
+		bool		plain;
+
+		switch (*p)
+		{
+			case '"':
+				plain = memchr(p + 1, '\\', n - 2) == NULL;
+				p++;
+				n -= 2;
+				break;
+			case 't':
+			case 'f':
+				plain = true;
+				break;
+			case '-':
+			case '0':
+			case '1':
+			case '2':
+			case '3':
+			case '4':
+			case '5':
+			case '6':
+			case '7':
+			case '8':
+			case '9':
+				/* As span_text: numeric_out's form when it differs from the text's. */
+				plain = !(memchr(p, 'e', n) || memchr(p, 'E', n) || (n > 1 && p[0] == '-' && p[1] == '0'));
+				break;
+			default:
+				plain = false;
+		}
+		if (plain)
+		{
+			resetStringInfo(&jf->scratch);
+			appendBinaryStringInfo(&jf->scratch, p, n);
+			return jf->scratch.data;
+		}
+		d = span_text(jf, span, &isnull);
 	}
+	return isnull ? NULL : TextDatumGetCString(d);
 }
 
 void
-json_value_build(Record *rec)
+json_field_build(Record *rec, int slot)
 {
+	JsonPending *jp = rec->json;
 	MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(rec->values));
-	char	   *text = pnstrdup(rec->pending_json, rec->pending_len);
 
-	/* The scanner found the text valid: this fails only as the scanner would have. */
-	rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
-	rec->pending_json = NULL;
-	pfree(text);
+	if (slot == FIELD_VALUE)
+	{
+		char	   *text = pnstrdup(jp->text, jp->len);
+
+		/* The scanner found the text valid: this fails only as the scanner would have. */
+		rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
+		pfree(text);
+	}
+	else
+	{
+		JsonTypedField *t = NULL;
+		char	   *str;
+
+		for (int i = 0; i < jp->jf->ntyped && t == NULL; i++)
+			if (jp->jf->typed[i].slot == slot)
+				t = &jp->jf->typed[i];
+		Assert(t != NULL);
+		if (t->finfo == NULL)
+		{
+			FmgrInfo   *finfo = MemoryContextAlloc(GetMemoryChunkContext(jp->jf), sizeof(FmgrInfo));
+
+			fmgr_info_cxt(t->input, finfo, GetMemoryChunkContext(jp->jf));
+			t->finfo = finfo;
+		}
+		str = field_cstring(jp, &jp->jf->fields[t->field], t->field);
+		/* The input function is strict: NULL gives NULL, as the cast does. */
+		rec->isnull[slot] = str == NULL;
+		rec->values[slot] = str == NULL ? (Datum) 0 :
+			InputFunctionCall(t->finfo, str, t->ioparam, -1);
+	}
+	rec->pending[slot] = false;
 	MemoryContextSwitchTo(old);
 }

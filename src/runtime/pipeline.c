@@ -288,8 +288,8 @@ add_to_sink(Job *job, SourceMessage *msg, List *outputs)
 	{
 		Record	   *rec = list_nth(outputs, i);
 
-		if (rec->pending_json && job->plan->json_fields->sink_reads_value)
-			json_value_build(rec);
+		if (rec->pending && rec->pending[FIELD_VALUE] && job->plan->json_fields->sink_reads_value)
+			json_field_build(rec, FIELD_VALUE);
 	}
 	for (int i = 0; i < n; i++)
 		sink_project(job->sink, job->out_rt, list_nth(outputs, i), rows.values[i], rows.nulls[i]);
