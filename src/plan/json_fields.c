@@ -93,7 +93,8 @@ field_index(Analysis *a, const char *key)
 static int
 field_slot(Analysis *a, const char *key, bool as_text)
 {
-	JsonField  *f = &a->jf->fields[field_index(a, key)];
+	int			field = field_index(a, key);	/* may move jf->fields */
+	JsonField  *f = &a->jf->fields[field];
 	int		   *slot;
 
 	slot = as_text ? &f->text_slot : &f->jsonb_slot;
