@@ -18,12 +18,14 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 
 #include "plan/json_scan.h"
 
@@ -766,6 +768,48 @@ field_cstring(JsonPending *jp, JsonField *f, int field)
 	return isnull ? NULL : TextDatumGetCString(d);
 }
 
+/*
+ * A JSON number without an exponent and of at most 18 digits, as an int64
+ * and its count of decimals: numeric_in's value and display scale, built
+ * without parsing the text again.  False for any other field.
+ */
+static bool
+plain_decimal(JsonPending *jp, int field, int64 *val, int *scale)
+{
+	FieldSpan  *span = &jp->spans[field];
+	const char *p = span->start;
+	bool		negative = false;
+	int			digits = 0;
+	int64		v = 0;
+
+	if (jp->jb != (Datum) 0 || !jp->is_object || p == NULL)
+		return false;
+	if (*p == '-')
+	{
+		negative = true;
+		p++;
+	}
+	*scale = -1;
+	for (; p < span->end; p++)
+	{
+		if (*p == '.' && *scale < 0)
+		{
+			*scale = 0;
+			continue;
+		}
+		if (*p < '0' || *p > '9' || ++digits > 18)
+			return false;
+		v = v * 10 + (*p - '0');
+		if (*scale >= 0)
+			(*scale)++;
+	}
+	if (digits == 0)
+		return false;
+	*scale = Max(*scale, 0);
+	*val = negative ? -v : v;
+	return true;
+}
+
 void
 json_field_build(Record *rec, int slot)
 {
@@ -784,6 +828,8 @@ json_field_build(Record *rec, int slot)
 	{
 		JsonTypedField *t = NULL;
 		char	   *str;
+		int64		val;
+		int			scale;
 
 		for (int i = 0; i < jp->jf->ntyped && t == NULL; i++)
 			if (jp->jf->typed[i].slot == slot)
@@ -796,11 +842,20 @@ json_field_build(Record *rec, int slot)
 			fmgr_info_cxt(t->input, finfo, GetMemoryChunkContext(jp->jf));
 			t->finfo = finfo;
 		}
-		str = field_cstring(jp, &jp->jf->fields[t->field], t->field);
-		/* The input function is strict: NULL gives NULL, as the cast does. */
-		rec->isnull[slot] = str == NULL;
-		rec->values[slot] = str == NULL ? (Datum) 0 :
-			InputFunctionCall(t->finfo, str, t->ioparam, -1);
+		/* The usual amount, 12.34: numeric_in's result, made directly. */
+		if (t->type == NUMERICOID && plain_decimal(jp, t->field, &val, &scale))
+		{
+			rec->values[slot] = NumericGetDatum(int64_div_fast_to_numeric(val, scale));
+			rec->isnull[slot] = false;
+		}
+		else
+		{
+			str = field_cstring(jp, &jp->jf->fields[t->field], t->field);
+			/* The input function is strict: NULL gives NULL, as the cast does. */
+			rec->isnull[slot] = str == NULL;
+			rec->values[slot] = str == NULL ? (Datum) 0 :
+				InputFunctionCall(t->finfo, str, t->ioparam, -1);
+		}
 	}
 	rec->pending[slot] = false;
 	MemoryContextSwitchTo(old);

@@ -55,6 +55,10 @@ my @docs = (
 	'{"n": "NaN", "i": "  3  "}',
 	'{"n": "Infinity"}',
 	'{"a": 1, "n": "first", "n": 4}',
+	# numbers numeric_in's result is made for directly (up to 18 digits, no exponent)
+	'{"n": 0.000}', '{"n": -0.0}', '{"n": 0}', '{"n": -12.3400}', '{"n": 10000}',
+	'{"n": 0.0001}', '{"n": 99999.99999}', '{"n": 123456789012345678}',
+	'{"n": -1234567890123456789}', '{"n": 0.123456789012345678}', '{"n": 1.5e0}',
 );
 kcat_produce($topic, [ map { "k$_\t$docs[$_]" } 0 .. $#docs ]);
 
@@ -105,6 +109,7 @@ isnt(psql("SELECT count(*) FROM mailer.dead_letters d JOIN mailer.jobs j USING (
 is(differ("SELECT key, n, n2, i, b, t, s, m FROM JOB"), '0', 'the same rows');
 is(psql("SELECT count(*) FROM fast WHERE whole IS NOT NULL"), '0', 'fast stores no value');
 is(differ("SELECT n::text, s FROM JOB"), '0', 'numerics in the same scale, texts alike');
+is(differ("SELECT key, numeric_send(n), numeric_send(n2) FROM JOB"), '0', 'numerics with the same bytes');
 is(differ(q{SELECT convert_from(key, 'UTF8'), stage FROM mailer.dead_letters d JOIN mailer.jobs j USING (job_id) WHERE j.name = 'JOB'}),
 	'0', 'the same dead letters, at the same stage');
 # Invalid JSON has the scanner's error text on the fields path (test 039).
