@@ -156,6 +156,30 @@ is_plain_string_byte(unsigned char c)
 	return c >= 0x20 && c != '"' && c != '\\';
 }
 
+#define BYTES_OF(c) (UINT64CONST(0x0101010101010101) * (c))
+
+/*
+ * Whether the 8 bytes at p may hold a byte that does not stand for itself
+ * in a string: a quote, a backslash or a control character.  (A zero byte
+ * of w ^ BYTES_OF(c) is a byte c; subtracting 0x20 from each byte borrows
+ * from those below 0x20.  A byte found may be wrong only after a right one:
+ * the caller then goes byte by byte.)
+ */
+static inline bool
+may_end_plain_run(const char *p)
+{
+	uint64		w;
+	uint64		q;
+	uint64		b;
+
+	memcpy(&w, p, sizeof(w));
+	q = w ^ BYTES_OF('"');
+	b = w ^ BYTES_OF('\\');
+	return (((q - BYTES_OF(0x01)) & ~q) |
+			((b - BYTES_OF(0x01)) & ~b) |
+			((w - BYTES_OF(0x20)) & ~w)) & BYTES_OF(0x80);
+}
+
 /*
  * A string at s->p (the opening quote): validated and skipped; when out is
  * not NULL, its unescaped bytes are appended.  True if it had escapes.
@@ -172,6 +196,8 @@ scan_string(Scanner *s, StringInfo out)
 	{
 		unsigned char c;
 
+		while (s->end - s->p >= 8 && !may_end_plain_run(s->p))
+			s->p += 8;
 		while (s->p < s->end && is_plain_string_byte((unsigned char) *s->p))
 			s->p++;
 		if (s->p >= s->end)
