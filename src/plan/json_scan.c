@@ -868,10 +868,24 @@ json_field_build(Record *rec, int slot)
 			fmgr_info_cxt(t->input, finfo, GetMemoryChunkContext(jp->jf));
 			t->finfo = finfo;
 		}
-		/* The usual amount, 12.34: numeric_in's result, made directly. */
+		/*
+		 * The usual amount or id, 12.34 or 17: the input function's result,
+		 * made directly.  An integer out of its type's range goes to the
+		 * input function, for its error.
+		 */
 		if (t->type == NUMERICOID && plain_decimal(jp, t->field, &val, &scale))
 		{
 			rec->values[slot] = NumericGetDatum(int64_div_fast_to_numeric(val, scale));
+			rec->isnull[slot] = false;
+		}
+		else if ((t->type == INT8OID || t->type == INT4OID || t->type == INT2OID) &&
+				 plain_decimal(jp, t->field, &val, &scale) && scale == 0 &&
+				 (t->type == INT8OID ||
+				  (t->type == INT4OID && val >= PG_INT32_MIN && val <= PG_INT32_MAX) ||
+				  (t->type == INT2OID && val >= PG_INT16_MIN && val <= PG_INT16_MAX)))
+		{
+			rec->values[slot] = t->type == INT8OID ? Int64GetDatum(val) :
+				t->type == INT4OID ? Int32GetDatum((int32) val) : Int16GetDatum((int16) val);
 			rec->isnull[slot] = false;
 		}
 		else

@@ -59,18 +59,23 @@ my @docs = (
 	'{"n": 0.000}', '{"n": -0.0}', '{"n": 0}', '{"n": -12.3400}', '{"n": 10000}',
 	'{"n": 0.0001}', '{"n": 99999.99999}', '{"n": 123456789012345678}',
 	'{"n": -1234567890123456789}', '{"n": 0.123456789012345678}', '{"n": 1.5e0}',
+	# integers made directly, or left to int4in for its range error
+	'{"i": -2147483648}', '{"i": -2147483649}', '{"i": -0}', '{"i": 123456789012345678901}',
+	'{"i": 1e0}', '{"i": 99, "m": 1}', '{"i": 100, "m": 0}', '{"i": 300, "m": "2"}',
+	'{"h": 32767}', '{"h": -32768}', '{"h": 32768}', '{"h": "12"}', '{"h": 1.0}', '{"h": -0}',
 );
 kcat_produce($topic, [ map { "k$_\t$docs[$_]" } 0 .. $#docs ]);
 
 psql(<<SQL);
 DROP TABLE IF EXISTS fast, lazy, general;
-CREATE TABLE fast (key text, n numeric, n2 numeric, i int, b boolean, t timestamptz, s text, m int, whole jsonb);
+CREATE TABLE fast (key text, n numeric, n2 numeric, i int, b boolean, t timestamptz, s text, m int, l bigint, h smallint, whole jsonb);
 CREATE TABLE lazy (LIKE fast);
 CREATE TABLE general (LIKE fast);
 SQL
 # n is cast twice (one value serves both); m is cast after a filter on i's cast.
 my $casts = q{"n": "(V->>'n')::numeric", "n2": "(V->>'n')::numeric + 0", "i": "(V->>'i')::int",
-	"b": "(V->>'b')::boolean", "t": "(V->>'t')::timestamptz", "s": "(V->>'s')::text"};
+	"b": "(V->>'b')::boolean", "t": "(V->>'t')::timestamptz", "s": "(V->>'s')::text",
+	"l": "(V->>'i')::bigint", "h": "(V->>'h')::smallint"};
 # lazy also stores the value whole: built only for the records that get there.
 for my $name ('fast', 'lazy', 'general') {
 	my $v = $name eq 'general' ? 'v' : 'value';
@@ -106,7 +111,7 @@ sub differ
 isnt(psql("SELECT count(*) FROM fast"), '0', 'some rows');
 isnt(psql("SELECT count(*) FROM mailer.dead_letters d JOIN mailer.jobs j USING (job_id) WHERE j.name = 'fast'"), '0',
 	'some dead letters');
-is(differ("SELECT key, n, n2, i, b, t, s, m FROM JOB"), '0', 'the same rows');
+is(differ("SELECT key, n, n2, i, b, t, s, m, l, h FROM JOB"), '0', 'the same rows');
 is(psql("SELECT count(*) FROM fast WHERE whole IS NOT NULL"), '0', 'fast stores no value');
 is(differ("SELECT n::text, s FROM JOB"), '0', 'numerics in the same scale, texts alike');
 is(differ("SELECT key, numeric_send(n), numeric_send(n2) FROM JOB"), '0', 'numerics with the same bytes');
@@ -117,7 +122,7 @@ is(differ(q{SELECT convert_from(key, 'UTF8'), error FROM mailer.dead_letters d J
 	'0', 'with the same errors');
 is(differ(q{SELECT records_in, records_out, records_filtered, records_dead_lettered FROM mailer.metrics WHERE name = 'JOB'}),
 	'0', 'the same counters');
-is(differ("SELECT key, n, n2, i, b, t, s, m, whole FROM JOB", 'lazy'), '0', 'lazy: the same rows, the value included');
+is(differ("SELECT key, n, n2, i, b, t, s, m, l, h, whole FROM JOB", 'lazy'), '0', 'lazy: the same rows, the value included');
 is(differ("SELECT n::text, s FROM JOB", 'lazy'), '0', 'lazy: numerics in the same scale');
 # Building the value, lazy fails invalid JSON with jsonb_in's error, as general.
 is(differ(q{SELECT convert_from(key, 'UTF8'), stage, error FROM mailer.dead_letters d JOIN mailer.jobs j USING (job_id) WHERE j.name = 'JOB'}, 'lazy'),
