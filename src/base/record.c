@@ -115,6 +115,8 @@ record_alloc(RecordSchema *schema)
 	Record	   *rec = palloc(sizeof(Record));
 
 	rec->event_time = DT_NOBEGIN;
+	rec->pending = NULL;
+	rec->json = NULL;
 	rec->values = palloc0(sizeof(Datum) * schema->nfields);
 	rec->isnull = palloc(sizeof(bool) * schema->nfields);
 	memset(rec->isnull, true, sizeof(bool) * schema->nfields);
@@ -131,6 +133,12 @@ record_copy(RecordSchema *schema, Record *src)
 	rec->isnull = palloc(sizeof(bool) * schema->nfields);
 	memcpy(rec->values, src->values, sizeof(Datum) * schema->nfields);
 	memcpy(rec->isnull, src->isnull, sizeof(bool) * schema->nfields);
+	/* Each copy computes its pending fields into its own values. */
+	if (src->pending)
+	{
+		rec->pending = palloc(sizeof(bool) * schema->nfields);
+		memcpy(rec->pending, src->pending, sizeof(bool) * schema->nfields);
+	}
 	return rec;
 }
 

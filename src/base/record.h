@@ -60,6 +60,14 @@ typedef struct Record
 	TimestampTz event_time;
 	Datum	   *values;
 	bool	   *isnull;
+
+	/*
+	 * Fields computed at their first use, from the message they were read
+	 * from (json_scan.h: the JSON value built, a field cast): pending[slot]
+	 * until then.  NULL when no field is.
+	 */
+	bool	   *pending;
+	struct JsonPending *json;
 } Record;
 
 /* A schema with the base fields; value_type depends on source.format. */

@@ -120,7 +120,9 @@ describe_record(StringInfo buf, JobPlan *plan)
 		appendStringInfoString(buf, "\n  value: validated as JSON, not built (no step reads it)");
 	else if (jf)
 	{
-		appendStringInfoString(buf, "\n  value fields read from the JSON text without building jsonb:");
+		appendStringInfoString(buf, jf->lazy_value ?
+							   "\n  value fields read from the JSON text, the value built as jsonb only for a record that uses it whole:" :
+							   "\n  value fields read from the JSON text without building jsonb:");
 		for (int i = 0; i < jf->nfields; i++)
 			appendStringInfo(buf, "%s %s", i ? "," : "", quote_literal_cstr(jf->fields[i].key));
 	}

@@ -23,6 +23,7 @@
 
 #include "base/mailer.h"
 #include "plan/expr.h"
+#include "plan/json_scan.h"
 #include "plan/spec_error.h"
 
 static Node *field_ref_hook(ParseState *pstate, ColumnRef *cref);
@@ -349,6 +350,9 @@ record_param_fetch(ParamListInfo params, int paramid, bool speculative,
 	ExprRuntime *rt = (ExprRuntime *) params->paramFetchArg;
 	int			slot = paramid - 1;
 
+	/* Computed here, where the executor needs it first (json_scan.h). */
+	if (unlikely(rt->current->pending != NULL) && rt->current->pending[slot])
+		json_field_build(rt->current, slot);
 	workspace->value = rt->current->values[slot];
 	workspace->isnull = rt->current->isnull[slot];
 	workspace->pflags = PARAM_FLAG_CONST;

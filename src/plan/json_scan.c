@@ -18,11 +18,14 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/numeric.h"
 
 #include "plan/json_scan.h"
 
@@ -49,11 +52,26 @@ typedef struct Scanner
 	const char *text;
 	int			len;
 	bool		declined;		/* too deep: leave the message to jsonb_in */
+	bool		jsonb_errors;	/* invalid JSON fails as jsonb_in says it */
 } Scanner;
+
+/*
+ * A job that builds the value (JsonFields.lazy_value) built it from every
+ * message before, so its dead letters carry jsonb_in's error for invalid
+ * JSON: give that one, from the whole message, the scanner having found
+ * the message invalid.
+ */
+static void
+fail_as_jsonb(Scanner *s)
+{
+	if (s->jsonb_errors)
+		(void) DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(s->text, s->len)));
+}
 
 static void pg_attribute_noreturn()
 syntax_error(Scanner *s, const char *what)
 {
+	fail_as_jsonb(s);
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 			 errmsg("invalid input syntax for type json"),
@@ -115,10 +133,13 @@ scan_unicode_escape(Scanner *s, StringInfo out)
 	else if (cp >= 0xDC00 && cp <= 0xDFFF)
 		syntax_error(s, "Unicode low surrogate must follow a high surrogate");
 	if (cp == 0)
+	{
+		fail_as_jsonb(s);
 		ereport(ERROR,
 				(errcode(ERRCODE_UNTRANSLATABLE_CHARACTER),
 				 errmsg("unsupported Unicode escape sequence"),
 				 errdetail("\\u0000 cannot be converted to text.")));
+	}
 	if (out)
 	{
 		unsigned char buf[8];
@@ -128,14 +149,46 @@ scan_unicode_escape(Scanner *s, StringInfo out)
 	}
 }
 
+/* A byte that stands for itself in a JSON string. */
+static inline bool
+is_plain_string_byte(unsigned char c)
+{
+	return c >= 0x20 && c != '"' && c != '\\';
+}
+
+#define BYTES_OF(c) (UINT64CONST(0x0101010101010101) * (c))
+
+/*
+ * Whether the 8 bytes at p may hold a byte that does not stand for itself
+ * in a string: a quote, a backslash or a control character.  (A zero byte
+ * of w ^ BYTES_OF(c) is a byte c; subtracting 0x20 from each byte borrows
+ * from those below 0x20.  A byte found may be wrong only after a right one:
+ * the caller then goes byte by byte.)
+ */
+static inline bool
+may_end_plain_run(const char *p)
+{
+	uint64		w;
+	uint64		q;
+	uint64		b;
+
+	memcpy(&w, p, sizeof(w));
+	q = w ^ BYTES_OF('"');
+	b = w ^ BYTES_OF('\\');
+	return (((q - BYTES_OF(0x01)) & ~q) |
+			((b - BYTES_OF(0x01)) & ~b) |
+			((w - BYTES_OF(0x20)) & ~w)) & BYTES_OF(0x80);
+}
+
 /*
  * A string at s->p (the opening quote): validated and skipped; when out is
- * not NULL, its unescaped bytes are appended.
+ * not NULL, its unescaped bytes are appended.  True if it had escapes.
  */
-static void
+static bool
 scan_string(Scanner *s, StringInfo out)
 {
 	const char *run;
+	bool		escaped = false;
 
 	s->p++;						/* the quote */
 	run = s->p;
@@ -143,6 +196,10 @@ scan_string(Scanner *s, StringInfo out)
 	{
 		unsigned char c;
 
+		while (s->end - s->p >= 8 && !may_end_plain_run(s->p))
+			s->p += 8;
+		while (s->p < s->end && is_plain_string_byte((unsigned char) *s->p))
+			s->p++;
 		if (s->p >= s->end)
 			syntax_error(s, "Unterminated string");
 		c = (unsigned char) *s->p;
@@ -150,11 +207,7 @@ scan_string(Scanner *s, StringInfo out)
 			break;
 		if (c < 0x20)
 			syntax_error(s, "Control characters must be escaped in strings");
-		if (c != '\\')
-		{
-			s->p++;
-			continue;
-		}
+		escaped = true;
 		if (out)
 			appendBinaryStringInfo(out, run, s->p - run);
 		if (s->p + 1 >= s->end)
@@ -189,6 +242,7 @@ scan_string(Scanner *s, StringInfo out)
 	if (out)
 		appendBinaryStringInfo(out, run, s->p - run);
 	s->p++;						/* the quote */
+	return escaped;
 }
 
 static void
@@ -200,8 +254,11 @@ scan_digits(Scanner *s)
 		s->p++;
 }
 
-/* The number at s->p: skipped if it is one by the JSON grammar. */
-static void
+/*
+ * The number at s->p: skipped if it is one by the JSON grammar.  True if it
+ * has an exponent.
+ */
+static bool
 scan_number(Scanner *s)
 {
 	if (*s->p == '-')
@@ -221,7 +278,9 @@ scan_number(Scanner *s)
 		if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
 			s->p++;
 		scan_digits(s);
+		return true;
 	}
+	return false;
 }
 
 /* PostgreSQL's JSON_ALPHANUMERIC_CHAR: what its lexer reads as one word. */
@@ -277,13 +336,14 @@ static void
 scan_numeric(Scanner *s)
 {
 	const char *start = s->p;
+	bool		exponent;
 	int			n;
 
-	scan_number(s);
+	exponent = scan_number(s);
 	if (s->p < s->end && is_word_char(*s->p))
 		syntax_error(s, "Token is invalid");
 	n = s->p - start;
-	if (n > JSON_FIELDS_SAFE_NUMBER_LEN || memchr(start, 'e', n) || memchr(start, 'E', n))
+	if (n > JSON_FIELDS_SAFE_NUMBER_LEN || exponent)
 	{
 		lex_next_token(s);
 		(void) DirectFunctionCall3(numeric_in, CStringGetDatum(pnstrdup(start, n)),
@@ -306,7 +366,7 @@ grammar_error(Scanner *s, const char *what)
 static void scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
 static void scan_object(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
 static void scan_array(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans);
-static int	scan_key(Scanner *s, StringInfo key, JsonFields *jf);
+static int	scan_key(Scanner *s, JsonFields *jf);
 static bool scan_empty(Scanner *s, char close);
 static bool scan_separator(Scanner *s, char close, const char *expected);
 
@@ -335,7 +395,9 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 		s->declined = true;
 		return;
 	}
-	check_stack_depth();
+	/* Frames here are small: a check every few levels is enough. */
+	if (depth % 16 == 15)
+		check_stack_depth();
 	switch (*s->p)
 	{
 		case '{':
@@ -370,12 +432,8 @@ scan_value(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 static void
 scan_object(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 {
-	StringInfoData key;
-
 	if (scan_empty(s, '}'))
 		return;
-	if (depth == 0)
-		initStringInfo(&key);
 	do
 	{
 		int			wanted = -1;
@@ -385,7 +443,7 @@ scan_object(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 		if (s->p >= s->end || *s->p != '"')
 			grammar_error(s, "Expected string");
 		if (depth == 0)
-			wanted = scan_key(s, &key, jf);
+			wanted = scan_key(s, jf);
 		else
 			scan_string(s, NULL);
 		skip_space(s);
@@ -418,19 +476,31 @@ scan_array(Scanner *s, int depth, JsonFields *jf, FieldSpan *spans)
 	} while (scan_separator(s, ']', "Expected \",\" or \"]\""));
 }
 
-/* A top-level member's key: the index of the wanted field it names, or -1. */
+/*
+ * A top-level member's key: the index of the wanted field it names, or -1.
+ * A key without escapes is compared as it stands in the text.
+ */
 static int
-scan_key(Scanner *s, StringInfo key, JsonFields *jf)
+scan_key(Scanner *s, JsonFields *jf)
 {
-	int			wanted = -1;
+	const char *key = s->p + 1;
+	bool		escaped = scan_string(s, NULL);
+	int			len = s->p - 1 - key;
 
-	resetStringInfo(key);
-	scan_string(s, key);
+	if (escaped)
+	{
+		Scanner		k = {key - 1, s->p, key - 1, len + 2};
+
+		resetStringInfo(&jf->scratch);
+		scan_string(&k, &jf->scratch);
+		key = jf->scratch.data;
+		len = jf->scratch.len;
+	}
+	/* Keys are distinct in jf. */
 	for (int i = 0; i < jf->nfields; i++)
-		if (jf->fields[i].key_len == key->len &&
-			memcmp(jf->fields[i].key, key->data, key->len) == 0)
-			wanted = i;
-	return wanted;
+		if (jf->fields[i].key_len == len && memcmp(jf->fields[i].key, key, len) == 0)
+			return i;
+	return -1;
 }
 
 /*
@@ -476,7 +546,7 @@ span_jsonb(FieldSpan *span)
 
 /* What value->>'key' gives for a field's JSON text. */
 static Datum
-span_text(FieldSpan *span, bool *isnull)
+span_text(JsonFields *jf, FieldSpan *span, bool *isnull)
 {
 	const char *p = span->start;
 	int			n = span->end - span->start;
@@ -486,12 +556,14 @@ span_text(FieldSpan *span, bool *isnull)
 	{
 		case '"':
 			{
-				StringInfoData buf;
 				Scanner		s = {p, span->end, p, n};
 
-				initStringInfo(&buf);
-				scan_string(&s, &buf);
-				return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
+				/* Most strings have no escapes: their text is as it stands. */
+				if (memchr(p + 1, '\\', n - 2) == NULL)
+					return PointerGetDatum(cstring_to_text_with_len(p + 1, n - 2));
+				resetStringInfo(&jf->scratch);
+				scan_string(&s, &jf->scratch);
+				return PointerGetDatum(cstring_to_text_with_len(jf->scratch.data, jf->scratch.len));
 			}
 		case 'n':
 			*isnull = true;
@@ -536,6 +608,52 @@ call_field(PGFunction fn, Datum jb, JsonField *f, bool *isnull)
 	return result;
 }
 
+/*
+ * What computes a record's pending fields: the message text and, per
+ * wanted field, where its value is in it (or the jsonb built from it, when
+ * the scanner declined the message).
+ */
+typedef struct JsonPending
+{
+	JsonFields *jf;
+	const char *text;
+	int			len;
+	bool		is_object;
+	Datum		jb;				/* 0 unless built at once */
+	FieldSpan	spans[FLEXIBLE_ARRAY_MEMBER];
+} JsonPending;
+
+/* Mark rec's lazily computed fields pending. */
+static void
+set_pending(JsonFields *jf, const char *text, int len, Record *rec, FieldSpan *spans,
+			bool is_object, Datum jb)
+{
+	JsonPending *jp;
+
+	if (!jf->lazy_value && jf->ntyped == 0)
+		return;
+	jp = palloc(offsetof(JsonPending, spans) + sizeof(FieldSpan) * jf->nfields);
+	jp->jf = jf;
+	jp->text = text;
+	jp->len = len;
+	jp->is_object = is_object;
+	jp->jb = jb;
+	if (spans)
+		memcpy(jp->spans, spans, sizeof(FieldSpan) * jf->nfields);
+	rec->json = jp;
+	rec->pending = palloc0(sizeof(bool) * jf->nslots);
+	for (int i = 0; i < jf->ntyped; i++)
+		rec->pending[jf->typed[i].slot] = true;
+	if (jf->lazy_value)
+	{
+		rec->isnull[FIELD_VALUE] = false;
+		if (jb != (Datum) 0)
+			rec->values[FIELD_VALUE] = jb;
+		else
+			rec->pending[FIELD_VALUE] = true;
+	}
+}
+
 /* The fields through jsonb_in and the operators, for what the scanner declines. */
 static void
 extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
@@ -553,6 +671,7 @@ extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
 			rec->values[f->jsonb_slot] = call_field(jsonb_object_field, jb, f,
 													&rec->isnull[f->jsonb_slot]);
 	}
+	set_pending(jf, text, len, rec, NULL, false, jb);
 }
 
 void
@@ -567,7 +686,18 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		extract_with_jsonb(jf, text, len, rec);
 		return;
 	}
-	spans = palloc0(sizeof(FieldSpan) * Max(jf->nfields, 1));
+	if (jf->spans == NULL)
+	{
+		MemoryContext cxt = GetMemoryChunkContext(jf);
+
+		jf->spans = MemoryContextAlloc(cxt, sizeof(FieldSpan) * Max(jf->nfields, 1));
+		jf->scratch.data = MemoryContextAlloc(cxt, 1024);
+		jf->scratch.maxlen = 1024;
+		resetStringInfo(&jf->scratch);
+	}
+	spans = jf->spans;
+	memset(spans, 0, sizeof(FieldSpan) * jf->nfields);
+	s.jsonb_errors = jf->lazy_value;
 	skip_space(&s);
 	is_object = s.p < s.end && *s.p == '{';
 	scan_value(&s, 0, jf, spans);
@@ -589,7 +719,7 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		{
 			rec->isnull[f->text_slot] = true;
 			if (found)
-				rec->values[f->text_slot] = span_text(&spans[i], &rec->isnull[f->text_slot]);
+				rec->values[f->text_slot] = span_text(jf, &spans[i], &rec->isnull[f->text_slot]);
 		}
 		if (f->jsonb_slot >= 0)
 		{
@@ -598,4 +728,175 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 				rec->values[f->jsonb_slot] = span_jsonb(&spans[i]);
 		}
 	}
+	set_pending(jf, text, len, rec, spans, is_object, (Datum) 0);
+}
+
+/*
+ * The text value->>'key' gives for a field, as the C string the cast's
+ * output function would make of it; NULL for SQL NULL.  The usual values
+ * (strings, plain numbers, true and false) are copied straight from the
+ * message into the scratch buffer.
+ */
+static char *
+field_cstring(JsonPending *jp, JsonField *f, int field)
+{
+	JsonFields *jf = jp->jf;
+	FieldSpan  *span = &jp->spans[field];
+	const char *p = span->start;
+	int			n = span->end - span->start;
+	bool		isnull;
+	Datum		d;
+
+	if (jp->jb != (Datum) 0)
+		d = call_field(jsonb_object_field_text, jp->jb, f, &isnull);
+	else if (!jp->is_object || p == NULL)
+		return NULL;
+	else
+	{
+		bool		plain;
+
+		switch (*p)
+		{
+			case '"':
+				plain = memchr(p + 1, '\\', n - 2) == NULL;
+				p++;
+				n -= 2;
+				break;
+			case 't':
+			case 'f':
+				plain = true;
+				break;
+			case '-':
+			case '0':
+			case '1':
+			case '2':
+			case '3':
+			case '4':
+			case '5':
+			case '6':
+			case '7':
+			case '8':
+			case '9':
+				/* As span_text: numeric_out's form when it differs from the text's. */
+				plain = !(memchr(p, 'e', n) || memchr(p, 'E', n) || (n > 1 && p[0] == '-' && p[1] == '0'));
+				break;
+			default:
+				plain = false;
+		}
+		if (plain)
+		{
+			resetStringInfo(&jf->scratch);
+			appendBinaryStringInfo(&jf->scratch, p, n);
+			return jf->scratch.data;
+		}
+		d = span_text(jf, span, &isnull);
+	}
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * A JSON number without an exponent and of at most 18 digits, as an int64
+ * and its count of decimals: numeric_in's value and display scale, built
+ * without parsing the text again.  False for any other field.
+ */
+static bool
+plain_decimal(JsonPending *jp, int field, int64 *val, int *scale)
+{
+	FieldSpan  *span = &jp->spans[field];
+	const char *p = span->start;
+	bool		negative = false;
+	int			digits = 0;
+	int64		v = 0;
+
+	if (jp->jb != (Datum) 0 || !jp->is_object || p == NULL)
+		return false;
+	if (*p == '-')
+	{
+		negative = true;
+		p++;
+	}
+	*scale = -1;
+	for (; p < span->end; p++)
+	{
+		if (*p == '.' && *scale < 0)
+		{
+			*scale = 0;
+			continue;
+		}
+		if (*p < '0' || *p > '9' || ++digits > 18)
+			return false;
+		v = v * 10 + (*p - '0');
+		if (*scale >= 0)
+			(*scale)++;
+	}
+	if (digits == 0)
+		return false;
+	*scale = Max(*scale, 0);
+	*val = negative ? -v : v;
+	return true;
+}
+
+void
+json_field_build(Record *rec, int slot)
+{
+	JsonPending *jp = rec->json;
+	MemoryContext old = MemoryContextSwitchTo(GetMemoryChunkContext(rec->values));
+
+	if (slot == FIELD_VALUE)
+	{
+		char	   *text = pnstrdup(jp->text, jp->len);
+
+		/* The scanner found the text valid: this fails only as the scanner would have. */
+		rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
+		pfree(text);
+	}
+	else
+	{
+		JsonTypedField *t = NULL;
+		char	   *str;
+		int64		val;
+		int			scale;
+
+		for (int i = 0; i < jp->jf->ntyped && t == NULL; i++)
+			if (jp->jf->typed[i].slot == slot)
+				t = &jp->jf->typed[i];
+		Assert(t != NULL);
+		if (t->finfo == NULL)
+		{
+			FmgrInfo   *finfo = MemoryContextAlloc(GetMemoryChunkContext(jp->jf), sizeof(FmgrInfo));
+
+			fmgr_info_cxt(t->input, finfo, GetMemoryChunkContext(jp->jf));
+			t->finfo = finfo;
+		}
+		/*
+		 * The usual amount or id, 12.34 or 17: the input function's result,
+		 * made directly.  An integer out of its type's range goes to the
+		 * input function, for its error.
+		 */
+		if (t->type == NUMERICOID && plain_decimal(jp, t->field, &val, &scale))
+		{
+			rec->values[slot] = NumericGetDatum(int64_div_fast_to_numeric(val, scale));
+			rec->isnull[slot] = false;
+		}
+		else if ((t->type == INT8OID || t->type == INT4OID || t->type == INT2OID) &&
+				 plain_decimal(jp, t->field, &val, &scale) && scale == 0 &&
+				 (t->type == INT8OID ||
+				  (t->type == INT4OID && val >= PG_INT32_MIN && val <= PG_INT32_MAX) ||
+				  (t->type == INT2OID && val >= PG_INT16_MIN && val <= PG_INT16_MAX)))
+		{
+			rec->values[slot] = t->type == INT8OID ? Int64GetDatum(val) :
+				t->type == INT4OID ? Int32GetDatum((int32) val) : Int16GetDatum((int16) val);
+			rec->isnull[slot] = false;
+		}
+		else
+		{
+			str = field_cstring(jp, &jp->jf->fields[t->field], t->field);
+			/* The input function is strict: NULL gives NULL, as the cast does. */
+			rec->isnull[slot] = str == NULL;
+			rec->values[slot] = str == NULL ? (Datum) 0 :
+				InputFunctionCall(t->finfo, str, t->ioparam, -1);
+		}
+	}
+	rec->pending[slot] = false;
+	MemoryContextSwitchTo(old);
 }

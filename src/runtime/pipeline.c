@@ -60,10 +60,21 @@ run_message(void *arg, int i)
 {
 	BatchRun   *run = (BatchRun *) arg;
 	SourceMessage *msg = &run->msgs[i];
+	MemoryContext old;
 	TimestampTz t;
 
+	/*
+	 * A message's work takes memory for that message only: what outlives
+	 * it is copied where it goes (the sink's buffer, the keyed stage's
+	 * cache, the outbox, dead letters).  The same few blocks serve every
+	 * message, where a batch's worth of them would be faulted in afresh
+	 * after each checkpoint's trim.
+	 */
 	run->current = i;
+	MemoryContextReset(run->job->record_context);
+	old = MemoryContextSwitchTo(run->job->record_context);
 	t = process_message(run->job, msg);
+	MemoryContextSwitchTo(old);
 
 	/*
 	 * Only a record that came through its steps tells the time: one that
@@ -92,6 +103,9 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 	BatchRun	run = {job, msgs, -1};
 
 	job->counters[JC_RECORDS_IN] += n;
+	if (job->record_context == NULL)
+		job->record_context = AllocSetContextCreate(job->job_context, "mailer record",
+													ALLOCSET_DEFAULT_SIZES);
 	watermark_sync_partitions(job->watermarks, job->source);
 	PG_TRY();
 	{
@@ -138,6 +152,7 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	MemoryContextReset(job->record_context);
 	MemoryContextReset(job->batch_context);
 	ResetExprContext(job->rt->econtext);
 	ResetExprContext(job->out_rt->econtext);
@@ -270,6 +285,13 @@ add_to_sink(Job *job, SourceMessage *msg, List *outputs)
 	/* Cast every output first: a cast that fails sends nothing on. */
 	job->stage = "sink";
 	for (int i = 0; i < n; i++)
+	{
+		Record	   *rec = list_nth(outputs, i);
+
+		if (rec->pending && rec->pending[FIELD_VALUE] && job->plan->json_fields->sink_reads_value)
+			json_field_build(rec, FIELD_VALUE);
+	}
+	for (int i = 0; i < n; i++)
 		sink_project(job->sink, job->out_rt, list_nth(outputs, i), rows.values[i], rows.nulls[i]);
 	for (int i = 0; i < n; i++)
 		sink_buffer_add(job->sink, rows.values[i], rows.nulls[i],
@@ -307,21 +329,25 @@ decode_message(Job *job, SourceMessage *msg, Record *rec)
 			check_text("message value", msg->value, msg->value_len);
 			if (job->plan->json_fields)
 			{
+				/* Built later, if at all (json_fields.h). */
+				rec->isnull[FIELD_VALUE] = true;
 				json_fields_extract(job->plan->json_fields, msg->value, msg->value_len, rec);
-				break;			/* the jsonb value itself is not used */
+				break;
 			}
 			rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in,
 														   CStringGetDatum(pnstrdup(msg->value, msg->value_len)));
+			rec->isnull[FIELD_VALUE] = false;
 			break;
 		case FORMAT_TEXT:
 			check_text("message value", msg->value, msg->value_len);
 			rec->values[FIELD_VALUE] = PointerGetDatum(cstring_to_text_with_len(msg->value, msg->value_len));
+			rec->isnull[FIELD_VALUE] = false;
 			break;
 		case FORMAT_BYTES:
 			rec->values[FIELD_VALUE] = PointerGetDatum(mailer_bytea(msg->value, msg->value_len));
+			rec->isnull[FIELD_VALUE] = false;
 			break;
 	}
-	rec->isnull[FIELD_VALUE] = job->plan->json_fields != NULL;
 	rec->values[FIELD_TOPIC] = job->topic_datums[msg->topic];
 	rec->isnull[FIELD_TOPIC] = false;
 	rec->values[FIELD_PARTITION] = Int32GetDatum(msg->partition);
