@@ -604,10 +604,12 @@ run_statement(void *arg)
  * Only where that does exactly what the INSERT would: an ordinary table
  * that is not a partition, without triggers (foreign keys and deferrable
  * constraints are triggers too), rules, row-level security that applies to
- * the owner, stored generated columns, or a default that might read the
- * table (a volatile function other than the few below: with a thousand rows
- * held back, it would not see the rows before it, as it does in the
- * INSERT).  Any of these: the INSERT, as for an upsert.  The owner's INSERT
+ * the owner, stored generated columns, a default or CHECK that might read
+ * the table (a volatile function other than the few below: with a thousand
+ * rows held back, it would not see the rows before it, as it does in the
+ * INSERT), or a sink column that is no longer the column planned
+ * (bulk_column_fits).  Any of these: the INSERT, as for an upsert.
+ * Executor hooks do not see these writes (docs/ARCHITECTURE.md).  The owner's INSERT
  * privilege on the columns, NOT NULL and CHECK constraints, unique and
  * exclusion indexes are checked as the executor checks them, and a row
  * they refuse raises the INSERT's error: the halving works unchanged.

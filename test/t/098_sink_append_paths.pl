@@ -4,8 +4,11 @@
 # gets nothing it would not get from the INSERT: defaults are filled,
 # NOT NULL, CHECK and unique indexes refuse the same rows (dead letters,
 # the others written), a column privilege taken away fails the checkpoint,
-# triggers run for every row, a default that reads the table sees the rows
-# before it, and a partitioned table routes its rows.
+# triggers run for every row, a default or CHECK that reads the table sees
+# the rows before it, a CHECK sees tableoid, a partitioned table routes its
+# rows, and a table changed under a running job (a column's type or typmod,
+# a column dropped or made GENERATED ALWAYS, a domain's new constraint)
+# gets only what the re-planned INSERT writes.
 use strict;
 use warnings;
 use FindBin;
