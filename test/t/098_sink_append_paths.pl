@@ -201,8 +201,11 @@ $info = wait_stopped_or('j098_dc', sub { 0 });
 like($info->{last_error} // '', qr/customer/, "a column dropped: the checkpoint fails: " . ($info->{last_error} // ''));
 psql("SELECT mailer.drop_job('j098_dc')");
 start_running('j098_ia', 't098_ia', q{{"order_id": "(value->>'order_id')::int", "customer": "value->>'customer_id'"}});
-my $before = psql("SELECT max(order_id) FROM t098_ia");
-psql("ALTER TABLE t098_ia ALTER COLUMN order_id ADD GENERATED ALWAYS AS IDENTITY (START WITH 1000000000)");
+# The job's last value, read under the ALTER's lock: no checkpoint commits in between.
+my $before = psql("BEGIN;
+	ALTER TABLE t098_ia ALTER COLUMN order_id ADD GENERATED ALWAYS AS IDENTITY (START WITH 1000000000);
+	SELECT max(order_id) FROM t098_ia;
+	COMMIT");
 $info = wait_stopped_or('j098_ia', sub { 0 });
 like($info->{last_error} // '', qr/identity|GENERATED ALWAYS|order_id/,
 	"a fed column made GENERATED ALWAYS: the checkpoint fails: " . ($info->{last_error} // ''));
