@@ -33,6 +33,7 @@
 #include "common/hashfn.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
 #include "optimizer/optimizer.h"
@@ -46,6 +47,7 @@
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "utils/typcache.h"
 
 #include "base/guard.h"
 #include "base/record.h"
@@ -602,10 +604,12 @@ run_statement(void *arg)
  * Only where that does exactly what the INSERT would: an ordinary table
  * that is not a partition, without triggers (foreign keys and deferrable
  * constraints are triggers too), rules, row-level security that applies to
- * the owner, stored generated columns, or a default that might read the
- * table (a volatile function other than the few below: with a thousand rows
- * held back, it would not see the rows before it, as it does in the
- * INSERT).  Any of these: the INSERT, as for an upsert.  The owner's INSERT
+ * the owner, stored generated columns, a default or CHECK that might read
+ * the table (a volatile function other than the few below: with a thousand
+ * rows held back, it would not see the rows before it, as it does in the
+ * INSERT), or a sink column that is no longer the column planned
+ * (bulk_column_fits).  Any of these: the INSERT, as for an upsert.
+ * Executor hooks do not see these writes (docs/ARCHITECTURE.md).  The owner's INSERT
  * privilege on the columns, NOT NULL and CHECK constraints, unique and
  * exclusion indexes are checked as the executor checks them, and a row
  * they refuse raises the INSERT's error: the halving works unchanged.
@@ -634,8 +638,38 @@ volatile_may_read(Oid func, void *context)
 	return func_volatile(func) == PROVOLATILE_VOLATILE && !volatile_reads_nothing(func);
 }
 
+static bool may_read_table(Node *node, void *context);
+
+/*
+ * A domain's constraints are not in the expression that coerces to it:
+ * they are looked up when it runs.  context: the memory context that holds
+ * the reference to them until the flush ends.
+ */
 static bool
-default_may_read_table(Node *node, void *context)
+domain_may_read_table(Oid type, MemoryContext cxt)
+{
+	DomainConstraintRef *ref = MemoryContextAllocZero(cxt, sizeof(DomainConstraintRef));
+	ListCell   *lc;
+
+	InitDomainConstraintRef(type, ref, cxt, false);
+	foreach(lc, ref->constraints)
+	{
+		DomainConstraintState *con = lfirst(lc);
+
+		if (con->check_expr && may_read_table((Node *) con->check_expr, cxt))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether an expression the bulk path evaluates ahead of the heap inserts
+ * (a default, a CHECK, a domain's CHECK reached through either) might read
+ * the table: with a thousand rows held back, it would not see the rows
+ * before its own, as it does in the INSERT.
+ */
+static bool
+may_read_table(Node *node, void *context)
 {
 	if (node == NULL)
 		return false;
@@ -643,7 +677,29 @@ default_may_read_table(Node *node, void *context)
 		return true;
 	if (IsA(node, Query) || IsA(node, SubLink))
 		return true;
-	return expression_tree_walker(node, default_may_read_table, context);
+	if (IsA(node, CoerceToDomain) &&
+		domain_may_read_table(((CoerceToDomain *) node)->resulttype, (MemoryContext) context))
+		return true;
+	return expression_tree_walker(node, may_read_table, context);
+}
+
+/*
+ * Whether attribute att takes sink column col's buffered values as they
+ * are.  The values were made, by casts compiled with the plan, for the
+ * column the job was planned against; the table can have changed since
+ * under the same OID (ALTER COLUMN TYPE, a column dropped and added again,
+ * a typmod narrowed, an identity added).  The INSERT, re-planned, then
+ * converts the values or fails the checkpoint; the bulk path would store a
+ * Datum of one type as another.  A domain's constraints may have changed
+ * since the values were checked, and the INSERT checks them again.
+ */
+static bool
+bulk_column_fits(Form_pg_attribute att, SinkColumn *col)
+{
+	return att->atttypid == col->type && att->atttypmod == col->typmod &&
+		att->attcollation == col->collation &&
+		att->attidentity != ATTRIBUTE_IDENTITY_ALWAYS && att->attgenerated == '\0' &&
+		get_typtype(att->atttypid) != TYPTYPE_DOMAIN;
 }
 
 /* The append path for this flush, or NULL: the INSERT (see above). */
@@ -655,6 +711,7 @@ bulk_prepare(TableSink *sink)
 	Relation	rel;
 	TupleDesc	desc;
 	SinkBulk   *bulk;
+	bool	   *found;
 	bool		ok;
 
 	if (sp->upsert)
@@ -671,6 +728,7 @@ bulk_prepare(TableSink *sink)
 	bulk->natts = desc->natts;
 	bulk->column = palloc(sizeof(int) * desc->natts);
 	bulk->defaults = palloc0(sizeof(Expr *) * desc->natts);
+	found = palloc0(sizeof(bool) * Max(sp->ncolumns, 1));
 	for (int a = 0; ok && a < desc->natts; a++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, a);
@@ -684,6 +742,9 @@ bulk_prepare(TableSink *sink)
 				bulk->column[a] = c;
 		if (bulk->column[a] >= 0)
 		{
+			found[bulk->column[a]] = true;
+			if (!bulk_column_fits(att, &sp->columns[bulk->column[a]]))
+				ok = false;
 			bulk->inserted = bms_add_member(bulk->inserted,
 											att->attnum - FirstLowInvalidHeapAttributeNumber);
 			continue;
@@ -697,9 +758,22 @@ bulk_prepare(TableSink *sink)
 			continue;
 		}
 		bulk->defaults[a] = expression_planner((Expr *) def);
-		if (default_may_read_table((Node *) bulk->defaults[a], NULL))
+		if (may_read_table((Node *) bulk->defaults[a], sink->ctx))
 			ok = false;
 	}
+
+	/* A column renamed or dropped since: the INSERT fails as it should. */
+	for (int c = 0; ok && c < sp->ncolumns; c++)
+		if (!found[c])
+			ok = false;
+
+	/*
+	 * A CHECK is evaluated for a thousand rows before any is in the heap:
+	 * one that may read the table would not see the rows before its own.
+	 */
+	for (int i = 0; ok && desc->constr && i < desc->constr->num_check; i++)
+		if (may_read_table(stringToNode(desc->constr->check[i].ccbin), sink->ctx))
+			ok = false;
 	table_close(rel, NoLock);
 	MemoryContextSwitchTo(old);
 	return ok ? bulk : NULL;
@@ -745,6 +819,9 @@ run_bulk(void *arg)
 	ExecInitRangeTable(estate, list_make1(rte));
 	ExecInitResultRelation(estate, rri, 1);
 	rel = rri->ri_RelationDesc;
+	/* The INSERT's executor refuses to write in a read-only transaction: so does this. */
+	if (XactReadOnly && !rel->rd_islocaltemp)
+		PreventCommandIfReadOnly("INSERT");
 	CheckValidResultRel(rri, CMD_INSERT);
 	ExecOpenIndices(rri, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -766,6 +843,7 @@ run_bulk(void *arg)
 		{
 			TupleTableSlot *slot;
 
+			CHECK_FOR_INTERRUPTS();
 			if (slots[n] == NULL)
 				slots[n] = table_slot_create(rel, &estate->es_tupleTable);
 			slot = slots[n];
@@ -789,6 +867,8 @@ run_bulk(void *arg)
 				}
 			}
 			ExecStoreVirtualTuple(slot);
+			/* A CHECK may use tableoid, as it may in the INSERT. */
+			slot->tts_tableOid = RelationGetRelid(rel);
 			if (rel->rd_att->constr)
 				ExecConstraints(rri, slot, estate);
 		}

@@ -161,6 +161,7 @@ map_columns(JobPlan *plan, SinkPlan *sink, Relation rel, List *keys)
 		col->name = pstrdup(attname);
 		col->type = att->atttypid;
 		col->typmod = att->atttypmod;
+		col->collation = att->attcollation;
 		col->slot = slot;
 		col->is_key = list_member(keys, makeString(attname));
 		get_typlenbyvalalign(getBaseType(col->type), &col->typlen, &col->typbyval, &col->typalign);

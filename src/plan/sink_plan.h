@@ -25,6 +25,7 @@ typedef struct SinkColumn
 	char	   *name;
 	Oid			type;
 	int32		typmod;
+	Oid			collation;		/* the column's, when planned */
 	int			slot;			/* output field slot */
 	CompiledExpr *cast;			/* NULL when the field has the column's type */
 	bool		is_key;			/* a conflict column of an upsert */
