@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -836,6 +837,34 @@ plain_decimal(JsonPending *jp, int field, int64 *val, int *scale)
 	return true;
 }
 
+/*
+ * Whether plain_decimal's value and scale can be made into the numeric
+ * directly, exactly on every PostgreSQL 15 minor release.
+ *
+ * Before upstream commit b2d47928 (back-patched to 14, in a 15 minor
+ * release we do not require), int64_div_fast_to_numeric was wrong with
+ * log10val2 <= 0, with log10val2 a multiple of DEC_DIGITS (4), and in its
+ * slow path, taken when val1 times 10^(4 - log10val2 % 4) overflows int64
+ * (10^log10val2 computed in an int).
+ * PostgreSQL itself only ever calls it with 3 or 6, through the path that
+ * multiplies without overflow.  So it is used only there: a scale that is
+ * not a multiple of 4 and a value whose multiple fits in int64.  A scale of
+ * 0 is int64_to_numeric, as int8_numeric makes it.  Anything else goes to
+ * numeric_in, which costs little next to the rest of the record.
+ */
+static bool
+direct_numeric_ok(int64 val, int scale)
+{
+	static const int64 factor[] = {1, 1000, 100, 10};
+	int64		product;
+
+	if (scale == 0)
+		return true;
+	if (scale % 4 == 0)
+		return false;
+	return !pg_mul_s64_overflow(val, factor[scale % 4], &product);
+}
+
 void
 json_field_build(Record *rec, int slot)
 {
@@ -873,9 +902,11 @@ json_field_build(Record *rec, int slot)
 		 * made directly.  An integer out of its type's range goes to the
 		 * input function, for its error.
 		 */
-		if (t->type == NUMERICOID && plain_decimal(jp, t->field, &val, &scale))
+		if (t->type == NUMERICOID && plain_decimal(jp, t->field, &val, &scale) &&
+			direct_numeric_ok(val, scale))
 		{
-			rec->values[slot] = NumericGetDatum(int64_div_fast_to_numeric(val, scale));
+			rec->values[slot] = NumericGetDatum(scale == 0 ? int64_to_numeric(val) :
+												int64_div_fast_to_numeric(val, scale));
 			rec->isnull[slot] = false;
 		}
 		else if ((t->type == INT8OID || t->type == INT4OID || t->type == INT2OID) &&

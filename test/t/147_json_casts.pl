@@ -64,6 +64,22 @@ my @docs = (
 	'{"i": 1e0}', '{"i": 99, "m": 1}', '{"i": 100, "m": 0}', '{"i": 300, "m": "2"}',
 	'{"h": 32767}', '{"h": -32768}', '{"h": 32768}', '{"h": "12"}', '{"h": 1.0}', '{"h": -0}',
 );
+# Many digits or a large scale: made directly only where
+# int64_div_fast_to_numeric is exact on every 15.x (a scale not a multiple
+# of 4, the value times 10^(4 - scale % 4) within int64), else numeric_in.
+# Each must come out as its own text.
+my @wide = qw(
+	12345678.9012345678 -1234567.89012345678 99999999999999.9999 1.2345 -1.2345
+	12345678.12345678 0.000000000000000001 0.00000000000000001 -0.00000000000000001
+	9223372036854775807.5 922337203685477580.7 9223372036854775.8 9223372036854775
+	922337203685477.5807 12345678901234.567 123456789012345.67 -0.000000001
+	1234567890.1234567 12.3456789 0.1234567890123 123.456789012345
+	1234567.8901234567 123456.78901234567 1.2345678901234567 0.12345678901234567
+	1.23456789012345678 12.345678901234567 123.45678901234567 1234.5678901234567
+	-999999999999999.999 99999999999999999.9 0.00000000000000000000001 -0.1 100.5
+);
+my $first_wide = @docs;
+push @docs, map { qq({"n": $_}) } @wide;
 kcat_produce($topic, [ map { "k$_\t$docs[$_]" } 0 .. $#docs ]);
 
 psql(<<SQL);
@@ -129,6 +145,11 @@ is(differ(q{SELECT convert_from(key, 'UTF8'), stage, error FROM mailer.dead_lett
 	'0', 'lazy: the same dead letters, errors included');
 is(differ(q{SELECT records_in, records_out, records_filtered, records_dead_lettered FROM mailer.metrics WHERE name = 'JOB'}, 'lazy'),
 	'0', 'lazy: the same counters');
+for my $i (0 .. $#wide) {
+	my $k = 'k' . ($first_wide + $i);
+	is(psql("SELECT n::text || ' ' || n2::text FROM fast WHERE key = '$k'"), "$wide[$i] $wide[$i]",
+		"numeric $wide[$i] as numeric_in makes it");
+}
 is(psql("SELECT n FROM fast WHERE key = 'k30'"), '4', 'a repeated key: the last one is cast');
 is(psql("SELECT count(*) FROM fast WHERE key = 'k27'"), '0', 'a filtered record is not cast');
 is(psql(q{SELECT count(*) FROM mailer.dead_letters d JOIN mailer.jobs j USING (job_id) WHERE j.name = 'fast' AND convert_from(key, 'UTF8') = 'k27'}),
