@@ -621,6 +621,9 @@ typedef struct JsonPending
 	int			len;
 	bool		is_object;
 	Datum		jb;				/* 0 unless built at once */
+	Datum		value;			/* the value built lazily, 0 until then: one
+								 * jsonb shared by the record and its copies
+								 * (a flat_map's outputs) */
 	FieldSpan	spans[FLEXIBLE_ARRAY_MEMBER];
 } JsonPending;
 
@@ -639,6 +642,7 @@ set_pending(JsonFields *jf, const char *text, int len, Record *rec, FieldSpan *s
 	jp->len = len;
 	jp->is_object = is_object;
 	jp->jb = jb;
+	jp->value = (Datum) 0;
 	if (spans)
 		memcpy(jp->spans, spans, sizeof(FieldSpan) * jf->nfields);
 	rec->json = jp;
@@ -873,11 +877,23 @@ json_field_build(Record *rec, int slot)
 
 	if (slot == FIELD_VALUE)
 	{
-		char	   *text = pnstrdup(jp->text, jp->len);
+		/*
+		 * Built once for the message, in the context of its JsonPending
+		 * (which every copy of the record shares, and which lives as long as
+		 * the text it points into): a flat_map's outputs all take this one
+		 * value, as when it was built with the record.
+		 */
+		if (jp->value == (Datum) 0)
+		{
+			char	   *text;
 
-		/* The scanner found the text valid: this fails only as the scanner would have. */
-		rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
-		pfree(text);
+			MemoryContextSwitchTo(GetMemoryChunkContext(jp));
+			text = pnstrdup(jp->text, jp->len);
+			/* The scanner found the text valid: this fails only as the scanner would have. */
+			jp->value = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
+			pfree(text);
+		}
+		rec->values[FIELD_VALUE] = jp->value;
 	}
 	else
 	{

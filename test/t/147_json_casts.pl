@@ -155,6 +155,42 @@ is(psql("SELECT count(*) FROM fast WHERE key = 'k27'"), '0', 'a filtered record 
 is(psql(q{SELECT count(*) FROM mailer.dead_letters d JOIN mailer.jobs j USING (job_id) WHERE j.name = 'fast' AND convert_from(key, 'UTF8') = 'k27'}),
 	'0', 'and is no dead letter');
 
-psql("SELECT mailer.drop_job('fast'); SELECT mailer.drop_job('lazy'); SELECT mailer.drop_job('general'); DROP TABLE fast, lazy, general;")
+# A flat_map's outputs are copies of the record, made with its lazy fields
+# (the value used whole, a cast) computed or still pending: every output
+# takes the record's, and the rows are those of the jsonb path.  (After the
+# flat_map, "value" names its element: the whole value is used before.)
+my $fm_topic = unique_name('jsonfm');
+kafka('create-topic', $fm_topic, 1);
+kcat_produce($fm_topic, ['f1	{"type": "o", "n": 12345678.9012345678, "items": [{"a": 1}, {"a": 2}, {"a": 3}]}',
+	'f2	{"type": "x", "n": 1, "items": [{"a": 9}]}', 'f3	{"type": "o", "n": 0.5, "items": []}',
+	'f4	{"type": "o", "n": -1.25, "items": [{"a": 4}, {"a": 5}]}']);
+psql("DROP TABLE IF EXISTS fm_lazy, fm_general; CREATE TABLE fm_lazy (key text, value jsonb, whole jsonb, n numeric);"
+	. " CREATE TABLE fm_general (LIKE fm_lazy)");
+for my $name ('fm_lazy', 'fm_general') {
+	my $v = $name eq 'fm_general' ? 'v' : 'value';
+	my $copy = $name eq 'fm_general' ? '{"map": {"v": "value"}},' : '';
+	psql(qq{SELECT mailer.create_job('$name', \$\${
+	  "source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$fm_topic"},
+	  "steps": [$copy {"filter": "$v->>'type' = 'o'"},
+	            {"map": {"whole": "$v", "n": "($v->>'n')::numeric"}},
+	            {"flat_map": "jsonb_array_elements($v->'items')"}],
+	  "sink": {"type": "table", "table": "$name", "mode": "append"}}\$\$)});
+}
+like(psql("SELECT mailer.describe_job(spec) FROM mailer.jobs WHERE name = 'fm_lazy'"),
+	qr/the value built as jsonb only for a record that uses it whole/, 'flat_map: the value is built when used');
+for my $j ('fm_lazy', 'fm_general') {
+	is(psql("SELECT mailer.wait_job('$j', '60 seconds')"), 'running', "$j job caught up");
+}
+is(psql("SELECT string_agg(key || ' ' || (value->>'a') || ' ' || n::text, ',' ORDER BY value->>'a') FROM fm_lazy"),
+	'f1 1 12345678.9012345678,f1 2 12345678.9012345678,f1 3 12345678.9012345678,f4 4 -1.25,f4 5 -1.25',
+	'flat_map: every output of a record');
+is(psql("SELECT count(*) FROM fm_lazy WHERE whole->>'type' = 'o' AND whole->'items' @> jsonb_build_array(value)"), '5',
+	'flat_map: every output has the whole value');
+is(psql(q{SELECT count(*) FROM ((TABLE fm_lazy EXCEPT ALL TABLE fm_general) UNION ALL (TABLE fm_general EXCEPT ALL TABLE fm_lazy)) d}),
+	'0', 'flat_map: the jsonb path\'s rows');
+
+psql("SELECT mailer.drop_job('fast'); SELECT mailer.drop_job('lazy'); SELECT mailer.drop_job('general');"
+	. " SELECT mailer.drop_job('fm_lazy'); SELECT mailer.drop_job('fm_general');"
+	. " DROP TABLE fast, lazy, general, fm_lazy, fm_general;")
 	unless $ENV{KEEP_JOBS};
 done_testing();
