@@ -679,6 +679,27 @@ extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
 	set_pending(jf, text, len, rec, NULL, false, jb);
 }
 
+/*
+ * The scratch buffer is kept from message to message, but not at the size
+ * of the largest string ever seen (up to JSON_FIELDS_MAX_LEN, in a context
+ * no checkpoint accounts for): above this it is given back after use, and a
+ * small one made again.  Copying a string this long costs more than that.
+ */
+#define SCRATCH_KEEP_MAX	(64 * 1024)
+#define SCRATCH_INITIAL		1024
+
+static void
+scratch_trim(JsonFields *jf)
+{
+	if (jf->scratch.data != NULL && jf->scratch.maxlen > SCRATCH_KEEP_MAX)
+	{
+		pfree(jf->scratch.data);
+		jf->scratch.data = MemoryContextAlloc(GetMemoryChunkContext(jf), SCRATCH_INITIAL);
+		jf->scratch.maxlen = SCRATCH_INITIAL;
+		resetStringInfo(&jf->scratch);
+	}
+}
+
 void
 json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 {
@@ -696,10 +717,12 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		MemoryContext cxt = GetMemoryChunkContext(jf);
 
 		jf->spans = MemoryContextAlloc(cxt, sizeof(FieldSpan) * Max(jf->nfields, 1));
-		jf->scratch.data = MemoryContextAlloc(cxt, 1024);
-		jf->scratch.maxlen = 1024;
+		jf->scratch.data = MemoryContextAlloc(cxt, SCRATCH_INITIAL);
+		jf->scratch.maxlen = SCRATCH_INITIAL;
 		resetStringInfo(&jf->scratch);
 	}
+	/* Also after a previous message that failed half way. */
+	scratch_trim(jf);
 	spans = jf->spans;
 	memset(spans, 0, sizeof(FieldSpan) * jf->nfields);
 	s.jsonb_errors = jf->lazy_value;
@@ -708,6 +731,7 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 	scan_value(&s, 0, jf, spans);
 	if (s.declined)
 	{
+		scratch_trim(jf);
 		extract_with_jsonb(jf, text, len, rec);
 		return;
 	}
@@ -734,6 +758,7 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		}
 	}
 	set_pending(jf, text, len, rec, spans, is_object, (Datum) 0);
+	scratch_trim(jf);
 }
 
 /*
@@ -942,6 +967,7 @@ json_field_build(Record *rec, int slot)
 			rec->isnull[slot] = str == NULL;
 			rec->values[slot] = str == NULL ? (Datum) 0 :
 				InputFunctionCall(t->finfo, str, t->ioparam, -1);
+			scratch_trim(jp->jf);
 		}
 	}
 	rec->pending[slot] = false;

@@ -22,6 +22,7 @@ fresh_extension();
 my $topic = unique_name('jsonc');
 kafka('create-topic', $topic, 1);
 
+# Over the scanner's scratch buffer's keep size (json_scan.c): given back after use.
 my $huge = 'x' x 100000;
 my @docs = (
 	'{"n": 12.50, "i": 7, "b": true, "t": "2025-06-01T00:00:00Z", "s": "plain"}',
