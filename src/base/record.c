@@ -133,7 +133,10 @@ record_copy(RecordSchema *schema, Record *src)
 	rec->isnull = palloc(sizeof(bool) * schema->nfields);
 	memcpy(rec->values, src->values, sizeof(Datum) * schema->nfields);
 	memcpy(rec->isnull, src->isnull, sizeof(bool) * schema->nfields);
-	/* Each copy computes its pending fields into its own values. */
+	/*
+	 * Each copy computes its pending fields into its own values; the value
+	 * built whole is built once, in the JsonPending the copies share.
+	 */
 	if (src->pending)
 	{
 		rec->pending = palloc(sizeof(bool) * schema->nfields);

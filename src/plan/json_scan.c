@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -620,6 +621,9 @@ typedef struct JsonPending
 	int			len;
 	bool		is_object;
 	Datum		jb;				/* 0 unless built at once */
+	Datum		value;			/* the value built lazily, 0 until then: one
+								 * jsonb shared by the record and its copies
+								 * (a flat_map's outputs) */
 	FieldSpan	spans[FLEXIBLE_ARRAY_MEMBER];
 } JsonPending;
 
@@ -638,6 +642,7 @@ set_pending(JsonFields *jf, const char *text, int len, Record *rec, FieldSpan *s
 	jp->len = len;
 	jp->is_object = is_object;
 	jp->jb = jb;
+	jp->value = (Datum) 0;
 	if (spans)
 		memcpy(jp->spans, spans, sizeof(FieldSpan) * jf->nfields);
 	rec->json = jp;
@@ -674,6 +679,27 @@ extract_with_jsonb(JsonFields *jf, const char *text, int len, Record *rec)
 	set_pending(jf, text, len, rec, NULL, false, jb);
 }
 
+/*
+ * The scratch buffer is kept from message to message, but not at the size
+ * of the largest string ever seen (up to JSON_FIELDS_MAX_LEN, in a context
+ * no checkpoint accounts for): above this it is given back after use, and a
+ * small one made again.  Copying a string this long costs more than that.
+ */
+#define SCRATCH_KEEP_MAX	(64 * 1024)
+#define SCRATCH_INITIAL		1024
+
+static void
+scratch_trim(JsonFields *jf)
+{
+	if (jf->scratch.data != NULL && jf->scratch.maxlen > SCRATCH_KEEP_MAX)
+	{
+		pfree(jf->scratch.data);
+		jf->scratch.data = MemoryContextAlloc(GetMemoryChunkContext(jf), SCRATCH_INITIAL);
+		jf->scratch.maxlen = SCRATCH_INITIAL;
+		resetStringInfo(&jf->scratch);
+	}
+}
+
 void
 json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 {
@@ -691,10 +717,12 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		MemoryContext cxt = GetMemoryChunkContext(jf);
 
 		jf->spans = MemoryContextAlloc(cxt, sizeof(FieldSpan) * Max(jf->nfields, 1));
-		jf->scratch.data = MemoryContextAlloc(cxt, 1024);
-		jf->scratch.maxlen = 1024;
+		jf->scratch.data = MemoryContextAlloc(cxt, SCRATCH_INITIAL);
+		jf->scratch.maxlen = SCRATCH_INITIAL;
 		resetStringInfo(&jf->scratch);
 	}
+	/* Also after a previous message that failed half way. */
+	scratch_trim(jf);
 	spans = jf->spans;
 	memset(spans, 0, sizeof(FieldSpan) * jf->nfields);
 	s.jsonb_errors = jf->lazy_value;
@@ -703,6 +731,7 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 	scan_value(&s, 0, jf, spans);
 	if (s.declined)
 	{
+		scratch_trim(jf);
 		extract_with_jsonb(jf, text, len, rec);
 		return;
 	}
@@ -729,6 +758,7 @@ json_fields_extract(JsonFields *jf, const char *text, int len, Record *rec)
 		}
 	}
 	set_pending(jf, text, len, rec, spans, is_object, (Datum) 0);
+	scratch_trim(jf);
 }
 
 /*
@@ -836,6 +866,34 @@ plain_decimal(JsonPending *jp, int field, int64 *val, int *scale)
 	return true;
 }
 
+/*
+ * Whether plain_decimal's value and scale can be made into the numeric
+ * directly, exactly on every PostgreSQL 15 minor release.
+ *
+ * Before upstream commit b2d47928 (back-patched to 14, in a 15 minor
+ * release we do not require), int64_div_fast_to_numeric was wrong with
+ * log10val2 <= 0, with log10val2 a multiple of DEC_DIGITS (4), and in its
+ * slow path, taken when val1 times 10^(4 - log10val2 % 4) overflows int64
+ * (10^log10val2 computed in an int).
+ * PostgreSQL itself only ever calls it with 3 or 6, through the path that
+ * multiplies without overflow.  So it is used only there: a scale that is
+ * not a multiple of 4 and a value whose multiple fits in int64.  A scale of
+ * 0 is int64_to_numeric, as int8_numeric makes it.  Anything else goes to
+ * numeric_in, which costs little next to the rest of the record.
+ */
+static bool
+direct_numeric_ok(int64 val, int scale)
+{
+	static const int64 factor[] = {1, 1000, 100, 10};
+	int64		product;
+
+	if (scale == 0)
+		return true;
+	if (scale % 4 == 0)
+		return false;
+	return !pg_mul_s64_overflow(val, factor[scale % 4], &product);
+}
+
 void
 json_field_build(Record *rec, int slot)
 {
@@ -844,11 +902,23 @@ json_field_build(Record *rec, int slot)
 
 	if (slot == FIELD_VALUE)
 	{
-		char	   *text = pnstrdup(jp->text, jp->len);
+		/*
+		 * Built once for the message, in the context of its JsonPending
+		 * (which every copy of the record shares, and which lives as long as
+		 * the text it points into): a flat_map's outputs all take this one
+		 * value, as when it was built with the record.
+		 */
+		if (jp->value == (Datum) 0)
+		{
+			char	   *text;
 
-		/* The scanner found the text valid: this fails only as the scanner would have. */
-		rec->values[FIELD_VALUE] = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
-		pfree(text);
+			MemoryContextSwitchTo(GetMemoryChunkContext(jp));
+			text = pnstrdup(jp->text, jp->len);
+			/* The scanner found the text valid: this fails only as the scanner would have. */
+			jp->value = DirectFunctionCall1(jsonb_in, CStringGetDatum(text));
+			pfree(text);
+		}
+		rec->values[FIELD_VALUE] = jp->value;
 	}
 	else
 	{
@@ -873,9 +943,11 @@ json_field_build(Record *rec, int slot)
 		 * made directly.  An integer out of its type's range goes to the
 		 * input function, for its error.
 		 */
-		if (t->type == NUMERICOID && plain_decimal(jp, t->field, &val, &scale))
+		if (t->type == NUMERICOID && plain_decimal(jp, t->field, &val, &scale) &&
+			direct_numeric_ok(val, scale))
 		{
-			rec->values[slot] = NumericGetDatum(int64_div_fast_to_numeric(val, scale));
+			rec->values[slot] = NumericGetDatum(scale == 0 ? int64_to_numeric(val) :
+												int64_div_fast_to_numeric(val, scale));
 			rec->isnull[slot] = false;
 		}
 		else if ((t->type == INT8OID || t->type == INT4OID || t->type == INT2OID) &&
@@ -895,6 +967,7 @@ json_field_build(Record *rec, int slot)
 			rec->isnull[slot] = str == NULL;
 			rec->values[slot] = str == NULL ? (Datum) 0 :
 				InputFunctionCall(t->finfo, str, t->ioparam, -1);
+			scratch_trim(jp->jf);
 		}
 	}
 	rec->pending[slot] = false;
