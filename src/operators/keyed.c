@@ -66,6 +66,13 @@ keyed_create(const KeyedStageArgs *args)
 	keyed_scratch(stage, 1);
 	/* Restored from the checkpoint: late is judged against it from the first record. */
 	stage->watermark = args->watermark;
+	if (stage->plan->window)
+	{
+		stage->timers = timer_index_create(AllocSetContextCreate(context, "mailer keyed timers",
+																 ALLOCSET_DEFAULT_SIZES));
+		initStringInfo(&stage->timer_tail);
+		window_restore_timers(stage);
+	}
 	MemoryContextSwitchTo(old);
 	return stage;
 }
@@ -123,14 +130,13 @@ keyed_add_group(KeyedStage *stage, const char *group, int group_len, TimestampTz
 void
 keyed_advance_watermark(KeyedStage *stage, TimestampTz watermark)
 {
-	TimestampTz previous = stage->watermark;
 	MemoryContext old;
 
-	if (!stage->plan->window || watermark <= previous)
+	if (!stage->plan->window || watermark <= stage->watermark)
 		return;
 	stage->watermark = watermark;
 	old = MemoryContextSwitchTo(stage->work_context);
-	window_fire(stage, previous, watermark);
+	window_fire(stage, watermark);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(stage->work_context);
 }
@@ -177,7 +183,7 @@ keyed_end_record(KeyedStage *stage)
 
 /*
  * Entries back as they were (from their serialized state: stores free the
- * datums they replace), timers put removed and timers deleted put back,
+ * datums they replace), timers put removed (a record deletes none),
  * rows emitted and entries marked dirty since the record began dropped.
  */
 void
@@ -197,14 +203,7 @@ keyed_abort_record(KeyedStage *stage)
 		keyed_entry_deserialize(&stage->codec, e, u->data.data, u->data.len);
 	}
 	for (int i = list_length(stage->undo_timers) - 1; i >= 0; i--)
-	{
-		KeyedUndo  *u = list_nth(stage->undo_timers, i);
-
-		if (u->put)
-			stage->state->ops->delete(stage->state, u->data.data, u->data.len);
-		else
-			keyed_timer_put(stage->state, u->data.data, u->data.len);
-	}
+		timer_index_truncate(stage->timers, list_nth(stage->undo_timers, i));
 	stage->ndirty = stage->undo_ndirty;
 	stage->out_rows = list_truncate(stage->out_rows, stage->undo_nout);
 	stage->out_deletes = list_truncate(stage->out_deletes, stage->undo_nout);

@@ -110,23 +110,6 @@ undo_save(KeyedStage *stage, KeyedEntry *e)
 }
 
 void
-keyed_undo_timer(KeyedStage *stage, const char *key, int klen, bool put)
-{
-	MemoryContext old;
-	KeyedUndo  *u;
-
-	if (!stage->undo_active || stage->state->ops->get(stage->state, key, klen, &stage->value) == put)
-		return;
-	old = MemoryContextSwitchTo(stage->undo_context);
-	u = palloc0(sizeof(KeyedUndo));
-	initStringInfo(&u->data);
-	appendBinaryStringInfo(&u->data, key, klen);
-	u->put = put;
-	stage->undo_timers = lappend(stage->undo_timers, u);
-	MemoryContextSwitchTo(old);
-}
-
-void
 keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e)
 {
 	if (e->dirty)

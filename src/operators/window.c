@@ -31,12 +31,14 @@ static void schedule_purge(KeyedStage *stage, const char *group, int group_len,
 						   TimestampTz start, TimestampTz end);
 static void put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group,
 					  int group_len, TimestampTz start);
-static List *due_timers(KeyedStage *stage, char kind, TimestampTz after, TimestampTz watermark);
+static List *due_timers(KeyedStage *stage, char kind, TimestampTz watermark);
 static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e,
 						 Session **session);
 static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
+static void restore_timer(KeyedStage *stage, const char *group, int group_len,
+						  TimestampTz start, TimestampTz end, bool fired);
 
 static int128
 floor_div(int128 a, int64 b)
@@ -242,12 +244,12 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 }
 
 void
-window_fire(KeyedStage *stage, TimestampTz previous, TimestampTz watermark)
+window_fire(KeyedStage *stage, TimestampTz watermark)
 {
 	List	   *timers;
 	ListCell   *lc;
 
-	timers = due_timers(stage, 'F', previous, watermark);
+	timers = due_timers(stage, 'F', watermark);
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
@@ -255,7 +257,7 @@ window_fire(KeyedStage *stage, TimestampTz previous, TimestampTz watermark)
 		CHECK_FOR_INTERRUPTS();
 		fire_timer(stage, k->data, k->len);
 	}
-	timers = due_timers(stage, 'P', previous, watermark);
+	timers = due_timers(stage, 'P', watermark);
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
@@ -265,48 +267,35 @@ window_fire(KeyedStage *stage, TimestampTz previous, TimestampTz watermark)
 	}
 }
 
-/* The timers of a kind due at watermark, copied (the caller changes state). */
+/*
+ * The timers of a kind due at watermark, as state keys of the timer layout
+ * (kind, time, group key, window start), in the order of those keys.
+ */
 static List *
-due_timers(KeyedStage *stage, char kind, TimestampTz after, TimestampTz watermark)
+due_timers(KeyedStage *stage, char kind, TimestampTz watermark)
 {
-	StringInfoData from;
-	StringInfoData to;
-	StateIterator *it;
-	const char *key;
-	const char *val;
-	int			klen;
-	int			vlen;
 	List	   *due = NIL;
+	ListCell   *lc;
 
-	/*
-	 * Every timer at or before the previous watermark has been handled (no
-	 * timer is ever set behind the watermark): starting after it skips
-	 * their deletions, which RocksDB would otherwise scan again each time.
-	 */
-	initStringInfo(&from);
-	appendStringInfoChar(&from, kind);
-	if (after != DT_NOBEGIN)
-		keyed_key_append_time(&from, after + 1);
-	initStringInfo(&to);
-	if (watermark == DT_NOEND)
-		appendStringInfoChar(&to, kind + 1);
-	else
+	foreach(lc, timer_index_due(stage->timers, kind, watermark))
 	{
-		appendStringInfoChar(&to, kind);
-		keyed_key_append_time(&to, watermark + 1);
-	}
-	it = stage->state->ops->iterate(stage->state, from.data, from.len, to.data, to.len);
-	while (stage->state->ops->next(it, &key, &klen, &val, &vlen))
-	{
+		DueTimer   *t = lfirst(lc);
+		StringInfoData key;
 		StateKey   *k = palloc(sizeof(StateKey));
-		char	   *copy = palloc(klen);
 
-		memcpy(copy, key, klen);
-		k->data = copy;
-		k->len = klen;
+		/* Sized exactly: a watermark step may list every window of the stage. */
+		key.maxlen = 1 + 8 + t->len + 1;
+		key.data = palloc(key.maxlen);
+		key.len = 0;
+		key.data[0] = '\0';
+		key.cursor = 0;
+		appendStringInfoChar(&key, kind);
+		keyed_key_append_time(&key, t->when);
+		appendBinaryStringInfo(&key, t->tail, t->len);
+		k->data = key.data;
+		k->len = key.len;
 		due = lappend(due, k);
 	}
-	stage->state->ops->iterate_end(it);
 	return due;
 }
 
@@ -328,8 +317,7 @@ timer_key(StringInfo key, char kind, TimestampTz when, const char *group, int gr
 
 /*
  * The window a timer is for, or false when it is gone: *e is its entry,
- * *session the session for a session window (NULL otherwise).  The timer
- * itself is deleted: it is due.
+ * *session the session for a session window (NULL otherwise).
  */
 static bool
 timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e, Session **session)
@@ -338,8 +326,6 @@ timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e, Sessi
 	int			group_len = TIMER_GROUP_LEN(klen);
 	TimestampTz start = TIMER_START(key, klen);
 
-	keyed_undo_timer(stage, key, klen, false);
-	stage->state->ops->delete(stage->state, key, klen);
 	*session = NULL;
 	if (stage->plan->window->type == WINDOW_SESSION)
 	{
@@ -433,6 +419,76 @@ purge_timer(KeyedStage *stage, const char *key, int klen)
 	keyed_mark_dirty(stage, e);
 }
 
+/*
+ * The timers of the restored state, from its window entries: an unfired
+ * window fires at its end, a fired one is purged at end + lateness (the
+ * timers a session's earlier extents left were no-ops, and are not made
+ * again).  The state holds the subtask's own key groups only, so these
+ * are the timers of its keys.  A timer at or before the watermark was
+ * handled before the checkpoint was taken (the stage reaches the
+ * checkpoint's watermark first), and is not made.
+ */
+void
+window_restore_timers(KeyedStage *stage)
+{
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer timer rebuild",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(ctx);
+	KeyedCodec	codec = stage->codec;
+	char		kind = stage->plan->window->type == WINDOW_SESSION ? 'S' : 'W';
+	char		to = kind + 1;
+	StateIterator *it;
+	const char *key;
+	const char *val;
+	int			klen;
+	int			vlen;
+	int64		n = 0;
+
+	codec.ctx = ctx;
+	it = stage->state->ops->iterate(stage->state, &kind, 1, &to, 1);
+	while (stage->state->ops->next(it, &key, &klen, &val, &vlen))
+	{
+		KeyedEntry	e;
+		const char *group = key + 1;
+		int			group_len = klen - 1 - (kind == 'W' ? 8 : 0);
+		ListCell   *lc;
+
+		memset(&e, 0, sizeof(e));
+		e.key.data = key;
+		e.key.len = klen;
+		if (kind == 'W')
+			e.values = keyed_values_new(&codec);
+		keyed_entry_deserialize(&codec, &e, val, vlen);
+		if (kind == 'W')
+			restore_timer(stage, group, group_len, e.start, e.end, e.fired);
+		foreach(lc, e.sessions)
+		{
+			Session    *s = lfirst(lc);
+
+			restore_timer(stage, group, group_len, s->start, s->end, s->fired);
+		}
+		if (++n % 10000 == 0)
+		{
+			CHECK_FOR_INTERRUPTS();
+			MemoryContextReset(ctx);
+		}
+	}
+	stage->state->ops->iterate_end(it);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(ctx);
+}
+
+static void
+restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+			  TimestampTz end, bool fired)
+{
+	char		kind = fired ? 'P' : 'F';
+	TimestampTz when = fired ? purge_time(stage, end) : end;
+
+	if (when > stage->watermark)
+		put_timer(stage, kind, when, group, group_len, start);
+}
+
 void
 window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 {
@@ -462,16 +518,26 @@ window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 	}
 }
 
+/* A timer; the record's undo takes it away again (keyed_abort_record). */
 static void
 put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group, int group_len,
 		  TimestampTz start)
 {
-	StringInfoData key;
+	StringInfo	tail = &stage->timer_tail;
+	TimerMark  *mark = NULL;
 
-	timer_key(&key, kind, when, group, group_len, start);
-	keyed_undo_timer(stage, key.data, key.len, true);
-	keyed_timer_put(stage->state, key.data, key.len);
-	pfree(key.data);
+	resetStringInfo(tail);
+	appendBinaryStringInfo(tail, group, group_len);
+	keyed_key_append_time(tail, start);
+	if (stage->undo_active)
+	{
+		MemoryContext old = MemoryContextSwitchTo(stage->undo_context);
+
+		mark = palloc(sizeof(TimerMark));
+		stage->undo_timers = lappend(stage->undo_timers, mark);
+		MemoryContextSwitchTo(old);
+	}
+	timer_index_add(stage->timers, kind, when, tail->data, tail->len, mark);
 }
 
 static KeyedEntry *
