@@ -67,12 +67,7 @@ keyed_create(const KeyedStageArgs *args)
 	/* Restored from the checkpoint: late is judged against it from the first record. */
 	stage->watermark = args->watermark;
 	if (stage->plan->window)
-	{
-		stage->timers = timer_index_create(AllocSetContextCreate(context, "mailer keyed timers",
-																 ALLOCSET_DEFAULT_SIZES));
-		initStringInfo(&stage->timer_tail);
-		window_restore_timers(stage);
-	}
+		window_setup(stage);
 	MemoryContextSwitchTo(old);
 	return stage;
 }
@@ -168,6 +163,8 @@ keyed_begin_record(KeyedStage *stage)
 	stage->undo_timers = NIL;
 	stage->undo_ndirty = stage->ndirty;
 	stage->undo_nout = list_length(stage->out_rows);
+	if (stage->plan->window)
+		window_undo_mark(stage);
 }
 
 void
@@ -204,6 +201,8 @@ keyed_abort_record(KeyedStage *stage)
 	}
 	for (int i = list_length(stage->undo_timers) - 1; i >= 0; i--)
 		timer_index_truncate(stage->timers, list_nth(stage->undo_timers, i));
+	if (stage->plan->window)
+		window_undo(stage);
 	stage->ndirty = stage->undo_ndirty;
 	stage->out_rows = list_truncate(stage->out_rows, stage->undo_nout);
 	stage->out_deletes = list_truncate(stage->out_deletes, stage->undo_nout);
@@ -280,6 +279,13 @@ keyed_prepare_checkpoint(KeyedStage *stage)
 		}
 		else
 			window_emit_changed(stage, e);
+	}
+	if (stage->plan->window)
+	{
+		MemoryContext old = MemoryContextSwitchTo(stage->work_context);
+
+		window_emit_panes(stage);
+		MemoryContextSwitchTo(old);
 	}
 
 	run.stage = stage;

@@ -62,6 +62,17 @@ struct KeyedStage
 	TimestampTz watermark;
 	TimerIndex *timers;			/* the windows' timers (timer_index.h) */
 	StringInfoData timer_tail;	/* scratch */
+	/* Sliding windows kept as panes of slide ('L' entries; window.c) */
+	bool		panes;
+	int			npanes;			/* panes in a window: size / slide */
+	bool		legacy_windows; /* the state holds per-window entries too */
+	MemoryContext changed_context;	/* the windows changed since the checkpoint */
+	struct wchanged_hash *changed;
+	StateKey   *changed_list;	/* in the order they changed first */
+	int			nchanged;
+	int			changed_capacity;
+	int			undo_nchanged;
+	AggValue   *combined;		/* scratch: a window's values from its panes */
 };
 
 /* An entry as it was before the current record. */

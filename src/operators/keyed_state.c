@@ -107,7 +107,7 @@ keyed_entry_serialize(const KeyedCodec *codec, KeyedEntry *e, StringInfo buf)
 		put_values(codec, e->values, buf);
 		return;
 	}
-	if (kind == 'W')
+	if (kind == 'W' || kind == 'L')
 	{
 		serial_put(buf, &e->start, sizeof(TimestampTz));
 		serial_put(buf, &e->end, sizeof(TimestampTz));
@@ -141,7 +141,7 @@ keyed_entry_deserialize(const KeyedCodec *codec, KeyedEntry *e, const char *data
 	entry_read_version(codec, e, data, len, &pos);
 	if (kind == 'A')
 		get_values(codec, e->values, data, len, &pos);
-	else if (kind == 'W')
+	else if (kind == 'W' || kind == 'L')
 	{
 		serial_get(data, len, &pos, &e->start, sizeof(TimestampTz));
 		serial_get(data, len, &pos, &e->end, sizeof(TimestampTz));
@@ -447,6 +447,7 @@ keyed_state_key_group(const char *state_key, int len, int key_groups)
 			after = 0;
 			break;
 		case 'W':
+		case 'L':
 			before = 1;
 			after = 8;
 			break;

@@ -17,12 +17,25 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type_d.h"
 #include "common/int.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
 #include "base/mailer.h"
 #include "operators/window.h"
+
+/* The windows changed since the checkpoint, of a stage that keeps panes. */
+typedef struct ChangedSlot
+{
+	StateKey	key;			/* group key, window start */
+	uint32		hash;
+	char		status;
+} ChangedSlot;
+
+#define SH_PREFIX wchanged
+#define SH_ELEMENT_TYPE ChangedSlot
+#include "state/state_key_table.h"
 
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
@@ -39,6 +52,15 @@ static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group
 static Session *find_session(KeyedEntry *e, TimestampTz start);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 						  TimestampTz start, TimestampTz end, bool fired);
+static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
+static void pane_fire(KeyedStage *stage, const char *key, int klen);
+static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+					   TimestampTz end);
+
+/* A timer as a state key of format 1: kind, time, group key, window start. */
+#define TIMER_GROUP(key) ((key) + 9)
+#define TIMER_GROUP_LEN(klen) ((klen) - 17)
+#define TIMER_START(key, klen) keyed_key_read_time((key) + (klen) - 8)
 
 static int128
 floor_div(int128 a, int64 b)
@@ -93,6 +115,8 @@ window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 	if (w->type == WINDOW_SESSION)
 		return session_add(stage, t, group, group_len);
+	if (stage->panes)
+		return pane_add(stage, t, group, group_len);
 
 	/*
 	 * Every window [start, start + size) holding t, start aligned to slide:
@@ -255,7 +279,10 @@ window_fire(KeyedStage *stage, TimestampTz watermark)
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
-		fire_timer(stage, k->data, k->len);
+		if (stage->panes)
+			pane_fire(stage, k->data, k->len);
+		else
+			fire_timer(stage, k->data, k->len);
 	}
 	timers = due_timers(stage, 'P', watermark);
 	foreach(lc, timers)
@@ -263,7 +290,12 @@ window_fire(KeyedStage *stage, TimestampTz watermark)
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
-		purge_timer(stage, k->data, k->len);
+		if (stage->panes)
+			pane_purge(stage, TIMER_GROUP(k->data), TIMER_GROUP_LEN(k->len),
+					   TIMER_START(k->data, k->len),
+					   TIMER_START(k->data, k->len) + stage->plan->window->size_us);
+		else
+			purge_timer(stage, k->data, k->len);
 	}
 }
 
@@ -311,9 +343,6 @@ timer_key(StringInfo key, char kind, TimestampTz when, const char *group, int gr
 	keyed_key_append_time(key, start);
 }
 
-#define TIMER_GROUP(key) ((key) + 9)
-#define TIMER_GROUP_LEN(klen) ((klen) - 17)
-#define TIMER_START(key, klen) keyed_key_read_time((key) + (klen) - 8)
 
 /*
  * The window a timer is for, or false when it is gone: *e is its entry,
@@ -423,19 +452,21 @@ purge_timer(KeyedStage *stage, const char *key, int klen)
  * The timers of the restored state, from its window entries: an unfired
  * window fires at its end, a fired one is purged at end + lateness (the
  * timers a session's earlier extents left were no-ops, and are not made
- * again).  The state holds the subtask's own key groups only, so these
- * are the timers of its keys.  A timer at or before the watermark was
- * handled before the checkpoint was taken (the stage reaches the
+ * again).  A pane stands for the windows that hold it (the timers of a
+ * window with several panes are made once each, as timer_index_due drops
+ * duplicates).  The state holds the subtask's own key groups only, so
+ * these are the timers of its keys.  A timer at or before the watermark
+ * was handled before the checkpoint was taken (the stage reaches the
  * checkpoint's watermark first), and is not made.
  */
-void
-window_restore_timers(KeyedStage *stage)
+static void
+restore_kind(KeyedStage *stage, char kind)
 {
 	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer timer rebuild",
 											  ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(ctx);
+	WindowSpec *w = stage->plan->window;
 	KeyedCodec	codec = stage->codec;
-	char		kind = stage->plan->window->type == WINDOW_SESSION ? 'S' : 'W';
 	char		to = kind + 1;
 	StateIterator *it;
 	const char *key;
@@ -448,13 +479,36 @@ window_restore_timers(KeyedStage *stage)
 	it = stage->state->ops->iterate(stage->state, &kind, 1, &to, 1);
 	while (stage->state->ops->next(it, &key, &klen, &val, &vlen))
 	{
-		KeyedEntry	e;
 		const char *group = key + 1;
-		int			group_len = klen - 1 - (kind == 'W' ? 8 : 0);
+		int			group_len = klen - 1 - (kind == 'S' ? 0 : 8);
+		KeyedEntry	e;
 		ListCell   *lc;
 
+		if (++n % 10000 == 0)
+		{
+			CHECK_FOR_INTERRUPTS();
+			MemoryContextReset(ctx);
+		}
+		if (kind == 'L')
+		{
+			TimestampTz first = keyed_key_read_time(key + klen - 8);
+
+			/* The pane's windows, the latest first: purged ones end it. */
+			for (int i = 0; i < stage->npanes; i++)
+			{
+				TimestampTz start = first - i * w->slide_us;
+				TimestampTz end = start + w->size_us;
+
+				if (purge_time(stage, end) <= stage->watermark)
+					break;
+				restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
+			}
+			continue;
+		}
+		if (kind == 'W')
+			stage->legacy_windows = stage->panes;
 		memset(&e, 0, sizeof(e));
-		e.key.data = key;
+		e.key.data = (char *) key;
 		e.key.len = klen;
 		if (kind == 'W')
 			e.values = keyed_values_new(&codec);
@@ -466,11 +520,6 @@ window_restore_timers(KeyedStage *stage)
 			Session    *s = lfirst(lc);
 
 			restore_timer(stage, group, group_len, s->start, s->end, s->fired);
-		}
-		if (++n % 10000 == 0)
-		{
-			CHECK_FOR_INTERRUPTS();
-			MemoryContextReset(ctx);
 		}
 	}
 	stage->state->ops->iterate_end(it);
@@ -489,6 +538,306 @@ restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz s
 		put_timer(stage, kind, when, group, group_len, start);
 }
 
+/*
+ * Whether the aggregates combine exactly in any order, so that a window's
+ * panes give the value its records gave one by one.  Not float sums (their
+ * rounding depends on the order), nor min and max of a type whose equal
+ * values may print differently (numeric 1.0 and 1.00, float -0 and 0,
+ * text under a nondeterministic collation): of equal ones, the one kept
+ * depends on the order.
+ */
+static bool
+panes_exact(KeyedStage *stage)
+{
+	for (int a = 0; a < stage->naggs; a++)
+	{
+		AggregateDef *agg = stage->aggs[a];
+
+		switch (agg->impl)
+		{
+			case AGG_SUM_FLOAT4:
+			case AGG_SUM_FLOAT8:
+			case AGG_AVG_FLOAT:
+				return false;
+			case AGG_MIN:
+			case AGG_MAX:
+				if (agg->arg_type != INT2OID && agg->arg_type != INT4OID &&
+					agg->arg_type != INT8OID && agg->arg_type != DATEOID &&
+					agg->arg_type != TIMESTAMPOID && agg->arg_type != TIMESTAMPTZOID)
+					return false;
+				break;
+			default:
+				break;
+		}
+	}
+	return true;
+}
+
+static void
+changed_reset(KeyedStage *stage)
+{
+	MemoryContextReset(stage->changed_context);
+	stage->changed = wchanged_create(stage->changed_context, 1024, NULL);
+	stage->changed_list = NULL;
+	stage->nchanged = 0;
+	stage->changed_capacity = 0;
+}
+
+void
+window_setup(KeyedStage *stage)
+{
+	WindowSpec *w = stage->plan->window;
+
+	stage->timers = timer_index_create(AllocSetContextCreate(stage->context, "mailer keyed timers",
+															 ALLOCSET_DEFAULT_SIZES));
+	initStringInfo(&stage->timer_tail);
+	if (w->type == WINDOW_SLIDING && w->size_us > w->slide_us && panes_exact(stage))
+	{
+		stage->panes = true;
+		stage->npanes = (int) (w->size_us / w->slide_us);
+		stage->changed_context = AllocSetContextCreate(stage->context, "mailer keyed changed windows",
+													   ALLOCSET_DEFAULT_SIZES);
+		changed_reset(stage);
+		stage->combined = palloc0(sizeof(AggValue) * Max(stage->naggs, 1));
+	}
+	if (w->type == WINDOW_SESSION)
+		restore_kind(stage, 'S');
+	else
+	{
+		if (stage->panes)
+			restore_kind(stage, 'L');
+		restore_kind(stage, 'W');
+	}
+}
+
+/*
+ * Panes.  A sliding window of size/slide panes keeps one entry per key and
+ * pane ('L' <group key> <pane start>), so a record is one state write, not
+ * size/slide.  A window exists while any of its panes does: its value is
+ * its panes' combined (with, after an upgrade, its entry of format 1: the
+ * records before it).  Whether it fired follows from the watermark (it
+ * fires when the watermark reaches its end, and is made fired when it
+ * begins late); which windows changed since their row was emitted is kept
+ * in memory, as no checkpoint leaves one unemitted that would be emitted
+ * (update, or fired) — a final window's change waits for its firing, which
+ * emits it anyway.  A pane goes when the last window holding it (the one
+ * it begins) is purged.
+ */
+static void
+changed_add(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	StringInfo	k = &stage->timer_tail;
+	StateKey	probe;
+	ChangedSlot *slot;
+	bool		found;
+
+	resetStringInfo(k);
+	appendBinaryStringInfo(k, group, group_len);
+	keyed_key_append_time(k, start);
+	probe.data = k->data;
+	probe.len = k->len;
+	slot = wchanged_insert(stage->changed, probe, &found);
+	if (found)
+		return;
+	slot->key.data = MemoryContextAlloc(stage->changed_context, k->len);
+	memcpy((char *) slot->key.data, k->data, k->len);
+	if (stage->nchanged == stage->changed_capacity)
+	{
+		int			cap = Max(1024, stage->changed_capacity * 2);
+
+		stage->changed_list = stage->changed_list ?
+			repalloc(stage->changed_list, sizeof(StateKey) * cap) :
+			MemoryContextAlloc(stage->changed_context, sizeof(StateKey) * cap);
+		stage->changed_capacity = cap;
+	}
+	stage->changed_list[stage->nchanged++] = slot->key;
+}
+
+/* Whether the window changed since its row was emitted; it is not any more. */
+static bool
+changed_take(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	StringInfo	k = &stage->timer_tail;
+	StateKey	probe;
+
+	resetStringInfo(k);
+	appendBinaryStringInfo(k, group, group_len);
+	keyed_key_append_time(k, start);
+	probe.data = k->data;
+	probe.len = k->len;
+	return wchanged_delete(stage->changed, probe);
+}
+
+void
+window_undo_mark(KeyedStage *stage)
+{
+	stage->undo_nchanged = stage->nchanged;
+}
+
+/* A record failed: the windows it changed first are as they were. */
+void
+window_undo(KeyedStage *stage)
+{
+	if (!stage->panes)
+		return;
+	for (int i = stage->nchanged - 1; i >= stage->undo_nchanged; i--)
+		wchanged_delete(stage->changed, stage->changed_list[i]);
+	stage->nchanged = stage->undo_nchanged;
+}
+
+static bool
+pane_usable(KeyedEntry *e)
+{
+	return e != NULL && !e->deleted && e->start != DT_NOBEGIN;
+}
+
+/* A window's values, into stage->combined; false when it has none (no pane). */
+static bool
+pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	WindowSpec *w = stage->plan->window;
+	AggValue   *out = stage->combined;
+	bool		found = false;
+	KeyedEntry *e;
+
+	for (int a = 0; a < stage->naggs; a++)
+		aggregate_init(stage->aggs[a], &out[a]);
+	if (stage->legacy_windows)
+	{
+		e = lookup_window(stage, 'W', group, group_len, start, false);
+		if (pane_usable(e))
+		{
+			for (int a = 0; a < stage->naggs; a++)
+				aggregate_merge(stage->aggs[a], &out[a], &e->values[a], &out[a]);
+			found = true;
+		}
+	}
+	for (int i = 0; i < stage->npanes; i++)
+	{
+		e = lookup_window(stage, 'L', group, group_len, start + i * w->slide_us, false);
+		if (!pane_usable(e))
+			continue;
+		for (int a = 0; a < stage->naggs; a++)
+			aggregate_merge(stage->aggs[a], &out[a], &e->values[a], &out[a]);
+		found = true;
+	}
+	return found;
+}
+
+static bool
+pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
+{
+	WindowSpec *w = stage->plan->window;
+	int128		first;
+	KeyedEntry *e;
+	bool		made;
+
+	/* The pane holding t begins where the latest window holding t does. */
+	first = floor_div((int128) t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
+	check_window_range(t, first - (int128) (stage->npanes - 1) * w->slide_us, first + w->size_us);
+	if (purge_time(stage, (TimestampTz) first + w->size_us) <= stage->watermark)
+		return false;			/* every window holding t is purged, or would be */
+	e = lookup_window(stage, 'L', group, group_len, (TimestampTz) first, true);
+	keyed_compute(stage, e->values, stage->next);
+
+	/* Nothing fails from here on. */
+	made = e->start == DT_NOBEGIN;
+	if (made)
+	{
+		e->start = (TimestampTz) first;
+		e->end = e->start + w->slide_us;
+	}
+	for (int i = 0; i < stage->npanes; i++)
+	{
+		TimestampTz start = (TimestampTz) (first - (int128) i * w->slide_us);
+		TimestampTz end = start + w->size_us;
+
+		if (purge_time(stage, end) <= stage->watermark)
+			break;
+		/* A new pane may make a window: its timers (a window's others are dropped as duplicates). */
+		if (made)
+			restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
+		changed_add(stage, group, group_len, start);
+	}
+	keyed_store(stage, e->values, stage->next);
+	e->unemitted = true;
+	keyed_mark_dirty(stage, e);
+	return true;
+}
+
+static void
+pane_fire(KeyedStage *stage, const char *key, int klen)
+{
+	const char *group = TIMER_GROUP(key);
+	int			group_len = TIMER_GROUP_LEN(klen);
+	TimestampTz end = keyed_key_read_time(key + 1);
+	TimestampTz start = TIMER_START(key, klen);
+
+	if (!pane_values(stage, group, group_len, start))
+		return;
+	keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+	(void) changed_take(stage, group, group_len, start);
+	if (purge_time(stage, end) > stage->watermark)
+		put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
+	else
+		pane_purge(stage, group, group_len, start, end);
+}
+
+/* A window goes: its row if it changed since emitted, and the pane it begins. */
+static void
+pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+		   TimestampTz end)
+{
+	KeyedEntry *e;
+
+	if (changed_take(stage, group, group_len, start) &&
+		pane_values(stage, group, group_len, start))
+		keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+	e = lookup_window(stage, 'L', group, group_len, start, false);
+	if (pane_usable(e))
+	{
+		e->deleted = true;
+		keyed_mark_dirty(stage, e);
+	}
+	if (stage->legacy_windows)
+	{
+		e = lookup_window(stage, 'W', group, group_len, start, false);
+		if (pane_usable(e))
+		{
+			e->deleted = true;
+			keyed_mark_dirty(stage, e);
+		}
+	}
+}
+
+/*
+ * A checkpoint is due: the rows of the windows changed since, that are
+ * emitted now (update, or fired); the others wait for their firing.
+ */
+void
+window_emit_panes(KeyedStage *stage)
+{
+	bool		update = stage->plan->window->emit_update;
+
+	if (!stage->panes)
+		return;
+	for (int i = 0; i < stage->nchanged; i++)
+	{
+		StateKey	k = stage->changed_list[i];
+		const char *group = k.data;
+		int			group_len = k.len - 8;
+		TimestampTz start = keyed_key_read_time(k.data + k.len - 8);
+		TimestampTz end = start + stage->plan->window->size_us;
+
+		/* Emitted since (fired or purged) */
+		if (!wchanged_delete(stage->changed, k))
+			continue;
+		if ((update || end <= stage->watermark) && pane_values(stage, group, group_len, start))
+			keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+	}
+	changed_reset(stage);
+}
+
 void
 window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 {
@@ -496,8 +845,12 @@ window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 	const char *group = e->key.data + e->group_offset;
 	ListCell   *lc;
 
+	if (e->key.data[0] == 'L')
+		return;					/* its windows: window_emit_panes */
 	if (e->key.data[0] == 'W')
 	{
+		if (stage->panes)
+			return;				/* a window of format 1, as one of the panes' */
 		if (e->unemitted && (update || e->fired))
 		{
 			keyed_emit(stage, group, e->group_len, e->start, e->end, e->values, false);
@@ -546,7 +899,7 @@ lookup_window(KeyedStage *stage, char kind, const char *group, int group_len, Ti
 {
 	keyed_key_begin(stage, kind);
 	appendBinaryStringInfo(&stage->key, group, group_len);
-	if (kind == 'W')
+	if (kind == 'W' || kind == 'L')
 		keyed_key_append_time(&stage->key, start);
 	return keyed_lookup(stage, stage->key.data, stage->key.len, create);
 }
