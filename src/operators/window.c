@@ -777,10 +777,13 @@ pane_fire(KeyedStage *stage, const char *key, int klen)
 		return;
 	keyed_emit(stage, group, group_len, start, end, stage->combined, false);
 	(void) changed_take(stage, group, group_len, start);
-	if (purge_time(stage, end) > stage->watermark)
-		put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
-	else
-		pane_purge(stage, group, group_len, start, end);
+
+	/*
+	 * A purge due already waits for the purges of this step all the same:
+	 * in order of time, so that an earlier window sharing the pane this
+	 * one deletes is purged (and emitted, if it changed) first.
+	 */
+	put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
 }
 
 /* A window goes: its row if it changed since emitted, and the pane it begins. */
