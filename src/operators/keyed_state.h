@@ -8,6 +8,7 @@
  * State keys, by their first byte:
  *		'A' <group key>							running aggregates (no window)
  *		'W' <group key> <start>					a tumbling or sliding window
+ *		'L' <group key> <pane start>				a pane of a sliding window (window.c)
  *		'S' <group key>							a key's session windows
  *		'F' <end> <group key> <start>			format 1 only: fire a window at end
  *		'P' <end + lateness> <group key> <start>	format 1 only: purge it after its lateness
@@ -17,7 +18,8 @@
  *
  * Values: one byte, the format version (KEYED_STATE_FORMAT), then for
  *		'A': the aggregates
- *		'W': start, end, fired, unemitted, the aggregates
+ *		'W', 'L': start, end, fired, unemitted, the aggregates (a pane's
+ *			 end is start + slide; its fired and unemitted are not used)
  *		'S': count, then per session: start, end, fired, unemitted,
  *			 emitted_start, the aggregates
  *		'F', 'P' (format 1): nothing more

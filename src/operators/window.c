@@ -13,6 +13,10 @@
  * record when the watermark is already past its end (within lateness) is
  * complete at once: its row goes out at the next checkpoint.
  *
+ * Timers are kept in memory (timer_index.c) and made again from the window
+ * entries when the stage starts.  Sliding windows whose aggregates combine
+ * exactly are kept as panes of slide (see "Panes" below).
+ *
  * Design: docs/ARCHITECTURE.md, "Windows and timers".
  */
 #include "postgres.h"
