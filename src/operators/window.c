@@ -468,7 +468,7 @@ restore_kind(KeyedStage *stage, char kind)
 {
 	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer timer rebuild",
 											  ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(ctx);
+	MemoryContext old;
 	WindowSpec *w = stage->plan->window;
 	KeyedCodec	codec = stage->codec;
 	char		to = kind + 1;
@@ -479,8 +479,10 @@ restore_kind(KeyedStage *stage, char kind)
 	int			vlen;
 	int64		n = 0;
 
+	/* The iterator outlives the resets of ctx: it is made outside it. */
 	codec.ctx = ctx;
 	it = stage->state->ops->iterate(stage->state, &kind, 1, &to, 1);
+	old = MemoryContextSwitchTo(ctx);
 	while (stage->state->ops->next(it, &key, &klen, &val, &vlen))
 	{
 		const char *group = key + 1;
@@ -718,7 +720,12 @@ pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 	}
 	for (int i = 0; i < stage->npanes; i++)
 	{
-		e = lookup_window(stage, 'L', group, group_len, start + i * w->slide_us, false);
+		/*
+		 * A pane the backend does not have is cached as such (never made:
+		 * not dirty, start DT_NOBEGIN), so that the other windows holding
+		 * it do not ask the backend again.
+		 */
+		e = lookup_window(stage, 'L', group, group_len, start + i * w->slide_us, true);
 		if (!pane_usable(e))
 			continue;
 		for (int a = 0; a < stage->naggs; a++)

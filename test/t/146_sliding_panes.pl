@@ -148,4 +148,25 @@ for my $j (sort keys %jobs)
 	is(psql("SELECT mailer.stop_job('${j}_$_')"), 'stopped', "${j}_$_ stopped") for ('pane', 'ref');
 }
 
+# A restore that makes the timers of many windows (the rebuild reads the
+# state in chunks): 30000 keys of open sliding windows, stopped mid-stream
+# and started again; at the end of the stream every window holds its
+# records.
+psql("DROP TABLE IF EXISTS t146_many; CREATE TABLE t146_many (k text, window_start timestamptz,
+	  window_end timestamptz, n bigint, PRIMARY KEY (k, window_start))");
+psql(q{SELECT mailer.create_job('t146_many', $spec${"source": {"type": "generator", "events": 60000, "keys": 30000,
+	"rate": 20000, "start_time": "2030-01-01 00:00:00+00", "step": "1 millisecond"},
+	"steps": [{"key_by": {"k": "value->>'customer_id'"}}, {"window": {"type": "sliding", "size": "2 hours", "slide": "1 hour"}},
+		{"aggregate": {"n": "count(*)"}}],
+	"sink": {"type": "table", "table": "t146_many"},
+	"checkpoint": {"interval": "300 milliseconds"}, "state": {"backend": "rocksdb"}}$spec$)});
+wait_for_sql('t146_many read over 30000 records',
+	q{SELECT records_in > 30000 FROM mailer.metrics WHERE name = 't146_many'}, 't', 120);
+is(psql("SELECT mailer.stop_job('t146_many')"), 'stopped', 't146_many stopped mid-stream');
+is(psql("SELECT count(*) FROM t146_many"), '0', 'no window fired yet');
+psql("SELECT mailer.start_job('t146_many')");
+is(wait_job('t146_many', '5 minutes'), 'finished', 't146_many resumed and finished');
+is(psql("SELECT (count(*) = 2 * count(DISTINCT k)) || ' ' || sum(n) FROM t146_many"), 'true 120000',
+	'two windows per key, every record in both');
+
 done_testing();
