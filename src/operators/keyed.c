@@ -66,6 +66,8 @@ keyed_create(const KeyedStageArgs *args)
 	keyed_scratch(stage, 1);
 	/* Restored from the checkpoint: late is judged against it from the first record. */
 	stage->watermark = args->watermark;
+	if (stage->plan->window)
+		window_setup(stage);
 	MemoryContextSwitchTo(old);
 	return stage;
 }
@@ -123,14 +125,13 @@ keyed_add_group(KeyedStage *stage, const char *group, int group_len, TimestampTz
 void
 keyed_advance_watermark(KeyedStage *stage, TimestampTz watermark)
 {
-	TimestampTz previous = stage->watermark;
 	MemoryContext old;
 
-	if (!stage->plan->window || watermark <= previous)
+	if (!stage->plan->window || watermark <= stage->watermark)
 		return;
 	stage->watermark = watermark;
 	old = MemoryContextSwitchTo(stage->work_context);
-	window_fire(stage, previous, watermark);
+	window_fire(stage, watermark);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(stage->work_context);
 }
@@ -162,6 +163,8 @@ keyed_begin_record(KeyedStage *stage)
 	stage->undo_timers = NIL;
 	stage->undo_ndirty = stage->ndirty;
 	stage->undo_nout = list_length(stage->out_rows);
+	if (stage->plan->window)
+		window_undo_mark(stage);
 }
 
 void
@@ -177,7 +180,7 @@ keyed_end_record(KeyedStage *stage)
 
 /*
  * Entries back as they were (from their serialized state: stores free the
- * datums they replace), timers put removed and timers deleted put back,
+ * datums they replace), timers put removed (a record deletes none),
  * rows emitted and entries marked dirty since the record began dropped.
  */
 void
@@ -197,14 +200,9 @@ keyed_abort_record(KeyedStage *stage)
 		keyed_entry_deserialize(&stage->codec, e, u->data.data, u->data.len);
 	}
 	for (int i = list_length(stage->undo_timers) - 1; i >= 0; i--)
-	{
-		KeyedUndo  *u = list_nth(stage->undo_timers, i);
-
-		if (u->put)
-			stage->state->ops->delete(stage->state, u->data.data, u->data.len);
-		else
-			keyed_timer_put(stage->state, u->data.data, u->data.len);
-	}
+		timer_index_truncate(stage->timers, list_nth(stage->undo_timers, i));
+	if (stage->plan->window)
+		window_undo(stage);
 	stage->ndirty = stage->undo_ndirty;
 	stage->out_rows = list_truncate(stage->out_rows, stage->undo_nout);
 	stage->out_deletes = list_truncate(stage->out_deletes, stage->undo_nout);
@@ -281,6 +279,13 @@ keyed_prepare_checkpoint(KeyedStage *stage)
 		}
 		else
 			window_emit_changed(stage, e);
+	}
+	if (stage->plan->window)
+	{
+		MemoryContext old = MemoryContextSwitchTo(stage->work_context);
+
+		window_emit_panes(stage);
+		MemoryContextSwitchTo(old);
 	}
 
 	run.stage = stage;

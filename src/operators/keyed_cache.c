@@ -70,7 +70,7 @@ keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
 		return NULL;
 
 	/* One chunk for the entry, its aggregates and its key: keeps many entries small. */
-	vsize = (kind == 'A' || kind == 'W') ? MAXALIGN(sizeof(AggValue) * stage->naggs) : 0;
+	vsize = (kind == 'A' || kind == 'W' || kind == 'L') ? MAXALIGN(sizeof(AggValue) * stage->naggs) : 0;
 	chunk = MemoryContextAllocZero(stage->cache_context, MAXALIGN(sizeof(KeyedEntry)) + vsize + klen);
 	e = (KeyedEntry *) chunk;
 	if (vsize > 0)
@@ -81,10 +81,10 @@ keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
 	e->key.len = klen;
 	e->stored = stored;
 	e->group_offset = 1;
-	e->group_len = klen - 1 - (kind == 'W' ? 8 : 0);
+	e->group_len = klen - 1 - (kind == 'W' || kind == 'L' ? 8 : 0);
 	if (stored)
 		keyed_entry_deserialize(&stage->codec, e, stage->value.data, stage->value.len);
-	else if (kind == 'W')
+	else if (kind == 'W' || kind == 'L')
 		e->start = e->end = DT_NOBEGIN;
 
 	slot = kcache_insert(stage->cache, e->key, &found);
@@ -106,23 +106,6 @@ undo_save(KeyedStage *stage, KeyedEntry *e)
 	keyed_entry_serialize(&stage->codec, e, &u->data);
 	stage->undo_entries = lappend(stage->undo_entries, u);
 	e->undo_saved = true;
-	MemoryContextSwitchTo(old);
-}
-
-void
-keyed_undo_timer(KeyedStage *stage, const char *key, int klen, bool put)
-{
-	MemoryContext old;
-	KeyedUndo  *u;
-
-	if (!stage->undo_active || stage->state->ops->get(stage->state, key, klen, &stage->value) == put)
-		return;
-	old = MemoryContextSwitchTo(stage->undo_context);
-	u = palloc0(sizeof(KeyedUndo));
-	initStringInfo(&u->data);
-	appendBinaryStringInfo(&u->data, key, klen);
-	u->put = put;
-	stage->undo_timers = lappend(stage->undo_timers, u);
 	MemoryContextSwitchTo(old);
 }
 

@@ -11,6 +11,7 @@
 #include "connectors/dead_letter.h"
 #include "connectors/sink.h"
 #include "operators/keyed_state.h"
+#include "operators/timer_index.h"
 #include "plan/plan.h"
 
 /* As keyed.h names it: this header does not include keyed.h, which is keyed.c's. */
@@ -55,19 +56,31 @@ struct KeyedStage
 	bool		undo_active;
 	MemoryContext undo_context;	/* reset at each keyed_begin_record */
 	List	   *undo_entries;	/* of KeyedUndo: entries as they were */
-	List	   *undo_timers;	/* of KeyedUndo: timers put or deleted, in order */
+	List	   *undo_timers;	/* of TimerMark: timers put, in order */
 	int			undo_ndirty;
 	int			undo_nout;
 	TimestampTz watermark;
+	TimerIndex *timers;			/* the windows' timers (timer_index.h) */
+	StringInfoData timer_tail;	/* scratch */
+	/* Sliding windows kept as panes of slide ('L' entries; window.c) */
+	bool		panes;
+	int			npanes;			/* panes in a window: size / slide */
+	bool		legacy_windows; /* the state holds per-window entries too */
+	MemoryContext changed_context;	/* the windows changed since the checkpoint */
+	struct wchanged_hash *changed;
+	StateKey   *changed_list;	/* in the order they changed first */
+	int			nchanged;
+	int			changed_capacity;
+	int			undo_nchanged;
+	AggValue   *combined;		/* scratch: a window's values from its panes */
 };
 
-/* An entry as it was before the current record, or a timer it put or deleted. */
+/* An entry as it was before the current record. */
 typedef struct KeyedUndo
 {
 	KeyedEntry *entry;
 	KeyedEntry	saved;
-	StringInfoData data;		/* the entry's serialized state, or the timer's key */
-	bool		put;			/* a timer: put (else deleted) */
+	StringInfoData data;		/* the entry's serialized state */
 } KeyedUndo;
 
 /* The cache, empty, in cache_context. */
@@ -82,9 +95,6 @@ extern void keyed_key_begin(KeyedStage *stage, char kind);
  */
 extern KeyedEntry *keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create);
 extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
-
-/* A timer is about to be put or deleted: remember it if that changes the backend. */
-extern void keyed_undo_timer(KeyedStage *stage, const char *key, int klen, bool put);
 
 /* Scratch arrays for a record that goes into nwindows windows. */
 extern void keyed_scratch(KeyedStage *stage, int nwindows);

@@ -12,9 +12,11 @@
  * format 0.  A restore of such a checkpoint rewrites every value of the
  * opened state with the version byte before the stage reads any
  * (keyed_upgrade_state), so that a store never mixes formats: the next
- * checkpoint holds format 1 alone, and says so.  Restoring the old
- * checkpoint again upgrades its state again.  From then on, a value whose
- * byte is not KEYED_STATE_FORMAT (written by a later release, or damaged)
+ * checkpoint holds today's format alone, and says so.  Restoring the old
+ * checkpoint again upgrades its state again.  Format 2 dropped the timer
+ * keys of format 1 (its values are those of format 1): its upgrade deletes
+ * them.  From then on, a value whose
+ * byte is not 1 or KEYED_STATE_FORMAT (written by a later release, or damaged)
  * is refused with an error naming the job, the key and the version,
  * instead of being read as garbage; so is a checkpoint whose layout names
  * a format this release does not know.  The format covers the keys too: a
@@ -105,7 +107,7 @@ keyed_entry_serialize(const KeyedCodec *codec, KeyedEntry *e, StringInfo buf)
 		put_values(codec, e->values, buf);
 		return;
 	}
-	if (kind == 'W')
+	if (kind == 'W' || kind == 'L')
 	{
 		serial_put(buf, &e->start, sizeof(TimestampTz));
 		serial_put(buf, &e->end, sizeof(TimestampTz));
@@ -139,7 +141,7 @@ keyed_entry_deserialize(const KeyedCodec *codec, KeyedEntry *e, const char *data
 	entry_read_version(codec, e, data, len, &pos);
 	if (kind == 'A')
 		get_values(codec, e->values, data, len, &pos);
-	else if (kind == 'W')
+	else if (kind == 'W' || kind == 'L')
 	{
 		serial_get(data, len, &pos, &e->start, sizeof(TimestampTz));
 		serial_get(data, len, &pos, &e->end, sizeof(TimestampTz));
@@ -190,22 +192,15 @@ entry_read_version(const KeyedCodec *codec, KeyedEntry *e, const char *data, int
 	uint8		version;
 
 	serial_get(data, len, pos, &version, 1);
-	if (version != KEYED_STATE_FORMAT)
+	/* Format 2 changed the keys alone: a value of format 1 reads the same. */
+	if (version != KEYED_STATE_FORMAT && version != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("the state of job \"%s\" holds a value of unknown format version %d",
 						codec->job_name, (int) version),
-				 errdetail("The value of state key %s has format version %d; this release reads version %d.",
+				 errdetail("The value of state key %s has format version %d; this release reads versions 1 to %d.",
 						   key_text(e->key.data, e->key.len), (int) version, KEYED_STATE_FORMAT),
 				 errhint("Restore the job to an earlier checkpoint with mailer.restore_job, or drop and create the job.")));
-}
-
-void
-keyed_timer_put(StateBackend *state, const char *key, int klen)
-{
-	const char	version = KEYED_STATE_FORMAT;
-
-	state->ops->put(state, key, klen, &version, 1);
 }
 
 /*
@@ -313,10 +308,58 @@ keyed_check_state_layout(const char *job_name, const char *stored, JobPlan *plan
 }
 
 /*
+ * Format 1 to 2: the timer keys go ('F' and 'P'; the stage keeps its
+ * timers in memory and makes them again from the window entries).  In
+ * chunks, as below.
+ */
+static void
+delete_timer_keys(StateBackend *state, char kind)
+{
+	MemoryContext chunk_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer state upgrade",
+													ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(chunk_ctx);
+	char		to = kind + 1;
+	bool		more = true;
+
+	while (more)
+	{
+		StateIterator *it = state->ops->iterate(state, &kind, 1, &to, 1);
+		List	   *keys = NIL;
+		ListCell   *kc;
+		const char *key;
+		const char *v;
+		int			klen;
+		int			vlen;
+
+		while ((more = state->ops->next(it, &key, &klen, &v, &vlen)) &&
+			   list_length(keys) < UPGRADE_CHUNK)
+		{
+			StringInfo	k = makeStringInfo();
+
+			CHECK_FOR_INTERRUPTS();
+			appendBinaryStringInfo(k, key, klen);
+			keys = lappend(keys, k);
+		}
+		state->ops->iterate_end(it);
+		foreach(kc, keys)
+		{
+			StringInfo	k = lfirst(kc);
+
+			state->ops->delete(state, k->data, k->len);
+		}
+		MemoryContextReset(chunk_ctx);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(chunk_ctx);
+}
+
+/*
  * Format 0 to 1: the version byte before every value of the stage's keys
  * (all begin with a capital letter; RocksDB's own "\0epoch" is not one of
  * them).  Scanned again after every UPGRADE_CHUNK keys, from past the last
- * one, so that RocksDB applies its write batch as it goes.
+ * one, so that RocksDB applies its write batch as it goes.  The byte
+ * written is today's: values of formats 1 and 2 are alike.  Then format 1
+ * to 2.
  */
 void
 keyed_upgrade_state(StateBackend *state, int format)
@@ -328,7 +371,8 @@ keyed_upgrade_state(StateBackend *state, int format)
 
 	if (format == KEYED_STATE_FORMAT)
 		return;
-	Assert(format == 0);
+	if (format == 1)
+		more = false;
 	initStringInfo(&from);
 	appendStringInfoChar(&from, 'A');
 	chunk_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer state upgrade",
@@ -382,6 +426,8 @@ keyed_upgrade_state(StateBackend *state, int format)
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(chunk_ctx);
+	delete_timer_keys(state, 'F');
+	delete_timer_keys(state, 'P');
 }
 
 /* Where the group key lies in each kind of key: see keyed_state.h. */
@@ -401,6 +447,7 @@ keyed_state_key_group(const char *state_key, int len, int key_groups)
 			after = 0;
 			break;
 		case 'W':
+		case 'L':
 			before = 1;
 			after = 8;
 			break;

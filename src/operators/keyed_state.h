@@ -8,18 +8,21 @@
  * State keys, by their first byte:
  *		'A' <group key>							running aggregates (no window)
  *		'W' <group key> <start>					a tumbling or sliding window
+ *		'L' <group key> <pane start>				a pane of a sliding window (window.c)
  *		'S' <group key>							a key's session windows
- *		'F' <end> <group key> <start>			fire a window when the watermark reaches end
- *		'P' <end + lateness> <group key> <start>	purge it after its allowed lateness
+ *		'F' <end> <group key> <start>			format 1 only: fire a window at end
+ *		'P' <end + lateness> <group key> <start>	format 1 only: purge it after its lateness
  * Times are 8 bytes, big-endian with the sign flipped, so byte order is
- * time order and a timer range is one scan.
+ * time order.  Format 2 keeps no timer keys (the upgrade from 1 deletes
+ * them): the timers follow from the window entries.
  *
  * Values: one byte, the format version (KEYED_STATE_FORMAT), then for
  *		'A': the aggregates
- *		'W': start, end, fired, unemitted, the aggregates
+ *		'W', 'L': start, end, fired, unemitted, the aggregates (a pane's
+ *			 end is start + slide; its fired and unemitted are not used)
  *		'S': count, then per session: start, end, fired, unemitted,
  *			 emitted_start, the aggregates
- *		'F', 'P': nothing more
+ *		'F', 'P' (format 1): nothing more
  * How a reader knows a value has that byte: see keyed_state.c.
  */
 #ifndef KEYED_STATE_H
@@ -35,10 +38,12 @@
 struct JobPlan;
 
 /*
- * The format of the values this release writes.  Format 0 is that of
- * release 0.1.0: the same values without the version byte.
+ * The format of the state this release writes.  Format 0 is that of
+ * release 0.1.0: the values of format 1 without the version byte.  Format
+ * 2 has the values of format 1 (a reader takes either byte) and no timer
+ * keys: the stage keeps its timers in memory (timer_index.h).
  */
-#define KEYED_STATE_FORMAT	1
+#define KEYED_STATE_FORMAT	2
 
 /* One session window of a key. */
 typedef struct Session
@@ -93,9 +98,6 @@ extern AggValue *keyed_values_new(const KeyedCodec *codec);
 extern void keyed_entry_serialize(const KeyedCodec *codec, KeyedEntry *e, StringInfo buf);
 extern void keyed_entry_deserialize(const KeyedCodec *codec, KeyedEntry *e, const char *data,
 									int len);
-
-/* Put a timer (its value is the version byte alone). */
-extern void keyed_timer_put(StateBackend *state, const char *key, int klen);
 
 /*
  * What a plan's keyed state bytes mean, stored with every checkpoint

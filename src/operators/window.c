@@ -13,16 +13,33 @@
  * record when the watermark is already past its end (within lateness) is
  * complete at once: its row goes out at the next checkpoint.
  *
+ * Timers are kept in memory (timer_index.c) and made again from the window
+ * entries when the stage starts.  Sliding windows whose aggregates combine
+ * exactly are kept as panes of slide (see "Panes" below).
+ *
  * Design: docs/ARCHITECTURE.md, "Windows and timers".
  */
 #include "postgres.h"
 
+#include "catalog/pg_type_d.h"
 #include "common/int.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
 #include "base/mailer.h"
 #include "operators/window.h"
+
+/* The windows changed since the checkpoint, of a stage that keeps panes. */
+typedef struct ChangedSlot
+{
+	StateKey	key;			/* group key, window start */
+	uint32		hash;
+	char		status;
+} ChangedSlot;
+
+#define SH_PREFIX wchanged
+#define SH_ELEMENT_TYPE ChangedSlot
+#include "state/state_key_table.h"
 
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
@@ -31,12 +48,23 @@ static void schedule_purge(KeyedStage *stage, const char *group, int group_len,
 						   TimestampTz start, TimestampTz end);
 static void put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group,
 					  int group_len, TimestampTz start);
-static List *due_timers(KeyedStage *stage, char kind, TimestampTz after, TimestampTz watermark);
+static List *due_timers(KeyedStage *stage, char kind, TimestampTz watermark);
 static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e,
 						 Session **session);
 static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
+static void restore_timer(KeyedStage *stage, const char *group, int group_len,
+						  TimestampTz start, TimestampTz end, bool fired);
+static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
+static void pane_fire(KeyedStage *stage, const char *key, int klen);
+static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+					   TimestampTz end);
+
+/* A timer as a state key of format 1: kind, time, group key, window start. */
+#define TIMER_GROUP(key) ((key) + 9)
+#define TIMER_GROUP_LEN(klen) ((klen) - 17)
+#define TIMER_START(key, klen) keyed_key_read_time((key) + (klen) - 8)
 
 static int128
 floor_div(int128 a, int64 b)
@@ -91,6 +119,8 @@ window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 	if (w->type == WINDOW_SESSION)
 		return session_add(stage, t, group, group_len);
+	if (stage->panes)
+		return pane_add(stage, t, group, group_len);
 
 	/*
 	 * Every window [start, start + size) holding t, start aligned to slide:
@@ -242,71 +272,66 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 }
 
 void
-window_fire(KeyedStage *stage, TimestampTz previous, TimestampTz watermark)
+window_fire(KeyedStage *stage, TimestampTz watermark)
 {
 	List	   *timers;
 	ListCell   *lc;
 
-	timers = due_timers(stage, 'F', previous, watermark);
+	timers = due_timers(stage, 'F', watermark);
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
-		fire_timer(stage, k->data, k->len);
+		if (stage->panes)
+			pane_fire(stage, k->data, k->len);
+		else
+			fire_timer(stage, k->data, k->len);
 	}
-	timers = due_timers(stage, 'P', previous, watermark);
+	timers = due_timers(stage, 'P', watermark);
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
-		purge_timer(stage, k->data, k->len);
+		if (stage->panes)
+			pane_purge(stage, TIMER_GROUP(k->data), TIMER_GROUP_LEN(k->len),
+					   TIMER_START(k->data, k->len),
+					   TIMER_START(k->data, k->len) + stage->plan->window->size_us);
+		else
+			purge_timer(stage, k->data, k->len);
 	}
 }
 
-/* The timers of a kind due at watermark, copied (the caller changes state). */
+/*
+ * The timers of a kind due at watermark, as state keys of the timer layout
+ * (kind, time, group key, window start), in the order of those keys.
+ */
 static List *
-due_timers(KeyedStage *stage, char kind, TimestampTz after, TimestampTz watermark)
+due_timers(KeyedStage *stage, char kind, TimestampTz watermark)
 {
-	StringInfoData from;
-	StringInfoData to;
-	StateIterator *it;
-	const char *key;
-	const char *val;
-	int			klen;
-	int			vlen;
 	List	   *due = NIL;
+	ListCell   *lc;
 
-	/*
-	 * Every timer at or before the previous watermark has been handled (no
-	 * timer is ever set behind the watermark): starting after it skips
-	 * their deletions, which RocksDB would otherwise scan again each time.
-	 */
-	initStringInfo(&from);
-	appendStringInfoChar(&from, kind);
-	if (after != DT_NOBEGIN)
-		keyed_key_append_time(&from, after + 1);
-	initStringInfo(&to);
-	if (watermark == DT_NOEND)
-		appendStringInfoChar(&to, kind + 1);
-	else
+	foreach(lc, timer_index_due(stage->timers, kind, watermark))
 	{
-		appendStringInfoChar(&to, kind);
-		keyed_key_append_time(&to, watermark + 1);
-	}
-	it = stage->state->ops->iterate(stage->state, from.data, from.len, to.data, to.len);
-	while (stage->state->ops->next(it, &key, &klen, &val, &vlen))
-	{
+		DueTimer   *t = lfirst(lc);
+		StringInfoData key;
 		StateKey   *k = palloc(sizeof(StateKey));
-		char	   *copy = palloc(klen);
 
-		memcpy(copy, key, klen);
-		k->data = copy;
-		k->len = klen;
+		/* Sized exactly: a watermark step may list every window of the stage. */
+		key.maxlen = 1 + 8 + t->len + 1;
+		key.data = palloc(key.maxlen);
+		key.len = 0;
+		key.data[0] = '\0';
+		key.cursor = 0;
+		appendStringInfoChar(&key, kind);
+		keyed_key_append_time(&key, t->when);
+		appendBinaryStringInfo(&key, t->tail, t->len);
+		k->data = key.data;
+		k->len = key.len;
 		due = lappend(due, k);
 	}
-	stage->state->ops->iterate_end(it);
 	return due;
 }
 
@@ -322,14 +347,10 @@ timer_key(StringInfo key, char kind, TimestampTz when, const char *group, int gr
 	keyed_key_append_time(key, start);
 }
 
-#define TIMER_GROUP(key) ((key) + 9)
-#define TIMER_GROUP_LEN(klen) ((klen) - 17)
-#define TIMER_START(key, klen) keyed_key_read_time((key) + (klen) - 8)
 
 /*
  * The window a timer is for, or false when it is gone: *e is its entry,
- * *session the session for a session window (NULL otherwise).  The timer
- * itself is deleted: it is due.
+ * *session the session for a session window (NULL otherwise).
  */
 static bool
 timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e, Session **session)
@@ -338,8 +359,6 @@ timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e, Sessi
 	int			group_len = TIMER_GROUP_LEN(klen);
 	TimestampTz start = TIMER_START(key, klen);
 
-	keyed_undo_timer(stage, key, klen, false);
-	stage->state->ops->delete(stage->state, key, klen);
 	*session = NULL;
 	if (stage->plan->window->type == WINDOW_SESSION)
 	{
@@ -433,6 +452,406 @@ purge_timer(KeyedStage *stage, const char *key, int klen)
 	keyed_mark_dirty(stage, e);
 }
 
+/*
+ * The timers of the restored state, from its window entries: an unfired
+ * window fires at its end, a fired one is purged at end + lateness (the
+ * timers a session's earlier extents left were no-ops, and are not made
+ * again).  A pane stands for the windows that hold it (the timers of a
+ * window with several panes are made once each, as timer_index_due drops
+ * duplicates).  The state holds the subtask's own key groups only, so
+ * these are the timers of its keys.  A timer at or before the watermark
+ * was handled before the checkpoint was taken (the stage reaches the
+ * checkpoint's watermark first), and is not made.
+ */
+static void
+restore_kind(KeyedStage *stage, char kind)
+{
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer timer rebuild",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old;
+	WindowSpec *w = stage->plan->window;
+	KeyedCodec	codec = stage->codec;
+	char		to = kind + 1;
+	StateIterator *it;
+	const char *key;
+	const char *val;
+	int			klen;
+	int			vlen;
+	int64		n = 0;
+
+	/* The iterator outlives the resets of ctx: it is made outside it. */
+	codec.ctx = ctx;
+	it = stage->state->ops->iterate(stage->state, &kind, 1, &to, 1);
+	old = MemoryContextSwitchTo(ctx);
+	while (stage->state->ops->next(it, &key, &klen, &val, &vlen))
+	{
+		const char *group = key + 1;
+		int			group_len = klen - 1 - (kind == 'S' ? 0 : 8);
+		KeyedEntry	e;
+		ListCell   *lc;
+
+		if (++n % 10000 == 0)
+		{
+			CHECK_FOR_INTERRUPTS();
+			MemoryContextReset(ctx);
+		}
+		if (kind == 'L')
+		{
+			TimestampTz first = keyed_key_read_time(key + klen - 8);
+
+			/* The pane's windows, the latest first: purged ones end it. */
+			for (int i = 0; i < stage->npanes; i++)
+			{
+				TimestampTz start = first - i * w->slide_us;
+				TimestampTz end = start + w->size_us;
+
+				if (purge_time(stage, end) <= stage->watermark)
+					break;
+				restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
+			}
+			continue;
+		}
+		if (kind == 'W')
+			stage->legacy_windows = stage->panes;
+		memset(&e, 0, sizeof(e));
+		e.key.data = (char *) key;
+		e.key.len = klen;
+		if (kind == 'W')
+			e.values = keyed_values_new(&codec);
+		keyed_entry_deserialize(&codec, &e, val, vlen);
+		if (kind == 'W')
+			restore_timer(stage, group, group_len, e.start, e.end, e.fired);
+		foreach(lc, e.sessions)
+		{
+			Session    *s = lfirst(lc);
+
+			restore_timer(stage, group, group_len, s->start, s->end, s->fired);
+		}
+	}
+	stage->state->ops->iterate_end(it);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(ctx);
+}
+
+static void
+restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+			  TimestampTz end, bool fired)
+{
+	char		kind = fired ? 'P' : 'F';
+	TimestampTz when = fired ? purge_time(stage, end) : end;
+
+	if (when > stage->watermark)
+		put_timer(stage, kind, when, group, group_len, start);
+}
+
+/*
+ * Whether the aggregates combine exactly in any order, so that a window's
+ * panes give the value its records gave one by one.  Not float sums (their
+ * rounding depends on the order), nor min and max of a type whose equal
+ * values may print differently (numeric 1.0 and 1.00, float -0 and 0,
+ * text under a nondeterministic collation): of equal ones, the one kept
+ * depends on the order.
+ */
+static bool
+panes_exact(KeyedStage *stage)
+{
+	for (int a = 0; a < stage->naggs; a++)
+	{
+		AggregateDef *agg = stage->aggs[a];
+
+		switch (agg->impl)
+		{
+			case AGG_SUM_FLOAT4:
+			case AGG_SUM_FLOAT8:
+			case AGG_AVG_FLOAT:
+				return false;
+			case AGG_MIN:
+			case AGG_MAX:
+				if (agg->arg_type != INT2OID && agg->arg_type != INT4OID &&
+					agg->arg_type != INT8OID && agg->arg_type != DATEOID &&
+					agg->arg_type != TIMESTAMPOID && agg->arg_type != TIMESTAMPTZOID)
+					return false;
+				break;
+			default:
+				break;
+		}
+	}
+	return true;
+}
+
+static void
+changed_reset(KeyedStage *stage)
+{
+	MemoryContextReset(stage->changed_context);
+	stage->changed = wchanged_create(stage->changed_context, 1024, NULL);
+	stage->changed_list = NULL;
+	stage->nchanged = 0;
+	stage->changed_capacity = 0;
+}
+
+void
+window_setup(KeyedStage *stage)
+{
+	WindowSpec *w = stage->plan->window;
+
+	stage->timers = timer_index_create(AllocSetContextCreate(stage->context, "mailer keyed timers",
+															 ALLOCSET_DEFAULT_SIZES));
+	initStringInfo(&stage->timer_tail);
+	if (w->type == WINDOW_SLIDING && w->size_us > w->slide_us && panes_exact(stage))
+	{
+		stage->panes = true;
+		stage->npanes = (int) (w->size_us / w->slide_us);
+		stage->changed_context = AllocSetContextCreate(stage->context, "mailer keyed changed windows",
+													   ALLOCSET_DEFAULT_SIZES);
+		changed_reset(stage);
+		stage->combined = palloc0(sizeof(AggValue) * Max(stage->naggs, 1));
+	}
+	if (w->type == WINDOW_SESSION)
+		restore_kind(stage, 'S');
+	else
+	{
+		if (stage->panes)
+			restore_kind(stage, 'L');
+		restore_kind(stage, 'W');
+	}
+}
+
+/*
+ * Panes.  A sliding window of size/slide panes keeps one entry per key and
+ * pane ('L' <group key> <pane start>), so a record is one state write, not
+ * size/slide.  A window exists while any of its panes does: its value is
+ * its panes' combined (with, after an upgrade, its entry of format 1: the
+ * records before it).  Whether it fired follows from the watermark (it
+ * fires when the watermark reaches its end, and is made fired when it
+ * begins late); which windows changed since their row was emitted is kept
+ * in memory, as no checkpoint leaves one unemitted that would be emitted
+ * (update, or fired) — a final window's change waits for its firing, which
+ * emits it anyway.  A pane goes when the last window holding it (the one
+ * it begins) is purged.
+ */
+static void
+changed_add(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	StringInfo	k = &stage->timer_tail;
+	StateKey	probe;
+	ChangedSlot *slot;
+	bool		found;
+
+	resetStringInfo(k);
+	appendBinaryStringInfo(k, group, group_len);
+	keyed_key_append_time(k, start);
+	probe.data = k->data;
+	probe.len = k->len;
+	slot = wchanged_insert(stage->changed, probe, &found);
+	if (found)
+		return;
+	slot->key.data = MemoryContextAlloc(stage->changed_context, k->len);
+	memcpy((char *) slot->key.data, k->data, k->len);
+	if (stage->nchanged == stage->changed_capacity)
+	{
+		int			cap = Max(1024, stage->changed_capacity * 2);
+
+		stage->changed_list = stage->changed_list ?
+			repalloc(stage->changed_list, sizeof(StateKey) * cap) :
+			MemoryContextAlloc(stage->changed_context, sizeof(StateKey) * cap);
+		stage->changed_capacity = cap;
+	}
+	stage->changed_list[stage->nchanged++] = slot->key;
+}
+
+/* Whether the window changed since its row was emitted; it is not any more. */
+static bool
+changed_take(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	StringInfo	k = &stage->timer_tail;
+	StateKey	probe;
+
+	resetStringInfo(k);
+	appendBinaryStringInfo(k, group, group_len);
+	keyed_key_append_time(k, start);
+	probe.data = k->data;
+	probe.len = k->len;
+	return wchanged_delete(stage->changed, probe);
+}
+
+void
+window_undo_mark(KeyedStage *stage)
+{
+	stage->undo_nchanged = stage->nchanged;
+}
+
+/* A record failed: the windows it changed first are as they were. */
+void
+window_undo(KeyedStage *stage)
+{
+	if (!stage->panes)
+		return;
+	for (int i = stage->nchanged - 1; i >= stage->undo_nchanged; i--)
+		wchanged_delete(stage->changed, stage->changed_list[i]);
+	stage->nchanged = stage->undo_nchanged;
+}
+
+static bool
+pane_usable(KeyedEntry *e)
+{
+	return e != NULL && !e->deleted && e->start != DT_NOBEGIN;
+}
+
+/* A window's values, into stage->combined; false when it has none (no pane). */
+static bool
+pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	WindowSpec *w = stage->plan->window;
+	AggValue   *out = stage->combined;
+	bool		found = false;
+	KeyedEntry *e;
+
+	for (int a = 0; a < stage->naggs; a++)
+		aggregate_init(stage->aggs[a], &out[a]);
+	if (stage->legacy_windows)
+	{
+		e = lookup_window(stage, 'W', group, group_len, start, false);
+		if (pane_usable(e))
+		{
+			for (int a = 0; a < stage->naggs; a++)
+				aggregate_merge(stage->aggs[a], &out[a], &e->values[a], &out[a]);
+			found = true;
+		}
+	}
+	for (int i = 0; i < stage->npanes; i++)
+	{
+		/*
+		 * A pane the backend does not have is cached as such (never made:
+		 * not dirty, start DT_NOBEGIN), so that the other windows holding
+		 * it do not ask the backend again.
+		 */
+		e = lookup_window(stage, 'L', group, group_len, start + i * w->slide_us, true);
+		if (!pane_usable(e))
+			continue;
+		for (int a = 0; a < stage->naggs; a++)
+			aggregate_merge(stage->aggs[a], &out[a], &e->values[a], &out[a]);
+		found = true;
+	}
+	return found;
+}
+
+static bool
+pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
+{
+	WindowSpec *w = stage->plan->window;
+	int128		first;
+	KeyedEntry *e;
+	bool		made;
+
+	/* The pane holding t begins where the latest window holding t does. */
+	first = floor_div((int128) t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
+	check_window_range(t, first - (int128) (stage->npanes - 1) * w->slide_us, first + w->size_us);
+	if (purge_time(stage, (TimestampTz) first + w->size_us) <= stage->watermark)
+		return false;			/* every window holding t is purged, or would be */
+	e = lookup_window(stage, 'L', group, group_len, (TimestampTz) first, true);
+	keyed_compute(stage, e->values, stage->next);
+
+	/* Nothing fails from here on. */
+	made = e->start == DT_NOBEGIN;
+	if (made)
+	{
+		e->start = (TimestampTz) first;
+		e->end = e->start + w->slide_us;
+	}
+	for (int i = 0; i < stage->npanes; i++)
+	{
+		TimestampTz start = (TimestampTz) (first - (int128) i * w->slide_us);
+		TimestampTz end = start + w->size_us;
+
+		if (purge_time(stage, end) <= stage->watermark)
+			break;
+		/* A new pane may make a window: its timers (a window's others are dropped as duplicates). */
+		if (made)
+			restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
+		changed_add(stage, group, group_len, start);
+	}
+	keyed_store(stage, e->values, stage->next);
+	e->unemitted = true;
+	keyed_mark_dirty(stage, e);
+	return true;
+}
+
+static void
+pane_fire(KeyedStage *stage, const char *key, int klen)
+{
+	const char *group = TIMER_GROUP(key);
+	int			group_len = TIMER_GROUP_LEN(klen);
+	TimestampTz end = keyed_key_read_time(key + 1);
+	TimestampTz start = TIMER_START(key, klen);
+
+	if (!pane_values(stage, group, group_len, start))
+		return;
+	keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+	(void) changed_take(stage, group, group_len, start);
+
+	/*
+	 * A purge due already waits for the purges of this step all the same:
+	 * in order of time, so that an earlier window sharing the pane this
+	 * one deletes is purged (and emitted, if it changed) first.
+	 */
+	put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
+}
+
+/* A window goes: its row if it changed since emitted, and the pane it begins. */
+static void
+pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+		   TimestampTz end)
+{
+	KeyedEntry *e;
+
+	if (changed_take(stage, group, group_len, start) &&
+		pane_values(stage, group, group_len, start))
+		keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+	e = lookup_window(stage, 'L', group, group_len, start, false);
+	if (pane_usable(e))
+	{
+		e->deleted = true;
+		keyed_mark_dirty(stage, e);
+	}
+	if (stage->legacy_windows)
+	{
+		e = lookup_window(stage, 'W', group, group_len, start, false);
+		if (pane_usable(e))
+		{
+			e->deleted = true;
+			keyed_mark_dirty(stage, e);
+		}
+	}
+}
+
+/*
+ * A checkpoint is due: the rows of the windows changed since, that are
+ * emitted now (update, or fired); the others wait for their firing.
+ */
+void
+window_emit_panes(KeyedStage *stage)
+{
+	bool		update = stage->plan->window->emit_update;
+
+	if (!stage->panes)
+		return;
+	for (int i = 0; i < stage->nchanged; i++)
+	{
+		StateKey	k = stage->changed_list[i];
+		const char *group = k.data;
+		int			group_len = k.len - 8;
+		TimestampTz start = keyed_key_read_time(k.data + k.len - 8);
+		TimestampTz end = start + stage->plan->window->size_us;
+
+		/* Emitted since (fired or purged) */
+		if (!wchanged_delete(stage->changed, k))
+			continue;
+		if ((update || end <= stage->watermark) && pane_values(stage, group, group_len, start))
+			keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+	}
+	changed_reset(stage);
+}
+
 void
 window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 {
@@ -440,8 +859,12 @@ window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 	const char *group = e->key.data + e->group_offset;
 	ListCell   *lc;
 
+	if (e->key.data[0] == 'L')
+		return;					/* its windows: window_emit_panes */
 	if (e->key.data[0] == 'W')
 	{
+		if (stage->panes)
+			return;				/* a window of format 1, as one of the panes' */
 		if (e->unemitted && (update || e->fired))
 		{
 			keyed_emit(stage, group, e->group_len, e->start, e->end, e->values, false);
@@ -462,16 +885,26 @@ window_emit_changed(KeyedStage *stage, KeyedEntry *e)
 	}
 }
 
+/* A timer; the record's undo takes it away again (keyed_abort_record). */
 static void
 put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group, int group_len,
 		  TimestampTz start)
 {
-	StringInfoData key;
+	StringInfo	tail = &stage->timer_tail;
+	TimerMark  *mark = NULL;
 
-	timer_key(&key, kind, when, group, group_len, start);
-	keyed_undo_timer(stage, key.data, key.len, true);
-	keyed_timer_put(stage->state, key.data, key.len);
-	pfree(key.data);
+	resetStringInfo(tail);
+	appendBinaryStringInfo(tail, group, group_len);
+	keyed_key_append_time(tail, start);
+	if (stage->undo_active)
+	{
+		MemoryContext old = MemoryContextSwitchTo(stage->undo_context);
+
+		mark = palloc(sizeof(TimerMark));
+		stage->undo_timers = lappend(stage->undo_timers, mark);
+		MemoryContextSwitchTo(old);
+	}
+	timer_index_add(stage->timers, kind, when, tail->data, tail->len, mark);
 }
 
 static KeyedEntry *
@@ -480,7 +913,7 @@ lookup_window(KeyedStage *stage, char kind, const char *group, int group_len, Ti
 {
 	keyed_key_begin(stage, kind);
 	appendBinaryStringInfo(&stage->key, group, group_len);
-	if (kind == 'W')
+	if (kind == 'W' || kind == 'L')
 		keyed_key_append_time(&stage->key, start);
 	return keyed_lookup(stage, stage->key.data, stage->key.len, create);
 }

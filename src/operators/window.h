@@ -12,10 +12,22 @@
 extern bool window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 
 /*
- * The watermark moved from previous to watermark: fire and purge what it
- * passed.  Allocates in the current memory context, which the caller resets.
+ * The watermark moved to watermark: fire and purge what it passed.  Allocates in the current memory context, which the caller resets.
  */
-extern void window_fire(KeyedStage *stage, TimestampTz previous, TimestampTz watermark);
+extern void window_fire(KeyedStage *stage, TimestampTz watermark);
+
+/*
+ * When the stage starts: how it keeps its windows, and the timers of the
+ * windows in its restored state.
+ */
+extern void window_setup(KeyedStage *stage);
+
+/* A checkpoint is due: emit the rows of the windows kept as panes that changed. */
+extern void window_emit_panes(KeyedStage *stage);
+
+/* Around a record: what window_undo takes back if it fails. */
+extern void window_undo_mark(KeyedStage *stage);
+extern void window_undo(KeyedStage *stage);
 
 /* A checkpoint is due: emit the rows of the entry's windows that changed. */
 extern void window_emit_changed(KeyedStage *stage, KeyedEntry *e);

@@ -44,10 +44,10 @@ sub create_count_job
 	my $j = 't097_old';
 	create_count_job($j, 'memory');
 	my $id = job_id_of($j);
-	is(psql("SELECT bool_and(get_byte(value, 0) = 1) FROM mailer.memory_state WHERE job_id = $id AND value IS NOT NULL"),
-		't', 'new values start with format version 1');
+	is(psql("SELECT bool_and(get_byte(value, 0) = 2) FROM mailer.memory_state WHERE job_id = $id AND value IS NOT NULL"),
+		't', 'new values start with format version 2');
 	like(psql("SELECT state_layout FROM mailer.checkpoints WHERE job_id = $id ORDER BY epoch DESC LIMIT 1"),
-		qr/^format\t1\t/, 'the checkpoint layout records format 1');
+		qr/^format\t2\t/, 'the checkpoint layout records format 2');
 
 	# What 0.1.0 left: values without the byte, checkpoints without a layout.
 	psql("UPDATE mailer.memory_state SET value = substring(value FROM 2) WHERE job_id = $id AND value IS NOT NULL");
@@ -59,11 +59,11 @@ sub create_count_job
 	is(psql("SELECT sum(n) FROM $j"), $events, 'every event counted exactly once across the upgrade');
 	is(psql("SELECT sum(s) = (SELECT sum(x) FROM generate_series(0, $events - 1) x) FROM $j"), 't',
 		'the sums too: the old values were read as they were written');
-	is(psql("SELECT bool_and(get_byte(value, 0) = 1) FROM (SELECT DISTINCT ON (key) value FROM mailer.memory_state
+	is(psql("SELECT bool_and(get_byte(value, 0) = 2) FROM (SELECT DISTINCT ON (key) value FROM mailer.memory_state
 			 WHERE job_id = $id ORDER BY key, epoch DESC) v WHERE value IS NOT NULL"),
 		't', 'after the upgrade every newest value has the version byte');
 	like(psql("SELECT state_layout FROM mailer.checkpoints WHERE job_id = $id ORDER BY epoch DESC LIMIT 1"),
-		qr/^format\t1\t/, 'and the newest checkpoint says format 1');
+		qr/^format\t2\t/, 'and the newest checkpoint says format 2');
 	psql("SELECT mailer.drop_job('$j'); DROP TABLE $j");
 }
 
@@ -79,7 +79,7 @@ sub create_count_job
 	is($info->{state}, 'failed', 'unknown value version: the job failed');
 	like($info->{last_error}, qr/state of job "\Q$j\E" holds a value of unknown format version 99/,
 		'last_error names the job and the version found');
-	like($info->{last_error}, qr/state key \\x41[0-9a-f]+ has format version 99; this release reads version 1/,
+	like($info->{last_error}, qr/state key \\x41[0-9a-f]+ has format version 99; this release reads versions 1 to 2/,
 		'and the key');
 	is(psql("SELECT string_agg(k || '=' || n || '/' || s, ',' ORDER BY k) FROM $j"), $rows,
 		'the sink got no row made from the unreadable state');
@@ -92,7 +92,7 @@ for my $b ('memory', 'rocksdb')
 	my $j = "t097_layout_$b";
 	create_count_job($j, $b);
 	my $id = job_id_of($j);
-	psql("UPDATE mailer.checkpoints SET state_layout = regexp_replace(state_layout, '^format\t1\t', E'format\\t7\\t')
+	psql("UPDATE mailer.checkpoints SET state_layout = regexp_replace(state_layout, '^format\t2\t', E'format\\t7\\t')
 		  WHERE job_id = $id");
 	psql("SELECT mailer.start_job('$j')");
 	my $info = wait_job_state($j, qr/^(failed|restarting|finished)$/, 60);

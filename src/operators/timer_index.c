@@ -1,0 +1,248 @@
+/*
+ * timer_index.c
+ *		Window timers in memory (timer_index.h).
+ *
+ * Timers used to be state keys ('F' and 'P' <time> <group key> <start>):
+ * every window made and every timer due cost a put, a get (for the undo)
+ * and a delete in the backend, and every watermark step a range scan.  A
+ * timer follows from its window entry (an unfired window fires at its end,
+ * a fired one is purged after its allowed lateness), so the stage keeps
+ * them here and window.c rebuilds them from the entries when it starts.
+ *
+ * Per kind, a hash from due time to a bucket, and a min-heap of the due
+ * times that have one.  Windows of many keys share their due times, so a
+ * bucket holds the tails of all their timers, packed: an int32 length and
+ * the bytes.  A bucket is only appended to; the undo of a record cuts it
+ * back to its length before the record.  When a bucket is due its tails
+ * are sorted by their bytes and duplicates dropped, which gives the order
+ * (and the once) a range scan of the state keys gave.
+ *
+ * Design: docs/ARCHITECTURE.md, "Windows and timers".
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "utils/memutils.h"
+
+#include "operators/timer_index.h"
+
+typedef struct TimerBucket
+{
+	TimestampTz when;
+	char		status;
+	char	   *data;
+	int			used;
+	int			cap;
+} TimerBucket;
+
+#define SH_PREFIX tbucket
+#define SH_ELEMENT_TYPE TimerBucket
+#define SH_KEY_TYPE TimestampTz
+#define SH_KEY when
+#define SH_HASH_KEY(tb, key) murmurhash32((uint32) (key) ^ (uint32) ((uint64) (key) >> 32))
+#define SH_EQUAL(tb, a, b) ((a) == (b))
+#define SH_SCOPE static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
+
+typedef struct TimerKind
+{
+	tbucket_hash *buckets;
+	TimestampTz *heap;			/* min-heap of the buckets' times */
+	int			nheap;
+	int			heap_cap;
+} TimerKind;
+
+struct TimerIndex
+{
+	MemoryContext context;
+	TimerKind	kinds[2];		/* 'F', 'P' */
+	int64		count;
+};
+
+static TimerKind *
+kind_of(TimerIndex *ti, char kind)
+{
+	Assert(kind == 'F' || kind == 'P');
+	return &ti->kinds[kind == 'F' ? 0 : 1];
+}
+
+TimerIndex *
+timer_index_create(MemoryContext context)
+{
+	TimerIndex *ti = MemoryContextAllocZero(context, sizeof(TimerIndex));
+
+	ti->context = context;
+	for (int k = 0; k < 2; k++)
+	{
+		ti->kinds[k].buckets = tbucket_create(context, 256, NULL);
+		ti->kinds[k].heap_cap = 256;
+		ti->kinds[k].heap = MemoryContextAlloc(context, sizeof(TimestampTz) * 256);
+	}
+	return ti;
+}
+
+static void
+heap_push(TimerIndex *ti, TimerKind *tk, TimestampTz when)
+{
+	int			i;
+
+	if (tk->nheap == tk->heap_cap)
+	{
+		tk->heap_cap *= 2;
+		tk->heap = repalloc(tk->heap, sizeof(TimestampTz) * tk->heap_cap);
+	}
+	i = tk->nheap++;
+	while (i > 0 && tk->heap[(i - 1) / 2] > when)
+	{
+		tk->heap[i] = tk->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	tk->heap[i] = when;
+}
+
+static void
+heap_pop(TimerKind *tk)
+{
+	TimestampTz last = tk->heap[--tk->nheap];
+	int			i = 0;
+
+	for (;;)
+	{
+		int			c = 2 * i + 1;
+
+		if (c >= tk->nheap)
+			break;
+		if (c + 1 < tk->nheap && tk->heap[c + 1] < tk->heap[c])
+			c++;
+		if (tk->heap[c] >= last)
+			break;
+		tk->heap[i] = tk->heap[c];
+		i = c;
+	}
+	if (tk->nheap > 0)
+		tk->heap[i] = last;
+}
+
+void
+timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, int len,
+				TimerMark *mark)
+{
+	TimerKind  *tk = kind_of(ti, kind);
+	TimerBucket *b;
+	bool		found;
+	int32		l = len;
+
+	b = tbucket_insert(tk->buckets, when, &found);
+	if (!found)
+	{
+		b->cap = 64;
+		b->data = MemoryContextAlloc(ti->context, b->cap);
+		b->used = 0;
+		heap_push(ti, tk, when);
+	}
+	if (mark)
+	{
+		mark->kind = kind;
+		mark->when = when;
+		mark->used = b->used;
+	}
+	if (b->used + (int) sizeof(int32) + len > b->cap)
+	{
+		while (b->used + (int) sizeof(int32) + len > b->cap)
+			b->cap *= 2;
+		b->data = repalloc(b->data, b->cap);
+	}
+	memcpy(b->data + b->used, &l, sizeof(int32));
+	memcpy(b->data + b->used + sizeof(int32), tail, len);
+	b->used += sizeof(int32) + len;
+	ti->count++;
+}
+
+void
+timer_index_truncate(TimerIndex *ti, const TimerMark *mark)
+{
+	TimerBucket *b = tbucket_lookup(kind_of(ti, mark->kind)->buckets, mark->when);
+
+	/* No timer is due inside a record: the bucket is still there. */
+	Assert(b != NULL && b->used >= mark->used);
+	if (b == NULL)
+		return;
+	ti->count--;
+	b->used = mark->used;
+}
+
+static int
+due_cmp(const void *a, const void *b)
+{
+	const DueTimer *x = *(DueTimer *const *) a;
+	const DueTimer *y = *(DueTimer *const *) b;
+	int			c = memcmp(x->tail, y->tail, Min(x->len, y->len));
+
+	if (c != 0)
+		return c;
+	return (x->len > y->len) - (x->len < y->len);
+}
+
+List *
+timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark)
+{
+	TimerKind  *tk = kind_of(ti, kind);
+	List	   *due = NIL;
+
+	while (tk->nheap > 0 && tk->heap[0] <= watermark)
+	{
+		TimestampTz when = tk->heap[0];
+		TimerBucket *b = tbucket_lookup(tk->buckets, when);
+		DueTimer  **sorted;
+		int			n = 0;
+		int			pos = 0;
+		char	   *copy;
+
+		heap_pop(tk);
+		Assert(b != NULL);
+		copy = palloc(Max(b->used, 1));
+		memcpy(copy, b->data, b->used);
+		while (pos < b->used)
+		{
+			int32		l;
+
+			memcpy(&l, copy + pos, sizeof(int32));
+			pos += sizeof(int32) + l;
+			n++;
+		}
+		sorted = palloc(sizeof(DueTimer *) * Max(n, 1));
+		pos = 0;
+		for (int i = 0; i < n; i++)
+		{
+			DueTimer   *t = palloc(sizeof(DueTimer));
+			int32		l;
+
+			memcpy(&l, copy + pos, sizeof(int32));
+			t->when = when;
+			t->tail = copy + pos + sizeof(int32);
+			t->len = l;
+			sorted[i] = t;
+			pos += sizeof(int32) + l;
+		}
+		ti->count -= n;
+		pfree(b->data);
+		tbucket_delete_item(tk->buckets, b);
+		if (n > 1)
+			qsort(sorted, n, sizeof(DueTimer *), due_cmp);
+		for (int i = 0; i < n; i++)
+		{
+			if (i > 0 && due_cmp(&sorted[i - 1], &sorted[i]) == 0)
+				continue;
+			due = lappend(due, sorted[i]);
+		}
+	}
+	return due;
+}
+
+int64
+timer_index_count(TimerIndex *ti)
+{
+	return ti->count;
+}

@@ -1,0 +1,52 @@
+/*
+ * timer_index.h
+ *		The keyed stage's window timers, in memory: per kind ('F' fire,
+ *		'P' purge) the timers by due time, each named by its "tail" (the
+ *		group key and the window start, as in a state key).  window.c
+ *		rebuilds them from the window entries on restore; the state
+ *		backend holds none.
+ */
+#ifndef TIMER_INDEX_H
+#define TIMER_INDEX_H
+
+#include "nodes/pg_list.h"
+#include "utils/timestamp.h"
+
+typedef struct TimerIndex TimerIndex;
+
+/* A due timer, as timer_index_due lists it. */
+typedef struct DueTimer
+{
+	TimestampTz when;
+	const char *tail;
+	int			len;
+} DueTimer;
+
+/* Where timer_index_truncate takes a kind's timers of one time back to. */
+typedef struct TimerMark
+{
+	char		kind;
+	TimestampTz when;
+	int			used;
+} TimerMark;
+
+extern TimerIndex *timer_index_create(MemoryContext context);
+
+/* Add a timer; *mark (when not NULL) is what undoes it. */
+extern void timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail,
+							int len, TimerMark *mark);
+
+/* Undo additions, the latest first. */
+extern void timer_index_truncate(TimerIndex *ti, const TimerMark *mark);
+
+/*
+ * The timers of a kind due at watermark, removed from the index, as a List
+ * of DueTimer in the current memory context: in order of time, then of
+ * tail bytes (that of the state keys timers had), each once.
+ */
+extern List *timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark);
+
+/* Timers held (stale ones included), for tests and metrics. */
+extern int64 timer_index_count(TimerIndex *ti);
+
+#endif							/* TIMER_INDEX_H */

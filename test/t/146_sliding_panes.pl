@@ -1,0 +1,172 @@
+# Sliding windows kept as panes give exactly the rows of windows kept one
+# by one.  A sum of float8 cannot be combined exactly, so a job that has one
+# keeps its sliding windows one by one: each pane job runs next to such a
+# reference job over the same events, and their count and numeric sum must
+# agree at every step, through out-of-order and late records, allowed
+# lateness, emit final and update, a stop and start (the timers are rebuilt
+# from the panes), a SIGKILL of a worker mid-stream, and restore_job to an
+# earlier epoch.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use Test::More;
+
+fresh_extension();
+
+my $topic = unique_name('t146');
+kafka('create-topic', $topic, 1);
+
+my %jobs = (
+	pf => { window => '"size": "30 seconds", "slide": "10 seconds", "allowed_lateness": "15 seconds"', backend => 'rocksdb' },
+	pu => { window => '"size": "30 seconds", "slide": "10 seconds", "allowed_lateness": "15 seconds", "emit": "update"', backend => 'memory' },
+	p0 => { window => '"size": "20 seconds", "slide": "5 seconds"', backend => 'rocksdb' },
+);
+
+sub create
+{
+	my ($name, $window, $backend, $float) = @_;
+	my $aggs = '"n": "count(*)", "total": "sum((value->>\'a\')::numeric)"';
+	$aggs .= ', "f": "sum((value->>\'a\')::float8)"' if $float;
+	psql("DROP TABLE IF EXISTS $name; CREATE TABLE $name (k text, window_start timestamptz, window_end timestamptz, "
+		  . "n bigint, total numeric, " . ($float ? 'f float8, ' : '') . "PRIMARY KEY (k, window_start))");
+	my $spec = qq{{"source": {"type": "kafka", "brokers": "$ENV{KAFKA_BROKERS}", "topic": "$topic", "start": "earliest"},
+	 "event_time": "(value->>'ts')::timestamptz",
+	 "watermark": {"max_out_of_orderness": "3 seconds"},
+	 "steps": [{"key_by": {"k": "value->>'k'"}}, {"window": {"type": "sliding", $window}}, {"aggregate": {$aggs}}],
+	 "sink": {"type": "table", "table": "$name"},
+	 "checkpoint": {"interval": "300 milliseconds"},
+	 "state": {"backend": "$backend"}}};
+	psql("SELECT mailer.create_job('$name', \$spec\$$spec\$spec\$)");
+}
+
+for my $j (sort keys %jobs)
+{
+	create("${j}_pane", $jobs{$j}{window}, $jobs{$j}{backend}, 0);
+	create("${j}_ref", $jobs{$j}{window}, $jobs{$j}{backend}, 1);
+}
+
+sub rows
+{
+	my ($table) = @_;
+	return psql(qq{SELECT coalesce(string_agg(format('%s %s %s %s %s', k,
+		extract(epoch FROM window_start - '2030-01-01 00:00:00+00')::numeric,
+		extract(epoch FROM window_end - '2030-01-01 00:00:00+00')::numeric, n, total), ', ' ORDER BY k, window_start), '')
+		FROM $table});
+}
+
+sub compare
+{
+	my ($what) = @_;
+	for my $j (sort keys %jobs)
+	{
+		for my $s ('pane', 'ref')
+		{
+			is(wait_job("${j}_$s"), 'running', "$what: ${j}_$s committed");
+		}
+		is(psql(qq{SELECT coalesce(string_agg(format('%s %s %s %s %s', s, k,
+				extract(epoch FROM window_start - '2030-01-01 00:00:00+00')::numeric, n, total), ', '), '')
+			FROM ((SELECT 'pane' s, k, window_start, n, total FROM ${j}_pane
+				   EXCEPT SELECT 'pane', k, window_start, n, total FROM ${j}_ref)
+				  UNION ALL (SELECT 'ref', k, window_start, n, total FROM ${j}_ref
+				   EXCEPT SELECT 'ref', k, window_start, n, total FROM ${j}_pane)) d}), '',
+			"$what: $j rows as the windows kept one by one");
+		is(job_metric("${j}_pane", 'records_late'), job_metric("${j}_ref", 'records_late'),
+			"$what: $j late records alike");
+	}
+}
+
+# Out of order within 4 s, some far behind (late for some windows, within
+# lateness for others, past it for all).
+my @events = random_events(seed => 146, partitions => 1, count => 120, step => 0.7, spread => 10,
+	keys => [qw(a b c d e)], amount => sub { ($_[0] % 1000) / 10 });
+my @batches = ([ @events[0 .. 39] ],
+	[ { p => 0, k => 'a', t => 2, a => 7 }, { p => 0, k => 'b', t => 11, a => 3 }, @events[40 .. 59] ],
+	[ @events[60 .. 79], { p => 0, k => 'c', t => 25, a => 5 }, { p => 0, k => 'z', t => 31, a => 1 } ],
+	[ @events[80 .. 119], { p => 0, k => 'd', t => 60, a => 2 } ]);
+
+produce_events($topic, $batches[0]);
+compare('first batch');
+my %first_epoch = map { my $j = $_; map { ("${j}_$_" => job_metric("${j}_$_", 'last_checkpoint_epoch')) } ('pane', 'ref') } keys %jobs;
+produce_events($topic, $batches[1]);
+compare('late records');
+
+# Stop and start: the timers come back from the panes.
+for my $j (sort keys %jobs)
+{
+	is(psql("SELECT mailer.stop_job('${j}_pane')"), 'stopped', "${j}_pane stopped");
+}
+produce_events($topic, $batches[2]);
+for my $j (sort keys %jobs)
+{
+	psql("SELECT mailer.start_job('${j}_pane')");
+}
+compare('after a stop and start');
+
+# SIGKILL a pane worker mid-stream (the server restarts every job): the
+# jobs resume from their checkpoints.
+produce_events($topic, $batches[3]);
+my $pid0 = worker_pid('pf_pane');
+ok($pid0 > 0, 'pf_pane has a worker');
+is(kill('KILL', $pid0), 1, 'SIGKILL sent to the worker of pf_pane');
+wait_until('the server restarted after the crash',
+	sub { my $p = worker_pid('pf_pane'); $p != $pid0 && $p > 0 }, 120);
+compare('after a SIGKILL');
+
+# The end of the stream: an event far ahead fires and purges everything.
+produce_events($topic, [ { p => 0, k => 'e', t => 1000, a => 1 } ]);
+compare('all fired');
+for my $j (sort keys %jobs)
+{
+	cmp_ok(psql("SELECT count(*) FROM ${j}_pane"), '>', 20, "$j: windows were written");
+}
+
+# restore_job to the epoch of the first batch: the timers come from that
+# epoch's panes, and the replay of every later record (in one go now: the
+# watermark moves otherwise than the first time, alike for both jobs) gives
+# the same windows again.
+for my $name (sort keys %first_epoch)
+{
+	is(psql("SELECT mailer.stop_job('$name')"), 'stopped', "restore: $name stopped");
+	is(psql("SELECT mailer.restore_job('$name', $first_epoch{$name})"), $first_epoch{$name},
+		"restore: $name restored to the epoch of the first batch");
+	psql("SELECT mailer.start_job('$name')");
+}
+compare('replayed from the first epoch');
+
+my $id = psql("SELECT job_id FROM mailer.job WHERE name = 'pu_pane'");
+is(psql("SELECT string_agg(DISTINCT chr(get_byte(key, 0)), '') FROM (SELECT DISTINCT ON (key) key, value
+		 FROM mailer.memory_state WHERE job_id = $id ORDER BY key, epoch DESC) v WHERE value IS NOT NULL"),
+	'L', 'a pane job keeps panes alone: no window entries, no timer keys');
+$id = psql("SELECT job_id FROM mailer.job WHERE name = 'pu_ref'");
+is(psql("SELECT string_agg(DISTINCT chr(get_byte(key, 0)), '') FROM (SELECT DISTINCT ON (key) key, value
+		 FROM mailer.memory_state WHERE job_id = $id ORDER BY key, epoch DESC) v WHERE value IS NOT NULL"),
+	'W', 'a job with a float sum keeps its windows one by one, and no timer keys');
+for my $j (sort keys %jobs)
+{
+	is(psql("SELECT mailer.stop_job('${j}_$_')"), 'stopped', "${j}_$_ stopped") for ('pane', 'ref');
+}
+
+# A restore that makes the timers of many windows (the rebuild reads the
+# state in chunks): 30000 keys of open sliding windows, stopped mid-stream
+# and started again; at the end of the stream every window holds its
+# records.
+psql("DROP TABLE IF EXISTS t146_many; CREATE TABLE t146_many (k text, window_start timestamptz,
+	  window_end timestamptz, n bigint, PRIMARY KEY (k, window_start))");
+psql(q{SELECT mailer.create_job('t146_many', $spec${"source": {"type": "generator", "events": 60000, "keys": 30000,
+	"rate": 20000, "start_time": "2030-01-01 00:00:00+00", "step": "1 millisecond"},
+	"steps": [{"key_by": {"k": "value->>'customer_id'"}}, {"window": {"type": "sliding", "size": "2 hours", "slide": "1 hour"}},
+		{"aggregate": {"n": "count(*)"}}],
+	"sink": {"type": "table", "table": "t146_many"},
+	"checkpoint": {"interval": "300 milliseconds"}, "state": {"backend": "rocksdb"}}$spec$)});
+wait_for_sql('t146_many read over 30000 records',
+	q{SELECT records_in > 30000 FROM mailer.metrics WHERE name = 't146_many'}, 't', 120);
+is(psql("SELECT mailer.stop_job('t146_many')"), 'stopped', 't146_many stopped mid-stream');
+is(psql("SELECT count(*) FROM t146_many"), '0', 'no window fired yet');
+psql("SELECT mailer.start_job('t146_many')");
+is(wait_job('t146_many', '5 minutes'), 'finished', 't146_many resumed and finished');
+is(psql("SELECT (count(*) = 2 * count(DISTINCT k)) || ' ' || sum(n) FROM t146_many"), 'true 120000',
+	'two windows per key, every record in both');
+
+done_testing();
