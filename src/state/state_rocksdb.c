@@ -310,7 +310,10 @@ live_options(void)
 	rocksdb_options_set_env(options, shared_env());
 	rocksdb_options_set_create_if_missing(options, 1);
 	rocksdb_options_set_max_background_jobs(options, 2);
-	/* Every checkpoint flushes the memtable: it only ever holds one interval's writes. */
+	/*
+	 * Checkpoints ingest their writes as SST files: the memtable fills only
+	 * when a rescale copies state in, or a read comes before a checkpoint.
+	 */
 	rocksdb_options_set_write_buffer_size(options, 16 * 1024 * 1024);
 	rocksdb_options_set_max_write_buffer_number(options, 2);
 	rocksdb_options_set_max_open_files(options, 256);
