@@ -317,6 +317,16 @@ live_options(void)
 	rocksdb_options_set_write_buffer_size(options, 16 * 1024 * 1024);
 	rocksdb_options_set_max_write_buffer_number(options, 2);
 	rocksdb_options_set_max_open_files(options, 256);
+	/*
+	 * Each checkpoint ingests one level-0 file of keys from all over the
+	 * key space, and each compaction into level 1 rewrites most of it:
+	 * twice the files per compaction, half the rewriting.  A lookup
+	 * consults each level-0 file's bloom filter, a cost that grows far
+	 * more slowly.
+	 */
+	rocksdb_options_set_level0_file_num_compaction_trigger(options, 8);
+	rocksdb_options_set_level0_slowdown_writes_trigger(options, 40);
+	rocksdb_options_set_level0_stop_writes_trigger(options, 64);
 	rocksdb_options_set_keep_log_file_num(options, 2);
 	rocksdb_options_set_stats_dump_period_sec(options, 0);
 	rocksdb_options_set_compression(options, rocksdb_lz4_compression);
