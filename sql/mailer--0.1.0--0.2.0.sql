@@ -113,6 +113,11 @@ ALTER TABLE mailer.checkpoints
 	DROP CONSTRAINT checkpoints_pkey,
 	ADD PRIMARY KEY (job_id, epoch, subtask);
 
+-- Records read per partition up to the epoch, {"topic": {"partition": n}},
+-- from which mailer.partition_metrics goes on after a restart; NULL in rows
+-- written before (the counts start at 0 there, as they always did).
+ALTER TABLE mailer.checkpoints ADD COLUMN partition_records_in jsonb;
+
 -- The key group of a memory-state row, by which a rescaled job's subtasks
 -- find their share; NULL in rows written by 0.1.0 (the workers work it out
 -- from the key).

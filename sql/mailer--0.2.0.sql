@@ -137,6 +137,7 @@ CREATE TABLE mailer.checkpoints (
 	state_layout	text,					-- the key and aggregate types the state was written with
 	subtask			integer NOT NULL DEFAULT 0,	-- whose share of the epoch; 0's row commits it
 	parallelism		integer NOT NULL DEFAULT 1,	-- the job's parallelism when the epoch was cut
+	partition_records_in jsonb,				-- records read per partition up to the epoch
 	PRIMARY KEY (job_id, epoch, subtask)
 );
 

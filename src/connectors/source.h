@@ -54,6 +54,13 @@ typedef struct SourceOps
 	/* Where to resume: every owned partition's next position. */
 	Jsonb	   *(*positions) (Source *src);
 
+	/*
+	 * Records read per owned partition, {"topic": {"partition": n}}, kept
+	 * with positions() so that partition metrics go on after a restart
+	 * (NULL op: the counts start at 0 in each run).
+	 */
+	Jsonb	   *(*records_in) (Source *src);
+
 	/* A checkpoint holding positions() committed (publish progress). */
 	void		(*committed) (Source *src);
 
@@ -88,11 +95,12 @@ struct Source
  * of the partitions it owns.  Subtask k of a job of the given parallelism
  * owns the partitions p of the t-th topic with (p + t) % parallelism == k
  * (the generator has one topic), and reports only those: in positions(),
- * the partition list, metrics and wait_job's marks.
+ * the partition list, metrics and wait_job's marks.  records_in: the merge
+ * of every subtask's records_in() of the same checkpoint, or NULL.
  */
 extern Source *generator_source_open(GeneratorSpec *spec, Jsonb *positions, JobSlot *slot,
 									 int subtask, int parallelism);
 extern Source *kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
-								 JobSlot *slot, int subtask, int parallelism);
+								 Jsonb *records_in, JobSlot *slot, int subtask, int parallelism);
 
 #endif							/* SOURCE_H */

@@ -90,6 +90,7 @@ typedef struct KafkaSource
 	int			nparts;
 	int			parts_capacity;
 	Jsonb	   *restored;		/* positions of the last checkpoint, or NULL */
+	Jsonb	   *restored_records_in;	/* records read per partition up to it, or NULL */
 	TimestampTz next_refresh;
 	char		error[512];		/* a broker or metadata problem, "" when none */
 	char		broker_error[512];	/* from the error callback */
@@ -118,6 +119,7 @@ static void take_marks(KafkaSource *kafka);
 static int	find_partition(KafkaSource *kafka, int topic, int32 partition);
 static bool owns(KafkaSource *kafka, int topic, int32 partition);
 static int64 restored_offset(KafkaSource *kafka, int topic, int32 partition);
+static int64 partition_number(KafkaSource *kafka, Jsonb *obj, int topic, int32 partition);
 static JsonbValue *restored_topic(KafkaSource *kafka, int topic);
 static bool next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterator **it, char **key,
 									 JsonbValue *position);
@@ -134,8 +136,8 @@ static TimestampTz kafka_time(int64 ms);
 static void kafka_exit(int code, Datum arg);
 
 Source *
-kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions, JobSlot *slot,
-				  int subtask, int parallelism)
+kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
+				  Jsonb *records_in, JobSlot *slot, int subtask, int parallelism)
 {
 	/* Reached from a before_shmem_exit callback: the struct outlives any context. */
 	KafkaSource *kafka = MemoryContextAllocZero(TopMemoryContext, sizeof(KafkaSource));
@@ -152,6 +154,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	kafka->base.slot = slot;
 	kafka->spec = spec;
 	kafka->restored = positions;
+	kafka->restored_records_in = records_in;
 	kafka->base.ntopics = list_length(spec->topics);
 	kafka->base.topic_names = palloc(sizeof(char *) * kafka->base.ntopics);
 	foreach(lc, spec->topics)
@@ -320,6 +323,10 @@ add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *m
 		KafkaPartition *kp = &kafka->parts[i];
 
 		kp->metrics = i < JOB_SLOT_MAX_PARTITIONS ? i : -1;
+		/* The count goes on from the checkpoint the position came from. */
+		if (kp->metrics >= 0)
+			kafka->base.slot->partitions[i].records_in =
+				Max(partition_number(kafka, kafka->restored_records_in, t, kp->partition), 0);
 		rd_kafka_topic_partition_list_add(add, kafka->base.topic_names[t], kp->partition)->offset = kp->next;
 		rd_kafka_topic_partition_list_add(kafka->assigned, kafka->base.topic_names[t], kp->partition);
 	}
@@ -549,11 +556,22 @@ restored_topic(KafkaSource *kafka, int topic)
 static int64
 restored_offset(KafkaSource *kafka, int topic, int32 partition)
 {
-	JsonbValue *t = restored_topic(kafka, topic);
+	return partition_number(kafka, kafka->restored, topic, partition);
+}
+
+/* A partition's number in obj, {"topic": {"partition": n}}, or -1. */
+static int64
+partition_number(KafkaSource *kafka, Jsonb *obj, int topic, int32 partition)
+{
+	JsonbValue *t;
 	JsonbValue *p;
 	char		key[16];
 
-	if (t == NULL)
+	if (obj == NULL)
+		return -1;
+	t = getKeyJsonValueFromContainer(&obj->root, kafka->base.topic_names[topic],
+									 strlen(kafka->base.topic_names[topic]), NULL);
+	if (t == NULL || t->type != jbvBinary)
 		return -1;
 	snprintf(key, sizeof(key), "%d", partition);
 	p = getKeyJsonValueFromContainer(t->val.binary.data, key, strlen(key), NULL);
@@ -974,6 +992,59 @@ kafka_positions(Source *src)
 }
 
 /*
+ * {"topic": {"partition": records read}} of the owned partitions, as the
+ * partition metrics count them, for the checkpoint.  A partition not
+ * assigned (yet), or without metrics, keeps the count it was restored with.
+ */
+static Jsonb *
+kafka_records_in(Source *src)
+{
+	KafkaSource *kafka = (KafkaSource *) src;
+	JsonbParseState *state = NULL;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int t = 0; t < kafka->base.ntopics; t++)
+	{
+		const char *name = kafka->base.topic_names[t];
+		JsonbValue *restored = NULL;
+		JsonbValue	count;
+
+		jsonb_push_key(&state, name);
+		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+		for (int i = 0; i < kafka->nparts; i++)
+		{
+			KafkaPartition *kp = &kafka->parts[i];
+
+			if (kp->topic != t)
+				continue;
+			jsonb_push_key(&state, psprintf("%d", kp->partition));
+			count.type = jbvNumeric;
+			count.val.numeric = int64_to_numeric(kp->metrics >= 0 ?
+												 kafka->base.slot->partitions[kp->metrics].records_in :
+												 Max(partition_number(kafka, kafka->restored_records_in,
+																	  t, kp->partition), 0));
+			pushJsonbValue(&state, WJB_VALUE, &count);
+		}
+		if (kafka->restored_records_in != NULL)
+			restored = getKeyJsonValueFromContainer(&kafka->restored_records_in->root, name,
+													strlen(name), NULL);
+		if (restored != NULL && restored->type == jbvBinary)
+		{
+			JsonbIterator *it = JsonbIteratorInit(restored->val.binary.data);
+			char	   *key;
+
+			while (next_unassigned_restored(kafka, t, &it, &key, &count))
+			{
+				jsonb_push_key(&state, key);
+				pushJsonbValue(&state, WJB_VALUE, &count);
+			}
+		}
+		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	}
+	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+}
+
+/*
  * Publish progress to the consumer group, for lag tools; never read back.
  * The offsets of the owned partitions only, listed one by one: the job's
  * other subtasks commit theirs to the same group, and a commit changes
@@ -1164,6 +1235,7 @@ static const SourceOps kafka_ops = {
 	.wait_ms = kafka_wait_ms,
 	.event_fd = kafka_event_fd,
 	.positions = kafka_positions,
+	.records_in = kafka_records_in,
 	.committed = kafka_committed,
 	.finished = kafka_finished,
 	.partition_count = kafka_partition_count,

@@ -89,7 +89,7 @@ static const Family job_families[] = {
 };
 
 static const Family partition_families[] = {
-	{"mailer_partition_records_in_total", "counter", "Records read from the partition by this run of the job's worker.", "records_in", PARTITION_LABELS},
+	{"mailer_partition_records_in_total", "counter", "Records read from the partition, carried over restarts by the checkpoints.", "records_in", PARTITION_LABELS},
 	{"mailer_partition_consumer_lag", "gauge", "Records in the partition not read yet.", "lag", PARTITION_LABELS},
 	{"mailer_partition_watermark_delay_seconds", "gauge", "How far the partition's watermark is behind the clock.", "watermark_delay", PARTITION_LABELS},
 	{"mailer_partition_offsets_skipped_total", "counter", "Offsets deleted (retention) before the job read them.", "offsets_skipped", PARTITION_LABELS},

@@ -115,6 +115,8 @@ ms_since(TimestampTz start)
 #define Anum_restore_state_layout			6
 #define Anum_restore_positions				7
 #define Anum_restore_partition_watermarks	8
+#define Anum_restore_epoch					9
+#define Anum_restore_partition_records_in	10
 
 /*
  * What the job's last committed epoch holds for this subtask.  At
@@ -134,6 +136,7 @@ typedef struct Restored
 	TimestampTz watermark;
 	Jsonb	   *positions;
 	Jsonb	   *partition_watermarks;
+	Jsonb	   *partition_records_in;
 } Restored;
 
 /* The per-topic merge of one jsonb column over the epoch's rows. */
@@ -165,7 +168,8 @@ restore_rows(Job *job, Restored *restored)
 				 "  (SELECT pg_catalog.max(epoch) FROM " MAILER_SCHEMA ".checkpoints "
 				 "    WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) 0)) "
 				 "SELECT subtask, parallelism, counters, state_ref, watermark, state_layout, "
-				 MERGED_BY_TOPIC("positions") ", " MERGED_BY_TOPIC("partition_watermarks") ", epoch "
+				 MERGED_BY_TOPIC("positions") ", " MERGED_BY_TOPIC("partition_watermarks") ", epoch, "
+				 MERGED_BY_TOPIC("partition_records_in") " "
 				 "FROM r ORDER BY subtask",
 				 1, &type, &value, NULL, true);
 	if (SPI_processed == 0)
@@ -175,7 +179,7 @@ restore_rows(Job *job, Restored *restored)
 	}
 
 	MemoryContextSwitchTo(ctx);
-	restored->epoch = DatumGetInt64(catalog_value(0, 9, NULL));
+	restored->epoch = DatumGetInt64(catalog_value(0, Anum_restore_epoch, NULL));
 	restored->parallelism = DatumGetInt32(catalog_value(0, Anum_restore_parallelism, NULL));
 
 	/*
@@ -203,6 +207,8 @@ restore_rows(Job *job, Restored *restored)
 		restored->positions = isnull ? NULL : DatumGetJsonbPCopy(d);
 		d = catalog_value(0, Anum_restore_partition_watermarks, &isnull);
 		restored->partition_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
+		d = catalog_value(0, Anum_restore_partition_records_in, &isnull);
+		restored->partition_records_in = isnull ? NULL : DatumGetJsonbPCopy(d);
 	}
 
 	/*
@@ -274,7 +280,8 @@ checkpoint_restore(Job *job)
 											job->slot, job->subtask, job->parallelism);
 	else
 		job->source = kafka_source_open(&job->spec->source.kafka, job->name, restored.positions,
-										job->slot, job->subtask, job->parallelism);
+										restored.partition_records_in, job->slot, job->subtask,
+										job->parallelism);
 
 	job->watermarks = watermark_create(job->spec->max_out_of_orderness_us, job->spec->idle_timeout_us);
 	/* Each subtask's tracker holds the partitions its source reads. */
@@ -418,10 +425,10 @@ static void
 insert_checkpoint_row(CheckpointRun *run)
 {
 	Job		   *job = run->job;
-	Oid			types[12] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
-	TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID, INT4OID};
-	Datum		values[12];
-	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[13] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID, INT4OID, JSONBOID};
+	Datum		values[13];
+	char		nulls[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *state_layout;
 
 	values[0] = Int64GetDatum(job->job_id);
@@ -440,13 +447,17 @@ insert_checkpoint_row(CheckpointRun *run)
 	nulls[9] = state_layout ? ' ' : 'n';
 	values[10] = Int32GetDatum(job->subtask);
 	values[11] = Int32GetDatum(job->parallelism);
+	if (job->source->ops->records_in)
+		values[12] = JsonbPGetDatum(job->source->ops->records_in(job->source));
+	else
+		nulls[12] = 'n';
 
 	SPI_connect();
 	catalog_exec("INSERT INTO " MAILER_SCHEMA ".checkpoints (job_id, epoch, positions, state_ref, "
 				 "counters, duration_ms, final, watermark, partition_watermarks, state_layout, "
-				 "subtask, parallelism) "
-				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-				 12, types, values, nulls, false);
+				 "subtask, parallelism, partition_records_in) "
+				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+				 13, types, values, nulls, false);
 
 	/*
 	 * Only the newest checkpoint.retain checkpoints stay restorable.  Each

@@ -10,10 +10,12 @@
  *			ckpt-<epoch>/	a RocksDB checkpoint per retained epoch
  *
  * A checkpoint's state_ref names its directory relative to its subtask's.
- * Writes skip the WAL: recovery never reads past the last checkpoint.  A
- * checkpoint flushes the memtable and hard-links the SST files, so its
- * cost grows with the data changed since the last one, not with the whole
- * state.  Opening at epoch E rebuilds live/ from ckpt-E (links again, and
+ * Writes skip the WAL: recovery never reads past the last checkpoint.  The
+ * keyed stage writes what changed at each checkpoint; those writes are
+ * kept aside, sorted, written into one SST file and ingested (moved into
+ * the database, never through the memtable), and the checkpoint then
+ * hard-links the SST files: its cost grows with the data changed since the
+ * last one, not with the whole state.  Opening at epoch E rebuilds live/ from ckpt-E (links again, and
  * copies of the few small files RocksDB rewrites) and deletes any newer
  * checkpoint, which no committed transaction references.  Opening an
  * epoch taken at another parallelism builds live/ from the key groups the
@@ -35,6 +37,7 @@
 #include "miscadmin.h"
 #include "storage/copydir.h"
 #include "storage/fd.h"
+#include "utils/memutils.h"
 
 #include "base/key_groups.h"
 #include "base/mailer.h"
@@ -54,7 +57,21 @@ typedef struct RocksState
 	rocksdb_readoptions_t *read;
 	rocksdb_writeoptions_t *write;
 	rocksdb_writebatch_t *batch;	/* writes not applied yet: see apply_writes() */
+	MemoryContext pending_ctx;	/* the pending writes' keys and values */
+	struct PendingWrite *pending;	/* puts and deletes not in the database yet */
+	int			npending;
+	int			pending_capacity;
 } RocksState;
+
+/* A put (val != NULL) or delete kept for the next apply_writes() or checkpoint. */
+typedef struct PendingWrite
+{
+	const char *key;
+	const char *val;
+	int			klen;
+	int			vlen;
+	int			seq;			/* the order of the writes: the last one of a key wins */
+} PendingWrite;
 
 typedef struct RocksIterator
 {
@@ -69,16 +86,102 @@ static const StateBackendOps rocks_ops;
 
 static rocksdb_env_t *rocks_env = NULL;
 
+static void
+keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
+{
+	PendingWrite *w;
+	char	   *copy;
+
+	if (rs->npending == rs->pending_capacity)
+	{
+		rs->pending_capacity = Max(1024, rs->pending_capacity * 2);
+		rs->pending = rs->pending ?
+			repalloc_huge(rs->pending, sizeof(PendingWrite) * rs->pending_capacity) :
+			MemoryContextAllocHuge(rs->pending_ctx, sizeof(PendingWrite) * rs->pending_capacity);
+	}
+	copy = MemoryContextAlloc(rs->pending_ctx, klen + (val ? vlen : 0));
+	memcpy(copy, key, klen);
+	if (val)
+		memcpy(copy + klen, val, vlen);
+	w = &rs->pending[rs->npending];
+	w->key = copy;
+	w->klen = klen;
+	w->val = val ? copy + klen : NULL;
+	w->vlen = val ? vlen : 0;
+	w->seq = rs->npending++;
+}
+
+/* RocksDB's bytewise order of keys, then the order of the writes. */
+static int
+pending_cmp(const void *a, const void *b)
+{
+	const PendingWrite *x = a;
+	const PendingWrite *y = b;
+	int			c = memcmp(x->key, y->key, Min(x->klen, y->klen));
+
+	if (c != 0)
+		return c;
+	if (x->klen != y->klen)
+		return x->klen < y->klen ? -1 : 1;
+	return x->seq < y->seq ? -1 : (x->seq > y->seq);
+}
+
 /*
- * Puts and deletes gather in a write batch, applied in one write before
- * anything reads: a checkpoint writes many entries in a row, and one
- * write of many costs much less than many writes of one.
+ * Sort the pending writes and keep the last write of each key: an SST file
+ * takes its keys in order and once each, and the memtable takes keys in
+ * order at a fraction of the cost of keys in random order.  Returns how
+ * many are left, at the start of rs->pending.
+ */
+static int
+sort_pending(RocksState *rs)
+{
+	int			n = 0;
+
+	qsort(rs->pending, rs->npending, sizeof(PendingWrite), pending_cmp);
+	for (int i = 0; i < rs->npending; i++)
+	{
+		PendingWrite *w = &rs->pending[i];
+
+		if (i + 1 < rs->npending && w->klen == w[1].klen && memcmp(w->key, w[1].key, w->klen) == 0)
+			continue;
+		rs->pending[n++] = *w;
+	}
+	return n;
+}
+
+static void
+forget_pending(RocksState *rs)
+{
+	MemoryContextReset(rs->pending_ctx);
+	rs->pending = NULL;
+	rs->npending = rs->pending_capacity = 0;
+}
+
+/*
+ * Puts and deletes gather aside, applied in one write before anything
+ * reads: a checkpoint writes many entries in a row, and one write of many
+ * costs much less than many writes of one.
  */
 static void
 apply_writes(RocksState *rs)
 {
 	char	   *err = NULL;
 
+	if (rs->npending > 0)
+	{
+		int			n = sort_pending(rs);
+
+		for (int i = 0; i < n; i++)
+		{
+			PendingWrite *w = &rs->pending[i];
+
+			if (w->val)
+				rocksdb_writebatch_put(rs->batch, w->key, w->klen, w->val, w->vlen);
+			else
+				rocksdb_writebatch_delete(rs->batch, w->key, w->klen);
+		}
+		forget_pending(rs);
+	}
 	if (rocksdb_writebatch_count(rs->batch) == 0)
 		return;
 	rocksdb_write(rs->db, rs->write, rs->batch, &err);
@@ -207,10 +310,23 @@ live_options(void)
 	rocksdb_options_set_env(options, shared_env());
 	rocksdb_options_set_create_if_missing(options, 1);
 	rocksdb_options_set_max_background_jobs(options, 2);
-	/* Every checkpoint flushes the memtable: it only ever holds one interval's writes. */
+	/*
+	 * Checkpoints ingest their writes as SST files: the memtable fills only
+	 * when a rescale copies state in, or a read comes before a checkpoint.
+	 */
 	rocksdb_options_set_write_buffer_size(options, 16 * 1024 * 1024);
 	rocksdb_options_set_max_write_buffer_number(options, 2);
 	rocksdb_options_set_max_open_files(options, 256);
+	/*
+	 * Each checkpoint ingests one level-0 file of keys from all over the
+	 * key space, and each compaction into level 1 rewrites most of it:
+	 * twice the files per compaction, half the rewriting.  A lookup
+	 * consults each level-0 file's bloom filter, a cost that grows far
+	 * more slowly.
+	 */
+	rocksdb_options_set_level0_file_num_compaction_trigger(options, 8);
+	rocksdb_options_set_level0_slowdown_writes_trigger(options, 40);
+	rocksdb_options_set_level0_stop_writes_trigger(options, 64);
 	rocksdb_options_set_keep_log_file_num(options, 2);
 	rocksdb_options_set_stats_dump_period_sec(options, 0);
 	rocksdb_options_set_compression(options, rocksdb_lz4_compression);
@@ -436,6 +552,8 @@ state_rocksdb_open(const StateOpenArgs *args)
 	rs->write = rocksdb_writeoptions_create();
 	rocksdb_writeoptions_disable_WAL(rs->write, 1);
 	rs->batch = rocksdb_writebatch_create();
+	rs->pending_ctx = AllocSetContextCreate(CurrentMemoryContext, "RocksDB pending writes",
+											ALLOCSET_DEFAULT_SIZES);
 	if (rescale)
 		rescale_from(rs, args);
 	return &rs->base;
@@ -467,7 +585,7 @@ rocks_put(StateBackend *backend, const char *key, int klen, const char *val, int
 {
 	RocksState *rs = (RocksState *) backend;
 
-	rocksdb_writebatch_put(rs->batch, key, klen, val, vlen);
+	keep_write(rs, key, klen, val, vlen);
 }
 
 static void
@@ -475,7 +593,7 @@ rocks_delete(StateBackend *backend, const char *key, int klen)
 {
 	RocksState *rs = (RocksState *) backend;
 
-	rocksdb_writebatch_delete(rs->batch, key, klen);
+	keep_write(rs, key, klen, NULL, 0);
 }
 
 static StateIterator *
@@ -536,6 +654,67 @@ rocks_iterate_end(StateIterator *it)
 	pfree(ri);
 }
 
+/*
+ * The pending writes (at a checkpoint: what changed since the last one, and
+ * the epoch) into the database as one SST file, written beside live/ and
+ * moved in: no memtable to fill and flush.  The file's keys are newer than
+ * any in the database (RocksDB gives it the next sequence number), so it
+ * wins over older values of the same keys, as a write would.
+ */
+static void
+ingest_pending(RocksState *rs)
+{
+	char	   *file = psprintf("%s/ingest.sst", rs->dir);
+	rocksdb_envoptions_t *envopts;
+	rocksdb_sstfilewriter_t *writer;
+	rocksdb_ingestexternalfileoptions_t *ingest;
+	const char *files[1];
+	char	   *err = NULL;
+	int			n;
+	sigset_t	saved;
+
+	/* A read wrote some of this epoch's writes already: they go the same way. */
+	if (rocksdb_writebatch_count(rs->batch) > 0)
+	{
+		apply_writes(rs);
+		return;
+	}
+	if (rs->npending == 0)
+		return;
+	n = sort_pending(rs);
+	/* Left by a crash between writing and moving it. */
+	remove_if_exists(file);
+	envopts = rocksdb_envoptions_create();
+	writer = rocksdb_sstfilewriter_create(envopts, rs->options);
+	rocksdb_sstfilewriter_open(writer, file, &err);
+	for (int i = 0; i < n && err == NULL; i++)
+	{
+		PendingWrite *w = &rs->pending[i];
+
+		if (w->val)
+			rocksdb_sstfilewriter_put(writer, w->key, w->klen, w->val, w->vlen, &err);
+		else
+			rocksdb_sstfilewriter_delete(writer, w->key, w->klen, &err);
+	}
+	if (err == NULL)
+		rocksdb_sstfilewriter_finish(writer, &err);
+	rocksdb_sstfilewriter_destroy(writer);
+	rocksdb_envoptions_destroy(envopts);
+	check(err, "write the changed state to", file);
+	forget_pending(rs);
+
+	ingest = rocksdb_ingestexternalfileoptions_create();
+	rocksdb_ingestexternalfileoptions_set_move_files(ingest, 1);
+	files[0] = file;
+	mailer_block_signals(&saved);
+	rocksdb_ingest_external_file(rs->db, files, 1, ingest, &err);
+	mailer_restore_signals(&saved);
+	rocksdb_ingestexternalfileoptions_destroy(ingest);
+	check(err, "ingest", file);
+	/* Moved is linked: the name outside live/ goes. */
+	remove_if_exists(file);
+}
+
 static char *
 rocks_checkpoint(StateBackend *backend, int64 epoch)
 {
@@ -549,13 +728,17 @@ rocks_checkpoint(StateBackend *backend, int64 epoch)
 
 	/* A leftover of a checkpoint that did not commit would make RocksDB fail. */
 	remove_if_exists(path);
-	rocksdb_writebatch_put(rs->batch, epoch_key, sizeof(epoch_key) - 1, (char *) &epoch, sizeof(epoch));
-	apply_writes(rs);
+	keep_write(rs, epoch_key, sizeof(epoch_key) - 1, (char *) &epoch, sizeof(epoch));
+	ingest_pending(rs);
 	mailer_block_signals(&saved);
 	cp = rocksdb_checkpoint_object_create(rs->db, &err);
 	if (err == NULL)
 	{
-		/* 0: always flush the memtable, which has no WAL behind it. */
+		/*
+		 * 0: flush the memtable, which has no WAL behind it.  It is empty
+		 * unless something read between the writes and the checkpoint
+		 * (apply_writes()): then it holds the epoch's last writes.
+		 */
 		rocksdb_checkpoint_create(cp, path, 0, &err);
 		rocksdb_checkpoint_object_destroy(cp);
 	}

@@ -47,6 +47,7 @@
 #   BENCH_RUNS=3             rounds per figure
 #   BENCH_KEYS=100000        customers in the main topic
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
+#   BENCH_STATE_BACKENDS="rocksdb memory"   its backends
 #   BENCH_SINK_ROWS=100000   distinct keys (rows) of the sink section's checkpoint
 #   BENCH_SECTIONS="throughput parallelism flink kafka_sink sink state latency profile scrape"
 #   BENCH_THROUGHPUT_JOBS="passthrough:- append:- totals:rocksdb ..."   the
@@ -84,6 +85,7 @@ BENCH_EVENTS=${BENCH_EVENTS:-5000000}
 BENCH_RUNS=${BENCH_RUNS:-3}
 BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
+BENCH_STATE_BACKENDS=${BENCH_STATE_BACKENDS:-rocksdb memory}
 BENCH_SINK_ROWS=${BENCH_SINK_ROWS:-100000}
 BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink sink state latency profile scrape}
 BENCH_PARALLELISM=${BENCH_PARALLELISM:-1 2 4}
@@ -877,7 +879,7 @@ section_state()
 	for run in $(seq 1 "$BENCH_RUNS"); do
 		for keys in $BENCH_STATE_KEYS; do
 			topic=$(state_topic "$keys")
-			for backend in rocksdb memory; do
+			for backend in $BENCH_STATE_BACKENDS; do
 				local name=bench_keys_${keys}
 				sample_last_checkpoint "$name" "$BENCH_OUT/last_ckpt.txt" &
 				sampler=$!
