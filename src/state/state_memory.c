@@ -258,12 +258,10 @@ rewind_rows(MemoryState *ms, int64 epoch)
 	if (epoch == 0)
 	{
 		catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
-					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-					 "AND $2 OPERATOR(pg_catalog.=) 0",
+					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
 					 4, types, values, NULL, false);
 		catalog_exec("DELETE FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
-					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-					 "AND $2 OPERATOR(pg_catalog.=) 0",
+					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
 					 4, types, values, NULL, false);
 		return;
 	}
@@ -300,6 +298,9 @@ load_rows(MemoryState *ms)
 	SkipNode   *last = NULL;
 	CatalogAccess access;
 	Portal		portal;
+	MemoryContext fetch_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state load",
+													 ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old_ctx;
 
 	for (int i = 0; i < SKIP_MAX_LEVEL; i++)
 		tail[i] = ms->head;
@@ -318,6 +319,8 @@ load_rows(MemoryState *ms)
 		SPI_cursor_fetch(portal, true, LOAD_CHUNK);
 		if (SPI_processed == 0)
 			break;
+		/* a detoasted key or value lives until the next fetch */
+		old_ctx = MemoryContextSwitchTo(fetch_ctx);
 		for (uint64 r = 0; r < SPI_processed; r++)
 		{
 			bytea	   *k = DatumGetByteaPP(catalog_value(r, Anum_load_key, NULL));
@@ -334,15 +337,14 @@ load_rows(MemoryState *ms)
 			}
 			else				/* not in the map's order after all */
 				(void) map_put(ms, key, klen, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v), NULL, NULL);
-			if ((Pointer) k != DatumGetPointer(catalog_value(r, Anum_load_key, NULL)))
-				pfree(k);
-			if ((Pointer) v != DatumGetPointer(catalog_value(r, Anum_load_value, NULL)))
-				pfree(v);
 		}
 		SPI_freetuptable(SPI_tuptable);
+		MemoryContextSwitchTo(old_ctx);
+		MemoryContextReset(fetch_ctx);
 	}
 	SPI_cursor_close(portal);
 	catalog_leave(&access);
+	MemoryContextDelete(fetch_ctx);
 }
 
 /*
@@ -570,7 +572,10 @@ flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
 /*
  * Write the changed keys and their undo as epoch's (inside its
  * transaction).  A key put back to the value it had, or added and deleted
- * again, changed nothing and is not written.
+ * again, changed nothing and is not written.  The undo values are freed
+ * as they are written: an error here ends the worker, which reopens the
+ * state of the last committed epoch, so no checkpoint is retried with this
+ * changed-key set.
  */
 static char *
 mem_checkpoint(StateBackend *backend, int64 epoch)
