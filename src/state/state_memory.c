@@ -308,12 +308,17 @@ load_rows(MemoryState *ms)
 	values[1] = Int32GetDatum(ms->kg_lo);
 	values[2] = Int32GetDatum(ms->kg_hi);
 	catalog_enter(&access);
+
+	/*
+	 * Not read-only: a read-only cursor would read with the snapshot taken
+	 * before the rewind, which then looks undone.
+	 */
 	portal = SPI_cursor_open_with_args(NULL,
 									   "SELECT key, value FROM mailer.memory_state "
 									   "WHERE job_id OPERATOR(pg_catalog.=) $1 "
 									   "AND key_group OPERATOR(pg_catalog.>=) $2 AND key_group OPERATOR(pg_catalog.<) $3 "
 									   "ORDER BY key",
-									   3, types, values, NULL, true, 0);
+									   3, types, values, NULL, false, 0);
 	for (;;)
 	{
 		SPI_cursor_fetch(portal, true, LOAD_CHUNK);
