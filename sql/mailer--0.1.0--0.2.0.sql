@@ -127,16 +127,17 @@ UPDATE mailer.job SET spec = spec OPERATOR(pg_catalog.||) '{"key_groups": 128}':
 -- so that every retained epoch can still be restored.  Versions past the
 -- last checkpoint never committed as an epoch and go.  The key group comes
 -- from the key's bytes, as the workers find it, through a function of the
--- library made for this script only.
-ALTER TABLE mailer.memory_state RENAME TO memory_state_0_1_0;
-ALTER INDEX mailer.memory_state_pkey RENAME TO memory_state_0_1_0_pkey;
-CREATE TABLE mailer.memory_state (
-	job_id			bigint NOT NULL,
-	key				bytea NOT NULL,
-	key_group		integer NOT NULL,
-	value			bytea NOT NULL,
-	PRIMARY KEY (job_id, key)
-) WITH (fillfactor = 70);
+-- library made for this script only.  The table itself stays (pg_dump's
+-- configuration names it), emptied and changed.
+CREATE TABLE mailer.memory_state_0_1_0 AS SELECT job_id, key, epoch, value FROM mailer.memory_state;
+TRUNCATE mailer.memory_state;
+ALTER TABLE mailer.memory_state
+	DROP CONSTRAINT memory_state_pkey,
+	DROP COLUMN epoch,
+	ADD COLUMN key_group integer NOT NULL,
+	ALTER COLUMN value SET NOT NULL,
+	ADD PRIMARY KEY (job_id, key),
+	SET (fillfactor = 70);
 CREATE TABLE mailer.memory_undo (
 	job_id			bigint NOT NULL,
 	epoch			bigint NOT NULL,
@@ -169,9 +170,8 @@ SELECT job_id, key, key_group, value FROM versions
  WHERE newness OPERATOR(pg_catalog.=) 1 AND value IS NOT NULL;
 DROP FUNCTION mailer.upgrade_state_key_group(bytea, integer);
 DROP TABLE mailer.memory_state_0_1_0;
-SELECT pg_catalog.pg_extension_config_dump('mailer.memory_state', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.memory_undo', '');
-REVOKE ALL ON mailer.memory_state, mailer.memory_undo FROM PUBLIC;
+REVOKE ALL ON mailer.memory_undo FROM PUBLIC;
 
 CREATE FUNCTION mailer.alter_job(name text, spec jsonb)
 RETURNS void
