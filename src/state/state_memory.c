@@ -27,10 +27,13 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -46,8 +49,10 @@
 
 #define SKIP_MAX_LEVEL	24
 #define WRITE_CHUNK		20000	/* keys per statement of a checkpoint */
+#define WRITE_CHUNK_BYTES	(64 * 1024 * 1024)	/* and values per statement, at most about */
 #define LOAD_CHUNK		10000	/* rows per fetch of an open */
 #define CLEAN_SLICE		10000	/* undo rows per transaction of a cleanup */
+#define CLEAN_SLICES	2		/* slices per call beyond what the checkpoint wrote */
 
 typedef struct SkipNode
 {
@@ -85,9 +90,12 @@ typedef struct MemoryState
 	MemoryContext changed_ctx;	/* the changed keys; reset at each checkpoint */
 	SkipNode   *head;
 	int			level;
-	int64		bytes;
+	int64		bytes;			/* keys and values, the map's and the held old ones */
 	struct changed_hash *changed;
+	Oid			ext_oid;		/* the installation the state was opened in */
 	int64		cleaned_to;		/* undo at or before it is gone */
+	int64		clean_epoch;	/* undo before it is gone: where a cleanup resumes */
+	int64		undo_written;	/* undo rows the checkpoints wrote since a cleanup */
 	int			key_groups;
 	int			kg_lo;			/* the key groups this subtask owns: [kg_lo, kg_hi) */
 	int			kg_hi;
@@ -211,14 +219,17 @@ map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen,
 
 	if (existed)
 	{
-		ms->bytes -= x->vlen;
 		if (old)
 		{
+			/* held as undo until the checkpoint: still counted */
 			*old = x->val;
 			*oldlen = x->vlen;
 		}
 		else
+		{
+			ms->bytes -= x->vlen;
 			pfree(x->val);
+		}
 	}
 	else
 		x = link_node(ms, update, key, klen);
@@ -242,7 +253,9 @@ key_group(MemoryState *ms, const char *key, int klen)
  * Rewind this subtask's rows to the epoch: each key changed after it gets
  * the undo value of the oldest epoch after it that changed it (the value
  * the key had at the epoch), and those undo rows go.  The CTEs all see the
- * rows as they were, and no key is both deleted and upserted.  Epoch 0
+ * rows as they were, and no key is both deleted and upserted.  The keys
+ * to delete are joined, not gathered into one array: a rewind over many
+ * epochs of a windowed job has millions, past an array's 1 GB.  Epoch 0
  * (no checkpoint counts) is empty state: the subtask's rows go.
  */
 static void
@@ -269,8 +282,8 @@ rewind_rows(MemoryState *ms, int64 epoch)
 				 "  WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2 "
 				 "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
 				 "  ORDER BY key, epoch), "
-				 "d AS (DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-				 "  AND m.key OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT key FROM u WHERE value IS NULL))), "
+				 "d AS (DELETE FROM mailer.memory_state m USING u WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				 "  AND m.key OPERATOR(pg_catalog.=) u.key AND u.value IS NULL), "
 				 "i AS (INSERT INTO mailer.memory_state (job_id, key, key_group, value) "
 				 "  SELECT $1, key, key_group, value FROM u WHERE value IS NOT NULL "
 				 "  ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value) "
@@ -332,16 +345,26 @@ load_rows(MemoryState *ms)
 			bytea	   *v = DatumGetByteaPP(catalog_value(r, Anum_load_value, NULL));
 			const char *key = VARDATA_ANY(k);
 			int			klen = VARSIZE_ANY_EXHDR(k);
+			int			g = key_group(ms, key, klen);
 
-			if (last == NULL || compare_keys(last->key, last->klen, key, klen) < 0)
-			{
-				last = link_node(ms, tail, key, klen);
-				for (int i = 0; i < last->level; i++)
-					tail[i] = last;
-				set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
-			}
-			else				/* not in the map's order after all */
-				(void) map_put(ms, key, klen, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v), NULL, NULL);
+			/* the key_group column routed it here: the key must agree */
+			if (g < ms->kg_lo || g >= ms->kg_hi)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("the memory state of job " INT64_FORMAT " holds a key of key group %d in the rows of key groups %d to %d",
+								ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
+						 errhint("Restore the job to an epoch before the damage, or drop it.")));
+			/* tail[] is right only for keys in the map's order */
+			if (last != NULL && compare_keys(last->key, last->klen, key, klen) >= 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INTERNAL_ERROR),
+						 errmsg("the memory state of job " INT64_FORMAT " was read out of key order",
+								ms->base.job_id),
+						 errdetail("The rows' ORDER BY key must order as the state map compares keys.")));
+			last = link_node(ms, tail, key, klen);
+			for (int i = 0; i < last->level; i++)
+				tail[i] = last;
+			set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
 		}
 		SPI_freetuptable(SPI_tuptable);
 		MemoryContextSwitchTo(old_ctx);
@@ -378,6 +401,7 @@ state_memory_open(const StateOpenArgs *args)
 	ms->level = 1;
 
 	/* The caller is in a transaction */
+	ms->ext_oid = get_extension_oid(MAILER_EXTENSION, false);
 	SPI_connect();
 	rewind_rows(ms, args->epoch);
 	load_rows(ms);
@@ -450,16 +474,20 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 	for (int i = 0; i < x->level; i++)
 		if (update[i]->next[i] == x)
 			update[i]->next[i] = x->next[i];
-	ms->bytes -= x->klen + x->vlen;
+	ms->bytes -= x->klen;
 	ck = note_changed(ms, key, klen, &first);
 	if (first)
 	{
+		/* held as undo until the checkpoint: still counted */
 		ck->existed = true;
 		ck->old = x->val;
 		ck->oldlen = x->vlen;
 	}
 	else
+	{
+		ms->bytes -= x->vlen;
 		pfree(x->val);
+	}
 	pfree(x->key);
 	pfree(x);
 }
@@ -513,7 +541,8 @@ mem_iterate_end(StateIterator *it)
 /* One checkpoint's rows to write, a chunk at a time. */
 typedef struct WriteChunk
 {
-	MemoryContext ctx;			/* the byteas; reset after each flush */
+	MemoryContext ctx;			/* the byteas and arrays; reset after each flush */
+	Size		bytes;			/* of the keys and values in it */
 	int			nundo;
 	Datum		undo_keys[WRITE_CHUNK];
 	Datum		undo_groups[WRITE_CHUNK];
@@ -535,6 +564,13 @@ static void
 flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
 {
 	Datum		values[5];
+	MemoryContext old_ctx;
+
+	/*
+	 * The arrays are copies of the chunk's byteas: built in its context,
+	 * they go with them, not at the end of the whole checkpoint.
+	 */
+	old_ctx = MemoryContextSwitchTo(w->ctx);
 
 	values[0] = Int64GetDatum(ms->base.job_id);
 	if (w->nundo > 0)
@@ -570,7 +606,10 @@ flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
 					 "AND key OPERATOR(pg_catalog.=) ANY ($2)",
 					 2, types, values, NULL, false);
 	}
+	MemoryContextSwitchTo(old_ctx);
+	ms->undo_written += w->nundo;
 	w->nundo = w->nput = w->ndel = 0;
+	w->bytes = 0;
 	MemoryContextReset(w->ctx);
 }
 
@@ -593,6 +632,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 
 	w->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory checkpoint", ALLOCSET_DEFAULT_SIZES);
 	w->nundo = w->nput = w->ndel = 0;
+	w->bytes = 0;
 	SPI_connect();
 	changed_start_iterate(ms->changed, &iter);
 	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
@@ -601,16 +641,33 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		bool		now = is_key(x, ck->key.data, ck->key.len);
 		Datum		key;
 		Datum		group;
+		Size		add;
 
 		if (now ? (ck->existed && ck->oldlen == x->vlen && memcmp(ck->old, x->val, x->vlen) == 0)
 			: !ck->existed)
 		{
 			if (ck->old)
+			{
+				ms->bytes -= ck->oldlen;
 				pfree(ck->old);
+			}
 			continue;
 		}
 		group = Int32GetDatum(key_group(ms, ck->key.data, ck->key.len));
-		Assert(DatumGetInt32(group) >= ms->kg_lo && DatumGetInt32(group) < ms->kg_hi);
+		/* a row of another subtask's key group would be lost at its open */
+		if (DatumGetInt32(group) < ms->kg_lo || DatumGetInt32(group) >= ms->kg_hi)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("a key of key group %d was changed in the memory state of key groups %d to %d of job " INT64_FORMAT,
+							DatumGetInt32(group), ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
+
+		/*
+		 * Cut by bytes too: 20000 large values (session windows, numeric
+		 * extremes) would make an array past the 1 GB a datum may have.
+		 */
+		add = 2 * (Size) ck->key.len + ck->oldlen + (now ? x->vlen : 0);
+		if (w->nundo > 0 && w->bytes + add > WRITE_CHUNK_BYTES)
+			flush_chunk(ms, w, epoch);
 		old_ctx = MemoryContextSwitchTo(w->ctx);
 		key = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
 		w->undo_keys[w->nundo] = key;
@@ -629,8 +686,12 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		else
 			w->del_keys[w->ndel++] = key;
 		MemoryContextSwitchTo(old_ctx);
+		w->bytes += add;
 		if (ck->old)
+		{
+			ms->bytes -= ck->oldlen;
 			pfree(ck->old);
+		}
 		if (w->nundo == WRITE_CHUNK)
 			flush_chunk(ms, w, epoch);
 	}
@@ -649,13 +710,21 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
  * reads only the undo of epochs after keep_from.  A slice of rows per
  * transaction, so that the undo of a large first checkpoint is no one huge
  * statement; a stop in between leaves undo that the next call deletes.
+ *
+ * This runs in the batch loop, so a call deletes about what the checkpoints
+ * wrote since the last one and a few slices more: a backlog (the undo of a
+ * checkpoint that rewrote every key) goes over the next checkpoints
+ * instead of stopping the input meanwhile.  Each slice starts at the epoch
+ * the one before ended in, not at the start of the index, where the
+ * entries of the rows deleted may not be dead yet to an old snapshot.
  */
 static void
 mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 {
 	MemoryState *ms = (MemoryState *) backend;
-	Oid			types[5] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID};
-	Datum		values[5];
+	Oid			types[6] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT8OID};
+	Datum		values[6];
+	int64		budget = ms->undo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
 
 	if (keep_from <= ms->cleaned_to)
 		return;
@@ -667,24 +736,49 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 	for (;;)
 	{
 		uint64		deleted;
+		bool		isnull;
+		Datum		last;
 
 		work_xact_begin();
+
+		/*
+		 * Each slice is its own transaction: as checkpoint_begin, keep a
+		 * DROP EXTENSION waiting, or see it done, so that a worker of a
+		 * dropped installation never deletes the undo of a new one's job
+		 * of the same id.  The checkpoint after stops the worker.
+		 */
+		LockDatabaseObject(ExtensionRelationId, ms->ext_oid, 0, AccessShareLock);
+		if (get_extension_oid(MAILER_EXTENSION, true) != ms->ext_oid)
+		{
+			work_xact_end();
+			return;
+		}
+		values[5] = Int64GetDatum(ms->clean_epoch);
 		SPI_connect();
-		catalog_exec("DELETE FROM mailer.memory_undo WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-					 "SELECT ctid FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
-					 "AND epoch OPERATOR(pg_catalog.<=) $2 "
-					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-					 "LIMIT $5))",
-					 5, types, values, NULL, false);
-		deleted = SPI_processed;
+		catalog_exec("WITH d AS (DELETE FROM mailer.memory_undo WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+					 "  SELECT ctid FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "  AND epoch OPERATOR(pg_catalog.>=) $6 AND epoch OPERATOR(pg_catalog.<=) $2 "
+					 "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
+					 "  ORDER BY epoch LIMIT $5)) RETURNING epoch) "
+					 "SELECT pg_catalog.count(*), pg_catalog.max(epoch) FROM d",
+					 6, types, values, NULL, false);
+		deleted = (uint64) DatumGetInt64(catalog_value(0, 1, NULL));
+		last = catalog_value(0, 2, &isnull);
 		/* a stop here loses the slice, never a needed undo row */
 		TEST_POINT("memory_undo_cleanup");
 		SPI_finish();
 		work_xact_end();
 		if (deleted < CLEAN_SLICE)
 			break;
+		/* the slice's last epoch may have rows left: start there */
+		ms->clean_epoch = DatumGetInt64(last);
+		budget -= deleted;
+		if (budget <= 0)
+			return;				/* carry on at the next checkpoint */
 	}
 	ms->cleaned_to = keep_from;
+	ms->clean_epoch = keep_from + 1;
+	ms->undo_written = 0;
 }
 
 static int64
