@@ -128,7 +128,8 @@ UPDATE mailer.job SET spec = spec OPERATOR(pg_catalog.||) '{"key_groups": 128}':
 -- last checkpoint never committed as an epoch and go.  The key group comes
 -- from the key's bytes, as the workers find it, through a function of the
 -- library made for this script only.  The table itself stays (pg_dump's
--- configuration names it), emptied and changed.
+-- configuration names it), emptied and changed: its columns come in a fresh
+-- install's order, but the dropped epoch column stays in pg_attribute.
 CREATE TABLE mailer.memory_state_0_1_0 AS SELECT job_id, key, epoch, value FROM mailer.memory_state;
 TRUNCATE mailer.memory_state;
 ALTER TABLE mailer.memory_state

@@ -163,8 +163,8 @@ CREATE INDEX ON mailer.dead_letters (job_id, epoch);
 CREATE TABLE mailer.memory_state (
 	job_id			bigint NOT NULL,
 	key				bytea NOT NULL,
-	key_group		integer NOT NULL,
 	value			bytea NOT NULL,
+	key_group		integer NOT NULL,	-- after value: as an update from 0.1.0 leaves it
 	PRIMARY KEY (job_id, key)
 ) WITH (fillfactor = 70);
 
