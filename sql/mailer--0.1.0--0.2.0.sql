@@ -118,15 +118,66 @@ ALTER TABLE mailer.checkpoints
 -- written before (the counts start at 0 there, as they always did).
 ALTER TABLE mailer.checkpoints ADD COLUMN partition_records_in jsonb;
 
--- The key group of a memory-state row, by which a rescaled job's subtasks
--- find their share; NULL in rows written by 0.1.0 (the workers work it out
--- from the key).
-ALTER TABLE mailer.memory_state ADD COLUMN key_group integer;
-
 -- A job's key groups are fixed for its life: pin today's default into the
 -- specs of jobs made by 0.1.0, as create_job pins it into new ones.
 UPDATE mailer.job SET spec = spec OPERATOR(pg_catalog.||) '{"key_groups": 128}'::jsonb
  WHERE NOT spec OPERATOR(pg_catalog.?) 'key_groups';
+
+-- The memory backend keeps one row per key, updated in place, and an undo
+-- per epoch, instead of a version per key and epoch; every row carries its
+-- key's key group, by which a rescaled job's subtasks find their share.
+-- The versions of 0.1.0 become both: a key's newest version at the job's
+-- last checkpoint is its row (none if it is a deletion), and each version
+-- is the undo of its epoch, holding the version before it (none: absent),
+-- so that every retained epoch can still be restored.  Versions past the
+-- last checkpoint never committed as an epoch and go.  The key group comes
+-- from the key's bytes, as the workers find it, through a function of the
+-- library made for this script only.  The table itself stays (pg_dump's
+-- configuration names it), emptied and changed: its columns come in a fresh
+-- install's order, but the dropped epoch column stays in pg_attribute.
+CREATE TABLE mailer.memory_state_0_1_0 AS SELECT job_id, key, epoch, value FROM mailer.memory_state;
+TRUNCATE mailer.memory_state;
+ALTER TABLE mailer.memory_state
+	DROP CONSTRAINT memory_state_pkey,
+	DROP COLUMN epoch,
+	ADD COLUMN key_group integer NOT NULL,
+	ALTER COLUMN value SET NOT NULL,
+	ADD PRIMARY KEY (job_id, key),
+	SET (fillfactor = 70);
+CREATE TABLE mailer.memory_undo (
+	job_id			bigint NOT NULL,
+	epoch			bigint NOT NULL,
+	key				bytea NOT NULL,
+	key_group		integer NOT NULL,
+	value			bytea
+);
+CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
+CREATE FUNCTION mailer.upgrade_state_key_group(bytea, integer)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'mailer_state_key_group'
+LANGUAGE C STRICT IMMUTABLE;
+WITH versions AS (
+	SELECT v.job_id, v.key, v.epoch, v.value,
+		   pg_catalog.lag(v.value) OVER older AS before,
+		   pg_catalog.row_number() OVER newer AS newness,
+		   mailer.upgrade_state_key_group(v.key, (j.spec OPERATOR(pg_catalog.->>) 'key_groups')::integer) AS key_group
+	  FROM mailer.memory_state_0_1_0 v
+	  JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) v.job_id
+	 WHERE v.epoch OPERATOR(pg_catalog.<=) (SELECT pg_catalog.max(c.epoch) FROM mailer.checkpoints c
+											 WHERE c.job_id OPERATOR(pg_catalog.=) v.job_id)
+	WINDOW older AS (PARTITION BY v.job_id, v.key ORDER BY v.epoch),
+		   newer AS (PARTITION BY v.job_id, v.key ORDER BY v.epoch DESC)
+), undo AS (
+	INSERT INTO mailer.memory_undo (job_id, epoch, key, key_group, value)
+	SELECT job_id, epoch, key, key_group, before FROM versions
+)
+INSERT INTO mailer.memory_state (job_id, key, key_group, value)
+SELECT job_id, key, key_group, value FROM versions
+ WHERE newness OPERATOR(pg_catalog.=) 1 AND value IS NOT NULL;
+DROP FUNCTION mailer.upgrade_state_key_group(bytea, integer);
+DROP TABLE mailer.memory_state_0_1_0;
+SELECT pg_catalog.pg_extension_config_dump('mailer.memory_undo', '');
+REVOKE ALL ON mailer.memory_undo FROM PUBLIC;
 
 CREATE FUNCTION mailer.alter_job(name text, spec jsonb)
 RETURNS void

@@ -156,18 +156,30 @@ CREATE TABLE mailer.dead_letters (
 );
 CREATE INDEX ON mailer.dead_letters (job_id, epoch);
 
--- Keyed state of jobs on the memory backend: every version a retained
--- checkpoint may need (value NULL: deleted at that epoch).  No foreign key:
--- a checkpoint writes many rows and its mailer.checkpoints row (which has
--- one) already ties them to a live job; drop_job deletes them.
+-- Keyed state of jobs on the memory backend: one row per key, its value as
+-- of the job's newest committed checkpoint, updated in place (the fillfactor
+-- leaves room on each page for HOT updates).  No foreign key: a checkpoint
+-- writes many rows and its mailer.checkpoints row (which has one) already
+-- ties them to a live job; drop_job deletes them.
 CREATE TABLE mailer.memory_state (
 	job_id			bigint NOT NULL,
 	key				bytea NOT NULL,
+	value			bytea NOT NULL,
+	key_group		integer NOT NULL,	-- after value: as an update from 0.1.0 leaves it
+	PRIMARY KEY (job_id, key)
+) WITH (fillfactor = 70);
+
+-- The undo of the memory backend's checkpoints: each key an epoch changed,
+-- with its value before (NULL: absent), kept while a retained epoch may be
+-- restored.
+CREATE TABLE mailer.memory_undo (
+	job_id			bigint NOT NULL,
 	epoch			bigint NOT NULL,
-	value			bytea,
-	key_group		integer,				-- NULL in rows written by 0.1.0
-	PRIMARY KEY (job_id, key, epoch)
+	key				bytea NOT NULL,
+	key_group		integer NOT NULL,
+	value			bytea
 );
+CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 
 SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.job_job_id_seq', '');
@@ -176,9 +188,10 @@ SELECT pg_catalog.pg_extension_config_dump('mailer.job_status', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.checkpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.memory_state', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.memory_undo', '');
 
 REVOKE ALL ON mailer.job, mailer.job_secret, mailer.job_status, mailer.checkpoints,
-	mailer.dead_letters, mailer.memory_state FROM PUBLIC;
+	mailer.dead_letters, mailer.memory_state, mailer.memory_undo FROM PUBLIC;
 
 -- A job's owner (and members of the owning role) may read its rows of these;
 -- superusers read everything.  Jobs and checkpoints are no secret; a job's

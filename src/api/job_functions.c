@@ -212,6 +212,7 @@ mailer_drop_job(PG_FUNCTION_ARGS)
 	/* Checkpoints, dead letters and state rows go with it; the launcher removes its files. */
 	exec_job_update("DELETE FROM mailer.job WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	exec_job_update("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
+	exec_job_update("DELETE FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	exec_job_update("DELETE FROM mailer.kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	job_control_wake_launcher_after_commit();
 	PG_RETURN_INT64(job->job_id);
@@ -250,14 +251,12 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 
 	/*
 	 * Forget everything after the epoch: replaying from it produces those
-	 * dead letters, state versions and checkpoints again.  The worker
-	 * removes newer RocksDB checkpoints when it recovers.
+	 * dead letters and checkpoints again.  The worker removes newer RocksDB
+	 * checkpoints, and rewinds the memory state, when it recovers.
 	 */
 	catalog_exec("DELETE FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
 				 2, types, values, NULL, false);
 	catalog_exec("DELETE FROM mailer.dead_letters WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
-				 2, types, values, NULL, false);
-	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
 				 2, types, values, NULL, false);
 
 	/*

@@ -29,6 +29,15 @@ work_xact_begin(void)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+
+	/*
+	 * Read committed, whatever default_transaction_isolation the owner's
+	 * role or the database sets: the subtasks of a job work at the same
+	 * time on disjoint rows of shared tables, and under serializable the
+	 * predicate locks of their index scans would make them fail each
+	 * other's commits.  No snapshot is taken yet, so it may still change.
+	 */
+	XactIsoLevel = XACT_READ_COMMITTED;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(ctx);
 	/* Work in progress: a SIGTERM now gives it mailer.termination_grace to end. */

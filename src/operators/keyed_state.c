@@ -27,6 +27,7 @@
  */
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -462,4 +463,29 @@ keyed_state_key_group(const char *state_key, int len, int key_groups)
 	if (len < before + after)
 		return -1;
 	return key_group_of(state_key + before, len - before - after, key_groups);
+}
+
+/*
+ * mailer_state_key_group(key bytea, key_groups integer): the key group of a
+ * state key, NULL for a key of none.  Only the update script from 0.1.0
+ * calls it, for the memory-state rows of 0.1.0, which carry none; it makes
+ * the function and drops it again.
+ */
+PG_FUNCTION_INFO_V1(mailer_state_key_group);
+Datum
+mailer_state_key_group(PG_FUNCTION_ARGS)
+{
+	bytea	   *key = PG_GETARG_BYTEA_PP(0);
+	int32		key_groups = PG_GETARG_INT32(1);
+	int			g;
+
+	if (key_groups < 1 || key_groups > KEY_GROUPS_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key_groups must be between 1 and %d, not %d", KEY_GROUPS_MAX, key_groups),
+				 errhint("Pass the key_groups of the job's spec.")));
+	g = keyed_state_key_group(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key), key_groups);
+	if (g < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(g);
 }

@@ -2,32 +2,38 @@
  * state_memory.c
  *		The memory state backend: keyed state in an ordered in-memory map
  *		(a skip list, for the range scans windows need), with each
- *		checkpoint writing only the keys changed since the last one into
- *		mailer.memory_state, in the checkpoint's own transaction.
+ *		checkpoint writing only the keys changed since the last one, in the
+ *		checkpoint's own transaction.
  *
- * mailer.memory_state keeps (key, epoch, value) versions, a NULL value
- * for a deleted key, so any retained epoch can be restored: the state at
- * epoch E is the newest version of each key at or before E.  Versions no
- * retained epoch needs are compacted away every few checkpoints, looking
- * only at the keys written since the last compaction: its cost follows
- * the writes, not the size of the state.
+ * mailer.memory_state holds one row per key, the value as of the newest
+ * committed checkpoint, updated in place: only the value changes, which no
+ * index covers, and the table's fillfactor leaves room on each page, so an
+ * update is a HOT update and the table does not grow with the checkpoints.
+ * mailer.memory_undo holds, for each epoch still retained, each key that
+ * epoch changed with its value before (NULL: the key was absent).  Opening
+ * at epoch E rewinds: a key changed after E gets back the undo value of the
+ * oldest epoch after E that changed it, and those undo rows go.  Undo rows
+ * only ever enter in the transaction that changes the keys, so whatever
+ * committed can be rewound, whether the epoch counts (a parallel job's
+ * share of an epoch whose decision failed, a restore_job) or not.  Undo of
+ * epochs no retained checkpoint needs is deleted after the commit, a slice
+ * at a time.
  *
- * Each version carries its key's key group (NULL in rows of release
- * 0.1.0, whose keys are read to find it).  The subtasks of a parallel job
- * share the table: each loads, deletes and compacts the versions of its
+ * Each row carries its key's key group.  The subtasks of a parallel job
+ * share the tables: each rewinds, loads, writes and cleans the rows of its
  * own key groups only, so their statements, run at the same time, never
- * touch the same rows.  Compaction goes key by key, and a subtask's keys
- * are all of its key groups.  No index serves key_group: a subtask's open
- * reads the job's rows through the primary key, as the one process of a
- * job always did, and an index would cost every checkpoint's writes.
+ * touch the same rows, and a rescale needs nothing more.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -36,13 +42,17 @@
 
 #include "base/bytea.h"
 #include "base/mailer.h"
+#include "base/test_point.h"
 #include "base/work_xact.h"
 #include "jobs/catalog.h"
 #include "state/state.h"
 
 #define SKIP_MAX_LEVEL	24
-#define WRITE_CHUNK		10000
-#define COMPACT_EVERY	10		/* checkpoints between compactions */
+#define WRITE_CHUNK		20000	/* keys per statement of a checkpoint */
+#define WRITE_CHUNK_BYTES	(64 * 1024 * 1024)	/* and values per statement, at most about */
+#define LOAD_CHUNK		10000	/* rows per fetch of an open */
+#define CLEAN_SLICE		10000	/* undo rows per transaction of a cleanup */
+#define CLEAN_SLICES	2		/* slices per call beyond what the checkpoint wrote */
 
 typedef struct SkipNode
 {
@@ -55,15 +65,18 @@ typedef struct SkipNode
 } SkipNode;
 
 /*
- * A key changed since the last checkpoint; or, in the unsettled set, a key
- * written since the last compaction and the newest epoch that wrote it.
+ * A key changed since the last checkpoint, and what it was then: its undo.
+ * old is the value the map held (moved here, not copied, at the first
+ * change), NULL when the key was absent.
  */
 typedef struct ChangedKey
 {
 	StateKey	key;
 	uint32		hash;
 	char		status;
-	int64		epoch;
+	bool		existed;
+	int			oldlen;
+	char	   *old;
 } ChangedKey;
 
 #define SH_PREFIX changed
@@ -73,15 +86,16 @@ typedef struct ChangedKey
 typedef struct MemoryState
 {
 	StateBackend base;
-	MemoryContext ctx;			/* the map */
+	MemoryContext ctx;			/* the map, and the undo values of changed keys */
 	MemoryContext changed_ctx;	/* the changed keys; reset at each checkpoint */
 	SkipNode   *head;
 	int			level;
-	int64		bytes;
+	int64		bytes;			/* keys and values, the map's and the held old ones */
 	struct changed_hash *changed;
-	MemoryContext unsettled_ctx;	/* the unsettled set, keys and table */
-	struct changed_hash *unsettled;
-	SPIPlanPtr	compact_plan;	/* made at the first compaction */
+	Oid			ext_oid;		/* the installation the state was opened in */
+	int64		cleaned_to;		/* undo at or before it is gone */
+	int64		clean_epoch;	/* undo before it is gone: where a cleanup resumes */
+	int64		undo_written;	/* undo rows the checkpoints wrote since a cleanup */
 	int			key_groups;
 	int			kg_lo;			/* the key groups this subtask owns: [kg_lo, kg_hi) */
 	int			kg_hi;
@@ -122,36 +136,10 @@ seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
 	return x->next[0];
 }
 
-/* The set's entry for the key, added with a copy of the key in ctx if new. */
-static ChangedKey *
-key_set_add(struct changed_hash *set, MemoryContext ctx, StateKey key)
+static inline bool
+is_key(SkipNode *x, const char *key, int klen)
 {
-	bool		found;
-	ChangedKey *entry = changed_insert(set, key, &found);
-
-	if (!found)
-	{
-		char	   *copy = MemoryContextAlloc(ctx, key.len);
-
-		memcpy(copy, key.data, key.len);
-		entry->key.data = copy;
-	}
-	return entry;
-}
-
-static void
-note_changed(MemoryState *ms, const char *key, int klen)
-{
-	StateKey	probe = {key, klen};
-
-	key_set_add(ms->changed, ms->changed_ctx, probe);
-}
-
-static void
-new_unsettled_set(MemoryState *ms)
-{
-	ms->unsettled_ctx = AllocSetContextCreate(ms->ctx, "mailer unsettled keys", ALLOCSET_DEFAULT_SIZES);
-	ms->unsettled = changed_create(ms->unsettled_ctx, 1024, NULL);
+	return x != NULL && x->klen == klen && memcmp(x->key, key, klen) == 0;
 }
 
 /* A bytea[] of n values; nulls may be NULL when none is. */
@@ -164,60 +152,90 @@ bytea_array(Datum *items, bool *nulls, int n)
 	return PointerGetDatum(construct_md_array(items, nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
 }
 
-static SkipNode *
-new_node(MemoryState *ms, int level)
+static Datum
+int4_array(Datum *items, int n)
 {
-	return MemoryContextAllocZero(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * level);
+	return PointerGetDatum(construct_array(items, n, INT4OID, sizeof(int32), true, TYPALIGN_INT));
 }
 
-/* Insert or replace without marking the key changed (restore uses this). */
-static void
-map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen)
+static int
+random_level(void)
 {
-	SkipNode   *update[SKIP_MAX_LEVEL];
-	SkipNode   *x = seek(ms, key, klen, update);
+	int			level = 1;
 
-	if (x && compare_keys(x->key, x->klen, key, klen) == 0)
-	{
-		ms->bytes -= x->vlen;
-		pfree(x->val);
-	}
-	else
-	{
-		int			level = 1;
+	while (level < SKIP_MAX_LEVEL && (pg_prng_uint32(&pg_global_prng_state) & 3) == 0)
+		level++;
+	return level;
+}
 
-		while (level < SKIP_MAX_LEVEL && (pg_prng_uint32(&pg_global_prng_state) & 3) == 0)
-			level++;
-		if (level > ms->level)
-		{
-			for (int i = ms->level; i < level; i++)
-				update[i] = ms->head;
-			ms->level = level;
-		}
-		x = new_node(ms, level);
-		x->level = level;
-		x->key = MemoryContextAlloc(ms->ctx, klen);
-		memcpy(x->key, key, klen);
-		x->klen = klen;
-		for (int i = 0; i < level; i++)
-		{
-			x->next[i] = update[i]->next[i];
-			update[i]->next[i] = x;
-		}
-		ms->bytes += klen;
+/* A new node of the key, linked after update[0 .. level-1]. */
+static SkipNode *
+link_node(MemoryState *ms, SkipNode **update, const char *key, int klen)
+{
+	int			level = random_level();
+	SkipNode   *x;
+
+	if (level > ms->level)
+	{
+		for (int i = ms->level; i < level; i++)
+			update[i] = ms->head;
+		ms->level = level;
 	}
+	x = MemoryContextAlloc(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * level);
+	x->level = level;
+	x->key = MemoryContextAlloc(ms->ctx, Max(klen, 1));
+	memcpy(x->key, key, klen);
+	x->klen = klen;
+	for (int i = 0; i < level; i++)
+	{
+		x->next[i] = update[i]->next[i];
+		update[i]->next[i] = x;
+	}
+	ms->bytes += klen;
+	return x;
+}
+
+static void
+set_value(MemoryState *ms, SkipNode *x, const char *val, int vlen)
+{
 	x->val = MemoryContextAlloc(ms->ctx, Max(vlen, 1));
 	memcpy(x->val, val, vlen);
 	x->vlen = vlen;
 	ms->bytes += vlen;
 }
 
-/* The columns of state_memory_open's statement: each key's newest version. */
-#define Anum_restore_key		1
-#define Anum_restore_value		2	/* NULL: the key was deleted */
-#define Anum_restore_epoch		3
-#define Anum_restore_versions	4	/* how many versions the key has */
-#define Anum_restore_key_group	5	/* NULL: written by 0.1.0 */
+/*
+ * Insert or replace.  Whether the key was there is returned; its old value
+ * goes to *old (the caller then owns it) when old is not NULL, else is
+ * freed.
+ */
+static bool
+map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen,
+		char **old, int *oldlen)
+{
+	SkipNode   *update[SKIP_MAX_LEVEL];
+	SkipNode   *x = seek(ms, key, klen, update);
+	bool		existed = is_key(x, key, klen);
+
+	if (existed)
+	{
+		if (old)
+		{
+			/* held as undo until the checkpoint: still counted */
+			*old = x->val;
+			*oldlen = x->vlen;
+		}
+		else
+		{
+			ms->bytes -= x->vlen;
+			pfree(x->val);
+		}
+	}
+	else
+		x = link_node(ms, update, key, klen);
+	set_value(ms, x, val, vlen);
+	return existed;
+}
 
 /* A state key's key group, which a keyed-state key always has. */
 static int
@@ -231,79 +249,141 @@ key_group(MemoryState *ms, const char *key, int klen)
 	return g;
 }
 
-static bool
-owned(MemoryState *ms, const char *key, int klen)
-{
-	int			g = key_group(ms, key, klen);
-
-	return g >= ms->kg_lo && g < ms->kg_hi;
-}
-
 /*
- * Versions newer than the epoch never committed: delete this subtask's.
- * Rows of release 0.1.0 have no key group: their keys are read to find
- * the owner's, and deleted one by one (such rows only exist past the epoch
- * after a restore_job to an older epoch).  Every subtask deletes only rows
- * of its own keys, so subtasks opening at once never wait on each other.
+ * Rewind this subtask's rows to the epoch: each key changed after it gets
+ * the undo value of the oldest epoch after it that changed it (the value
+ * the key had at the epoch), and those undo rows go.  The CTEs all see the
+ * rows as they were, and no key is both deleted and upserted.  The keys
+ * to delete are joined, not gathered into one array: a rewind over many
+ * epochs of a windowed job has millions, past an array's 1 GB.  Epoch 0
+ * (no checkpoint counts) is empty state: the subtask's rows go.
  */
 static void
-delete_uncommitted(MemoryState *ms, int64 epoch)
+rewind_rows(MemoryState *ms, int64 epoch)
 {
 	Oid			types[4] = {INT8OID, INT8OID, INT4OID, INT4OID};
 	Datum		values[4];
-	Datum	   *keys;
-	Datum	   *epochs;
-	int			n = 0;
 
 	values[0] = Int64GetDatum(ms->base.job_id);
 	values[1] = Int64GetDatum(epoch);
 	values[2] = Int32GetDatum(ms->kg_lo);
 	values[3] = Int32GetDatum(ms->kg_hi);
-	catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-				 "AND epoch OPERATOR(pg_catalog.>) $2", 4, types, values, NULL, false);
-	catalog_exec("SELECT key, epoch FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND key_group IS NULL AND epoch OPERATOR(pg_catalog.>) $2", 2, types, values, NULL, true);
-	keys = palloc(sizeof(Datum) * Max(SPI_processed, 1));
-	epochs = palloc(sizeof(Datum) * Max(SPI_processed, 1));
-	for (uint64 r = 0; r < SPI_processed; r++)
+	if (epoch == 0)
 	{
-		bytea	   *k = DatumGetByteaPP(catalog_value(r, 1, NULL));
+		catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
+					 4, types, values, NULL, false);
+		catalog_exec("DELETE FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
+					 4, types, values, NULL, false);
+		return;
+	}
+	catalog_exec("WITH u AS (SELECT DISTINCT ON (key) key, key_group, value FROM mailer.memory_undo "
+				 "  WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2 "
+				 "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
+				 "  ORDER BY key, epoch), "
+				 "d AS (DELETE FROM mailer.memory_state m USING u WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				 "  AND m.key OPERATOR(pg_catalog.=) u.key AND u.value IS NULL), "
+				 "i AS (INSERT INTO mailer.memory_state (job_id, key, key_group, value) "
+				 "  SELECT $1, key, key_group, value FROM u WHERE value IS NOT NULL "
+				 "  ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value) "
+				 "DELETE FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.>) $2 "
+				 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
+				 4, types, values, NULL, false);
+}
 
-		if (owned(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)))
+/* The columns of load_rows' statement. */
+#define Anum_load_key		1
+#define Anum_load_value		2
+
+/*
+ * Read the subtask's rows into the map.  They come in key order, as the
+ * map keeps them, so each goes after the one before: the predecessors at
+ * every level are the last nodes linked, and no search is needed.
+ */
+static void
+load_rows(MemoryState *ms)
+{
+	Oid			types[3] = {INT8OID, INT4OID, INT4OID};
+	Datum		values[3];
+	SkipNode   *tail[SKIP_MAX_LEVEL];
+	SkipNode   *last = NULL;
+	CatalogAccess access;
+	Portal		portal;
+	MemoryContext fetch_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state load",
+													 ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old_ctx;
+
+	for (int i = 0; i < SKIP_MAX_LEVEL; i++)
+		tail[i] = ms->head;
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[1] = Int32GetDatum(ms->kg_lo);
+	values[2] = Int32GetDatum(ms->kg_hi);
+	catalog_enter(&access);
+
+	/*
+	 * Not read-only: a read-only cursor would read with the snapshot taken
+	 * before the rewind, which then looks undone.
+	 */
+	portal = SPI_cursor_open_with_args(NULL,
+									   "SELECT key, value FROM mailer.memory_state "
+									   "WHERE job_id OPERATOR(pg_catalog.=) $1 "
+									   "AND key_group OPERATOR(pg_catalog.>=) $2 AND key_group OPERATOR(pg_catalog.<) $3 "
+									   "ORDER BY key",
+									   3, types, values, NULL, false, 0);
+	for (;;)
+	{
+		SPI_cursor_fetch(portal, true, LOAD_CHUNK);
+		if (SPI_processed == 0)
+			break;
+		/* a detoasted key or value lives until the next fetch */
+		old_ctx = MemoryContextSwitchTo(fetch_ctx);
+		for (uint64 r = 0; r < SPI_processed; r++)
 		{
-			keys[n] = PointerGetDatum(k);
-			epochs[n] = catalog_value(r, 2, NULL);
-			n++;
-		}
-	}
-	if (n > 0)
-	{
-		Oid			dtypes[3] = {INT8OID, BYTEAARRAYOID, INT8ARRAYOID};
-		Datum		dvalues[3];
+			bytea	   *k = DatumGetByteaPP(catalog_value(r, Anum_load_key, NULL));
+			bytea	   *v = DatumGetByteaPP(catalog_value(r, Anum_load_value, NULL));
+			const char *key = VARDATA_ANY(k);
+			int			klen = VARSIZE_ANY_EXHDR(k);
+			int			g = key_group(ms, key, klen);
 
-		dvalues[0] = Int64GetDatum(ms->base.job_id);
-		dvalues[1] = bytea_array(keys, NULL, n);
-		dvalues[2] = PointerGetDatum(construct_array(epochs, n, INT8OID, sizeof(int64),
-													 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		catalog_exec("DELETE FROM mailer.memory_state m USING unnest($2, $3) AS u(k, e) "
-					 "WHERE m.job_id OPERATOR(pg_catalog.=) $1 AND m.key OPERATOR(pg_catalog.=) u.k "
-					 "AND m.epoch OPERATOR(pg_catalog.=) u.e AND m.key_group IS NULL",
-					 3, dtypes, dvalues, NULL, false);
+			/* the key_group column routed it here: the key must agree */
+			if (g < ms->kg_lo || g >= ms->kg_hi)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("the memory state of job " INT64_FORMAT " holds a key of key group %d in the rows of key groups %d to %d",
+								ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
+						 errhint("Restore the job to an epoch before the damage, or drop it.")));
+			/* tail[] is right only for keys in the map's order */
+			if (last != NULL && compare_keys(last->key, last->klen, key, klen) >= 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INTERNAL_ERROR),
+						 errmsg("the memory state of job " INT64_FORMAT " was read out of key order",
+								ms->base.job_id),
+						 errdetail("The rows' ORDER BY key must order as the state map compares keys.")));
+			last = link_node(ms, tail, key, klen);
+			for (int i = 0; i < last->level; i++)
+				tail[i] = last;
+			set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
+		}
+		SPI_freetuptable(SPI_tuptable);
+		MemoryContextSwitchTo(old_ctx);
+		MemoryContextReset(fetch_ctx);
 	}
+	SPI_cursor_close(portal);
+	catalog_leave(&access);
+	MemoryContextDelete(fetch_ctx);
 }
 
 /*
- * The subtask's key groups are all it loads, whatever the parallelism the
- * epoch was taken at: one table holds every subtask's versions, so a
- * rescale needs nothing more.
+ * The subtask's key groups are all it rewinds and loads, whatever the
+ * parallelism the epoch was taken at: the tables hold every subtask's
+ * rows, so a rescale needs nothing more.
  */
 StateBackend *
 state_memory_open(const StateOpenArgs *args)
 {
 	MemoryState *ms = palloc0(sizeof(MemoryState));
-	Oid			types[4] = {INT8OID, INT8OID, INT4OID, INT4OID};
-	Datum		values[4];
 
 	Assert(args->kg_lo >= 0 && args->kg_lo <= args->kg_hi && args->kg_hi <= args->key_groups);
 	Assert(args->key_group_of != NULL);
@@ -316,50 +396,15 @@ state_memory_open(const StateOpenArgs *args)
 	ms->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state", ALLOCSET_DEFAULT_SIZES);
 	ms->changed_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
 	ms->changed = changed_create(CurrentMemoryContext, 1024, NULL);
-	ms->head = new_node(ms, SKIP_MAX_LEVEL);
+	ms->head = MemoryContextAllocZero(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * SKIP_MAX_LEVEL);
 	ms->head->level = SKIP_MAX_LEVEL;
 	ms->level = 1;
-	new_unsettled_set(ms);
 
-	/*
-	 * The newest version of each key at or before the epoch (caller is in a
-	 * transaction).  A key with older versions, or deleted, is unsettled
-	 * from the start: compaction has something to drop.  Rows of 0.1.0
-	 * have no key group: they are read by every subtask, which keeps its
-	 * own keys.
-	 */
-	values[0] = Int64GetDatum(args->job_id);
-	values[1] = Int64GetDatum(args->epoch);
-	values[2] = Int32GetDatum(args->kg_lo);
-	values[3] = Int32GetDatum(args->kg_hi);
+	/* The caller is in a transaction */
+	ms->ext_oid = get_extension_oid(MAILER_EXTENSION, false);
 	SPI_connect();
-	delete_uncommitted(ms, args->epoch);
-	catalog_exec("SELECT DISTINCT ON (key) key, value, epoch, count(*) OVER (PARTITION BY key), key_group "
-				 "FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND (key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-				 "OR key_group IS NULL) ORDER BY key, epoch DESC",
-				 4, types, values, NULL, true);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		deleted;
-		bool		no_group;
-		bytea	   *k = DatumGetByteaPP(catalog_value(r, Anum_restore_key, NULL));
-		Datum		v = catalog_value(r, Anum_restore_value, &deleted);
-		StateKey	key = {VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)};
-
-		(void) catalog_value(r, Anum_restore_key_group, &no_group);
-		if (no_group && !owned(ms, key.data, key.len))
-			continue;
-		if (!deleted)
-		{
-			bytea	   *value = DatumGetByteaPP(v);
-
-			map_put(ms, key.data, key.len, VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
-		}
-		if (deleted || DatumGetInt64(catalog_value(r, Anum_restore_versions, NULL)) > 1)
-			key_set_add(ms->unsettled, ms->unsettled_ctx, key)->epoch =
-				DatumGetInt64(catalog_value(r, Anum_restore_epoch, NULL));
-	}
+	rewind_rows(ms, args->epoch);
+	load_rows(ms);
 	SPI_finish();
 	return &ms->base;
 }
@@ -370,20 +415,49 @@ mem_get(StateBackend *backend, const char *key, int klen, StringInfo val)
 	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *x = seek(ms, key, klen, NULL);
 
-	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
+	if (!is_key(x, key, klen))
 		return false;
 	resetStringInfo(val);
 	appendBinaryStringInfo(val, x->val, x->vlen);
 	return true;
 }
 
+/*
+ * The key's entry in the changed set, and whether it was new there: the
+ * caller then fills in what the key was at the last checkpoint.
+ */
+static ChangedKey *
+note_changed(MemoryState *ms, const char *key, int klen, bool *first)
+{
+	StateKey	probe = {key, klen};
+	bool		found;
+	ChangedKey *ck = changed_insert(ms->changed, probe, &found);
+
+	if (!found)
+	{
+		char	   *copy = MemoryContextAlloc(ms->changed_ctx, Max(klen, 1));
+
+		memcpy(copy, key, klen);
+		ck->key.data = copy;
+		ck->existed = false;
+		ck->old = NULL;
+		ck->oldlen = 0;
+	}
+	*first = !found;
+	return ck;
+}
+
 static void
 mem_put(StateBackend *backend, const char *key, int klen, const char *val, int vlen)
 {
 	MemoryState *ms = (MemoryState *) backend;
+	bool		first;
+	ChangedKey *ck = note_changed(ms, key, klen, &first);
 
-	map_put(ms, key, klen, val, vlen);
-	note_changed(ms, key, klen);
+	if (first)
+		ck->existed = map_put(ms, key, klen, val, vlen, &ck->old, &ck->oldlen);
+	else
+		(void) map_put(ms, key, klen, val, vlen, NULL, NULL);
 }
 
 static void
@@ -392,16 +466,29 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *update[SKIP_MAX_LEVEL];
 	SkipNode   *x = seek(ms, key, klen, update);
+	ChangedKey *ck;
+	bool		first;
 
-	if (x == NULL || compare_keys(x->key, x->klen, key, klen) != 0)
+	if (!is_key(x, key, klen))
 		return;
 	for (int i = 0; i < x->level; i++)
 		if (update[i]->next[i] == x)
 			update[i]->next[i] = x->next[i];
-	ms->bytes -= x->klen + x->vlen;
-	note_changed(ms, key, klen);
+	ms->bytes -= x->klen;
+	ck = note_changed(ms, key, klen, &first);
+	if (first)
+	{
+		/* held as undo until the checkpoint: still counted */
+		ck->existed = true;
+		ck->old = x->val;
+		ck->oldlen = x->vlen;
+	}
+	else
+	{
+		ms->bytes -= x->vlen;
+		pfree(x->val);
+	}
 	pfree(x->key);
-	pfree(x->val);
 	pfree(x);
 }
 
@@ -451,139 +538,247 @@ mem_iterate_end(StateIterator *it)
 	pfree(mi);
 }
 
-/* Write the changed keys as versions of this epoch (inside its transaction). */
+/* One checkpoint's rows to write, a chunk at a time. */
+typedef struct WriteChunk
+{
+	MemoryContext ctx;			/* the byteas and arrays; reset after each flush */
+	Size		bytes;			/* of the keys and values in it */
+	int			nundo;
+	Datum		undo_keys[WRITE_CHUNK];
+	Datum		undo_groups[WRITE_CHUNK];
+	Datum		undo_vals[WRITE_CHUNK];
+	bool		undo_nulls[WRITE_CHUNK];
+	int			nput;
+	Datum		put_keys[WRITE_CHUNK];
+	Datum		put_groups[WRITE_CHUNK];
+	Datum		put_vals[WRITE_CHUNK];
+	int			ndel;
+	Datum		del_keys[WRITE_CHUNK];
+} WriteChunk;
+
+/*
+ * Three statements, each of a whole chunk: the undo rows, the keys that
+ * are there now (updated in place, or new), the keys deleted.
+ */
+static void
+flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
+{
+	Datum		values[5];
+	MemoryContext old_ctx;
+
+	/*
+	 * The arrays are copies of the chunk's byteas: built in its context,
+	 * they go with them, not at the end of the whole checkpoint.
+	 */
+	old_ctx = MemoryContextSwitchTo(w->ctx);
+
+	values[0] = Int64GetDatum(ms->base.job_id);
+	if (w->nundo > 0)
+	{
+		Oid			types[5] = {INT8OID, INT8OID, BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID};
+
+		values[1] = Int64GetDatum(epoch);
+		values[2] = bytea_array(w->undo_keys, NULL, w->nundo);
+		values[3] = int4_array(w->undo_groups, w->nundo);
+		values[4] = bytea_array(w->undo_vals, w->undo_nulls, w->nundo);
+		catalog_exec("INSERT INTO mailer.memory_undo (job_id, epoch, key, key_group, value) "
+					 "SELECT $1, $2, k, g, v FROM unnest($3, $4, $5) AS u(k, g, v)",
+					 5, types, values, NULL, false);
+	}
+	if (w->nput > 0)
+	{
+		Oid			types[4] = {INT8OID, BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID};
+
+		values[1] = bytea_array(w->put_keys, NULL, w->nput);
+		values[2] = int4_array(w->put_groups, w->nput);
+		values[3] = bytea_array(w->put_vals, NULL, w->nput);
+		catalog_exec("INSERT INTO mailer.memory_state AS m (job_id, key, key_group, value) "
+					 "SELECT $1, k, g, v FROM unnest($2, $3, $4) AS u(k, g, v) "
+					 "ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value",
+					 4, types, values, NULL, false);
+	}
+	if (w->ndel > 0)
+	{
+		Oid			types[2] = {INT8OID, BYTEAARRAYOID};
+
+		values[1] = bytea_array(w->del_keys, NULL, w->ndel);
+		catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND key OPERATOR(pg_catalog.=) ANY ($2)",
+					 2, types, values, NULL, false);
+	}
+	MemoryContextSwitchTo(old_ctx);
+	ms->undo_written += w->nundo;
+	w->nundo = w->nput = w->ndel = 0;
+	w->bytes = 0;
+	MemoryContextReset(w->ctx);
+}
+
+/*
+ * Write the changed keys and their undo as epoch's (inside its
+ * transaction).  A key put back to the value it had, or added and deleted
+ * again, changed nothing and is not written.  The undo values are freed
+ * as they are written: an error here ends the worker, which reopens the
+ * state of the last committed epoch, so no checkpoint is retried with this
+ * changed-key set.
+ */
 static char *
 mem_checkpoint(StateBackend *backend, int64 epoch)
 {
 	MemoryState *ms = (MemoryState *) backend;
 	changed_iterator iter;
 	ChangedKey *ck;
-	int			n = 0;
-	int			cap = Min(Max(ms->changed->members, 1), WRITE_CHUNK);
-	Datum	   *keys = palloc(sizeof(Datum) * cap);
-	Datum	   *vals = palloc(sizeof(Datum) * cap);
-	bool	   *nulls = palloc(sizeof(bool) * cap);
-	Datum	   *groups = palloc(sizeof(Datum) * cap);
-	Oid			types[5] = {INT8OID, INT8OID, BYTEAARRAYOID, BYTEAARRAYOID, INT4ARRAYOID};
+	WriteChunk *w = palloc(sizeof(WriteChunk));
+	MemoryContext old_ctx;
 
+	w->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory checkpoint", ALLOCSET_DEFAULT_SIZES);
+	w->nundo = w->nput = w->ndel = 0;
+	w->bytes = 0;
 	SPI_connect();
 	changed_start_iterate(ms->changed, &iter);
-	for (;;)
+	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
 	{
-		SkipNode   *x;
+		SkipNode   *x = seek(ms, ck->key.data, ck->key.len, NULL);
+		bool		now = is_key(x, ck->key.data, ck->key.len);
+		Datum		key;
+		Datum		group;
+		Size		add;
 
-		ck = changed_iterate(ms->changed, &iter);
-		if (ck)
+		if (now ? (ck->existed && ck->oldlen == x->vlen && memcmp(ck->old, x->val, x->vlen) == 0)
+			: !ck->existed)
 		{
-			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = epoch;
-			x = seek(ms, ck->key.data, ck->key.len, NULL);
-			keys[n] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
-			groups[n] = Int32GetDatum(key_group(ms, ck->key.data, ck->key.len));
-			Assert(DatumGetInt32(groups[n]) >= ms->kg_lo && DatumGetInt32(groups[n]) < ms->kg_hi);
-			if (x && compare_keys(x->key, x->klen, ck->key.data, ck->key.len) == 0)
+			if (ck->old)
 			{
-				vals[n] = PointerGetDatum(mailer_bytea(x->val, x->vlen));
-				nulls[n] = false;
+				ms->bytes -= ck->oldlen;
+				pfree(ck->old);
 			}
-			else
-				nulls[n] = true;
-			n++;
+			continue;
 		}
-		if (n > 0 && (ck == NULL || n == cap))
-		{
-			Datum		values[5];
+		group = Int32GetDatum(key_group(ms, ck->key.data, ck->key.len));
+		/* a row of another subtask's key group would be lost at its open */
+		if (DatumGetInt32(group) < ms->kg_lo || DatumGetInt32(group) >= ms->kg_hi)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("a key of key group %d was changed in the memory state of key groups %d to %d of job " INT64_FORMAT,
+							DatumGetInt32(group), ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
 
-			values[0] = Int64GetDatum(ms->base.job_id);
-			values[1] = Int64GetDatum(epoch);
-			values[2] = bytea_array(keys, NULL, n);
-			values[3] = bytea_array(vals, nulls, n);
-			values[4] = PointerGetDatum(construct_array(groups, n, INT4OID, sizeof(int32), true, TYPALIGN_INT));
-			catalog_exec("INSERT INTO mailer.memory_state (job_id, epoch, key, value, key_group) "
-						 "SELECT $1, $2, k, v, g FROM unnest($3, $4, $5) AS u(k, v, g)",
-						 5, types, values, NULL, false);
-			n = 0;
+		/*
+		 * Cut by bytes too: 20000 large values (session windows, numeric
+		 * extremes) would make an array past the 1 GB a datum may have.
+		 */
+		add = 2 * (Size) ck->key.len + ck->oldlen + (now ? x->vlen : 0);
+		if (w->nundo > 0 && w->bytes + add > WRITE_CHUNK_BYTES)
+			flush_chunk(ms, w, epoch);
+		old_ctx = MemoryContextSwitchTo(w->ctx);
+		key = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+		w->undo_keys[w->nundo] = key;
+		w->undo_groups[w->nundo] = group;
+		w->undo_nulls[w->nundo] = !ck->existed;
+		if (ck->existed)
+			w->undo_vals[w->nundo] = PointerGetDatum(mailer_bytea(ck->old, ck->oldlen));
+		w->nundo++;
+		if (now)
+		{
+			w->put_keys[w->nput] = key;
+			w->put_groups[w->nput] = group;
+			w->put_vals[w->nput] = PointerGetDatum(mailer_bytea(x->val, x->vlen));
+			w->nput++;
 		}
-		if (ck == NULL)
-			break;
+		else
+			w->del_keys[w->ndel++] = key;
+		MemoryContextSwitchTo(old_ctx);
+		w->bytes += add;
+		if (ck->old)
+		{
+			ms->bytes -= ck->oldlen;
+			pfree(ck->old);
+		}
+		if (w->nundo == WRITE_CHUNK)
+			flush_chunk(ms, w, epoch);
 	}
+	flush_chunk(ms, w, epoch);
+	TEST_POINT("memory_checkpoint_written");
 	SPI_finish();
+	MemoryContextDelete(w->ctx);
+	pfree(w);
 	changed_reset(ms->changed);
 	MemoryContextReset(ms->changed_ctx);
 	return pstrdup("memory_state");
 }
 
 /*
- * Deletes the versions of one key that no epoch from keep_from ($3) on
- * needs: those older than its newest version at or before keep_from, and
- * that one too when it is a deletion (nothing older is left for it to
- * hide).  One key at a time, through one generic plan: equality on the
- * primary key's first two columns, whatever the table's statistics say.
- * They are often stale (a new job's versions are in none), and a plan for
- * many keys at once made from them can scan all of a job's versions.
- */
-static const char compact_sql[] =
-"DELETE FROM mailer.memory_state m WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-"AND m.key OPERATOR(pg_catalog.=) $2 AND m.epoch OPERATOR(pg_catalog.<=) $3 "
-"AND (m.value IS NULL OR m.epoch OPERATOR(pg_catalog.<) "
-"(SELECT pg_catalog.max(n.epoch) FROM mailer.memory_state n WHERE n.job_id OPERATOR(pg_catalog.=) $1 "
-"AND n.key OPERATOR(pg_catalog.=) $2 AND n.epoch OPERATOR(pg_catalog.<=) $3))";
-
-/*
- * Every few checkpoints, compact the keys whose newest write is at or
- * before keep_from.  A key written since waits for a later compaction:
- * its versions up to keep_from are only dropped late, never wrongly.
+ * Delete the undo no retained epoch needs: a rewind to keep_from or later
+ * reads only the undo of epochs after keep_from.  A slice of rows per
+ * transaction, so that the undo of a large first checkpoint is no one huge
+ * statement; a stop in between leaves undo that the next call deletes.
+ *
+ * This runs in the batch loop, so a call deletes about what the checkpoints
+ * wrote since the last one and a few slices more: a backlog (the undo of a
+ * checkpoint that rewrote every key) goes over the next checkpoints
+ * instead of stopping the input meanwhile.  Each slice starts at the epoch
+ * the one before ended in, not at the start of the index, where the
+ * entries of the rows deleted may not be dead yet to an old snapshot.
  */
 static void
 mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 {
 	MemoryState *ms = (MemoryState *) backend;
-	MemoryContext old_ctx = ms->unsettled_ctx;
-	struct changed_hash *old = ms->unsettled;
-	changed_iterator iter;
-	ChangedKey *ck;
-	CatalogAccess access;
-	Datum		values[3];
+	Oid			types[6] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT8OID};
+	Datum		values[6];
+	int64		budget = ms->undo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
 
-	if (epoch % COMPACT_EVERY != 0 || keep_from <= 1)
+	if (keep_from <= ms->cleaned_to)
 		return;
-	work_xact_begin();
-	SPI_connect();
-	catalog_enter(&access);
-	/* Were the plan made anew (the table changed), no sequential scan for it */
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	if (ms->compact_plan == NULL)
-	{
-		Oid			types[3] = {INT8OID, BYTEAOID, INT8OID};
-
-		ms->compact_plan = SPI_prepare_cursor(compact_sql, 3, types, CURSOR_OPT_GENERIC_PLAN);
-		if (ms->compact_plan == NULL || SPI_keepplan(ms->compact_plan) != 0)
-			elog(ERROR, "mailer could not prepare the memory state compaction: %s",
-				 SPI_result_code_string(SPI_result));
-	}
 	values[0] = Int64GetDatum(ms->base.job_id);
-	values[2] = Int64GetDatum(keep_from);
-	new_unsettled_set(ms);
-	changed_start_iterate(old, &iter);
-	while ((ck = changed_iterate(old, &iter)) != NULL)
+	values[1] = Int64GetDatum(keep_from);
+	values[2] = Int32GetDatum(ms->kg_lo);
+	values[3] = Int32GetDatum(ms->kg_hi);
+	values[4] = Int32GetDatum(CLEAN_SLICE);
+	for (;;)
 	{
-		int			rc;
+		uint64		deleted;
+		bool		isnull;
+		Datum		last;
 
-		if (ck->epoch > keep_from)
+		work_xact_begin();
+
+		/*
+		 * Each slice is its own transaction: as checkpoint_begin, keep a
+		 * DROP EXTENSION waiting, or see it done, so that a worker of a
+		 * dropped installation never deletes the undo of a new one's job
+		 * of the same id.  The checkpoint after stops the worker.
+		 */
+		LockDatabaseObject(ExtensionRelationId, ms->ext_oid, 0, AccessShareLock);
+		if (get_extension_oid(MAILER_EXTENSION, true) != ms->ext_oid)
 		{
-			key_set_add(ms->unsettled, ms->unsettled_ctx, ck->key)->epoch = ck->epoch;
-			continue;
+			work_xact_end();
+			return;
 		}
-		values[1] = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
-		rc = SPI_execute_plan(ms->compact_plan, values, NULL, false, 0);
-		if (rc != SPI_OK_DELETE)
-			elog(ERROR, "mailer memory state compaction failed: %s", SPI_result_code_string(rc));
-		pfree(DatumGetPointer(values[1]));
+		values[5] = Int64GetDatum(ms->clean_epoch);
+		SPI_connect();
+		catalog_exec("WITH d AS (DELETE FROM mailer.memory_undo WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+					 "  SELECT ctid FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "  AND epoch OPERATOR(pg_catalog.>=) $6 AND epoch OPERATOR(pg_catalog.<=) $2 "
+					 "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
+					 "  ORDER BY epoch LIMIT $5)) RETURNING epoch) "
+					 "SELECT pg_catalog.count(*), pg_catalog.max(epoch) FROM d",
+					 6, types, values, NULL, false);
+		deleted = (uint64) DatumGetInt64(catalog_value(0, 1, NULL));
+		last = catalog_value(0, 2, &isnull);
+		/* a stop here loses the slice, never a needed undo row */
+		TEST_POINT("memory_undo_cleanup");
+		SPI_finish();
+		work_xact_end();
+		if (deleted < CLEAN_SLICE)
+			break;
+		/* the slice's last epoch may have rows left: start there */
+		ms->clean_epoch = DatumGetInt64(last);
+		budget -= deleted;
+		if (budget <= 0)
+			return;				/* carry on at the next checkpoint */
 	}
-	catalog_leave(&access);
-	SPI_finish();
-	work_xact_end();
-	MemoryContextDelete(old_ctx);
+	ms->cleaned_to = keep_from;
+	ms->clean_epoch = keep_from + 1;
+	ms->undo_written = 0;
 }
 
 static int64

@@ -107,13 +107,12 @@ same_rows('SELECT k, window_start, window_end, n, total FROM sliding_out', $want
 is(psql('SELECT sum(n) FROM sliding_out'), 3 * scalar(@events), 'each event in size/slide = 3 sliding windows');
 
 # Purged state is deleted: every window fired (allowed_lateness 0 purges at
-# once), so the memory backend's newest version of every key is a deletion,
-# and its in-memory size is back to nothing.
+# once), so the memory backend has no row left at the last epoch, and its
+# in-memory size is back to nothing.
 my $sliding_id = psql("SELECT job_id FROM mailer.job WHERE name = 'sliding050'");
-is(psql("SELECT count(*) FROM (SELECT DISTINCT ON (key) value FROM mailer.memory_state
-		 WHERE job_id = $sliding_id ORDER BY key, epoch DESC) v WHERE value IS NOT NULL"),
+is(psql("SELECT count(*) FROM mailer.memory_state WHERE job_id = $sliding_id"),
 	'0', 'memory backend: no state left at the last epoch once every window is purged');
-cmp_ok(psql("SELECT count(*) FROM mailer.memory_state WHERE job_id = $sliding_id"), '>', 0,
+cmp_ok(psql("SELECT count(*) FROM mailer.memory_undo WHERE job_id = $sliding_id AND value IS NOT NULL"), '>', 0,
 	'memory backend: the state was written before it was purged');
 # RocksDB: the newest checkpoint holds nothing but the epoch it is of.
 # (state_bytes, SST files and memtables, need not shrink at once: deletions

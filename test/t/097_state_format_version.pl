@@ -59,9 +59,8 @@ sub create_count_job
 	is(psql("SELECT sum(n) FROM $j"), $events, 'every event counted exactly once across the upgrade');
 	is(psql("SELECT sum(s) = (SELECT sum(x) FROM generate_series(0, $events - 1) x) FROM $j"), 't',
 		'the sums too: the old values were read as they were written');
-	is(psql("SELECT bool_and(get_byte(value, 0) = 2) FROM (SELECT DISTINCT ON (key) value FROM mailer.memory_state
-			 WHERE job_id = $id ORDER BY key, epoch DESC) v WHERE value IS NOT NULL"),
-		't', 'after the upgrade every newest value has the version byte');
+	is(psql("SELECT bool_and(get_byte(value, 0) = 2) FROM mailer.memory_state WHERE job_id = $id"),
+		't', 'after the upgrade every value has the version byte');
 	like(psql("SELECT state_layout FROM mailer.checkpoints WHERE job_id = $id ORDER BY epoch DESC LIMIT 1"),
 		qr/^format\t2\t/, 'and the newest checkpoint says format 2');
 	psql("SELECT mailer.drop_job('$j'); DROP TABLE $j");
