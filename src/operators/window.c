@@ -456,9 +456,8 @@ purge_timer(KeyedStage *stage, const char *key, int klen)
  * The timers of the restored state, from its window entries: an unfired
  * window fires at its end, a fired one is purged at end + lateness (the
  * timers a session's earlier extents left were no-ops, and are not made
- * again).  A pane stands for the windows that hold it (the timers of a
- * window with several panes are made once each, as timer_index_due drops
- * duplicates).  The state holds the subtask's own key groups only, so
+ * again).  A pane stands for the windows that hold it (the index holds a
+ * timer once, however many panes ask for it).  The state holds the subtask's own key groups only, so
  * these are the timers of its keys.  A timer at or before the watermark
  * was handled before the checkpoint was taken (the stage reaches the
  * checkpoint's watermark first), and is not made.
@@ -765,7 +764,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 		if (purge_time(stage, end) <= stage->watermark)
 			break;
-		/* A new pane may make a window: its timers (a window's others are dropped as duplicates). */
+		/* A new pane may make a window: its timers (held once, whichever pane asks first). */
 		if (made)
 			restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
 		changed_add(stage, group, group_len, start);
