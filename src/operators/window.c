@@ -549,7 +549,12 @@ restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz s
  * rounding depends on the order), nor min and max of a type whose equal
  * values may print differently (numeric 1.0 and 1.00, float -0 and 0,
  * text under a nondeterministic collation): of equal ones, the one kept
- * depends on the order.
+ * depends on the order.  Nor an aggregate whose sum can overflow (int2
+ * and int4 sum into a bigint, numeric into numeric): records one by one,
+ * the record that overflows a window is the one that fails (a dead
+ * letter); panes would accept each record into its own pane and fail
+ * when a window combines them, at a watermark step, with no record to
+ * blame.  Count, and sum and avg of int8 (an int128), cannot overflow.
  */
 static bool
 panes_exact(KeyedStage *stage)
@@ -563,6 +568,9 @@ panes_exact(KeyedStage *stage)
 			case AGG_SUM_FLOAT4:
 			case AGG_SUM_FLOAT8:
 			case AGG_AVG_FLOAT:
+			case AGG_SUM_INT:
+			case AGG_SUM_NUMERIC:
+			case AGG_AVG_NUMERIC:
 				return false;
 			case AGG_MIN:
 			case AGG_MAX:

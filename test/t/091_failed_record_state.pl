@@ -109,10 +109,10 @@ for my $backend (qw(rocksdb memory))
 		is(dead_offsets($t), $failing, "$backend flat_map, $kind: the dead letters are records 1 to 9");
 	}
 
-	# Sliding windows kept as panes (count and a numeric sum combine
-	# exactly): a record's second output overflows the numeric sum, and its
-	# first output must leave no trace in the pane, its timers or the
-	# windows to emit.  3e131071 per output: record 0 sums to 6e131071,
+	# Sliding windows with a numeric sum (kept per window, not as panes,
+	# as a sum that can overflow is): a record's second output overflows
+	# the numeric sum, and its first output must leave no trace in the
+	# windows, their timers or the windows to emit.  3e131071 per output: record 0 sums to 6e131071,
 	# 9e131071 still fits, 1.2e131072 does not.
 	for my $kind ('pane', 'flat_pane')
 	{
@@ -129,6 +129,28 @@ for my $backend (qw(rocksdb memory))
 		is(rows($t), "23:00:00 01:00:00 $n, 00:00:00 02:00:00 $n", "$backend $kind: both windows count only record 0");
 		is(psql("SELECT bool_and(s = $n * '$x'::numeric) FROM $t"), 't', "$backend $kind: and sum only it");
 		is(dead_offsets($t), $failing, "$backend $kind: the dead letters are records 1 to 9");
+	}
+
+	# Records an hour apart, each in a pane of its own (2 hours / 1 hour),
+	# 9e131071 each: each pane's sum fits, two records' do not.  Panes
+	# would take every record and fail the job when a window combines two;
+	# one by one, a record whose window holds the one before it overflows
+	# and is the dead letter: every other record.  Also avg(numeric).
+	for my $agg (['numeric', "sum('9e131071'::numeric)", 'numeric'], ['avgnum', "avg('9e131071'::numeric)", 'numeric'])
+	{
+		my ($name, $expr, $type) = @$agg;
+		my $t = "t091_over_${name}_$b";
+		my $hourly = $gen =~ s/"step": "1 second"/"step": "1 hour"/r;
+		psql("DROP TABLE IF EXISTS $t;
+		      CREATE TABLE $t (k text, window_start timestamptz, window_end timestamptz,
+		        n bigint, s $type, PRIMARY KEY (k, window_start))");
+		job($t, qq{$hourly, "steps": [$key, {"window": {"type": "sliding", "size": "2 hours", "slide": "1 hour"}},
+			{"aggregate": {"n": "count(*)", "s": "$expr"}}],
+			"sink": {"type": "table", "table": "$t"}, $state});
+		is(psql("SELECT string_agg(n::text, ' ' ORDER BY window_start) FROM $t"), '1 1 1 1 1 1 1 1 1 1',
+			"$backend $name overflow across panes: each window counts one record");
+		is(dead_offsets($t), join(',', map { "$_:aggregate" } 1, 3, 5, 7, 9),
+			"$backend $name overflow across panes: the dead letters are every other record");
 	}
 
 	psql("DROP TABLE IF EXISTS t091_flat_plain_$b;
@@ -152,5 +174,5 @@ for my $backend (qw(rocksdb memory))
 }
 
 psql("SELECT mailer.drop_job(name) FROM mailer.jobs WHERE name LIKE 't091%'");
-psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain flat_tumbling flat_flat_session flat_plain pane flat_pane) } qw(r m)));
+psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain flat_tumbling flat_flat_session flat_plain pane flat_pane over_numeric over_avgnum) } qw(r m)));
 done_testing();

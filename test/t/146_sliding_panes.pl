@@ -1,7 +1,7 @@
 # Sliding windows kept as panes give exactly the rows of windows kept one
 # by one.  A sum of float8 cannot be combined exactly, so a job that has one
 # keeps its sliding windows one by one: each pane job runs next to such a
-# reference job over the same events, and their count and numeric sum must
+# reference job over the same events, and their count and bigint sum must
 # agree at every step, through out-of-order and late records, allowed
 # lateness, emit final and update, a stop and start (the timers are rebuilt
 # from the panes), a SIGKILL of a worker mid-stream, and restore_job to an
@@ -27,7 +27,7 @@ my %jobs = (
 sub create
 {
 	my ($name, $window, $backend, $float) = @_;
-	my $aggs = '"n": "count(*)", "total": "sum((value->>\'a\')::numeric)"';
+	my $aggs = '"n": "count(*)", "total": "sum((value->>\'a\')::int8)"';
 	$aggs .= ', "f": "sum((value->>\'a\')::float8)"' if $float;
 	psql("DROP TABLE IF EXISTS $name; CREATE TABLE $name (k text, window_start timestamptz, window_end timestamptz, "
 		  . "n bigint, total numeric, " . ($float ? 'f float8, ' : '') . "PRIMARY KEY (k, window_start))");
