@@ -254,8 +254,15 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	}
 	MemoryContextSwitchTo(old);
 
-	/* Timers are keyed by the session's start too: a new start needs new timers. */
-	if (end != target->end || start != target->start || overlap == NIL)
+	/*
+	 * One timer per session.  Timers are keyed by the session's start: a
+	 * new start needs new ones, and a fired session extended past the
+	 * watermark needs its fire timer again.  An extension otherwise keeps
+	 * the timer it has: when due, it is set again at the session's new end
+	 * (fire_timer, purge_timer), so timers do not pile up one per record.
+	 */
+	if (overlap == NIL || start != target->start ||
+		(target->fired && end > stage->watermark))
 	{
 		if (end <= stage->watermark)
 			schedule_purge(stage, group, group_len, start, end);
@@ -385,7 +392,17 @@ fire_timer(KeyedStage *stage, const char *key, int klen)
 	if (!timer_window(stage, key, klen, &e, &s))
 		return;
 	if (s && s->end != end)
-		return;					/* merged or extended since: another timer is due */
+	{
+		/* Extended since: the session fires at its new end. */
+		if (s->fired)
+			return;				/* a late extension: its purge timer stands */
+		if (s->end > stage->watermark)
+		{
+			put_timer(stage, 'F', s->end, group, group_len, start);
+			return;
+		}
+		end = s->end;			/* due in this step too */
+	}
 	fired = s ? &s->fired : &e->fired;
 	if (!*fired)
 	{
@@ -432,7 +449,11 @@ purge_timer(KeyedStage *stage, const char *key, int klen)
 	if (s)
 	{
 		if (purge_time(stage, s->end) > stage->watermark)
-			return;				/* extended since: purged later */
+		{
+			/* Extended since: purged later, by one timer (held once) */
+			put_timer(stage, 'P', purge_time(stage, s->end), group, group_len, s->start);
+			return;
+		}
 		/* Updated within lateness since its row was written: write it before it goes. */
 		if (s->unemitted)
 			keyed_emit(stage, group, group_len, s->start, s->end, s->values, false);
