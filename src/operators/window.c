@@ -54,6 +54,7 @@ static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntr
 static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
+static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 						  TimestampTz start, TimestampTz end, bool fired);
 static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
@@ -553,6 +554,123 @@ restore_kind(KeyedStage *stage, char kind)
 	MemoryContextDelete(ctx);
 }
 
+/*
+ * State of panes opened by a stage that keeps window entries (a job of
+ * parallelism 1 rescaled to more, or restored to an epoch of parallelism
+ * 1): each pane is merged into the entries of the unpurged windows that
+ * hold it, and goes.  The state was written by one subtask, so the
+ * restored watermark is its own and says exactly which windows fired.
+ * Every changed window was emitted at that checkpoint, or waits for its
+ * firing.  Done in chunks, each scan from past the last pane, and again
+ * at the next start if the job stops before its next checkpoint (the state
+ * opens from the checkpoint).
+ */
+static void
+panes_to_windows(KeyedStage *stage)
+{
+	WindowSpec *w = stage->plan->window;
+	int			npanes = (int) (w->size_us / w->slide_us);
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer panes to windows",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old;
+	KeyedCodec	codec = stage->codec;
+	StringInfoData from;
+	char		to = 'M';
+	bool		more = true;
+
+	initStringInfo(&from);
+	appendStringInfoChar(&from, 'L');
+	codec.ctx = ctx;
+	old = MemoryContextSwitchTo(ctx);
+	while (more)
+	{
+		StateIterator *it = stage->state->ops->iterate(stage->state, from.data, from.len, &to, 1);
+		List	   *keys = NIL;
+		List	   *vals = NIL;
+		ListCell   *kc;
+		ListCell   *vc;
+		const char *key;
+		const char *val;
+		int			klen;
+		int			vlen;
+
+		while ((more = stage->state->ops->next(it, &key, &klen, &val, &vlen)) &&
+			   list_length(keys) < 10000)
+		{
+			StringInfo	k = makeStringInfo();
+			StringInfo	v = makeStringInfo();
+
+			CHECK_FOR_INTERRUPTS();
+			appendBinaryStringInfo(k, key, klen);
+			appendBinaryStringInfo(v, val, vlen);
+			keys = lappend(keys, k);
+			vals = lappend(vals, v);
+		}
+		stage->state->ops->iterate_end(it);
+		forboth(kc, keys, vc, vals)
+		{
+			StringInfo	k = lfirst(kc);
+			StringInfo	v = lfirst(vc);
+			KeyedEntry	pane;
+
+			memset(&pane, 0, sizeof(pane));
+			pane.key.data = k->data;
+			pane.key.len = k->len;
+			pane.values = keyed_values_new(&codec);
+			keyed_entry_deserialize(&codec, &pane, v->data, v->len);
+			for (int i = 0; i < npanes; i++)
+			{
+				TimestampTz start = pane.start - i * w->slide_us;
+				TimestampTz end = start + w->size_us;
+				StringInfoData wkey;
+				StringInfoData wval;
+				KeyedEntry	win;
+
+				if (purge_time(stage, end) <= stage->watermark)
+					break;
+				initStringInfo(&wkey);
+				appendStringInfoChar(&wkey, 'W');
+				appendBinaryStringInfo(&wkey, k->data + 1, k->len - 1 - 8);
+				keyed_key_append_time(&wkey, start);
+				memset(&win, 0, sizeof(win));
+				win.key.data = wkey.data;
+				win.key.len = wkey.len;
+				win.values = keyed_values_new(&codec);
+				initStringInfo(&wval);
+				if (stage->state->ops->get(stage->state, wkey.data, wkey.len, &wval))
+					keyed_entry_deserialize(&codec, &win, wval.data, wval.len);
+				else
+				{
+					win.start = start;
+					win.end = end;
+					win.fired = end <= stage->watermark;
+				}
+				for (int a = 0; a < stage->naggs; a++)
+					aggregate_merge(stage->aggs[a], &win.values[a], &pane.values[a], &win.values[a]);
+				win.unemitted = false;
+				resetStringInfo(&wval);
+				keyed_entry_serialize(&codec, &win, &wval);
+				stage->state->ops->put(stage->state, wkey.data, wkey.len, wval.data, wval.len);
+			}
+			stage->state->ops->delete(stage->state, k->data, k->len);
+		}
+		if (more)
+		{
+			StringInfo	last = llast(keys);
+
+			MemoryContextSwitchTo(old);
+			resetStringInfo(&from);
+			appendBinaryStringInfo(&from, last->data, last->len);
+			appendStringInfoChar(&from, '\0');
+			MemoryContextSwitchTo(ctx);
+		}
+		MemoryContextReset(ctx);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(ctx);
+	pfree(from.data);
+}
+
 static void
 restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
 			  TimestampTz end, bool fired)
@@ -625,7 +743,14 @@ window_setup(KeyedStage *stage)
 	stage->timers = timer_index_create(AllocSetContextCreate(stage->context, "mailer keyed timers",
 															 ALLOCSET_DEFAULT_SIZES));
 	initStringInfo(&stage->timer_tail);
-	if (w->type == WINDOW_SLIDING && w->size_us > w->slide_us && panes_exact(stage))
+	/*
+	 * Panes at parallelism 1 only.  A pane window's "fired" follows from
+	 * the watermark, and a parallel job restores the lowest of its
+	 * subtasks' watermarks: a subtask that had got further would fire its
+	 * windows in between again.  Window entries record their own.
+	 */
+	if (w->type == WINDOW_SLIDING && w->size_us > w->slide_us && panes_exact(stage) &&
+		stage->plan->spec->parallelism == 1)
 	{
 		stage->panes = true;
 		stage->npanes = (int) (w->size_us / w->slide_us);
@@ -634,6 +759,8 @@ window_setup(KeyedStage *stage)
 		changed_reset(stage);
 		stage->combined = palloc0(sizeof(AggValue) * Max(stage->naggs, 1));
 	}
+	if (w->type == WINDOW_SLIDING && !stage->panes)
+		panes_to_windows(stage);
 	if (w->type == WINDOW_SESSION)
 		restore_kind(stage, 'S');
 	else
