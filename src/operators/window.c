@@ -24,7 +24,9 @@
 #include "catalog/pg_type_d.h"
 #include "common/int.h"
 #include "miscadmin.h"
+#include "utils/fmgrprotos.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 
 #include "base/mailer.h"
 #include "operators/window.h"
@@ -688,12 +690,10 @@ restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz s
  * rounding depends on the order), nor min and max of a type whose equal
  * values may print differently (numeric 1.0 and 1.00, float -0 and 0,
  * text under a nondeterministic collation): of equal ones, the one kept
- * depends on the order.  Nor an aggregate whose sum can overflow (int2
- * and int4 sum into a bigint, numeric into numeric): records one by one,
- * the record that overflows a window is the one that fails (a dead
- * letter); panes would accept each record into its own pane and fail
- * when a window combines them, at a watermark step, with no record to
- * blame.  Count, and sum and avg of int8 (an int128), cannot overflow.
+ * depends on the order.  Sums that can overflow (int2 and int4 into a
+ * bigint, numeric) keep headroom in each pane (pane_check_headroom), so
+ * that no window combining them can; count, and sum and avg of int8 (an
+ * int128), cannot overflow.
  */
 static bool
 panes_exact(KeyedStage *stage)
@@ -707,9 +707,6 @@ panes_exact(KeyedStage *stage)
 			case AGG_SUM_FLOAT4:
 			case AGG_SUM_FLOAT8:
 			case AGG_AVG_FLOAT:
-			case AGG_SUM_INT:
-			case AGG_SUM_NUMERIC:
-			case AGG_AVG_NUMERIC:
 				return false;
 			case AGG_MIN:
 			case AGG_MAX:
@@ -890,6 +887,49 @@ pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 	return found;
 }
 
+/*
+ * A sum kept in panes overflows, if ever, when a window combines them,
+ * outside any record: the job would fail on every replay, where one by one
+ * the record that overflowed went to the dead letters.  So a record is
+ * refused, with the type's own error, as soon as its pane's sum is within
+ * a factor of npanes + 1 of the limit (the panes of a window plus, after
+ * an upgrade, its entry of format 1), and no window can overflow.  Only
+ * inputs within that factor of the limit (9.2e18 for a bigint sum, 1e131072
+ * for numeric) see a difference: there, a record one by one would have
+ * kept may go to the dead letters.
+ */
+static void
+pane_check_headroom(KeyedStage *stage, const AggValue *next)
+{
+	int64		factor = stage->npanes + 1;
+
+	for (int a = 0; a < stage->naggs; a++)
+	{
+		AggregateDef *agg = stage->aggs[a];
+		int64		product;
+
+		if (next[a].count == 0)
+			continue;
+		switch (agg->impl)
+		{
+			case AGG_SUM_INT:
+				if (pg_mul_s64_overflow(next[a].v.i64, factor, &product))
+					ereport(ERROR,
+							(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+							 errmsg("bigint out of range in %s", agg->text)));
+				break;
+			case AGG_SUM_NUMERIC:
+			case AGG_AVG_NUMERIC:
+				/* numeric_mul raises numeric's own overflow error. */
+				(void) DirectFunctionCall2(numeric_mul, next[a].v.datum,
+										   NumericGetDatum(int64_to_numeric(factor)));
+				break;
+			default:
+				break;
+		}
+	}
+}
+
 static bool
 pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 {
@@ -905,6 +945,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 		return false;			/* every window holding t is purged, or would be */
 	e = lookup_window(stage, 'L', group, group_len, (TimestampTz) first, true);
 	keyed_compute(stage, e->values, stage->next);
+	pane_check_headroom(stage, stage->next);
 
 	/* Nothing fails from here on. */
 	made = e->start == DT_NOBEGIN;
