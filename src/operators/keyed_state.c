@@ -311,20 +311,27 @@ keyed_check_state_layout(const char *job_name, const char *stored, JobPlan *plan
 /*
  * Format 1 to 2: the timer keys go ('F' and 'P'; the stage keeps its
  * timers in memory and makes them again from the window entries).  In
- * chunks, as below.
+ * chunks, as below, each scan from past the last key deleted: from the
+ * kind's start, every scan would walk the tombstones of all the chunks
+ * before it.
  */
 static void
 delete_timer_keys(StateBackend *state, char kind)
 {
-	MemoryContext chunk_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer state upgrade",
-													ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(chunk_ctx);
+	StringInfoData from;
+	MemoryContext chunk_ctx;
+	MemoryContext old;
 	char		to = kind + 1;
 	bool		more = true;
 
+	initStringInfo(&from);
+	appendStringInfoChar(&from, kind);
+	chunk_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer state upgrade",
+									  ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(chunk_ctx);
 	while (more)
 	{
-		StateIterator *it = state->ops->iterate(state, &kind, 1, &to, 1);
+		StateIterator *it = state->ops->iterate(state, from.data, from.len, &to, 1);
 		List	   *keys = NIL;
 		ListCell   *kc;
 		const char *key;
@@ -348,10 +355,19 @@ delete_timer_keys(StateBackend *state, char kind)
 
 			state->ops->delete(state, k->data, k->len);
 		}
+		if (more)
+		{
+			StringInfo	last = llast(keys);
+
+			resetStringInfo(&from);
+			appendBinaryStringInfo(&from, last->data, last->len);
+			appendStringInfoChar(&from, '\0');
+		}
 		MemoryContextReset(chunk_ctx);
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(chunk_ctx);
+	pfree(from.data);
 }
 
 /*

@@ -14,8 +14,14 @@
  * bucket holds the tails of all their timers, packed: an int32 length and
  * the bytes.  A bucket is only appended to; the undo of a record cuts it
  * back to its length before the record.  When a bucket is due its tails
- * are sorted by their bytes and duplicates dropped, which gives the order
- * (and the once) a range scan of the state keys gave.
+ * are sorted by their bytes, which gives the order a range scan of the
+ * state keys gave.
+ *
+ * A timer is held once, as a state key was: a window of panes is asked
+ * for by each of its panes, a session by its merges.  A set of the timers
+ * held (kind, time and the tail's offset in its bucket: 24 bytes a slot,
+ * the tail's bytes are the bucket's) drops the copies as they come, so
+ * that memory follows the windows, not the windows times their panes.
  *
  * Design: docs/ARCHITECTURE.md, "Windows and timers".
  */
@@ -46,6 +52,38 @@ typedef struct TimerBucket
 #define SH_DEFINE
 #include "lib/simplehash.h"
 
+/* A timer held: its tail is at offset in the bucket of (kind, when). */
+typedef struct TimerSlotKey
+{
+	TimestampTz when;
+	int32		offset;			/* -1: the probe, TimerIndex.probe */
+	char		kind;
+} TimerSlotKey;
+
+typedef struct TimerSlot
+{
+	TimerSlotKey key;
+	uint32		hash;
+	char		status;
+} TimerSlot;
+
+struct TimerIndex;
+static uint32 slot_key_hash(struct TimerIndex *ti, const TimerSlotKey *k);
+static bool slot_equal(struct TimerIndex *ti, const TimerSlotKey *a, const TimerSlotKey *b);
+
+#define SH_PREFIX tset
+#define SH_ELEMENT_TYPE TimerSlot
+#define SH_KEY_TYPE TimerSlotKey
+#define SH_KEY key
+#define SH_GET_HASH(tb, a) (a)->hash
+#define SH_HASH_KEY(tb, k) slot_key_hash((struct TimerIndex *) (tb)->private_data, &(k))
+#define SH_EQUAL(tb, a, b) slot_equal((struct TimerIndex *) (tb)->private_data, &(a), &(b))
+#define SH_STORE_HASH
+#define SH_SCOPE static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
+
 typedef struct TimerKind
 {
 	tbucket_hash *buckets;
@@ -58,6 +96,9 @@ struct TimerIndex
 {
 	MemoryContext context;
 	TimerKind	kinds[2];		/* 'F', 'P' */
+	tset_hash  *held;
+	const char *probe;			/* the tail looked up */
+	int			probe_len;
 	int64		count;
 };
 
@@ -66,6 +107,77 @@ kind_of(TimerIndex *ti, char kind)
 {
 	Assert(kind == 'F' || kind == 'P');
 	return &ti->kinds[kind == 'F' ? 0 : 1];
+}
+
+/* A held timer's tail: its bucket's bytes from its offset. */
+static const char *
+slot_tail(TimerIndex *ti, const TimerSlotKey *s, int32 *len)
+{
+	TimerBucket *b;
+
+	if (s->offset < 0)
+	{
+		*len = ti->probe_len;
+		return ti->probe;
+	}
+	b = tbucket_lookup(kind_of(ti, s->kind)->buckets, s->when);
+	Assert(b != NULL && s->offset < b->used);
+	memcpy(len, b->data + s->offset, sizeof(int32));
+	return b->data + s->offset + sizeof(int32);
+}
+
+static uint32
+slot_key_hash(TimerIndex *ti, const TimerSlotKey *k)
+{
+	int32		len;
+	const char *tail = slot_tail(ti, k, &len);
+	uint32		h = hash_bytes((const unsigned char *) tail, len);
+
+	h = hash_combine(h, murmurhash32((uint32) k->when ^ (uint32) ((uint64) k->when >> 32)));
+	return hash_combine(h, (uint32) (unsigned char) k->kind);
+}
+
+static bool
+slot_equal(TimerIndex *ti, const TimerSlotKey *a, const TimerSlotKey *b)
+{
+	const char *x;
+	const char *y;
+	int32		xl;
+	int32		yl;
+
+	if (a->when != b->when || a->kind != b->kind)
+		return false;
+	x = slot_tail(ti, a, &xl);
+	y = slot_tail(ti, b, &yl);
+	return xl == yl && memcmp(x, y, xl) == 0;
+}
+
+static TimerSlotKey
+slot_probe(TimerIndex *ti, char kind, TimestampTz when, const char *tail, int len)
+{
+	TimerSlotKey p;
+
+	memset(&p, 0, sizeof(p));
+	p.kind = kind;
+	p.when = when;
+	p.offset = -1;
+	ti->probe = tail;
+	ti->probe_len = len;
+	return p;
+}
+
+/* Forget the timer whose tail is at offset in bucket b (still there). */
+static void
+slot_forget(TimerIndex *ti, char kind, TimerBucket *b, int offset)
+{
+	int32		l;
+	TimerSlotKey p;
+	bool		deleted PG_USED_FOR_ASSERTS_ONLY;
+
+	memcpy(&l, b->data + offset, sizeof(int32));
+	p = slot_probe(ti, kind, b->when, b->data + offset + sizeof(int32), l);
+	deleted = tset_delete(ti->held, p);
+	Assert(deleted);
 }
 
 TimerIndex *
@@ -80,6 +192,7 @@ timer_index_create(MemoryContext context)
 		ti->kinds[k].heap_cap = 256;
 		ti->kinds[k].heap = MemoryContextAlloc(context, sizeof(TimestampTz) * 256);
 	}
+	ti->held = tset_create(context, 1024, ti);
 	return ti;
 }
 
@@ -131,9 +244,18 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 {
 	TimerKind  *tk = kind_of(ti, kind);
 	TimerBucket *b;
+	TimerSlot  *slot;
 	bool		found;
 	int32		l = len;
 
+	slot = tset_insert(ti->held, slot_probe(ti, kind, when, tail, len), &found);
+	if (found)
+	{
+		/* Held already: nothing to undo. */
+		if (mark)
+			mark->used = -1;
+		return;
+	}
 	b = tbucket_insert(tk->buckets, when, &found);
 	if (!found)
 	{
@@ -156,6 +278,7 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 	}
 	memcpy(b->data + b->used, &l, sizeof(int32));
 	memcpy(b->data + b->used + sizeof(int32), tail, len);
+	slot->key.offset = b->used;
 	b->used += sizeof(int32) + len;
 	ti->count++;
 }
@@ -163,12 +286,16 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 void
 timer_index_truncate(TimerIndex *ti, const TimerMark *mark)
 {
-	TimerBucket *b = tbucket_lookup(kind_of(ti, mark->kind)->buckets, mark->when);
+	TimerBucket *b;
 
+	if (mark->used < 0)
+		return;					/* it added none */
+	b = tbucket_lookup(kind_of(ti, mark->kind)->buckets, mark->when);
 	/* No timer is due inside a record: the bucket is still there. */
-	Assert(b != NULL && b->used >= mark->used);
+	Assert(b != NULL && b->used > mark->used);
 	if (b == NULL)
 		return;
+	slot_forget(ti, mark->kind, b, mark->used);
 	ti->count--;
 	b->used = mark->used;
 }
@@ -224,6 +351,7 @@ timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark)
 			t->tail = copy + pos + sizeof(int32);
 			t->len = l;
 			sorted[i] = t;
+			slot_forget(ti, kind, b, pos);
 			pos += sizeof(int32) + l;
 		}
 		ti->count -= n;
@@ -232,11 +360,7 @@ timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark)
 		if (n > 1)
 			qsort(sorted, n, sizeof(DueTimer *), due_cmp);
 		for (int i = 0; i < n; i++)
-		{
-			if (i > 0 && due_cmp(&sorted[i - 1], &sorted[i]) == 0)
-				continue;
 			due = lappend(due, sorted[i]);
-		}
 	}
 	return due;
 }

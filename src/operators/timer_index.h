@@ -32,7 +32,7 @@ typedef struct TimerMark
 
 extern TimerIndex *timer_index_create(MemoryContext context);
 
-/* Add a timer; *mark (when not NULL) is what undoes it. */
+/* Add a timer, unless held already; *mark (when not NULL) is what undoes it. */
 extern void timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail,
 							int len, TimerMark *mark);
 
@@ -42,7 +42,7 @@ extern void timer_index_truncate(TimerIndex *ti, const TimerMark *mark);
 /*
  * The timers of a kind due at watermark, removed from the index, as a List
  * of DueTimer in the current memory context: in order of time, then of
- * tail bytes (that of the state keys timers had), each once.
+ * tail bytes (that of the state keys timers had).
  */
 extern List *timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark);
 

@@ -24,7 +24,9 @@
 #include "catalog/pg_type_d.h"
 #include "common/int.h"
 #include "miscadmin.h"
+#include "utils/fmgrprotos.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 
 #include "base/mailer.h"
 #include "operators/window.h"
@@ -54,6 +56,7 @@ static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntr
 static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
+static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 						  TimestampTz start, TimestampTz end, bool fired);
 static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
@@ -254,8 +257,15 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	}
 	MemoryContextSwitchTo(old);
 
-	/* Timers are keyed by the session's start too: a new start needs new timers. */
-	if (end != target->end || start != target->start || overlap == NIL)
+	/*
+	 * One timer per session.  Timers are keyed by the session's start: a
+	 * new start needs new ones, and a fired session extended past the
+	 * watermark needs its fire timer again.  An extension otherwise keeps
+	 * the timer it has: when due, it is set again at the session's new end
+	 * (fire_timer, purge_timer), so timers do not pile up one per record.
+	 */
+	if (overlap == NIL || start != target->start ||
+		(target->fired && end > stage->watermark))
 	{
 		if (end <= stage->watermark)
 			schedule_purge(stage, group, group_len, start, end);
@@ -385,7 +395,17 @@ fire_timer(KeyedStage *stage, const char *key, int klen)
 	if (!timer_window(stage, key, klen, &e, &s))
 		return;
 	if (s && s->end != end)
-		return;					/* merged or extended since: another timer is due */
+	{
+		/* Extended since: the session fires at its new end. */
+		if (s->fired)
+			return;				/* a late extension: its purge timer stands */
+		if (s->end > stage->watermark)
+		{
+			put_timer(stage, 'F', s->end, group, group_len, start);
+			return;
+		}
+		end = s->end;			/* due in this step too */
+	}
 	fired = s ? &s->fired : &e->fired;
 	if (!*fired)
 	{
@@ -432,7 +452,11 @@ purge_timer(KeyedStage *stage, const char *key, int klen)
 	if (s)
 	{
 		if (purge_time(stage, s->end) > stage->watermark)
-			return;				/* extended since: purged later */
+		{
+			/* Extended since: purged later, by one timer (held once) */
+			put_timer(stage, 'P', purge_time(stage, s->end), group, group_len, s->start);
+			return;
+		}
 		/* Updated within lateness since its row was written: write it before it goes. */
 		if (s->unemitted)
 			keyed_emit(stage, group, group_len, s->start, s->end, s->values, false);
@@ -456,9 +480,8 @@ purge_timer(KeyedStage *stage, const char *key, int klen)
  * The timers of the restored state, from its window entries: an unfired
  * window fires at its end, a fired one is purged at end + lateness (the
  * timers a session's earlier extents left were no-ops, and are not made
- * again).  A pane stands for the windows that hold it (the timers of a
- * window with several panes are made once each, as timer_index_due drops
- * duplicates).  The state holds the subtask's own key groups only, so
+ * again).  A pane stands for the windows that hold it (the index holds a
+ * timer once, however many panes ask for it).  The state holds the subtask's own key groups only, so
  * these are the timers of its keys.  A timer at or before the watermark
  * was handled before the checkpoint was taken (the stage reaches the
  * checkpoint's watermark first), and is not made.
@@ -533,6 +556,123 @@ restore_kind(KeyedStage *stage, char kind)
 	MemoryContextDelete(ctx);
 }
 
+/*
+ * State of panes opened by a stage that keeps window entries (a job of
+ * parallelism 1 rescaled to more, or restored to an epoch of parallelism
+ * 1): each pane is merged into the entries of the unpurged windows that
+ * hold it, and goes.  The state was written by one subtask, so the
+ * restored watermark is its own and says exactly which windows fired.
+ * Every changed window was emitted at that checkpoint, or waits for its
+ * firing.  Done in chunks, each scan from past the last pane, and again
+ * at the next start if the job stops before its next checkpoint (the state
+ * opens from the checkpoint).
+ */
+static void
+panes_to_windows(KeyedStage *stage)
+{
+	WindowSpec *w = stage->plan->window;
+	int			npanes = (int) (w->size_us / w->slide_us);
+	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer panes to windows",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old;
+	KeyedCodec	codec = stage->codec;
+	StringInfoData from;
+	char		to = 'M';
+	bool		more = true;
+
+	initStringInfo(&from);
+	appendStringInfoChar(&from, 'L');
+	codec.ctx = ctx;
+	old = MemoryContextSwitchTo(ctx);
+	while (more)
+	{
+		StateIterator *it = stage->state->ops->iterate(stage->state, from.data, from.len, &to, 1);
+		List	   *keys = NIL;
+		List	   *vals = NIL;
+		ListCell   *kc;
+		ListCell   *vc;
+		const char *key;
+		const char *val;
+		int			klen;
+		int			vlen;
+
+		while ((more = stage->state->ops->next(it, &key, &klen, &val, &vlen)) &&
+			   list_length(keys) < 10000)
+		{
+			StringInfo	k = makeStringInfo();
+			StringInfo	v = makeStringInfo();
+
+			CHECK_FOR_INTERRUPTS();
+			appendBinaryStringInfo(k, key, klen);
+			appendBinaryStringInfo(v, val, vlen);
+			keys = lappend(keys, k);
+			vals = lappend(vals, v);
+		}
+		stage->state->ops->iterate_end(it);
+		forboth(kc, keys, vc, vals)
+		{
+			StringInfo	k = lfirst(kc);
+			StringInfo	v = lfirst(vc);
+			KeyedEntry	pane;
+
+			memset(&pane, 0, sizeof(pane));
+			pane.key.data = k->data;
+			pane.key.len = k->len;
+			pane.values = keyed_values_new(&codec);
+			keyed_entry_deserialize(&codec, &pane, v->data, v->len);
+			for (int i = 0; i < npanes; i++)
+			{
+				TimestampTz start = pane.start - i * w->slide_us;
+				TimestampTz end = start + w->size_us;
+				StringInfoData wkey;
+				StringInfoData wval;
+				KeyedEntry	win;
+
+				if (purge_time(stage, end) <= stage->watermark)
+					break;
+				initStringInfo(&wkey);
+				appendStringInfoChar(&wkey, 'W');
+				appendBinaryStringInfo(&wkey, k->data + 1, k->len - 1 - 8);
+				keyed_key_append_time(&wkey, start);
+				memset(&win, 0, sizeof(win));
+				win.key.data = wkey.data;
+				win.key.len = wkey.len;
+				win.values = keyed_values_new(&codec);
+				initStringInfo(&wval);
+				if (stage->state->ops->get(stage->state, wkey.data, wkey.len, &wval))
+					keyed_entry_deserialize(&codec, &win, wval.data, wval.len);
+				else
+				{
+					win.start = start;
+					win.end = end;
+					win.fired = end <= stage->watermark;
+				}
+				for (int a = 0; a < stage->naggs; a++)
+					aggregate_merge(stage->aggs[a], &win.values[a], &pane.values[a], &win.values[a]);
+				win.unemitted = false;
+				resetStringInfo(&wval);
+				keyed_entry_serialize(&codec, &win, &wval);
+				stage->state->ops->put(stage->state, wkey.data, wkey.len, wval.data, wval.len);
+			}
+			stage->state->ops->delete(stage->state, k->data, k->len);
+		}
+		if (more)
+		{
+			StringInfo	last = llast(keys);
+
+			MemoryContextSwitchTo(old);
+			resetStringInfo(&from);
+			appendBinaryStringInfo(&from, last->data, last->len);
+			appendStringInfoChar(&from, '\0');
+			MemoryContextSwitchTo(ctx);
+		}
+		MemoryContextReset(ctx);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(ctx);
+	pfree(from.data);
+}
+
 static void
 restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
 			  TimestampTz end, bool fired)
@@ -550,7 +690,10 @@ restore_timer(KeyedStage *stage, const char *group, int group_len, TimestampTz s
  * rounding depends on the order), nor min and max of a type whose equal
  * values may print differently (numeric 1.0 and 1.00, float -0 and 0,
  * text under a nondeterministic collation): of equal ones, the one kept
- * depends on the order.
+ * depends on the order.  Sums that can overflow (int2 and int4 into a
+ * bigint, numeric) keep headroom in each pane (pane_check_headroom), so
+ * that no window combining them can; count, and sum and avg of int8 (an
+ * int128), cannot overflow.
  */
 static bool
 panes_exact(KeyedStage *stage)
@@ -597,7 +740,14 @@ window_setup(KeyedStage *stage)
 	stage->timers = timer_index_create(AllocSetContextCreate(stage->context, "mailer keyed timers",
 															 ALLOCSET_DEFAULT_SIZES));
 	initStringInfo(&stage->timer_tail);
-	if (w->type == WINDOW_SLIDING && w->size_us > w->slide_us && panes_exact(stage))
+	/*
+	 * Panes at parallelism 1 only.  A pane window's "fired" follows from
+	 * the watermark, and a parallel job restores the lowest of its
+	 * subtasks' watermarks: a subtask that had got further would fire its
+	 * windows in between again.  Window entries record their own.
+	 */
+	if (w->type == WINDOW_SLIDING && w->size_us > w->slide_us && panes_exact(stage) &&
+		stage->plan->spec->parallelism == 1)
 	{
 		stage->panes = true;
 		stage->npanes = (int) (w->size_us / w->slide_us);
@@ -606,6 +756,8 @@ window_setup(KeyedStage *stage)
 		changed_reset(stage);
 		stage->combined = palloc0(sizeof(AggValue) * Max(stage->naggs, 1));
 	}
+	if (w->type == WINDOW_SLIDING && !stage->panes)
+		panes_to_windows(stage);
 	if (w->type == WINDOW_SESSION)
 		restore_kind(stage, 'S');
 	else
@@ -735,6 +887,49 @@ pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 	return found;
 }
 
+/*
+ * A sum kept in panes overflows, if ever, when a window combines them,
+ * outside any record: the job would fail on every replay, where one by one
+ * the record that overflowed went to the dead letters.  So a record is
+ * refused, with the type's own error, as soon as its pane's sum is within
+ * a factor of npanes + 1 of the limit (the panes of a window plus, after
+ * an upgrade, its entry of format 1), and no window can overflow.  Only
+ * inputs within that factor of the limit (9.2e18 for a bigint sum, 1e131072
+ * for numeric) see a difference: there, a record one by one would have
+ * kept may go to the dead letters.
+ */
+static void
+pane_check_headroom(KeyedStage *stage, const AggValue *next)
+{
+	int64		factor = stage->npanes + 1;
+
+	for (int a = 0; a < stage->naggs; a++)
+	{
+		AggregateDef *agg = stage->aggs[a];
+		int64		product;
+
+		if (next[a].count == 0)
+			continue;
+		switch (agg->impl)
+		{
+			case AGG_SUM_INT:
+				if (pg_mul_s64_overflow(next[a].v.i64, factor, &product))
+					ereport(ERROR,
+							(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+							 errmsg("bigint out of range in %s", agg->text)));
+				break;
+			case AGG_SUM_NUMERIC:
+			case AGG_AVG_NUMERIC:
+				/* numeric_mul raises numeric's own overflow error. */
+				(void) DirectFunctionCall2(numeric_mul, next[a].v.datum,
+										   NumericGetDatum(int64_to_numeric(factor)));
+				break;
+			default:
+				break;
+		}
+	}
+}
+
 static bool
 pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 {
@@ -750,6 +945,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 		return false;			/* every window holding t is purged, or would be */
 	e = lookup_window(stage, 'L', group, group_len, (TimestampTz) first, true);
 	keyed_compute(stage, e->values, stage->next);
+	pane_check_headroom(stage, stage->next);
 
 	/* Nothing fails from here on. */
 	made = e->start == DT_NOBEGIN;
@@ -765,7 +961,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 		if (purge_time(stage, end) <= stage->watermark)
 			break;
-		/* A new pane may make a window: its timers (a window's others are dropped as duplicates). */
+		/* A new pane may make a window: its timers (held once, whichever pane asks first). */
 		if (made)
 			restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
 		changed_add(stage, group, group_len, start);

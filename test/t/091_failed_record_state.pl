@@ -109,16 +109,18 @@ for my $backend (qw(rocksdb memory))
 		is(dead_offsets($t), $failing, "$backend flat_map, $kind: the dead letters are records 1 to 9");
 	}
 
-	# Sliding windows kept as panes (count and a numeric sum combine
-	# exactly): a record's second output overflows the numeric sum, and its
-	# first output must leave no trace in the pane, its timers or the
-	# windows to emit.  3e131071 per output: record 0 sums to 6e131071,
-	# 9e131071 still fits, 1.2e131072 does not.
+	# Sliding windows with a numeric sum, kept as panes of 2 hours / 1 hour:
+	# a pane's sum must stay a factor 3 under numeric's limit (1e131072),
+	# so that no window combining panes can overflow.  A record's second
+	# output passes that, and its first output must leave no trace in the
+	# panes, the timers or the windows to emit.  1.5e131071 per output:
+	# record 0 sums to 3e131071 (x 3 fits), 4.5e131071 does not; one record
+	# of 3e131071 fits, two do not.
 	for my $kind ('pane', 'flat_pane')
 	{
 		my $t = "t091_${kind}_$b";
 		my $flat = $kind eq 'flat_pane' ? '{"flat_map": "jsonb_array_elements(jsonb_build_array(value, value))"}, ' : '';
-		my $x = $kind eq 'flat_pane' ? '3e131071' : '9e131071';
+		my $x = $kind eq 'flat_pane' ? '1.5e131071' : '3e131071';
 		psql("DROP TABLE IF EXISTS $t;
 		      CREATE TABLE $t (k text, window_start timestamptz, window_end timestamptz,
 		        n bigint, s numeric, PRIMARY KEY (k, window_start))");
@@ -129,6 +131,33 @@ for my $backend (qw(rocksdb memory))
 		is(rows($t), "23:00:00 01:00:00 $n, 00:00:00 02:00:00 $n", "$backend $kind: both windows count only record 0");
 		is(psql("SELECT bool_and(s = $n * '$x'::numeric) FROM $t"), 't', "$backend $kind: and sum only it");
 		is(dead_offsets($t), $failing, "$backend $kind: the dead letters are records 1 to 9");
+	}
+
+	# Records an hour apart, each in a pane of its own (2 hours / 1 hour),
+	# 4e131071 each: two records' sum fits, but a pane's sum is within a
+	# factor 3 of numeric's limit.  Without that check a window combining
+	# panes could overflow outside any record and fail the job on every
+	# replay; with it, each record is refused with numeric's own error and
+	# the job goes on (one by one, these records would all have fitted:
+	# the difference the check makes, only this close to the limit).  Also
+	# avg(numeric).
+	for my $agg (['numeric', "sum('4e131071'::numeric)", 'numeric'], ['avgnum', "avg('4e131071'::numeric)", 'numeric'])
+	{
+		my ($name, $expr, $type) = @$agg;
+		my $t = "t091_over_${name}_$b";
+		my $hourly = $gen =~ s/"step": "1 second"/"step": "1 hour"/r;
+		psql("DROP TABLE IF EXISTS $t;
+		      CREATE TABLE $t (k text, window_start timestamptz, window_end timestamptz,
+		        n bigint, s $type, PRIMARY KEY (k, window_start))");
+		job($t, qq{$hourly, "steps": [$key, {"window": {"type": "sliding", "size": "2 hours", "slide": "1 hour"}},
+			{"aggregate": {"n": "count(*)", "s": "$expr"}}],
+			"sink": {"type": "table", "table": "$t"}, $state});
+		is(psql("SELECT count(*) FROM $t"), '0', "$backend $name near the limit in panes: no window");
+		is(dead_offsets($t), join(',', map { "$_:aggregate" } 0 .. 9),
+			"$backend $name near the limit in panes: every record is a dead letter");
+		is(psql("SELECT count(*) FROM mailer.dead_letters d JOIN mailer.job j USING (job_id)
+			  WHERE j.name = '$t' AND d.error LIKE '%overflows numeric format%'"), '10',
+			"$backend $name near the limit in panes: with numeric's overflow error");
 	}
 
 	psql("DROP TABLE IF EXISTS t091_flat_plain_$b;
@@ -152,5 +181,5 @@ for my $backend (qw(rocksdb memory))
 }
 
 psql("SELECT mailer.drop_job(name) FROM mailer.jobs WHERE name LIKE 't091%'");
-psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain flat_tumbling flat_flat_session flat_plain pane flat_pane) } qw(r m)));
+psql("DROP TABLE " . join(', ', map { my $b = $_; map { "t091_${_}_$b" } qw(tumbling sliding session merge plain flat_tumbling flat_flat_session flat_plain pane flat_pane over_numeric over_avgnum) } qw(r m)));
 done_testing();

@@ -1,7 +1,7 @@
 # Sliding windows kept as panes give exactly the rows of windows kept one
 # by one.  A sum of float8 cannot be combined exactly, so a job that has one
 # keeps its sliding windows one by one: each pane job runs next to such a
-# reference job over the same events, and their count and numeric sum must
+# reference job over the same events, and their count and bigint sum must
 # agree at every step, through out-of-order and late records, allowed
 # lateness, emit final and update, a stop and start (the timers are rebuilt
 # from the panes), a SIGKILL of a worker mid-stream, and restore_job to an
@@ -27,7 +27,7 @@ my %jobs = (
 sub create
 {
 	my ($name, $window, $backend, $float) = @_;
-	my $aggs = '"n": "count(*)", "total": "sum((value->>\'a\')::numeric)"';
+	my $aggs = '"n": "count(*)", "total": "sum((value->>\'a\')::int8)"';
 	$aggs .= ', "f": "sum((value->>\'a\')::float8)"' if $float;
 	psql("DROP TABLE IF EXISTS $name; CREATE TABLE $name (k text, window_start timestamptz, window_end timestamptz, "
 		  . "n bigint, total numeric, " . ($float ? 'f float8, ' : '') . "PRIMARY KEY (k, window_start))");
@@ -168,5 +168,39 @@ psql("SELECT mailer.start_job('t146_many')");
 is(wait_job('t146_many', '5 minutes'), 'finished', 't146_many resumed and finished');
 is(psql("SELECT (count(*) = 2 * count(DISTINCT k)) || ' ' || sum(n) FROM t146_many"), 'true 120000',
 	'two windows per key, every record in both');
+
+# Rescale from 1 to 2 (panes are kept at parallelism 1 only: a parallel
+# job restores the lowest of its subtasks' watermarks, and pane windows
+# have no "fired" of their own).  The pane job's panes become window
+# entries; the windows fired before the rescale are not fired again, and
+# those still open gather the records after it.  Both jobs on 2
+# partitions, the reference alike.
+my $topic2 = unique_name('t146r');
+kafka('create-topic', $topic2, 2);
+$topic = $topic2;
+create('rs_pane', '"size": "30 seconds", "slide": "10 seconds", "allowed_lateness": "15 seconds"', 'memory', 0);
+create('rs_ref', '"size": "30 seconds", "slide": "10 seconds", "allowed_lateness": "15 seconds"', 'memory', 1);
+%jobs = (rs => {});
+my @ev2 = random_events(seed => 1462, partitions => 2, count => 160, step => 0.5, spread => 8,
+	keys => [qw(a b c d e f)], amount => sub { $_[0] % 97 });
+produce_events($topic2, [ @ev2[0 .. 79] ]);
+compare('rescale: before, at parallelism 1');
+my $rs_id = psql("SELECT job_id FROM mailer.job WHERE name = 'rs_pane'");
+my $kinds = qq{SELECT string_agg(DISTINCT chr(get_byte(key, 0)), '') FROM (SELECT DISTINCT ON (key) key, value
+		 FROM mailer.memory_state WHERE job_id = $rs_id ORDER BY key, epoch DESC) v WHERE value IS NOT NULL};
+is(psql($kinds), 'L', 'rescale: panes at parallelism 1');
+for my $name ('rs_pane', 'rs_ref')
+{
+	is(psql("SELECT mailer.stop_job('$name')"), 'stopped', "rescale: $name stopped");
+	psql("SELECT mailer.alter_job('$name', jsonb_set(spec, '{parallelism}', '2')) FROM mailer.jobs WHERE name = '$name'");
+	psql("SELECT mailer.start_job('$name')");
+}
+produce_events($topic2, [ @ev2[80 .. 159] ]);
+compare('rescale: after, at parallelism 2');
+is(psql($kinds), 'W', 'rescale: window entries at parallelism 2, the panes gone');
+produce_events($topic2, [ { p => 0, k => 'e', t => 1000, a => 1 }, { p => 1, k => 'f', t => 1000, a => 1 } ]);
+compare('rescale: all fired');
+cmp_ok(psql("SELECT count(*) FROM rs_pane"), '>', 20, 'rescale: windows were written');
+psql("SELECT mailer.stop_job('$_')") for ('rs_pane', 'rs_ref');
 
 done_testing();
