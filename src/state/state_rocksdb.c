@@ -42,6 +42,7 @@
 #include "base/key_groups.h"
 #include "base/mailer.h"
 #include "base/signals.h"
+#include "base/test_point.h"
 #include "state/state.h"
 
 typedef struct RocksState
@@ -218,6 +219,51 @@ remove_if_exists(const char *path)
 
 	if (stat(path, &st) == 0)
 		rmtree(path, true);
+}
+
+/*
+ * Unlink a file if it is there.  Never truncate or rewrite such a file in
+ * place: an ingested SST file is hard-linked into live/ and from there into
+ * committed ckpt-<epoch>/ directories, so its inode may be a committed
+ * snapshot's.
+ */
+static void
+unlink_if_exists(const char *path)
+{
+	if (unlink(path) != 0 && errno != ENOENT)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", path),
+				 errhint("Remove the file, or make it removable, and the job retries.")));
+}
+
+/* Whether name is an "ingest-<epoch>.sst" file of ingest_pending(). */
+static bool
+is_ingest_file(const char *name)
+{
+	size_t		len = strlen(name);
+
+	return len > strlen("ingest-.sst") && strncmp(name, "ingest-", 7) == 0 &&
+		strcmp(name + len - 4, ".sst") == 0;
+}
+
+/*
+ * Remove the SST files that a crash or an error left between writing them
+ * and ingesting them.  No committed state references them: they are only
+ * this process's (or a dead one's) unfinished checkpoint.
+ */
+static void
+remove_ingest_files(const char *dir)
+{
+	DIR		   *d = AllocateDir(dir);
+	struct dirent *de;
+
+	while ((de = ReadDir(d, dir)) != NULL)
+	{
+		if (is_ingest_file(de->d_name))
+			unlink_if_exists(psprintf("%s/%s", dir, de->d_name));
+	}
+	FreeDir(d);
 }
 
 /* The epoch of a "ckpt-<epoch>" directory name, or -1. */
@@ -536,6 +582,7 @@ state_rocksdb_open(const StateOpenArgs *args)
 	 * at the old parallelism too: the others may be reading it now.
 	 */
 	remove_if_exists(rs->live);
+	remove_ingest_files(rs->dir);
 	remove_checkpoints(rs->dir, 0, args->epoch);
 	if (args->epoch > 0 && !rescale)
 		clone_checkpoint(checkpoint_dir(args->job_id, args->subtask, args->epoch,
@@ -662,9 +709,9 @@ rocks_iterate_end(StateIterator *it)
  * wins over older values of the same keys, as a write would.
  */
 static void
-ingest_pending(RocksState *rs)
+ingest_pending(RocksState *rs, int64 epoch)
 {
-	char	   *file = psprintf("%s/ingest.sst", rs->dir);
+	char	   *file = psprintf("%s/ingest-" INT64_FORMAT ".sst", rs->dir, epoch);
 	rocksdb_envoptions_t *envopts;
 	rocksdb_sstfilewriter_t *writer;
 	rocksdb_ingestexternalfileoptions_t *ingest;
@@ -682,8 +729,12 @@ ingest_pending(RocksState *rs)
 	if (rs->npending == 0)
 		return;
 	n = sort_pending(rs);
-	/* Left by a crash between writing and moving it. */
-	remove_if_exists(file);
+	/*
+	 * A file of this name is left only by a failed attempt at this epoch in
+	 * this process (open removes older ones): unlink it, and the writer
+	 * creates a new inode.
+	 */
+	unlink_if_exists(file);
 	envopts = rocksdb_envoptions_create();
 	writer = rocksdb_sstfilewriter_create(envopts, rs->options);
 	rocksdb_sstfilewriter_open(writer, file, &err);
@@ -700,7 +751,12 @@ ingest_pending(RocksState *rs)
 		rocksdb_sstfilewriter_finish(writer, &err);
 	rocksdb_sstfilewriter_destroy(writer);
 	rocksdb_envoptions_destroy(envopts);
-	check(err, "write the changed state to", file);
+	if (err != NULL)
+	{
+		(void) unlink(file);
+		check(err, "write the changed state to", file);
+	}
+	TEST_POINT("rocksdb_after_sst_written");
 	forget_pending(rs);
 
 	ingest = rocksdb_ingestexternalfileoptions_create();
@@ -710,9 +766,20 @@ ingest_pending(RocksState *rs)
 	rocksdb_ingest_external_file(rs->db, files, 1, ingest, &err);
 	mailer_restore_signals(&saved);
 	rocksdb_ingestexternalfileoptions_destroy(ingest);
-	check(err, "ingest", file);
-	/* Moved is linked: the name outside live/ goes. */
-	remove_if_exists(file);
+	if (err != NULL)
+	{
+		/* Not in the database: the name may be the only link. */
+		(void) unlink(file);
+		check(err, "ingest", file);
+	}
+
+	/*
+	 * RocksDB moved the file (linked it into live/ and unlinked this name);
+	 * if it could not unlink the name, it only logs that.  Left, the name
+	 * would share the inode of a live/ file, and soon of a committed
+	 * checkpoint's.
+	 */
+	unlink_if_exists(file);
 }
 
 static char *
@@ -729,7 +796,7 @@ rocks_checkpoint(StateBackend *backend, int64 epoch)
 	/* A leftover of a checkpoint that did not commit would make RocksDB fail. */
 	remove_if_exists(path);
 	keep_write(rs, epoch_key, sizeof(epoch_key) - 1, (char *) &epoch, sizeof(epoch));
-	ingest_pending(rs);
+	ingest_pending(rs, epoch);
 	mailer_block_signals(&saved);
 	cp = rocksdb_checkpoint_object_create(rs->db, &err);
 	if (err == NULL)
@@ -794,6 +861,7 @@ remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from)
 			continue;
 		}
 		remove_if_exists(psprintf("%s/live", dir));
+		remove_ingest_files(dir);
 		remove_checkpoints(dir, keep_from, epoch);
 		if (!has_checkpoints(dir))
 			rmtree(dir, true);
