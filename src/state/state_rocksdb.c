@@ -59,12 +59,13 @@ typedef struct RocksState
 	rocksdb_writeoptions_t *write;
 	rocksdb_writebatch_t *batch;	/* writes not applied yet: see apply_writes() */
 	MemoryContext pending_ctx;	/* the pending writes' keys and values */
-	struct PendingWrite *pending;	/* puts and deletes not in the database yet */
+	struct PendingWrite *pending;	/* puts and deletes not in the database yet;
+									 * kept across applies, in rs's context */
 	int			npending;
 	int			pending_capacity;
 } RocksState;
 
-/* A put (val != NULL) or delete kept for the next apply_writes() or checkpoint. */
+/* A put (val != NULL, maybe of an empty value) or delete (val == NULL) kept for the next apply_writes() or checkpoint. */
 typedef struct PendingWrite
 {
 	const char *key;
@@ -98,9 +99,10 @@ keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 		rs->pending_capacity = Max(1024, rs->pending_capacity * 2);
 		rs->pending = rs->pending ?
 			repalloc_huge(rs->pending, sizeof(PendingWrite) * rs->pending_capacity) :
-			MemoryContextAllocHuge(rs->pending_ctx, sizeof(PendingWrite) * rs->pending_capacity);
+			MemoryContextAllocHuge(GetMemoryChunkContext(rs), sizeof(PendingWrite) * rs->pending_capacity);
 	}
-	copy = MemoryContextAlloc(rs->pending_ctx, klen + (val ? vlen : 0));
+	/* At least a byte: a put of an empty value keeps a non-NULL val. */
+	copy = MemoryContextAlloc(rs->pending_ctx, klen + (val ? vlen : 0) + 1);
 	memcpy(copy, key, klen);
 	if (val)
 		memcpy(copy + klen, val, vlen);
@@ -131,7 +133,8 @@ pending_cmp(const void *a, const void *b)
  * Sort the pending writes and keep the last write of each key: an SST file
  * takes its keys in order and once each, and the memtable takes keys in
  * order at a fraction of the cost of keys in random order.  Returns how
- * many are left, at the start of rs->pending.
+ * many are left, at the start of rs->pending, which are then all that is
+ * pending (numbered again, so that a later write of a key still wins).
  */
 static int
 sort_pending(RocksState *rs)
@@ -145,17 +148,24 @@ sort_pending(RocksState *rs)
 
 		if (i + 1 < rs->npending && w->klen == w[1].klen && memcmp(w->key, w[1].key, w->klen) == 0)
 			continue;
-		rs->pending[n++] = *w;
+		rs->pending[n] = *w;
+		rs->pending[n].seq = n;
+		n++;
 	}
+	rs->npending = n;
 	return n;
 }
 
+/*
+ * The keys and values go; the array stays for the next writes: in a
+ * windowed job each new window's read applies a few writes, and a new
+ * array each time would be a malloc and free of its size per window.
+ */
 static void
 forget_pending(RocksState *rs)
 {
 	MemoryContextReset(rs->pending_ctx);
-	rs->pending = NULL;
-	rs->npending = rs->pending_capacity = 0;
+	rs->npending = 0;
 }
 
 /*
@@ -632,6 +642,13 @@ rocks_put(StateBackend *backend, const char *key, int klen, const char *val, int
 {
 	RocksState *rs = (RocksState *) backend;
 
+	/* A put of nothing stores an empty value: NULL would make it a delete. */
+	if (val == NULL)
+	{
+		Assert(vlen == 0);
+		val = "";
+		vlen = 0;
+	}
 	keep_write(rs, key, klen, val, vlen);
 }
 
@@ -757,7 +774,6 @@ ingest_pending(RocksState *rs, int64 epoch)
 		check(err, "write the changed state to", file);
 	}
 	TEST_POINT("rocksdb_after_sst_written");
-	forget_pending(rs);
 
 	ingest = rocksdb_ingestexternalfileoptions_create();
 	rocksdb_ingestexternalfileoptions_set_move_files(ingest, 1);
@@ -772,6 +788,9 @@ ingest_pending(RocksState *rs, int64 epoch)
 		(void) unlink(file);
 		check(err, "ingest", file);
 	}
+
+	/* In the database now, and only now: an error before keeps them pending. */
+	forget_pending(rs);
 
 	/*
 	 * RocksDB moved the file (linked it into live/ and unlinked this name);
