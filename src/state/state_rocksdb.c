@@ -37,7 +37,10 @@
 #include "miscadmin.h"
 #include "storage/copydir.h"
 #include "storage/fd.h"
+#include "storage/latch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "base/key_groups.h"
 #include "base/mailer.h"
@@ -83,6 +86,12 @@ typedef struct RocksIterator
 	char	   *upper;
 	bool		started;
 } RocksIterator;
+
+/*
+ * Level-0 files at which RocksDB stops memtable writes; a checkpoint waits
+ * for compaction at as many before ingesting another (wait_for_level0()).
+ */
+#define LEVEL0_STOP_TRIGGER 64
 
 static const StateBackendOps rocks_ops;
 
@@ -382,7 +391,7 @@ live_options(void)
 	 */
 	rocksdb_options_set_level0_file_num_compaction_trigger(options, 8);
 	rocksdb_options_set_level0_slowdown_writes_trigger(options, 40);
-	rocksdb_options_set_level0_stop_writes_trigger(options, 64);
+	rocksdb_options_set_level0_stop_writes_trigger(options, LEVEL0_STOP_TRIGGER);
 	rocksdb_options_set_keep_log_file_num(options, 2);
 	rocksdb_options_set_stats_dump_period_sec(options, 0);
 	rocksdb_options_set_compression(options, rocksdb_lz4_compression);
@@ -718,6 +727,64 @@ rocks_iterate_end(StateIterator *it)
 	pfree(ri);
 }
 
+/* The number of level-0 files, or 0 if RocksDB does not say. */
+static uint64
+level0_files(RocksState *rs)
+{
+	uint64_t	n = 0;
+
+	if (rocksdb_property_int(rs->db, "rocksdb.num-files-at-level0", &n) != 0)
+		return 0;
+	return n;
+}
+
+/*
+ * Ingestion neither waits for a write stall nor flushes the way a
+ * checkpoint's flush did, which waited while level 0 was full: without a
+ * wait here, checkpoints would pile level-0 files up as fast as they come
+ * when compaction falls behind, and every lookup probes each of them.  So
+ * the checkpoint waits, interruptibly (stop_job, shutdown), while level 0
+ * holds the files at which RocksDB would stop writes.  Compaction runs on
+ * RocksDB's threads and needs nothing from this one.  A wait that lasts is
+ * logged once, and its end.
+ */
+static void
+wait_for_level0(RocksState *rs)
+{
+	TimestampTz start = 0;
+	bool		logged = false;
+	bool		latch_was_set = false;
+	uint64		files;
+
+	while ((files = level0_files(rs)) >= LEVEL0_STOP_TRIGGER)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (start == 0)
+			start = GetCurrentTimestamp();
+		else if (!logged && TimestampDifferenceExceeds(start, GetCurrentTimestamp(), 1000))
+		{
+			ereport(LOG,
+					(errmsg("mailer: the checkpoint of job " INT64_FORMAT " waits for RocksDB's compaction in \"%s\"",
+							rs->base.job_id, rs->live),
+					 errdetail("Level 0 holds " UINT64_FORMAT " files; the checkpoint goes on below %d.",
+							   files, LEVEL0_STOP_TRIGGER)));
+			logged = true;
+		}
+		if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 50,
+					  PG_WAIT_EXTENSION) & WL_LATCH_SET)
+			latch_was_set = true;
+		ResetLatch(MyLatch);
+	}
+	if (logged)
+		ereport(LOG,
+				(errmsg("mailer: the checkpoint of job " INT64_FORMAT " goes on after waiting %ld ms for RocksDB's compaction",
+						rs->base.job_id,
+						(long) (TimestampDifferenceMilliseconds(start, GetCurrentTimestamp())))));
+	/* Whatever set the latch meanwhile (a message, a reload) still finds it set. */
+	if (latch_was_set)
+		SetLatch(MyLatch);
+}
+
 /*
  * The pending writes (at a checkpoint: what changed since the last one, and
  * the epoch) into the database as one SST file, written beside live/ and
@@ -745,6 +812,7 @@ ingest_pending(RocksState *rs, int64 epoch)
 	}
 	if (rs->npending == 0)
 		return;
+	wait_for_level0(rs);
 	n = sort_pending(rs);
 	/*
 	 * A file of this name is left only by a failed attempt at this epoch in
