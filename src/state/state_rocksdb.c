@@ -13,7 +13,8 @@
  * Writes skip the WAL: recovery never reads past the last checkpoint.  The
  * keyed stage writes what changed at each checkpoint; those writes are
  * kept aside, sorted, written into one SST file and ingested (moved into
- * the database, never through the memtable), and the checkpoint then
+ * the database, not through the memtable unless a read came first: see
+ * ingest_pending()), and the checkpoint then
  * hard-links the SST files: its cost grows with the data changed since the
  * last one, not with the whole state.  Opening at epoch E rebuilds live/ from ckpt-E (links again, and
  * copies of the few small files RocksDB rewrites) and deletes any newer
@@ -377,7 +378,9 @@ live_options(void)
 	rocksdb_options_set_max_background_jobs(options, 2);
 	/*
 	 * Checkpoints ingest their writes as SST files: the memtable fills only
-	 * when a rescale copies state in, or a read comes before a checkpoint.
+	 * when a rescale copies state in, or a read (a cache miss of the keyed
+	 * stage) applies the writes kept before it.  Then the checkpoint's
+	 * ingest flushes it, since the file overlaps it.
 	 */
 	rocksdb_options_set_write_buffer_size(options, 16 * 1024 * 1024);
 	rocksdb_options_set_max_write_buffer_number(options, 2);
@@ -804,12 +807,13 @@ ingest_pending(RocksState *rs, int64 epoch)
 	int			n;
 	sigset_t	saved;
 
-	/* A read wrote some of this epoch's writes already: they go the same way. */
-	if (rocksdb_writebatch_count(rs->batch) > 0)
-	{
-		apply_writes(rs);
-		return;
-	}
+	/*
+	 * A read since the last checkpoint applied the writes before it to the
+	 * memtable (apply_writes()); those that came after are here.  RocksDB
+	 * flushes a memtable that overlaps the file before ingesting it, and
+	 * the file gets a newer sequence number than anything in it: the
+	 * epoch's last write of each key wins either way.
+	 */
 	if (rs->npending == 0)
 		return;
 	wait_for_level0(rs);
@@ -889,9 +893,10 @@ rocks_checkpoint(StateBackend *backend, int64 epoch)
 	if (err == NULL)
 	{
 		/*
-		 * 0: flush the memtable, which has no WAL behind it.  It is empty
-		 * unless something read between the writes and the checkpoint
-		 * (apply_writes()): then it holds the epoch's last writes.
+		 * 0: flush the memtable, which has no WAL behind it.  The ingest
+		 * has flushed whatever reads applied to it when the file overlapped
+		 * it; what is left (writes of keys outside the file's range) is
+		 * flushed here, so the snapshot holds every write of the epoch.
 		 */
 		rocksdb_checkpoint_create(cp, path, 0, &err);
 		rocksdb_checkpoint_object_destroy(cp);
