@@ -248,10 +248,10 @@ remove_if_exists(const char *path)
  * snapshot's.
  */
 static void
-unlink_if_exists(const char *path)
+unlink_if_exists(const char *path, int elevel)
 {
 	if (unlink(path) != 0 && errno != ENOENT)
-		ereport(ERROR,
+		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not remove file \"%s\": %m", path),
 				 errhint("Remove the file, or make it removable, and the job retries.")));
@@ -270,10 +270,12 @@ is_ingest_file(const char *name)
 /*
  * Remove the SST files that a crash or an error left between writing them
  * and ingesting them.  No committed state references them: they are only
- * this process's (or a dead one's) unfinished checkpoint.
+ * this process's (or a dead one's) unfinished checkpoint.  elevel: ERROR
+ * where a checkpoint is to come, WARNING where the retention tidies up
+ * after a commit.
  */
 static void
-remove_ingest_files(const char *dir)
+remove_ingest_files(const char *dir, int elevel)
 {
 	DIR		   *d = AllocateDir(dir);
 	struct dirent *de;
@@ -281,7 +283,7 @@ remove_ingest_files(const char *dir)
 	while ((de = ReadDir(d, dir)) != NULL)
 	{
 		if (is_ingest_file(de->d_name))
-			unlink_if_exists(psprintf("%s/%s", dir, de->d_name));
+			unlink_if_exists(psprintf("%s/%s", dir, de->d_name), elevel);
 	}
 	FreeDir(d);
 }
@@ -604,7 +606,7 @@ state_rocksdb_open(const StateOpenArgs *args)
 	 * at the old parallelism too: the others may be reading it now.
 	 */
 	remove_if_exists(rs->live);
-	remove_ingest_files(rs->dir);
+	remove_ingest_files(rs->dir, ERROR);
 	remove_checkpoints(rs->dir, 0, args->epoch);
 	if (args->epoch > 0 && !rescale)
 		clone_checkpoint(checkpoint_dir(args->job_id, args->subtask, args->epoch,
@@ -823,7 +825,7 @@ ingest_pending(RocksState *rs, int64 epoch)
 	 * this process (open removes older ones): unlink it, and the writer
 	 * creates a new inode.
 	 */
-	unlink_if_exists(file);
+	unlink_if_exists(file, ERROR);
 	envopts = rocksdb_envoptions_create();
 	writer = rocksdb_sstfilewriter_create(envopts, rs->options);
 	rocksdb_sstfilewriter_open(writer, file, &err);
@@ -870,7 +872,7 @@ ingest_pending(RocksState *rs, int64 epoch)
 	 * would share the inode of a live/ file, and soon of a committed
 	 * checkpoint's.
 	 */
-	unlink_if_exists(file);
+	unlink_if_exists(file, ERROR);
 }
 
 static char *
@@ -953,7 +955,7 @@ remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from)
 			continue;
 		}
 		remove_if_exists(psprintf("%s/live", dir));
-		remove_ingest_files(dir);
+		remove_ingest_files(dir, WARNING);
 		remove_checkpoints(dir, keep_from, epoch);
 		if (!has_checkpoints(dir))
 			rmtree(dir, true);
