@@ -89,7 +89,7 @@ static const Family job_families[] = {
 };
 
 static const Family partition_families[] = {
-	{"mailer_partition_records_in_total", "counter", "Records read from the partition, carried over restarts by the checkpoints.", "records_in", PARTITION_LABELS},
+	{"mailer_partition_records_in_total", "counter", "Records read from the partition. For a Kafka source the checkpoints carry it over restarts (after a crash it steps back to the last checkpoint's count); a generator's starts at 0 with each worker.", "records_in", PARTITION_LABELS},
 	{"mailer_partition_consumer_lag", "gauge", "Records in the partition not read yet.", "lag", PARTITION_LABELS},
 	{"mailer_partition_watermark_delay_seconds", "gauge", "How far the partition's watermark is behind the clock.", "watermark_delay", PARTITION_LABELS},
 	{"mailer_partition_offsets_skipped_total", "counter", "Offsets deleted (retention) before the job read them.", "offsets_skipped", PARTITION_LABELS},

@@ -13,7 +13,8 @@
  * Writes skip the WAL: recovery never reads past the last checkpoint.  The
  * keyed stage writes what changed at each checkpoint; those writes are
  * kept aside, sorted, written into one SST file and ingested (moved into
- * the database, never through the memtable), and the checkpoint then
+ * the database, not through the memtable unless a read came first: see
+ * ingest_pending()), and the checkpoint then
  * hard-links the SST files: its cost grows with the data changed since the
  * last one, not with the whole state.  Opening at epoch E rebuilds live/ from ckpt-E (links again, and
  * copies of the few small files RocksDB rewrites) and deletes any newer
@@ -37,11 +38,15 @@
 #include "miscadmin.h"
 #include "storage/copydir.h"
 #include "storage/fd.h"
+#include "storage/latch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "base/key_groups.h"
 #include "base/mailer.h"
 #include "base/signals.h"
+#include "base/test_point.h"
 #include "state/state.h"
 
 typedef struct RocksState
@@ -58,12 +63,13 @@ typedef struct RocksState
 	rocksdb_writeoptions_t *write;
 	rocksdb_writebatch_t *batch;	/* writes not applied yet: see apply_writes() */
 	MemoryContext pending_ctx;	/* the pending writes' keys and values */
-	struct PendingWrite *pending;	/* puts and deletes not in the database yet */
+	struct PendingWrite *pending;	/* puts and deletes not in the database yet;
+									 * kept across applies, in rs's context */
 	int			npending;
 	int			pending_capacity;
 } RocksState;
 
-/* A put (val != NULL) or delete kept for the next apply_writes() or checkpoint. */
+/* A put (val != NULL, maybe of an empty value) or delete (val == NULL) kept for the next apply_writes() or checkpoint. */
 typedef struct PendingWrite
 {
 	const char *key;
@@ -82,6 +88,12 @@ typedef struct RocksIterator
 	bool		started;
 } RocksIterator;
 
+/*
+ * Level-0 files at which RocksDB stops memtable writes; a checkpoint waits
+ * for compaction at as many before ingesting another (wait_for_level0()).
+ */
+#define LEVEL0_STOP_TRIGGER 64
+
 static const StateBackendOps rocks_ops;
 
 static rocksdb_env_t *rocks_env = NULL;
@@ -97,9 +109,10 @@ keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 		rs->pending_capacity = Max(1024, rs->pending_capacity * 2);
 		rs->pending = rs->pending ?
 			repalloc_huge(rs->pending, sizeof(PendingWrite) * rs->pending_capacity) :
-			MemoryContextAllocHuge(rs->pending_ctx, sizeof(PendingWrite) * rs->pending_capacity);
+			MemoryContextAllocHuge(GetMemoryChunkContext(rs), sizeof(PendingWrite) * rs->pending_capacity);
 	}
-	copy = MemoryContextAlloc(rs->pending_ctx, klen + (val ? vlen : 0));
+	/* At least a byte: a put of an empty value keeps a non-NULL val. */
+	copy = MemoryContextAlloc(rs->pending_ctx, klen + (val ? vlen : 0) + 1);
 	memcpy(copy, key, klen);
 	if (val)
 		memcpy(copy + klen, val, vlen);
@@ -130,7 +143,8 @@ pending_cmp(const void *a, const void *b)
  * Sort the pending writes and keep the last write of each key: an SST file
  * takes its keys in order and once each, and the memtable takes keys in
  * order at a fraction of the cost of keys in random order.  Returns how
- * many are left, at the start of rs->pending.
+ * many are left, at the start of rs->pending, which are then all that is
+ * pending (numbered again, so that a later write of a key still wins).
  */
 static int
 sort_pending(RocksState *rs)
@@ -144,17 +158,24 @@ sort_pending(RocksState *rs)
 
 		if (i + 1 < rs->npending && w->klen == w[1].klen && memcmp(w->key, w[1].key, w->klen) == 0)
 			continue;
-		rs->pending[n++] = *w;
+		rs->pending[n] = *w;
+		rs->pending[n].seq = n;
+		n++;
 	}
+	rs->npending = n;
 	return n;
 }
 
+/*
+ * The keys and values go; the array stays for the next writes: in a
+ * windowed job each new window's read applies a few writes, and a new
+ * array each time would be a malloc and free of its size per window.
+ */
 static void
 forget_pending(RocksState *rs)
 {
 	MemoryContextReset(rs->pending_ctx);
-	rs->pending = NULL;
-	rs->npending = rs->pending_capacity = 0;
+	rs->npending = 0;
 }
 
 /*
@@ -218,6 +239,53 @@ remove_if_exists(const char *path)
 
 	if (stat(path, &st) == 0)
 		rmtree(path, true);
+}
+
+/*
+ * Unlink a file if it is there.  Never truncate or rewrite such a file in
+ * place: an ingested SST file is hard-linked into live/ and from there into
+ * committed ckpt-<epoch>/ directories, so its inode may be a committed
+ * snapshot's.
+ */
+static void
+unlink_if_exists(const char *path, int elevel)
+{
+	if (unlink(path) != 0 && errno != ENOENT)
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", path),
+				 errhint("Remove the file, or make it removable, and the job retries.")));
+}
+
+/* Whether name is an "ingest-<epoch>.sst" file of ingest_pending(). */
+static bool
+is_ingest_file(const char *name)
+{
+	size_t		len = strlen(name);
+
+	return len > strlen("ingest-.sst") && strncmp(name, "ingest-", 7) == 0 &&
+		strcmp(name + len - 4, ".sst") == 0;
+}
+
+/*
+ * Remove the SST files that a crash or an error left between writing them
+ * and ingesting them.  No committed state references them: they are only
+ * this process's (or a dead one's) unfinished checkpoint.  elevel: ERROR
+ * where a checkpoint is to come, WARNING where the retention tidies up
+ * after a commit.
+ */
+static void
+remove_ingest_files(const char *dir, int elevel)
+{
+	DIR		   *d = AllocateDir(dir);
+	struct dirent *de;
+
+	while ((de = ReadDir(d, dir)) != NULL)
+	{
+		if (is_ingest_file(de->d_name))
+			unlink_if_exists(psprintf("%s/%s", dir, de->d_name), elevel);
+	}
+	FreeDir(d);
 }
 
 /* The epoch of a "ckpt-<epoch>" directory name, or -1. */
@@ -312,7 +380,9 @@ live_options(void)
 	rocksdb_options_set_max_background_jobs(options, 2);
 	/*
 	 * Checkpoints ingest their writes as SST files: the memtable fills only
-	 * when a rescale copies state in, or a read comes before a checkpoint.
+	 * when a rescale copies state in, or a read (a cache miss of the keyed
+	 * stage) applies the writes kept before it.  Then the checkpoint's
+	 * ingest flushes it, since the file overlaps it.
 	 */
 	rocksdb_options_set_write_buffer_size(options, 16 * 1024 * 1024);
 	rocksdb_options_set_max_write_buffer_number(options, 2);
@@ -326,7 +396,7 @@ live_options(void)
 	 */
 	rocksdb_options_set_level0_file_num_compaction_trigger(options, 8);
 	rocksdb_options_set_level0_slowdown_writes_trigger(options, 40);
-	rocksdb_options_set_level0_stop_writes_trigger(options, 64);
+	rocksdb_options_set_level0_stop_writes_trigger(options, LEVEL0_STOP_TRIGGER);
 	rocksdb_options_set_keep_log_file_num(options, 2);
 	rocksdb_options_set_stats_dump_period_sec(options, 0);
 	rocksdb_options_set_compression(options, rocksdb_lz4_compression);
@@ -536,6 +606,7 @@ state_rocksdb_open(const StateOpenArgs *args)
 	 * at the old parallelism too: the others may be reading it now.
 	 */
 	remove_if_exists(rs->live);
+	remove_ingest_files(rs->dir, ERROR);
 	remove_checkpoints(rs->dir, 0, args->epoch);
 	if (args->epoch > 0 && !rescale)
 		clone_checkpoint(checkpoint_dir(args->job_id, args->subtask, args->epoch,
@@ -585,6 +656,13 @@ rocks_put(StateBackend *backend, const char *key, int klen, const char *val, int
 {
 	RocksState *rs = (RocksState *) backend;
 
+	/* A put of nothing stores an empty value: NULL would make it a delete. */
+	if (val == NULL)
+	{
+		Assert(vlen == 0);
+		val = "";
+		vlen = 0;
+	}
 	keep_write(rs, key, klen, val, vlen);
 }
 
@@ -654,6 +732,64 @@ rocks_iterate_end(StateIterator *it)
 	pfree(ri);
 }
 
+/* The number of level-0 files, or 0 if RocksDB does not say. */
+static uint64
+level0_files(RocksState *rs)
+{
+	uint64_t	n = 0;
+
+	if (rocksdb_property_int(rs->db, "rocksdb.num-files-at-level0", &n) != 0)
+		return 0;
+	return n;
+}
+
+/*
+ * Ingestion neither waits for a write stall nor flushes the way a
+ * checkpoint's flush did, which waited while level 0 was full: without a
+ * wait here, checkpoints would pile level-0 files up as fast as they come
+ * when compaction falls behind, and every lookup probes each of them.  So
+ * the checkpoint waits, interruptibly (stop_job, shutdown), while level 0
+ * holds the files at which RocksDB would stop writes.  Compaction runs on
+ * RocksDB's threads and needs nothing from this one.  A wait that lasts is
+ * logged once, and its end.
+ */
+static void
+wait_for_level0(RocksState *rs)
+{
+	TimestampTz start = 0;
+	bool		logged = false;
+	bool		latch_was_set = false;
+	uint64		files;
+
+	while ((files = level0_files(rs)) >= LEVEL0_STOP_TRIGGER)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (start == 0)
+			start = GetCurrentTimestamp();
+		else if (!logged && TimestampDifferenceExceeds(start, GetCurrentTimestamp(), 1000))
+		{
+			ereport(LOG,
+					(errmsg("mailer: the checkpoint of job " INT64_FORMAT " waits for RocksDB's compaction in \"%s\"",
+							rs->base.job_id, rs->live),
+					 errdetail("Level 0 holds " UINT64_FORMAT " files; the checkpoint goes on below %d.",
+							   files, LEVEL0_STOP_TRIGGER)));
+			logged = true;
+		}
+		if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 50,
+					  PG_WAIT_EXTENSION) & WL_LATCH_SET)
+			latch_was_set = true;
+		ResetLatch(MyLatch);
+	}
+	if (logged)
+		ereport(LOG,
+				(errmsg("mailer: the checkpoint of job " INT64_FORMAT " goes on after waiting %ld ms for RocksDB's compaction",
+						rs->base.job_id,
+						(long) (TimestampDifferenceMilliseconds(start, GetCurrentTimestamp())))));
+	/* Whatever set the latch meanwhile (a message, a reload) still finds it set. */
+	if (latch_was_set)
+		SetLatch(MyLatch);
+}
+
 /*
  * The pending writes (at a checkpoint: what changed since the last one, and
  * the epoch) into the database as one SST file, written beside live/ and
@@ -662,9 +798,9 @@ rocks_iterate_end(StateIterator *it)
  * wins over older values of the same keys, as a write would.
  */
 static void
-ingest_pending(RocksState *rs)
+ingest_pending(RocksState *rs, int64 epoch)
 {
-	char	   *file = psprintf("%s/ingest.sst", rs->dir);
+	char	   *file = psprintf("%s/ingest-" INT64_FORMAT ".sst", rs->dir, epoch);
 	rocksdb_envoptions_t *envopts;
 	rocksdb_sstfilewriter_t *writer;
 	rocksdb_ingestexternalfileoptions_t *ingest;
@@ -673,17 +809,23 @@ ingest_pending(RocksState *rs)
 	int			n;
 	sigset_t	saved;
 
-	/* A read wrote some of this epoch's writes already: they go the same way. */
-	if (rocksdb_writebatch_count(rs->batch) > 0)
-	{
-		apply_writes(rs);
-		return;
-	}
+	/*
+	 * A read since the last checkpoint applied the writes before it to the
+	 * memtable (apply_writes()); those that came after are here.  RocksDB
+	 * flushes a memtable that overlaps the file before ingesting it, and
+	 * the file gets a newer sequence number than anything in it: the
+	 * epoch's last write of each key wins either way.
+	 */
 	if (rs->npending == 0)
 		return;
+	wait_for_level0(rs);
 	n = sort_pending(rs);
-	/* Left by a crash between writing and moving it. */
-	remove_if_exists(file);
+	/*
+	 * A file of this name is left only by a failed attempt at this epoch in
+	 * this process (open removes older ones): unlink it, and the writer
+	 * creates a new inode.
+	 */
+	unlink_if_exists(file, ERROR);
 	envopts = rocksdb_envoptions_create();
 	writer = rocksdb_sstfilewriter_create(envopts, rs->options);
 	rocksdb_sstfilewriter_open(writer, file, &err);
@@ -700,8 +842,12 @@ ingest_pending(RocksState *rs)
 		rocksdb_sstfilewriter_finish(writer, &err);
 	rocksdb_sstfilewriter_destroy(writer);
 	rocksdb_envoptions_destroy(envopts);
-	check(err, "write the changed state to", file);
-	forget_pending(rs);
+	if (err != NULL)
+	{
+		(void) unlink(file);
+		check(err, "write the changed state to", file);
+	}
+	TEST_POINT("rocksdb_after_sst_written");
 
 	ingest = rocksdb_ingestexternalfileoptions_create();
 	rocksdb_ingestexternalfileoptions_set_move_files(ingest, 1);
@@ -710,9 +856,23 @@ ingest_pending(RocksState *rs)
 	rocksdb_ingest_external_file(rs->db, files, 1, ingest, &err);
 	mailer_restore_signals(&saved);
 	rocksdb_ingestexternalfileoptions_destroy(ingest);
-	check(err, "ingest", file);
-	/* Moved is linked: the name outside live/ goes. */
-	remove_if_exists(file);
+	if (err != NULL)
+	{
+		/* Not in the database: the name may be the only link. */
+		(void) unlink(file);
+		check(err, "ingest", file);
+	}
+
+	/* In the database now, and only now: an error before keeps them pending. */
+	forget_pending(rs);
+
+	/*
+	 * RocksDB moved the file (linked it into live/ and unlinked this name);
+	 * if it could not unlink the name, it only logs that.  Left, the name
+	 * would share the inode of a live/ file, and soon of a committed
+	 * checkpoint's.
+	 */
+	unlink_if_exists(file, ERROR);
 }
 
 static char *
@@ -729,15 +889,16 @@ rocks_checkpoint(StateBackend *backend, int64 epoch)
 	/* A leftover of a checkpoint that did not commit would make RocksDB fail. */
 	remove_if_exists(path);
 	keep_write(rs, epoch_key, sizeof(epoch_key) - 1, (char *) &epoch, sizeof(epoch));
-	ingest_pending(rs);
+	ingest_pending(rs, epoch);
 	mailer_block_signals(&saved);
 	cp = rocksdb_checkpoint_object_create(rs->db, &err);
 	if (err == NULL)
 	{
 		/*
-		 * 0: flush the memtable, which has no WAL behind it.  It is empty
-		 * unless something read between the writes and the checkpoint
-		 * (apply_writes()): then it holds the epoch's last writes.
+		 * 0: flush the memtable, which has no WAL behind it.  The ingest
+		 * has flushed whatever reads applied to it when the file overlapped
+		 * it; what is left (writes of keys outside the file's range) is
+		 * flushed here, so the snapshot holds every write of the epoch.
 		 */
 		rocksdb_checkpoint_create(cp, path, 0, &err);
 		rocksdb_checkpoint_object_destroy(cp);
@@ -794,6 +955,7 @@ remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from)
 			continue;
 		}
 		remove_if_exists(psprintf("%s/live", dir));
+		remove_ingest_files(dir, WARNING);
 		remove_checkpoints(dir, keep_from, epoch);
 		if (!has_checkpoints(dir))
 			rmtree(dir, true);
