@@ -167,7 +167,7 @@ source_split_kafka(PG_FUNCTION_ARGS)
 		memcpy(copy, positions, VARSIZE(positions));
 		positions = copy;
 	}
-	src = kafka_source_open(spec, "source_split", positions, new_slot(), PG_GETARG_INT32(3),
+	src = kafka_source_open(spec, "source_split", positions, NULL, new_slot(), PG_GETARG_INT32(3),
 							PG_GETARG_INT32(4));
 
 	initStringInfo(&out);
