@@ -309,31 +309,36 @@ keyed_check_state_layout(const char *job_name, const char *stored, JobPlan *plan
 }
 
 /*
- * Format 1 to 2: the timer keys go ('F' and 'P'; the stage keeps its
- * timers in memory and makes them again from the window entries).  In
- * chunks, as below, each scan from past the last key deleted: from the
- * kind's start, every scan would walk the tombstones of all the chunks
- * before it.
+ * Hand each key in [from, to) and its value to fn, which may put and
+ * delete keys of the range.  In chunks of UPGRADE_CHUNK: a chunk is copied
+ * out of the iterator before fn sees it, and the next scan starts past its
+ * last key (the smallest key greater than it), so that a backend applies
+ * its writes as it goes and a large store never sits in memory whole (and
+ * a scan from the range's start would walk the tombstones of every chunk
+ * deleted before it).  fn
+ * allocates in a context reset after each chunk.
  */
-static void
-delete_timer_keys(StateBackend *state, char kind)
+void
+keyed_state_rewrite_range(StateBackend *state, char from_kind, char to_kind,
+						  KeyedRewriteFn fn, void *arg)
 {
 	StringInfoData from;
 	MemoryContext chunk_ctx;
 	MemoryContext old;
-	char		to = kind + 1;
 	bool		more = true;
 
 	initStringInfo(&from);
-	appendStringInfoChar(&from, kind);
-	chunk_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer state upgrade",
+	appendStringInfoChar(&from, from_kind);
+	chunk_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer state rewrite",
 									  ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(chunk_ctx);
 	while (more)
 	{
-		StateIterator *it = state->ops->iterate(state, from.data, from.len, &to, 1);
+		StateIterator *it = state->ops->iterate(state, from.data, from.len, &to_kind, 1);
 		List	   *keys = NIL;
+		List	   *vals = NIL;
 		ListCell   *kc;
+		ListCell   *vc;
 		const char *key;
 		const char *v;
 		int			klen;
@@ -343,17 +348,22 @@ delete_timer_keys(StateBackend *state, char kind)
 			   list_length(keys) < UPGRADE_CHUNK)
 		{
 			StringInfo	k = makeStringInfo();
+			StringInfo	val = makeStringInfo();
 
+			/* A large store takes a while: stop_job and shutdown may end it (the next start redoes it). */
 			CHECK_FOR_INTERRUPTS();
 			appendBinaryStringInfo(k, key, klen);
+			appendBinaryStringInfo(val, v, vlen);
 			keys = lappend(keys, k);
+			vals = lappend(vals, val);
 		}
 		state->ops->iterate_end(it);
-		foreach(kc, keys)
+		forboth(kc, keys, vc, vals)
 		{
 			StringInfo	k = lfirst(kc);
+			StringInfo	val = lfirst(vc);
 
-			state->ops->delete(state, k->data, k->len);
+			fn(state, k->data, k->len, val->data, val->len, arg);
 		}
 		if (more)
 		{
@@ -371,80 +381,46 @@ delete_timer_keys(StateBackend *state, char kind)
 }
 
 /*
- * Format 0 to 1: the version byte before every value of the stage's keys
- * (all begin with a capital letter; RocksDB's own "\0epoch" is not one of
- * them).  Scanned again after every UPGRADE_CHUNK keys, from past the last
- * one, so that RocksDB applies its write batch as it goes.  The byte
- * written is today's: values of formats 1 and 2 are alike.  Then format 1
- * to 2.
+ * Format 1 to 2: the timer keys go ('F' and 'P'; the stage keeps its
+ * timers in memory and makes them again from the window entries).
+ */
+static void
+delete_key(StateBackend *state, const char *key, int klen, const char *val, int vlen, void *arg)
+{
+	state->ops->delete(state, key, klen);
+}
+
+/*
+ * Format 0 to 1: the version byte before the value.  The byte written is
+ * today's: values of formats 1 and 2 are alike.
+ */
+static void
+add_version_byte(StateBackend *state, const char *key, int klen, const char *val, int vlen,
+				 void *arg)
+{
+	StringInfoData nv;
+	char		version = KEYED_STATE_FORMAT;
+
+	initStringInfo(&nv);
+	appendBinaryStringInfo(&nv, &version, 1);
+	appendBinaryStringInfo(&nv, val, vlen);
+	state->ops->put(state, key, klen, nv.data, nv.len);
+}
+
+/*
+ * Format 0 to 1 over all the stage's keys (they begin with a capital
+ * letter; RocksDB's own "\0epoch" is not one of them), then format 1 to 2:
+ * the fire and purge timer keys go.
  */
 void
 keyed_upgrade_state(StateBackend *state, int format)
 {
-	StringInfoData from;
-	MemoryContext chunk_ctx;
-	MemoryContext old;
-	bool		more = true;
-
 	if (format == KEYED_STATE_FORMAT)
 		return;
-	if (format == 1)
-		more = false;
-	initStringInfo(&from);
-	appendStringInfoChar(&from, 'A');
-	chunk_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer state upgrade",
-									  ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(chunk_ctx);
-	while (more)
-	{
-		StateIterator *it = state->ops->iterate(state, from.data, from.len, "[", 1);
-		List	   *keys = NIL;
-		List	   *vals = NIL;
-		ListCell   *kc;
-		ListCell   *vc;
-		const char *key;
-		const char *v;
-		int			klen;
-		int			vlen;
-
-		while ((more = state->ops->next(it, &key, &klen, &v, &vlen)) &&
-			   list_length(keys) < UPGRADE_CHUNK)
-		{
-			StringInfo	k = makeStringInfo();
-			StringInfo	nv = makeStringInfo();
-			char		version = KEYED_STATE_FORMAT;
-
-			/* A large store takes a while: stop_job and shutdown may end it (the next start redoes it). */
-			CHECK_FOR_INTERRUPTS();
-			appendBinaryStringInfo(k, key, klen);
-			appendBinaryStringInfo(nv, &version, 1);
-			appendBinaryStringInfo(nv, v, vlen);
-			keys = lappend(keys, k);
-			vals = lappend(vals, nv);
-		}
-		state->ops->iterate_end(it);
-		forboth(kc, keys, vc, vals)
-		{
-			StringInfo	k = lfirst(kc);
-			StringInfo	nv = lfirst(vc);
-
-			state->ops->put(state, k->data, k->len, nv->data, nv->len);
-		}
-		if (more)
-		{
-			StringInfo	last = llast(keys);
-
-			/* Past the last key rewritten: the smallest key greater than it. */
-			resetStringInfo(&from);
-			appendBinaryStringInfo(&from, last->data, last->len);
-			appendStringInfoChar(&from, '\0');
-		}
-		MemoryContextReset(chunk_ctx);
-	}
-	MemoryContextSwitchTo(old);
-	MemoryContextDelete(chunk_ctx);
-	delete_timer_keys(state, 'F');
-	delete_timer_keys(state, 'P');
+	if (format == 0)
+		keyed_state_rewrite_range(state, 'A', '[', add_version_byte, NULL);
+	keyed_state_rewrite_range(state, 'F', 'G', delete_key, NULL);
+	keyed_state_rewrite_range(state, 'P', 'Q', delete_key, NULL);
 }
 
 /* Where the group key lies in each kind of key: see keyed_state.h. */

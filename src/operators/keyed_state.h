@@ -119,6 +119,16 @@ extern int	keyed_check_state_layout(const char *job_name, const char *stored,
 extern void keyed_upgrade_state(StateBackend *state, int format);
 
 /*
+ * Hand each key of kinds [from_kind, to_kind) and its value to fn, which
+ * may put and delete keys of that range; in chunks, fn's allocations freed
+ * after each (keyed_state.c).
+ */
+typedef void (*KeyedRewriteFn) (StateBackend *state, const char *key, int klen,
+								const char *val, int vlen, void *arg);
+extern void keyed_state_rewrite_range(StateBackend *state, char from_kind, char to_kind,
+									  KeyedRewriteFn fn, void *arg);
+
+/*
  * The key group (base/key_groups.h) of a state key: that of the group key
  * it holds, so a window, its timers and its sessions all move with the
  * group key when a job is rescaled.  -1 for a key that belongs to no group

@@ -568,109 +568,63 @@ restore_kind(KeyedStage *stage, char kind)
  * opens from the checkpoint).
  */
 static void
-panes_to_windows(KeyedStage *stage)
+pane_to_windows(StateBackend *state, const char *key, int klen, const char *val, int vlen,
+				void *arg)
 {
+	KeyedStage *stage = arg;
 	WindowSpec *w = stage->plan->window;
 	int			npanes = (int) (w->size_us / w->slide_us);
-	MemoryContext ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer panes to windows",
-											  ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old;
 	KeyedCodec	codec = stage->codec;
-	StringInfoData from;
-	char		to = 'M';
-	bool		more = true;
+	KeyedEntry	pane;
 
-	initStringInfo(&from);
-	appendStringInfoChar(&from, 'L');
-	codec.ctx = ctx;
-	old = MemoryContextSwitchTo(ctx);
-	while (more)
+	/* Values made here go with the chunk's memory, not the cache's. */
+	codec.ctx = CurrentMemoryContext;
+	memset(&pane, 0, sizeof(pane));
+	pane.key.data = key;
+	pane.key.len = klen;
+	pane.values = keyed_values_new(&codec);
+	keyed_entry_deserialize(&codec, &pane, val, vlen);
+	for (int i = 0; i < npanes; i++)
 	{
-		StateIterator *it = stage->state->ops->iterate(stage->state, from.data, from.len, &to, 1);
-		List	   *keys = NIL;
-		List	   *vals = NIL;
-		ListCell   *kc;
-		ListCell   *vc;
-		const char *key;
-		const char *val;
-		int			klen;
-		int			vlen;
+		TimestampTz start = pane.start - i * w->slide_us;
+		TimestampTz end = start + w->size_us;
+		StringInfoData wkey;
+		StringInfoData wval;
+		KeyedEntry	win;
 
-		while ((more = stage->state->ops->next(it, &key, &klen, &val, &vlen)) &&
-			   list_length(keys) < 10000)
+		if (purge_time(stage, end) <= stage->watermark)
+			break;
+		initStringInfo(&wkey);
+		appendStringInfoChar(&wkey, 'W');
+		appendBinaryStringInfo(&wkey, key + 1, klen - 1 - 8);
+		keyed_key_append_time(&wkey, start);
+		memset(&win, 0, sizeof(win));
+		win.key.data = wkey.data;
+		win.key.len = wkey.len;
+		win.values = keyed_values_new(&codec);
+		initStringInfo(&wval);
+		if (state->ops->get(state, wkey.data, wkey.len, &wval))
+			keyed_entry_deserialize(&codec, &win, wval.data, wval.len);
+		else
 		{
-			StringInfo	k = makeStringInfo();
-			StringInfo	v = makeStringInfo();
-
-			CHECK_FOR_INTERRUPTS();
-			appendBinaryStringInfo(k, key, klen);
-			appendBinaryStringInfo(v, val, vlen);
-			keys = lappend(keys, k);
-			vals = lappend(vals, v);
+			win.start = start;
+			win.end = end;
+			win.fired = end <= stage->watermark;
 		}
-		stage->state->ops->iterate_end(it);
-		forboth(kc, keys, vc, vals)
-		{
-			StringInfo	k = lfirst(kc);
-			StringInfo	v = lfirst(vc);
-			KeyedEntry	pane;
-
-			memset(&pane, 0, sizeof(pane));
-			pane.key.data = k->data;
-			pane.key.len = k->len;
-			pane.values = keyed_values_new(&codec);
-			keyed_entry_deserialize(&codec, &pane, v->data, v->len);
-			for (int i = 0; i < npanes; i++)
-			{
-				TimestampTz start = pane.start - i * w->slide_us;
-				TimestampTz end = start + w->size_us;
-				StringInfoData wkey;
-				StringInfoData wval;
-				KeyedEntry	win;
-
-				if (purge_time(stage, end) <= stage->watermark)
-					break;
-				initStringInfo(&wkey);
-				appendStringInfoChar(&wkey, 'W');
-				appendBinaryStringInfo(&wkey, k->data + 1, k->len - 1 - 8);
-				keyed_key_append_time(&wkey, start);
-				memset(&win, 0, sizeof(win));
-				win.key.data = wkey.data;
-				win.key.len = wkey.len;
-				win.values = keyed_values_new(&codec);
-				initStringInfo(&wval);
-				if (stage->state->ops->get(stage->state, wkey.data, wkey.len, &wval))
-					keyed_entry_deserialize(&codec, &win, wval.data, wval.len);
-				else
-				{
-					win.start = start;
-					win.end = end;
-					win.fired = end <= stage->watermark;
-				}
-				for (int a = 0; a < stage->naggs; a++)
-					aggregate_merge(stage->aggs[a], &win.values[a], &pane.values[a], &win.values[a]);
-				win.unemitted = false;
-				resetStringInfo(&wval);
-				keyed_entry_serialize(&codec, &win, &wval);
-				stage->state->ops->put(stage->state, wkey.data, wkey.len, wval.data, wval.len);
-			}
-			stage->state->ops->delete(stage->state, k->data, k->len);
-		}
-		if (more)
-		{
-			StringInfo	last = llast(keys);
-
-			MemoryContextSwitchTo(old);
-			resetStringInfo(&from);
-			appendBinaryStringInfo(&from, last->data, last->len);
-			appendStringInfoChar(&from, '\0');
-			MemoryContextSwitchTo(ctx);
-		}
-		MemoryContextReset(ctx);
+		for (int a = 0; a < stage->naggs; a++)
+			aggregate_merge(stage->aggs[a], &win.values[a], &pane.values[a], &win.values[a]);
+		win.unemitted = false;
+		resetStringInfo(&wval);
+		keyed_entry_serialize(&codec, &win, &wval);
+		state->ops->put(state, wkey.data, wkey.len, wval.data, wval.len);
 	}
-	MemoryContextSwitchTo(old);
-	MemoryContextDelete(ctx);
-	pfree(from.data);
+	state->ops->delete(state, key, klen);
+}
+
+static void
+panes_to_windows(KeyedStage *stage)
+{
+	keyed_state_rewrite_range(stage->state, 'L', 'M', pane_to_windows, stage);
 }
 
 static void
