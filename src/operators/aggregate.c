@@ -19,9 +19,12 @@
 #include "utils/typcache.h"
 
 #include "operators/aggregate.h"
+#include "operators/numeric_sum.h"
 #include "state/serial.h"
 
 static bool state_is_datum(AggregateDef *agg);
+static bool holds_datum(AggregateDef *agg, const AggValue *value);
+static Datum numeric_value(const AggValue *value);
 static Datum int128_to_numeric_datum(int128 v);
 
 /* sum of int2 and int4 is a bigint, as in PostgreSQL: an overflow is an ERROR. */
@@ -86,6 +89,12 @@ aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum a
 			break;
 		case AGG_SUM_NUMERIC:
 		case AGG_AVG_NUMERIC:
+			if (!numeric_sum_from_datum(arg, &one.v.i128, &one.scale))
+			{
+				one.v.datum = arg;
+				one.scale = AGG_SCALE_DATUM;
+			}
+			break;
 		case AGG_MIN:
 		case AGG_MAX:
 			one.v.datum = arg;
@@ -130,7 +139,16 @@ aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from, A
 			break;
 		case AGG_SUM_NUMERIC:
 		case AGG_AVG_NUMERIC:
-			r.v.datum = DirectFunctionCall2(numeric_add, r.v.datum, from->v.datum);
+			/* numeric_add where the scaled sum cannot go: same value, same scale */
+			if (r.scale == AGG_SCALE_DATUM || from->scale == AGG_SCALE_DATUM ||
+				!numeric_sum_add(&r.v.i128, &r.scale, from->v.i128, from->scale))
+			{
+				Datum		sum = DirectFunctionCall2(numeric_add, numeric_value(&r),
+													  numeric_value(from));
+
+				r.v.datum = sum;
+				r.scale = AGG_SCALE_DATUM;
+			}
 			break;
 		case AGG_MIN:
 		case AGG_MAX:
@@ -151,24 +169,20 @@ void
 aggregate_store(AggregateDef *agg, AggValue *value, const AggValue *next, MemoryContext ctx)
 {
 	Datum		old_datum = value->v.datum;
-	bool		had_datum = value->count > 0;
+	bool		had_datum = holds_datum(agg, value);
+	bool		keeps = had_datum && holds_datum(agg, next) && next->v.datum == old_datum;
 
-	if (!state_is_datum(agg) || agg->arg_typbyval)
-	{
-		*value = *next;
-		return;
-	}
 	*value = *next;
 	/* A datum the value does not own yet (the argument, a sum, a merged session's) is copied. */
-	if (next->count > 0 && !(had_datum && next->v.datum == old_datum))
+	if (holds_datum(agg, next) && !keeps)
 	{
 		MemoryContext old = MemoryContextSwitchTo(ctx);
 
 		value->v.datum = datumCopy(next->v.datum, false, agg->arg_typlen);
 		MemoryContextSwitchTo(old);
-		if (had_datum)
-			pfree(DatumGetPointer(old_datum));
 	}
+	if (had_datum && !keeps)
+		pfree(DatumGetPointer(old_datum));
 }
 
 Datum
@@ -196,6 +210,8 @@ aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
 		case AGG_SUM_INT8:
 			return int128_to_numeric_datum(value->v.i128);
 		case AGG_SUM_NUMERIC:
+			if (value->scale != AGG_SCALE_DATUM)
+				return numeric_sum_datum(value->v.i128, value->scale);
 			return datumCopy(value->v.datum, false, -1);
 		case AGG_SUM_FLOAT4:
 			return Float4GetDatum(value->v.f4);
@@ -205,7 +221,7 @@ aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
 			return DirectFunctionCall2(numeric_div, int128_to_numeric_datum(value->v.i128),
 									   NumericGetDatum(int64_to_numeric(value->count)));
 		case AGG_AVG_NUMERIC:
-			return DirectFunctionCall2(numeric_div, value->v.datum,
+			return DirectFunctionCall2(numeric_div, numeric_value(value),
 									   NumericGetDatum(int64_to_numeric(value->count)));
 		case AGG_AVG_FLOAT:
 			return Float8GetDatum(value->v.f8 / (double) value->count);
@@ -227,6 +243,26 @@ state_is_datum(AggregateDef *agg)
 {
 	return agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC ||
 		agg->impl == AGG_MIN || agg->impl == AGG_MAX;
+}
+
+/* Whether the value owns a datum (aggregate_store copies and frees it). */
+static bool
+holds_datum(AggregateDef *agg, const AggValue *value)
+{
+	if (value->count == 0 || !state_is_datum(agg) || agg->arg_typbyval)
+		return false;
+	if (agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC)
+		return value->scale == AGG_SCALE_DATUM;
+	return true;
+}
+
+/* A numeric sum as a numeric datum: its own, or made in the current context. */
+static Datum
+numeric_value(const AggValue *value)
+{
+	if (value->scale == AGG_SCALE_DATUM)
+		return value->v.datum;
+	return numeric_sum_datum(value->v.i128, value->scale);
 }
 
 static int
@@ -262,7 +298,17 @@ aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf)
 	serial_put(buf, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
-	if (state_is_datum(agg))
+	if ((agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC) &&
+		value->scale != AGG_SCALE_DATUM)
+	{
+		/* The bytes serial_put_datum would write for the same numeric */
+		char		bytes[NUMERIC_SUM_MAX_BYTES];
+		int32		len = numeric_sum_bytes(value->v.i128, value->scale, bytes);
+
+		serial_put(buf, &len, sizeof(int32));
+		serial_put(buf, bytes, len);
+	}
+	else if (state_is_datum(agg))
 		serial_put_datum(buf, value->v.datum, agg->arg_typlen, agg->arg_typbyval);
 	else if ((n = state_bytes(agg, value, &p)) > 0)
 		serial_put(buf, p, n);
@@ -279,6 +325,22 @@ aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int 
 	serial_get(data, len, pos, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
+	if (agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC)
+	{
+		int			start = *pos;
+		int32		vlen;
+
+		/* Scaled when it fits (numeric_sum.h), else read as the datum below */
+		serial_get(data, len, pos, &vlen, sizeof(int32));
+		if (vlen >= 0 && vlen <= len - *pos &&
+			numeric_sum_parse(data + *pos, vlen, &value->v.i128, &value->scale))
+		{
+			*pos += vlen;
+			return;
+		}
+		*pos = start;
+		value->scale = AGG_SCALE_DATUM;
+	}
 	if (state_is_datum(agg))
 		value->v.datum = serial_get_datum(data, len, pos, agg->arg_typlen, agg->arg_typbyval, ctx);
 	else if ((n = state_bytes(agg, value, &p)) > 0)

@@ -24,7 +24,16 @@ typedef struct AggValue
 		float		f4;
 		Datum		datum;		/* numeric sum, min, max: owned by the value */
 	}			v;
+
+	/*
+	 * numeric sum and avg: v.i128 is the sum times 10^scale
+	 * (operators/numeric_sum.h), or at AGG_SCALE_DATUM v.datum is the sum,
+	 * a numeric that did not fit.
+	 */
+	int32		scale;
 } AggValue;
+
+#define AGG_SCALE_DATUM (-1)
 
 /* Make the value empty (no rows). */
 extern void aggregate_init(AggregateDef *agg, AggValue *value);

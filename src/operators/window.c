@@ -874,7 +874,12 @@ pane_check_headroom(KeyedStage *stage, const AggValue *next)
 				break;
 			case AGG_SUM_NUMERIC:
 			case AGG_AVG_NUMERIC:
-				/* numeric_mul raises numeric's own overflow error. */
+				/*
+				 * numeric_mul raises numeric's own overflow error; a scaled
+				 * sum (below 2^127) times an int64 is far from it.
+				 */
+				if (next[a].scale != AGG_SCALE_DATUM)
+					break;
 				(void) DirectFunctionCall2(numeric_mul, next[a].v.datum,
 										   NumericGetDatum(int64_to_numeric(factor)));
 				break;
