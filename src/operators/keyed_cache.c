@@ -11,23 +11,70 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "utils/memutils.h"
 
 #include "base/mailer.h"
 #include "operators/keyed_cache.h"
 #include "state/serial.h"
 
+/*
+ * A slot holds the key's first CACHE_PREFIX bytes (zero padded) besides its
+ * hash: a probe compares them in the slot, and the entry's copy of the key
+ * (in another cache line, often missing from the CPU's caches) is read
+ * only for the bytes past them.  A tumbling window's key ('W', a short
+ * group key, the window's start) fits whole.  The hash and compare of the
+ * keyed lookup were about a fifth of a keyed tumbling job.
+ */
+#define CACHE_PREFIX 24
+
+typedef struct CacheKey
+{
+	uint64		prefix[CACHE_PREFIX / sizeof(uint64)];
+	const char *data;			/* the whole key (the entry's copy, in a slot) */
+	int			len;
+} CacheKey;
+
 typedef struct CacheSlot
 {
-	StateKey	key;
+	CacheKey	key;
 	uint32		hash;
 	char		status;
 	KeyedEntry *entry;
 } CacheSlot;
 
+static inline CacheKey
+cache_key(const char *data, int len)
+{
+	CacheKey	k = {{0}, data, len};
+
+	memcpy(k.prefix, data, Min(len, CACHE_PREFIX));
+	return k;
+}
+
+static inline bool
+cache_key_equal(const CacheKey *a, const CacheKey *b)
+{
+	return a->len == b->len && a->prefix[0] == b->prefix[0] && a->prefix[1] == b->prefix[1] &&
+		a->prefix[2] == b->prefix[2] &&
+		(a->len <= CACHE_PREFIX ||
+		 memcmp(a->data + CACHE_PREFIX, b->data + CACHE_PREFIX, a->len - CACHE_PREFIX) == 0);
+}
+
+StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares three words");
+
 #define SH_PREFIX kcache
 #define SH_ELEMENT_TYPE CacheSlot
-#include "state/state_key_table.h"
+#define SH_KEY_TYPE CacheKey
+#define SH_KEY key
+#define SH_HASH_KEY(tb, k) hash_bytes((const unsigned char *) (k).data, (k).len)
+#define SH_EQUAL(tb, a, b) cache_key_equal(&(a), &(b))
+#define SH_STORE_HASH
+#define SH_GET_HASH(tb, a) a->hash
+#define SH_SCOPE static inline
+#define SH_DECLARE
+#define SH_DEFINE
+#include "lib/simplehash.h"
 
 static void undo_save(KeyedStage *stage, KeyedEntry *e);
 
@@ -49,8 +96,7 @@ keyed_key_begin(KeyedStage *stage, char kind)
 KeyedEntry *
 keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
 {
-	StateKey	probe = {key, klen};
-	CacheSlot  *slot = kcache_lookup(stage->cache, probe);
+	CacheSlot  *slot = kcache_lookup(stage->cache, cache_key(key, klen));
 	KeyedEntry *e;
 	bool		stored;
 	bool		found;
@@ -87,7 +133,7 @@ keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
 	else if (kind == 'W' || kind == 'L')
 		e->start = e->end = DT_NOBEGIN;
 
-	slot = kcache_insert(stage->cache, e->key, &found);
+	slot = kcache_insert(stage->cache, cache_key(e->key.data, e->key.len), &found);
 	slot->entry = e;
 	if (stage->undo_active)
 		undo_save(stage, e);
@@ -207,7 +253,7 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 		/* A window that came and went between two checkpoints never reaches the backend. */
 		if (e->stored)
 			stage->state->ops->delete(stage->state, e->key.data, e->key.len);
-		kcache_delete(stage->cache, e->key);
+		kcache_delete(stage->cache, cache_key(e->key.data, e->key.len));
 		return;
 	}
 	e->stored = true;
