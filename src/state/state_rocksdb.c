@@ -36,6 +36,7 @@
 
 #include "common/file_perm.h"
 #include "miscadmin.h"
+#include "port/pg_bswap.h"
 #include "storage/copydir.h"
 #include "storage/fd.h"
 #include "storage/latch.h"
@@ -72,6 +73,7 @@ typedef struct RocksState
 /* A put (val != NULL, maybe of an empty value) or delete (val == NULL) kept for the next apply_writes() or checkpoint. */
 typedef struct PendingWrite
 {
+	uint64		prefix[2];		/* the key's first 16 bytes, big-endian, zero padded */
 	const char *key;
 	const char *val;
 	int			klen;
@@ -98,6 +100,24 @@ static const StateBackendOps rocks_ops;
 
 static rocksdb_env_t *rocks_env = NULL;
 
+/*
+ * The sort of a checkpoint's writes compares the prefixes first, as
+ * integers: they order as memcmp orders their bytes, and they are in the
+ * array, where memcmp would follow each key's pointer (a cache miss per
+ * compare, with hundreds of thousands of writes).  Keys with the same 16
+ * first bytes are compared whole.
+ */
+static inline void
+key_prefix(PendingWrite *w, const char *key, int klen)
+{
+	unsigned char b[sizeof(w->prefix)] = {0};
+
+	memcpy(b, key, Min(klen, (int) sizeof(b)));
+	memcpy(w->prefix, b, sizeof(b));
+	w->prefix[0] = pg_ntoh64(w->prefix[0]);
+	w->prefix[1] = pg_ntoh64(w->prefix[1]);
+}
+
 static void
 keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 {
@@ -117,6 +137,7 @@ keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 	if (val)
 		memcpy(copy + klen, val, vlen);
 	w = &rs->pending[rs->npending];
+	key_prefix(w, key, klen);
 	w->key = copy;
 	w->klen = klen;
 	w->val = val ? copy + klen : NULL;
@@ -125,12 +146,16 @@ keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 }
 
 /* RocksDB's bytewise order of keys, then the order of the writes. */
-static int
-pending_cmp(const void *a, const void *b)
+static inline int
+pending_cmp(const PendingWrite *x, const PendingWrite *y)
 {
-	const PendingWrite *x = a;
-	const PendingWrite *y = b;
-	int			c = memcmp(x->key, y->key, Min(x->klen, y->klen));
+	int			c;
+
+	if (x->prefix[0] != y->prefix[0])
+		return x->prefix[0] < y->prefix[0] ? -1 : 1;
+	if (x->prefix[1] != y->prefix[1])
+		return x->prefix[1] < y->prefix[1] ? -1 : 1;
+	c = memcmp(x->key, y->key, Min(x->klen, y->klen));
 
 	if (c != 0)
 		return c;
@@ -138,6 +163,14 @@ pending_cmp(const void *a, const void *b)
 		return x->klen < y->klen ? -1 : 1;
 	return x->seq < y->seq ? -1 : (x->seq > y->seq);
 }
+
+/* sort_writes: a quicksort with pending_cmp inlined */
+#define ST_SORT sort_writes
+#define ST_ELEMENT_TYPE PendingWrite
+#define ST_COMPARE(a, b) pending_cmp(a, b)
+#define ST_SCOPE static
+#define ST_DEFINE
+#include "lib/sort_template.h"
 
 /*
  * Sort the pending writes and keep the last write of each key: an SST file
@@ -151,12 +184,13 @@ sort_pending(RocksState *rs)
 {
 	int			n = 0;
 
-	qsort(rs->pending, rs->npending, sizeof(PendingWrite), pending_cmp);
+	sort_writes(rs->pending, rs->npending);
 	for (int i = 0; i < rs->npending; i++)
 	{
 		PendingWrite *w = &rs->pending[i];
 
-		if (i + 1 < rs->npending && w->klen == w[1].klen && memcmp(w->key, w[1].key, w->klen) == 0)
+		if (i + 1 < rs->npending && w->klen == w[1].klen && w->prefix[0] == w[1].prefix[0] &&
+			w->prefix[1] == w[1].prefix[1] && memcmp(w->key, w[1].key, w->klen) == 0)
 			continue;
 		rs->pending[n] = *w;
 		rs->pending[n].seq = n;
