@@ -46,6 +46,8 @@ typedef struct ChangedSlot
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
 static void purge_timer(KeyedStage *stage, const char *key, int klen);
+static void purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e,
+						 Session *s);
 static void schedule_purge(KeyedStage *stage, const char *group, int group_len,
 						   TimestampTz start, TimestampTz end);
 static void put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group,
@@ -428,7 +430,11 @@ fire_timer(KeyedStage *stage, const char *key, int klen)
 			e->unemitted = false;
 		keyed_mark_dirty(stage, e);
 	}
-	schedule_purge(stage, group, group_len, start, end);
+	/* Purged at once (no lateness): the window found here is the timer's. */
+	if (purge_time(stage, end) <= stage->watermark)
+		purge_window(stage, group, group_len, e, s);
+	else
+		put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
 }
 
 /* Purge now if the watermark is past end + lateness, else set a timer. */
@@ -450,13 +456,17 @@ schedule_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz 
 static void
 purge_timer(KeyedStage *stage, const char *key, int klen)
 {
-	const char *group = TIMER_GROUP(key);
-	int			group_len = TIMER_GROUP_LEN(klen);
 	KeyedEntry *e;
 	Session    *s;
 
-	if (!timer_window(stage, key, klen, &e, &s))
-		return;
+	if (timer_window(stage, key, klen, &e, &s))
+		purge_window(stage, TIMER_GROUP(key), TIMER_GROUP_LEN(klen), e, s);
+}
+
+/* A window whose purge timer is due: e, and s for a session (else NULL). */
+static void
+purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e, Session *s)
+{
 	if (s)
 	{
 		if (purge_time(stage, s->end) > stage->watermark)
