@@ -77,6 +77,8 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
 #include "lib/simplehash.h"
 
 static void undo_save(KeyedStage *stage, KeyedEntry *e);
+static KeyedEntry *lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read,
+						  const char *val, int vlen);
 
 void
 keyed_cache_create(KeyedStage *stage)
@@ -96,6 +98,20 @@ keyed_key_begin(KeyedStage *stage, char kind)
 KeyedEntry *
 keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
 {
+	return lookup(stage, key, klen, create, true, NULL, 0);
+}
+
+KeyedEntry *
+keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create, const char *val,
+				   int vlen)
+{
+	return lookup(stage, key, klen, create, false, val, vlen);
+}
+
+static KeyedEntry *
+lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, const char *val,
+	   int vlen)
+{
 	CacheSlot  *slot = kcache_lookup(stage->cache, cache_key(key, klen));
 	KeyedEntry *e;
 	bool		stored;
@@ -111,7 +127,14 @@ keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
 			undo_save(stage, slot->entry);
 		return slot->entry;
 	}
-	stored = stage->state->ops->get(stage->state, key, klen, &stage->value);
+	if (read)
+	{
+		stored = stage->state->ops->get(stage->state, key, klen, &stage->value);
+		val = stage->value.data;
+		vlen = stage->value.len;
+	}
+	else
+		stored = val != NULL;
 	if (!stored && !create)
 		return NULL;
 
@@ -129,7 +152,7 @@ keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create)
 	e->group_offset = 1;
 	e->group_len = klen - 1 - (kind == 'W' || kind == 'L' ? 8 : 0);
 	if (stored)
-		keyed_entry_deserialize(&stage->codec, e, stage->value.data, stage->value.len);
+		keyed_entry_deserialize(&stage->codec, e, val, vlen);
 	else if (kind == 'W' || kind == 'L')
 		e->start = e->end = DT_NOBEGIN;
 

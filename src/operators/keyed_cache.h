@@ -94,6 +94,13 @@ extern void keyed_key_begin(KeyedStage *stage, char kind);
  * when it exists nowhere and create is false.
  */
 extern KeyedEntry *keyed_lookup(KeyedStage *stage, const char *key, int klen, bool create);
+
+/*
+ * As keyed_lookup, where the caller knows what the backend holds (read by
+ * a scan, or known to be missing: val NULL): no read.
+ */
+extern KeyedEntry *keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create,
+									  const char *val, int vlen);
 extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
 
 /* Scratch arrays for a record that goes into nwindows windows. */

@@ -283,6 +283,12 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 	ti->count++;
 }
 
+bool
+timer_index_holds(TimerIndex *ti, char kind, TimestampTz when, const char *tail, int len)
+{
+	return tset_lookup(ti->held, slot_probe(ti, kind, when, tail, len)) != NULL;
+}
+
 void
 timer_index_truncate(TimerIndex *ti, const TimerMark *mark)
 {

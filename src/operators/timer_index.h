@@ -36,6 +36,10 @@ extern TimerIndex *timer_index_create(MemoryContext context);
 extern void timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail,
 							int len, TimerMark *mark);
 
+/* Whether the index holds this timer (one due and listed is not held). */
+extern bool timer_index_holds(TimerIndex *ti, char kind, TimestampTz when, const char *tail,
+							  int len);
+
 /* Undo additions, the latest first. */
 extern void timer_index_truncate(TimerIndex *ti, const TimerMark *mark);
 

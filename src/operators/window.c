@@ -46,6 +46,8 @@ typedef struct ChangedSlot
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
 static void purge_timer(KeyedStage *stage, const char *key, int klen);
+static void purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e,
+						 Session *s);
 static void schedule_purge(KeyedStage *stage, const char *group, int group_len,
 						   TimestampTz start, TimestampTz end);
 static void put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group,
@@ -55,12 +57,18 @@ static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntr
 						 Session **session);
 static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
+static KeyedEntry *lookup_pane(KeyedStage *stage, const char *group, int group_len,
+							   TimestampTz start, bool make);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
 static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 						  TimestampTz start, TimestampTz end, bool fired);
 static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void pane_fire(KeyedStage *stage, const char *key, int klen);
+static void pane_prefetch(KeyedStage *stage, List *timers);
+static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
+static void pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen);
+static int	key_cmp(const char *a, int alen, const char *b, int blen);
 static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
 					   TimestampTz end);
 
@@ -288,6 +296,8 @@ window_fire(KeyedStage *stage, TimestampTz watermark)
 	ListCell   *lc;
 
 	timers = due_timers(stage, 'F', watermark);
+	if (stage->panes)
+		pane_prefetch(stage, timers);
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
@@ -420,7 +430,11 @@ fire_timer(KeyedStage *stage, const char *key, int klen)
 			e->unemitted = false;
 		keyed_mark_dirty(stage, e);
 	}
-	schedule_purge(stage, group, group_len, start, end);
+	/* Purged at once (no lateness): the window found here is the timer's. */
+	if (purge_time(stage, end) <= stage->watermark)
+		purge_window(stage, group, group_len, e, s);
+	else
+		put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
 }
 
 /* Purge now if the watermark is past end + lateness, else set a timer. */
@@ -442,13 +456,17 @@ schedule_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz 
 static void
 purge_timer(KeyedStage *stage, const char *key, int klen)
 {
-	const char *group = TIMER_GROUP(key);
-	int			group_len = TIMER_GROUP_LEN(klen);
 	KeyedEntry *e;
 	Session    *s;
 
-	if (!timer_window(stage, key, klen, &e, &s))
-		return;
+	if (timer_window(stage, key, klen, &e, &s))
+		purge_window(stage, TIMER_GROUP(key), TIMER_GROUP_LEN(klen), e, s);
+}
+
+/* A window whose purge timer is due: e, and s for a session (else NULL). */
+static void
+purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e, Session *s)
+{
 	if (s)
 	{
 		if (purge_time(stage, s->end) > stage->watermark)
@@ -831,7 +849,7 @@ pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 		 * not dirty, start DT_NOBEGIN), so that the other windows holding
 		 * it do not ask the backend again.
 		 */
-		e = lookup_window(stage, 'L', group, group_len, start + i * w->slide_us, true);
+		e = lookup_pane(stage, group, group_len, start + i * w->slide_us, false);
 		if (!pane_usable(e))
 			continue;
 		for (int a = 0; a < stage->naggs; a++)
@@ -902,7 +920,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	check_window_range(t, first - (int128) (stage->npanes - 1) * w->slide_us, first + w->size_us);
 	if (purge_time(stage, (TimestampTz) first + w->size_us) <= stage->watermark)
 		return false;			/* every window holding t is purged, or would be */
-	e = lookup_window(stage, 'L', group, group_len, (TimestampTz) first, true);
+	e = lookup_pane(stage, group, group_len, (TimestampTz) first, true);
 	keyed_compute(stage, e->values, stage->next);
 	pane_check_headroom(stage, stage->next);
 
@@ -923,7 +941,13 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 		/* A new pane may make a window: its timers (held once, whichever pane asks first). */
 		if (made)
 			restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
-		changed_add(stage, group, group_len, start);
+
+		/*
+		 * With emit final, a window that has not ended goes out when it
+		 * fires, changed or not: only a fired one's change is kept.
+		 */
+		if (w->emit_update || end <= stage->watermark)
+			changed_add(stage, group, group_len, start);
 	}
 	keyed_store(stage, e->values, stage->next);
 	e->unemitted = true;
@@ -950,6 +974,163 @@ pane_fire(KeyedStage *stage, const char *key, int klen)
 	 * one deletes is purged (and emitted, if it changed) first.
 	 */
 	put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
+}
+
+/*
+ * The panes of the windows a watermark step fires, into the cache in one
+ * pass over the backend, where each window would read its size/slide
+ * panes one by one (pane_values; most of a step's reads when the cache was
+ * let go at the checkpoint before).  Sliding windows are aligned, so a
+ * step that crosses a slide boundary fires a window of nearly every key:
+ * the timers due at one time are sorted by group key, as are the panes
+ * ('L' <group key> <pane start>), and a scan from the first window's
+ * first pane to the last one's reads each pane in between once.  A
+ * window's panes the scan did not meet are cached as absent.  The scan
+ * reads the panes of the keys not firing too: it is made when the panes
+ * read are at least an eighth of those there are (the timers held, one per
+ * live window, bound them), else the windows read their panes one by one.
+ */
+static void
+pane_prefetch(KeyedStage *stage, List *timers)
+{
+	WindowSpec *w = stage->plan->window;
+	int			n = list_length(timers);
+	int64		live = timer_index_count(stage->timers) + n;
+	int			first = 0;
+
+	while (first < n)
+	{
+		StateKey   *k0 = list_nth(timers, first);
+		int			last = first + 1;
+		bool		ordered = true;
+		StringInfoData lo;
+		StringInfoData hi;
+		StringInfoData next_lo;
+		StateIterator *it;
+		const char *key;
+		const char *val;
+		int			klen;
+		int			vlen;
+		int			cur;
+		bool	   *seen;
+
+		/* The run of windows due at one time: they share their start. */
+		while (last < n && memcmp(((StateKey *) list_nth(timers, last))->data + 1, k0->data + 1, 8) == 0)
+			last++;
+		if ((int64) (last - first) * stage->npanes * 8 < live)
+		{
+			first = last;
+			continue;
+		}
+
+		/*
+		 * Window i's panes are the keys in ['L' <group> <start>, 'L' <group>
+		 * <start + size>).  The scan gives each window the keys of its range
+		 * only if the ranges follow each other without overlapping (a group
+		 * key that begins with another's bytes might not): else no run.
+		 */
+		initStringInfo(&lo);
+		initStringInfo(&hi);
+		initStringInfo(&next_lo);
+		for (int i = first; i + 1 < last && ordered; i++)
+		{
+			StateKey   *a = list_nth(timers, i);
+			StateKey   *b = list_nth(timers, i + 1);
+
+			pane_range(stage, a, &lo, &hi);
+			pane_range(stage, b, &next_lo, &lo);
+			ordered = key_cmp(hi.data, hi.len, next_lo.data, next_lo.len) <= 0;
+		}
+		if (!ordered)
+		{
+			first = last;
+			continue;
+		}
+		pane_range(stage, list_nth(timers, last - 1), &next_lo, &hi);
+		pane_range(stage, k0, &lo, &next_lo);
+		seen = palloc0(sizeof(bool) * stage->npanes);
+		it = stage->state->ops->iterate(stage->state, lo.data, lo.len, hi.data, hi.len);
+		cur = first;
+		pane_range(stage, list_nth(timers, cur), &lo, &hi);
+		while (cur < last)
+		{
+			bool		more = stage->state->ops->next(it, &key, &klen, &val, &vlen);
+
+			/* Windows whose range the scan has passed: their panes not met are absent. */
+			while (cur < last && (!more || key_cmp(key, klen, hi.data, hi.len) >= 0))
+			{
+				pane_absent(stage, &lo, seen);
+				memset(seen, 0, sizeof(bool) * stage->npanes);
+				if (++cur < last)
+					pane_range(stage, list_nth(timers, cur), &lo, &hi);
+			}
+			if (!more || cur == last)
+				break;
+			if (key_cmp(key, klen, lo.data, lo.len) < 0 || klen != lo.len ||
+				memcmp(key, lo.data, lo.len - 8) != 0)
+				continue;		/* not a pane of this window's group */
+			CHECK_FOR_INTERRUPTS();
+			{
+				TimestampTz start = keyed_key_read_time(lo.data + lo.len - 8);
+				TimestampTz pane = keyed_key_read_time(key + klen - 8);
+				int64		i = (pane - start) / w->slide_us;
+
+				if ((pane - start) % w->slide_us != 0)
+					continue;
+				seen[i] = true;
+				(void) keyed_lookup_known(stage, key, klen, true, val, vlen);
+			}
+		}
+		stage->state->ops->iterate_end(it);
+		first = last;
+	}
+}
+
+/* A window's range of pane keys, from its fire timer ('F' <end> <group> <start>). */
+static void
+pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi)
+{
+	const char *group = TIMER_GROUP(timer->data);
+	int			group_len = TIMER_GROUP_LEN(timer->len);
+	TimestampTz start = TIMER_START(timer->data, timer->len);
+
+	resetStringInfo(lo);
+	appendStringInfoChar(lo, 'L');
+	appendBinaryStringInfo(lo, group, group_len);
+	keyed_key_append_time(lo, start);
+	resetStringInfo(hi);
+	appendStringInfoChar(hi, 'L');
+	appendBinaryStringInfo(hi, group, group_len);
+	keyed_key_append_time(hi, start + stage->plan->window->size_us);
+}
+
+/* The panes of the window whose first pane key is lo that a scan did not meet. */
+static void
+pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen)
+{
+	TimestampTz start = keyed_key_read_time(lo->data + lo->len - 8);
+
+	for (int i = 0; i < stage->npanes; i++)
+	{
+		if (seen[i])
+			continue;
+		lo->len -= 8;
+		keyed_key_append_time(lo, start + i * stage->plan->window->slide_us);
+		(void) keyed_lookup_known(stage, lo->data, lo->len, true, NULL, 0);
+	}
+	lo->len -= 8;
+	keyed_key_append_time(lo, start);
+}
+
+/* The backend's order of keys: their bytes, then their lengths. */
+static int
+key_cmp(const char *a, int alen, const char *b, int blen)
+{
+	int			c = memcmp(a, b, Min(alen, blen));
+
+	if (c != 0)
+		return c;
+	return (alen > blen) - (alen < blen);
 }
 
 /* A window goes: its row if it changed since emitted, and the pane it begins. */
@@ -1071,6 +1252,42 @@ lookup_window(KeyedStage *stage, char kind, const char *group, int group_len, Ti
 	if (kind == 'W' || kind == 'L')
 		keyed_key_append_time(&stage->key, start);
 	return keyed_lookup(stage, stage->key.data, stage->key.len, create);
+}
+
+/*
+ * A pane's entry: made when missing if make (a record's pane), else NULL
+ * or, when the backend lacked it, an entry cached as absent (pane_values).
+ * A pane exists only while the window it begins does, and a window that
+ * has not ended holds its fire timer (made with the window, at a restore
+ * from its panes, and taken away with a failed record's panes): a pane
+ * whose window has not ended and holds no fire timer is new, and the
+ * backend is not asked.  That is the first record of a key in each new
+ * pane, and the later panes of a sparse key's fired windows.  A window
+ * that has ended may have its timer listed as due in this step
+ * (window_fire), so its pane is looked up.
+ */
+static KeyedEntry *
+lookup_pane(KeyedStage *stage, const char *group, int group_len, TimestampTz start, bool make)
+{
+	TimestampTz end = start + stage->plan->window->size_us;
+	StringInfo	tail = &stage->timer_tail;
+	KeyedEntry *e;
+
+	if (end <= stage->watermark)
+		return lookup_window(stage, 'L', group, group_len, start, true);
+	keyed_key_begin(stage, 'L');
+	appendBinaryStringInfo(&stage->key, group, group_len);
+	keyed_key_append_time(&stage->key, start);
+	/* Cached (most lookups, and every one of a step's prefetched panes): no timer asked. */
+	e = keyed_lookup_known(stage, stage->key.data, stage->key.len, false, NULL, 0);
+	if (e != NULL)
+		return e;
+	resetStringInfo(tail);
+	appendBinaryStringInfo(tail, group, group_len);
+	keyed_key_append_time(tail, start);
+	if (timer_index_holds(stage->timers, 'F', end, tail->data, tail->len))
+		return keyed_lookup(stage, stage->key.data, stage->key.len, true);
+	return keyed_lookup_known(stage, stage->key.data, stage->key.len, make, NULL, 0);
 }
 
 static Session *
