@@ -770,17 +770,54 @@ find_rows(MemoryState *ms)
 	catalog_leave(&access);
 }
 
-/* A key whose row the checkpoint updates or deletes at its address. */
+/* A changed key the checkpoint writes. */
 typedef struct RowWrite
 {
-	ChangedKey *ck;				/* ck->tid: the address */
+	ChangedKey *ck;				/* ck->tid: the row's address, when it existed */
 	SkipNode   *x;				/* the key's node; NULL: delete the row */
+	int			group;
 } RowWrite;
 
+/*
+ * The undo rows in key group order: with the epoch before it, each index
+ * entry is then past the one before, on the same leaf page.
+ */
 static int
-row_write_cmp(const void *a, const void *b)
+undo_order(const void *a, const void *b)
 {
-	return ItemPointerCompare(&((const RowWrite *) a)->ck->tid, &((const RowWrite *) b)->ck->tid);
+	int			x = ((const RowWrite *) a)->group;
+	int			y = ((const RowWrite *) b)->group;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The rows that existed in address order, so that each page is read and
+ * pruned once; then the new ones in key order, so that their primary key
+ * entries go in side by side.
+ */
+static int
+row_order(const void *a, const void *b)
+{
+	const ChangedKey *x = ((const RowWrite *) a)->ck;
+	const ChangedKey *y = ((const RowWrite *) b)->ck;
+
+	if (x->existed != y->existed)
+		return x->existed ? -1 : 1;
+	if (x->existed)
+		return ItemPointerCompare((ItemPointer) &x->tid, (ItemPointer) &y->tid);
+	return compare_keys(x->key.data, x->key.len, y->key.data, y->key.len);
+}
+
+static void
+free_old(MemoryState *ms, ChangedKey *ck)
+{
+	if (ck->old)
+	{
+		ms->bytes -= ck->oldlen;
+		pfree(ck->old);
+		ck->old = NULL;
+	}
 }
 
 /*
@@ -791,10 +828,9 @@ row_write_cmp(const void *a, const void *b)
  * state of the last committed epoch, so no checkpoint is retried with this
  * changed-key set.
  *
- * A key that existed has its row updated (or deleted) at its address, in
- * address order, so that each page is read and pruned once; a new key's
- * row is inserted; both at the heap level (memory_rows.h), SQL writing
- * what that could not.
+ * A key that existed has its row updated (or deleted) at its address, a
+ * new key's row is inserted, both at the heap level (memory_rows.h), SQL
+ * writing what that could not.
  */
 static char *
 mem_checkpoint(StateBackend *backend, int64 epoch)
@@ -831,11 +867,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 			/* the row is as it was; a key deleted and put back has a new node */
 			if (x)
 				x->tid = ck->tid;
-			if (ck->old)
-			{
-				ms->bytes -= ck->oldlen;
-				pfree(ck->old);
-			}
+			free_old(ms, ck);
 			continue;
 		}
 		group = key_group(ms, ck->key.data, ck->key.len);
@@ -846,43 +878,43 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 					 errmsg("a key of key group %d was changed in the memory state of key groups %d to %d of job " INT64_FORMAT,
 							group, ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
 		if (mr == NULL)
+		{
 			chunk_add(ms, w, epoch, ck, x, group, true);
-		else
-		{
-			memory_rows_undo(mr, epoch, ck->key.data, ck->key.len, group,
-							 ck->existed ? ck->old : NULL, ck->oldlen);
-			ms->undo_written++;
-			if (ck->existed)
-			{
-				writes[nwrites].ck = ck;
-				writes[nwrites].x = x;
-				nwrites++;
-			}
-			else
-				memory_rows_insert(mr, ck->key.data, ck->key.len, group, x->val, x->vlen, &x->tid);
+			free_old(ms, ck);
+			continue;
 		}
-		if (ck->old)
-		{
-			ms->bytes -= ck->oldlen;
-			pfree(ck->old);
-			ck->old = NULL;
-		}
+		writes[nwrites].ck = ck;
+		writes[nwrites].x = x;
+		writes[nwrites].group = group;
+		nwrites++;
 	}
-	qsort(writes, nwrites, sizeof(RowWrite), row_write_cmp);
+	qsort(writes, nwrites, sizeof(RowWrite), undo_order);
+	for (int i = 0; i < nwrites; i++)
+	{
+		ChangedKey *c = writes[i].ck;
+
+		memory_rows_undo(mr, epoch, c->key.data, c->key.len, writes[i].group,
+						 c->existed ? c->old : NULL, c->oldlen);
+		ms->undo_written++;
+		free_old(ms, c);
+	}
+	qsort(writes, nwrites, sizeof(RowWrite), row_order);
 	for (int i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
 		SkipNode   *x = writes[i].x;
 
-		if (x ? memory_rows_update(mr, &c->tid, c->key.data, c->key.len,
-								   key_group(ms, c->key.data, c->key.len), x->val, x->vlen)
-			: memory_rows_delete(mr, &c->tid, c->key.data, c->key.len))
+		if (!c->existed)
+			memory_rows_insert(mr, c->key.data, c->key.len, writes[i].group, x->val, x->vlen, &x->tid);
+		else if (x ? memory_rows_update(mr, &c->tid, c->key.data, c->key.len, writes[i].group,
+										x->val, x->vlen)
+				 : memory_rows_delete(mr, &c->tid, c->key.data, c->key.len))
 		{
 			if (x)
 				x->tid = c->tid;
 		}
 		else
-			chunk_add(ms, w, epoch, c, x, key_group(ms, c->key.data, c->key.len), false);
+			chunk_add(ms, w, epoch, c, x, writes[i].group, false);
 	}
 	if (mr)
 		memory_rows_end(mr);
