@@ -848,6 +848,15 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	w->nundo = w->nput = w->ndel = 0;
 	w->bytes = 0;
 	SPI_connect();
+	if (ms->changed->members == 0)
+	{
+		/* nothing to write: not even the tables to open */
+		TEST_POINT("memory_checkpoint_written");
+		SPI_finish();
+		MemoryContextDelete(w->ctx);
+		pfree(w);
+		return pstrdup("memory_state");
+	}
 	mr = memory_rows_begin(ms->ext_oid, ms->base.job_id, &node);
 	if (!RelFileNodeEquals(node, ms->node))
 	{
