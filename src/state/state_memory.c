@@ -45,6 +45,7 @@
 #include "base/test_point.h"
 #include "base/work_xact.h"
 #include "jobs/catalog.h"
+#include "state/memory_rows.h"
 #include "state/state.h"
 
 #define SKIP_MAX_LEVEL	24
@@ -61,8 +62,22 @@ typedef struct SkipNode
 	char	   *val;
 	int			vlen;
 	int			level;
+	ItemPointerData tid;		/* the key's row as of the last checkpoint; invalid: none */
 	struct SkipNode *next[FLEXIBLE_ARRAY_MEMBER];
 } SkipNode;
+
+/* The map's nodes by key: a point lookup is one probe, not a skip list search. */
+typedef struct NodeEntry
+{
+	StateKey	key;			/* the node's own key bytes */
+	uint32		hash;
+	char		status;
+	SkipNode   *node;
+} NodeEntry;
+
+#define SH_PREFIX nodes
+#define SH_ELEMENT_TYPE NodeEntry
+#include "state/state_key_table.h"
 
 /*
  * A key changed since the last checkpoint, and what it was then: its undo.
@@ -77,6 +92,7 @@ typedef struct ChangedKey
 	bool		existed;
 	int			oldlen;
 	char	   *old;
+	ItemPointerData tid;		/* the key's row, when it existed */
 } ChangedKey;
 
 #define SH_PREFIX changed
@@ -90,6 +106,8 @@ typedef struct MemoryState
 	MemoryContext changed_ctx;	/* the changed keys; reset at each checkpoint */
 	SkipNode   *head;
 	int			level;
+	struct nodes_hash *nodes;
+	RelFileNode node;			/* mailer.memory_state's storage the row addresses are in */
 	int64		bytes;			/* keys and values, the map's and the held old ones */
 	struct changed_hash *changed;
 	Oid			ext_oid;		/* the installation the state was opened in */
@@ -136,12 +154,6 @@ seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
 	return x->next[0];
 }
 
-static inline bool
-is_key(SkipNode *x, const char *key, int klen)
-{
-	return x != NULL && x->klen == klen && memcmp(x->key, key, klen) == 0;
-}
-
 /* A bytea[] of n values; nulls may be NULL when none is. */
 static Datum
 bytea_array(Datum *items, bool *nulls, int n)
@@ -186,13 +198,29 @@ link_node(MemoryState *ms, SkipNode **update, const char *key, int klen)
 	x->key = MemoryContextAlloc(ms->ctx, Max(klen, 1));
 	memcpy(x->key, key, klen);
 	x->klen = klen;
+	ItemPointerSetInvalid(&x->tid);
 	for (int i = 0; i < level; i++)
 	{
 		x->next[i] = update[i]->next[i];
 		update[i]->next[i] = x;
 	}
 	ms->bytes += klen;
+	{
+		StateKey	k = {x->key, klen};
+		bool		found;
+
+		nodes_insert(ms->nodes, k, &found)->node = x;
+	}
 	return x;
+}
+
+static SkipNode *
+find_node(MemoryState *ms, const char *key, int klen)
+{
+	StateKey	k = {key, klen};
+	NodeEntry  *e = nodes_lookup(ms->nodes, k);
+
+	return e ? e->node : NULL;
 }
 
 static void
@@ -205,19 +233,15 @@ set_value(MemoryState *ms, SkipNode *x, const char *val, int vlen)
 }
 
 /*
- * Insert or replace.  Whether the key was there is returned; its old value
+ * Insert or replace; x is the key's node, NULL when absent.  The old value
  * goes to *old (the caller then owns it) when old is not NULL, else is
  * freed.
  */
-static bool
-map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen,
+static void
+map_put(MemoryState *ms, SkipNode *x, const char *key, int klen, const char *val, int vlen,
 		char **old, int *oldlen)
 {
-	SkipNode   *update[SKIP_MAX_LEVEL];
-	SkipNode   *x = seek(ms, key, klen, update);
-	bool		existed = is_key(x, key, klen);
-
-	if (existed)
+	if (x)
 	{
 		if (old)
 		{
@@ -232,9 +256,13 @@ map_put(MemoryState *ms, const char *key, int klen, const char *val, int vlen,
 		}
 	}
 	else
+	{
+		SkipNode   *update[SKIP_MAX_LEVEL];
+
+		(void) seek(ms, key, klen, update);
 		x = link_node(ms, update, key, klen);
+	}
 	set_value(ms, x, val, vlen);
-	return existed;
 }
 
 /* A state key's key group, which a keyed-state key always has. */
@@ -296,6 +324,7 @@ rewind_rows(MemoryState *ms, int64 epoch)
 /* The columns of load_rows' statement. */
 #define Anum_load_key		1
 #define Anum_load_value		2
+#define Anum_load_ctid		3
 
 /*
  * Read the subtask's rows into the map.  They come in key order, as the
@@ -327,7 +356,7 @@ load_rows(MemoryState *ms)
 	 * before the rewind, which then looks undone.
 	 */
 	portal = SPI_cursor_open_with_args(NULL,
-									   "SELECT key, value FROM mailer.memory_state "
+									   "SELECT key, value, ctid FROM mailer.memory_state "
 									   "WHERE job_id OPERATOR(pg_catalog.=) $1 "
 									   "AND key_group OPERATOR(pg_catalog.>=) $2 AND key_group OPERATOR(pg_catalog.<) $3 "
 									   "ORDER BY key",
@@ -365,12 +394,15 @@ load_rows(MemoryState *ms)
 			for (int i = 0; i < last->level; i++)
 				tail[i] = last;
 			set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
+			last->tid = *(ItemPointer) DatumGetPointer(catalog_value(r, Anum_load_ctid, NULL));
 		}
 		SPI_freetuptable(SPI_tuptable);
 		MemoryContextSwitchTo(old_ctx);
 		MemoryContextReset(fetch_ctx);
 	}
 	SPI_cursor_close(portal);
+	/* the addresses are in this storage, which the cursor's lock keeps */
+	ms->node = memory_rows_node(ms->ext_oid);
 	catalog_leave(&access);
 	MemoryContextDelete(fetch_ctx);
 }
@@ -396,6 +428,7 @@ state_memory_open(const StateOpenArgs *args)
 	ms->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state", ALLOCSET_DEFAULT_SIZES);
 	ms->changed_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
 	ms->changed = changed_create(CurrentMemoryContext, 1024, NULL);
+	ms->nodes = nodes_create(CurrentMemoryContext, 1024, NULL);
 	ms->head = MemoryContextAllocZero(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * SKIP_MAX_LEVEL);
 	ms->head->level = SKIP_MAX_LEVEL;
 	ms->level = 1;
@@ -413,9 +446,9 @@ static bool
 mem_get(StateBackend *backend, const char *key, int klen, StringInfo val)
 {
 	MemoryState *ms = (MemoryState *) backend;
-	SkipNode   *x = seek(ms, key, klen, NULL);
+	SkipNode   *x = find_node(ms, key, klen);
 
-	if (!is_key(x, key, klen))
+	if (x == NULL)
 		return false;
 	resetStringInfo(val);
 	appendBinaryStringInfo(val, x->val, x->vlen);
@@ -442,6 +475,7 @@ note_changed(MemoryState *ms, const char *key, int klen, bool *first)
 		ck->existed = false;
 		ck->old = NULL;
 		ck->oldlen = 0;
+		ItemPointerSetInvalid(&ck->tid);
 	}
 	*first = !found;
 	return ck;
@@ -451,13 +485,19 @@ static void
 mem_put(StateBackend *backend, const char *key, int klen, const char *val, int vlen)
 {
 	MemoryState *ms = (MemoryState *) backend;
+	SkipNode   *x = find_node(ms, key, klen);
 	bool		first;
 	ChangedKey *ck = note_changed(ms, key, klen, &first);
 
 	if (first)
-		ck->existed = map_put(ms, key, klen, val, vlen, &ck->old, &ck->oldlen);
+	{
+		ck->existed = x != NULL;
+		if (x)
+			ck->tid = x->tid;
+		map_put(ms, x, key, klen, val, vlen, &ck->old, &ck->oldlen);
+	}
 	else
-		(void) map_put(ms, key, klen, val, vlen, NULL, NULL);
+		map_put(ms, x, key, klen, val, vlen, NULL, NULL);
 }
 
 static void
@@ -465,15 +505,21 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 {
 	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *update[SKIP_MAX_LEVEL];
-	SkipNode   *x = seek(ms, key, klen, update);
+	SkipNode   *x = find_node(ms, key, klen);
 	ChangedKey *ck;
 	bool		first;
 
-	if (!is_key(x, key, klen))
+	if (x == NULL)
 		return;
+	(void) seek(ms, key, klen, update);
 	for (int i = 0; i < x->level; i++)
 		if (update[i]->next[i] == x)
 			update[i]->next[i] = x->next[i];
+	{
+		StateKey	k = {x->key, x->klen};
+
+		nodes_delete(ms->nodes, k);
+	}
 	ms->bytes -= x->klen;
 	ck = note_changed(ms, key, klen, &first);
 	if (first)
@@ -482,6 +528,7 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 		ck->existed = true;
 		ck->old = x->val;
 		ck->oldlen = x->vlen;
+		ck->tid = x->tid;
 	}
 	else
 	{
@@ -558,7 +605,10 @@ typedef struct WriteChunk
 
 /*
  * Three statements, each of a whole chunk: the undo rows, the keys that
- * are there now (updated in place, or new), the keys deleted.
+ * are there now (updated in place, or new), the keys deleted.  The SQL
+ * writes what the heap-level writes could not (memory_rows.h), or all of
+ * it when the tables are not plain heap tables; the upsert gives back the
+ * rows' addresses for the next checkpoint's updates.
  */
 static void
 flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
@@ -594,8 +644,18 @@ flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
 		values[3] = bytea_array(w->put_vals, NULL, w->nput);
 		catalog_exec("INSERT INTO mailer.memory_state AS m (job_id, key, key_group, value) "
 					 "SELECT $1, k, g, v FROM unnest($2, $3, $4) AS u(k, g, v) "
-					 "ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value",
+					 "ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value "
+					 "RETURNING m.key, m.ctid",
 					 4, types, values, NULL, false);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bytea	   *k = DatumGetByteaPP(catalog_value(r, 1, NULL));
+			SkipNode   *x = find_node(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k));
+
+			if (x)
+				x->tid = *(ItemPointer) DatumGetPointer(catalog_value(r, 2, NULL));
+		}
+		SPI_freetuptable(SPI_tuptable);
 	}
 	if (w->ndel > 0)
 	{
@@ -614,12 +674,163 @@ flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
 }
 
 /*
+ * A changed key into the chunk: its undo (when undo), and its row now
+ * (x, the key's node; NULL: deleted).
+ */
+static void
+chunk_add(MemoryState *ms, WriteChunk *w, int64 epoch, ChangedKey *ck, SkipNode *x, int group,
+		  bool undo)
+{
+	/*
+	 * Cut by bytes too: 20000 large values (session windows, numeric
+	 * extremes) would make an array past the 1 GB a datum may have.
+	 */
+	Size		add = 2 * (Size) ck->key.len + (undo ? ck->oldlen : 0) + (x ? x->vlen : 0);
+	MemoryContext old_ctx;
+	Datum		key;
+
+	if (w->nundo + w->nput + w->ndel > 0 && w->bytes + add > WRITE_CHUNK_BYTES)
+		flush_chunk(ms, w, epoch);
+	old_ctx = MemoryContextSwitchTo(w->ctx);
+	key = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
+	if (undo)
+	{
+		w->undo_keys[w->nundo] = key;
+		w->undo_groups[w->nundo] = Int32GetDatum(group);
+		w->undo_nulls[w->nundo] = !ck->existed;
+		if (ck->existed)
+			w->undo_vals[w->nundo] = PointerGetDatum(mailer_bytea(ck->old, ck->oldlen));
+		w->nundo++;
+	}
+	if (x)
+	{
+		w->put_keys[w->nput] = key;
+		w->put_groups[w->nput] = Int32GetDatum(group);
+		w->put_vals[w->nput] = PointerGetDatum(mailer_bytea(x->val, x->vlen));
+		w->nput++;
+	}
+	else
+		w->del_keys[w->ndel++] = key;
+	MemoryContextSwitchTo(old_ctx);
+	w->bytes += add;
+	if (w->nundo == WRITE_CHUNK || w->nput == WRITE_CHUNK || w->ndel == WRITE_CHUNK)
+		flush_chunk(ms, w, epoch);
+}
+
+/*
+ * The state table was rewritten (VACUUM FULL, CLUSTER, TRUNCATE) since the
+ * addresses were taken: take them again, a chunk of rows at a time.  A key
+ * with no row now gets none, and its next write is SQL's.
+ */
+static void
+find_rows(MemoryState *ms)
+{
+	Oid			types[3] = {INT8OID, INT4OID, INT4OID};
+	Datum		values[3];
+	changed_iterator iter;
+	ChangedKey *ck;
+	CatalogAccess access;
+	Portal		portal;
+
+	for (SkipNode *x = ms->head->next[0]; x; x = x->next[0])
+		ItemPointerSetInvalid(&x->tid);
+	changed_start_iterate(ms->changed, &iter);
+	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
+		ItemPointerSetInvalid(&ck->tid);
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[1] = Int32GetDatum(ms->kg_lo);
+	values[2] = Int32GetDatum(ms->kg_hi);
+	catalog_enter(&access);
+	portal = SPI_cursor_open_with_args(NULL,
+									   "SELECT key, ctid FROM mailer.memory_state "
+									   "WHERE job_id OPERATOR(pg_catalog.=) $1 "
+									   "AND key_group OPERATOR(pg_catalog.>=) $2 AND key_group OPERATOR(pg_catalog.<) $3",
+									   3, types, values, NULL, false, 0);
+	for (;;)
+	{
+		SPI_cursor_fetch(portal, true, LOAD_CHUNK);
+		if (SPI_processed == 0)
+			break;
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bytea	   *k = DatumGetByteaPP(catalog_value(r, 1, NULL));
+			ItemPointer tid = (ItemPointer) DatumGetPointer(catalog_value(r, 2, NULL));
+			StateKey	probe = {VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)};
+			SkipNode   *x;
+
+			/* a key changed since the last checkpoint has its row's address in the changed set */
+			if ((ck = changed_lookup(ms->changed, probe)) != NULL)
+				ck->tid = *tid;
+			else if ((x = find_node(ms, probe.data, probe.len)) != NULL)
+				x->tid = *tid;
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_cursor_close(portal);
+	catalog_leave(&access);
+}
+
+/* A changed key the checkpoint writes. */
+typedef struct RowWrite
+{
+	ChangedKey *ck;				/* ck->tid: the row's address, when it existed */
+	SkipNode   *x;				/* the key's node; NULL: delete the row */
+	int			group;
+} RowWrite;
+
+/*
+ * The undo rows in key group order: with the epoch before it, each index
+ * entry is then past the one before, on the same leaf page.
+ */
+static int
+undo_order(const void *a, const void *b)
+{
+	int			x = ((const RowWrite *) a)->group;
+	int			y = ((const RowWrite *) b)->group;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The rows that existed in address order, so that each page is read and
+ * pruned once; then the new ones in key order, so that their primary key
+ * entries go in side by side.
+ */
+static int
+row_order(const void *a, const void *b)
+{
+	const ChangedKey *x = ((const RowWrite *) a)->ck;
+	const ChangedKey *y = ((const RowWrite *) b)->ck;
+
+	if (x->existed != y->existed)
+		return x->existed ? -1 : 1;
+	if (x->existed)
+		return ItemPointerCompare((ItemPointer) &x->tid, (ItemPointer) &y->tid);
+	return compare_keys(x->key.data, x->key.len, y->key.data, y->key.len);
+}
+
+static void
+free_old(MemoryState *ms, ChangedKey *ck)
+{
+	if (ck->old)
+	{
+		ms->bytes -= ck->oldlen;
+		pfree(ck->old);
+		ck->old = NULL;
+	}
+}
+
+/*
  * Write the changed keys and their undo as epoch's (inside its
  * transaction).  A key put back to the value it had, or added and deleted
  * again, changed nothing and is not written.  The undo values are freed
  * as they are written: an error here ends the worker, which reopens the
  * state of the last committed epoch, so no checkpoint is retried with this
  * changed-key set.
+ *
+ * A key that existed has its row updated (or deleted) at its address, a
+ * new key's row is inserted, both at the heap level (memory_rows.h), SQL
+ * writing what that could not.
  */
 static char *
 mem_checkpoint(StateBackend *backend, int64 epoch)
@@ -628,74 +839,96 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	changed_iterator iter;
 	ChangedKey *ck;
 	WriteChunk *w = palloc(sizeof(WriteChunk));
-	MemoryContext old_ctx;
+	RowWrite   *writes;
+	int			nwrites = 0;
+	MemoryRows *mr;
+	RelFileNode node;
 
 	w->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory checkpoint", ALLOCSET_DEFAULT_SIZES);
 	w->nundo = w->nput = w->ndel = 0;
 	w->bytes = 0;
 	SPI_connect();
+	if (ms->changed->members == 0)
+	{
+		/* nothing to write: not even the tables to open */
+		TEST_POINT("memory_checkpoint_written");
+		SPI_finish();
+		MemoryContextDelete(w->ctx);
+		pfree(w);
+		return pstrdup("memory_state");
+	}
+	mr = memory_rows_begin(ms->ext_oid, ms->base.job_id, &node);
+	if (!RelFileNodeEquals(node, ms->node))
+	{
+		find_rows(ms);
+		ms->node = node;
+	}
+	writes = palloc(sizeof(RowWrite) * Max(ms->changed->members, 1));
 	changed_start_iterate(ms->changed, &iter);
 	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
 	{
-		SkipNode   *x = seek(ms, ck->key.data, ck->key.len, NULL);
-		bool		now = is_key(x, ck->key.data, ck->key.len);
-		Datum		key;
-		Datum		group;
-		Size		add;
+		SkipNode   *x = find_node(ms, ck->key.data, ck->key.len);
+		int			group;
 
-		if (now ? (ck->existed && ck->oldlen == x->vlen && memcmp(ck->old, x->val, x->vlen) == 0)
+		if (x ? (ck->existed && ck->oldlen == x->vlen && memcmp(ck->old, x->val, x->vlen) == 0)
 			: !ck->existed)
 		{
-			if (ck->old)
-			{
-				ms->bytes -= ck->oldlen;
-				pfree(ck->old);
-			}
+			/* the row is as it was; a key deleted and put back has a new node */
+			if (x)
+				x->tid = ck->tid;
+			free_old(ms, ck);
 			continue;
 		}
-		group = Int32GetDatum(key_group(ms, ck->key.data, ck->key.len));
+		group = key_group(ms, ck->key.data, ck->key.len);
 		/* a row of another subtask's key group would be lost at its open */
-		if (DatumGetInt32(group) < ms->kg_lo || DatumGetInt32(group) >= ms->kg_hi)
+		if (group < ms->kg_lo || group >= ms->kg_hi)
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("a key of key group %d was changed in the memory state of key groups %d to %d of job " INT64_FORMAT,
-							DatumGetInt32(group), ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
-
-		/*
-		 * Cut by bytes too: 20000 large values (session windows, numeric
-		 * extremes) would make an array past the 1 GB a datum may have.
-		 */
-		add = 2 * (Size) ck->key.len + ck->oldlen + (now ? x->vlen : 0);
-		if (w->nundo > 0 && w->bytes + add > WRITE_CHUNK_BYTES)
-			flush_chunk(ms, w, epoch);
-		old_ctx = MemoryContextSwitchTo(w->ctx);
-		key = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
-		w->undo_keys[w->nundo] = key;
-		w->undo_groups[w->nundo] = group;
-		w->undo_nulls[w->nundo] = !ck->existed;
-		if (ck->existed)
-			w->undo_vals[w->nundo] = PointerGetDatum(mailer_bytea(ck->old, ck->oldlen));
-		w->nundo++;
-		if (now)
+							group, ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
+		if (mr == NULL)
 		{
-			w->put_keys[w->nput] = key;
-			w->put_groups[w->nput] = group;
-			w->put_vals[w->nput] = PointerGetDatum(mailer_bytea(x->val, x->vlen));
-			w->nput++;
+			chunk_add(ms, w, epoch, ck, x, group, true);
+			free_old(ms, ck);
+			continue;
+		}
+		writes[nwrites].ck = ck;
+		writes[nwrites].x = x;
+		writes[nwrites].group = group;
+		nwrites++;
+	}
+	qsort(writes, nwrites, sizeof(RowWrite), undo_order);
+	for (int i = 0; i < nwrites; i++)
+	{
+		ChangedKey *c = writes[i].ck;
+
+		memory_rows_undo(mr, epoch, c->key.data, c->key.len, writes[i].group,
+						 c->existed ? c->old : NULL, c->oldlen);
+		ms->undo_written++;
+		free_old(ms, c);
+	}
+	qsort(writes, nwrites, sizeof(RowWrite), row_order);
+	for (int i = 0; i < nwrites; i++)
+	{
+		ChangedKey *c = writes[i].ck;
+		SkipNode   *x = writes[i].x;
+
+		if (!c->existed)
+			memory_rows_insert(mr, c->key.data, c->key.len, writes[i].group, x->val, x->vlen, &x->tid);
+		else if (x ? memory_rows_update(mr, &c->tid, c->key.data, c->key.len, writes[i].group,
+										x->val, x->vlen)
+				 : memory_rows_delete(mr, &c->tid, c->key.data, c->key.len))
+		{
+			if (x)
+				x->tid = c->tid;
 		}
 		else
-			w->del_keys[w->ndel++] = key;
-		MemoryContextSwitchTo(old_ctx);
-		w->bytes += add;
-		if (ck->old)
-		{
-			ms->bytes -= ck->oldlen;
-			pfree(ck->old);
-		}
-		if (w->nundo == WRITE_CHUNK)
-			flush_chunk(ms, w, epoch);
+			chunk_add(ms, w, epoch, c, x, writes[i].group, false);
 	}
+	if (mr)
+		memory_rows_end(mr);
 	flush_chunk(ms, w, epoch);
+	pfree(writes);
 	TEST_POINT("memory_checkpoint_written");
 	SPI_finish();
 	MemoryContextDelete(w->ctx);

@@ -1,0 +1,455 @@
+/*
+ * memory_rows.c
+ *		The memory backend's checkpoint writes at the heap level
+ *		(memory_rows.h).
+ *
+ * The SQL the checkpoint ran before (an INSERT ... ON CONFLICT DO UPDATE of
+ * unnest()ed arrays, and an INSERT of the undo) found each key's row
+ * through the primary key and built and took apart the arrays: that was
+ * most of the memory backend's checkpoint.  Here a changed key's row is
+ * updated at the address the backend kept (heap_update: a HOT update as
+ * long as the page has room, which pruning the page first gives it), new
+ * rows and undo rows go in as COPY FROM puts them (table_multi_insert, then
+ * the index entries), and the WAL is what those write.
+ *
+ * These are the extension's own tables, written as the SQL wrote them
+ * (catalog_exec runs it as the bootstrap superuser): no privilege of the
+ * job's owner applies, and no name the job gives is involved.  The tables
+ * are found by their fixed names in the extension's schema and must belong
+ * to the extension the checkpoint holds a lock on; they are locked (ROW
+ * EXCLUSIVE, as the SQL did) until the transaction ends, so no rewrite
+ * (VACUUM FULL, CLUSTER, TRUNCATE: ACCESS EXCLUSIVE) runs meanwhile, and
+ * VACUUM (SHARE UPDATE EXCLUSIVE) may: it never moves a row a snapshot
+ * sees, and each address is checked before it is used.  A trigger or rule
+ * someone added to them would not run here: then the SQL does the writes.
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "base/bytea.h"
+#include "base/mailer.h"
+#include "state/memory_rows.h"
+
+/* Rows per table_multi_insert() (as COPY FROM buffers). */
+#define ROWS_BATCH		1000
+
+/* One of the two tables, and its inserts not yet written. */
+typedef struct RowsTable
+{
+	ResultRelInfo *rri;
+	Relation	rel;
+	MemoryContext ctx;			/* the buffered rows' values; reset after each write */
+	int			n;
+	TupleTableSlot *slots[ROWS_BATCH];
+	ItemPointer dest[ROWS_BATCH];	/* where a row's address goes; NULL: nowhere */
+	BulkInsertState bistate;
+	AttrNumber	att_job;
+	AttrNumber	att_key;
+	AttrNumber	att_group;
+	AttrNumber	att_value;
+	AttrNumber	att_epoch;		/* undo only */
+} RowsTable;
+
+struct MemoryRows
+{
+	EState	   *estate;
+	Snapshot	snapshot;
+	CommandId	cid;
+	int64		job_id;
+	BlockNumber nblocks;		/* of the state table: an address past it is stale */
+	MemoryContext row_ctx;		/* one update's tuple; reset after it */
+	TupleTableSlot *update_slot;	/* a non-HOT update's new row, for its index entries */
+	RowsTable	state;
+	RowsTable	undo;
+};
+
+/*
+ * The extension's table of that name, locked.  The name is fixed: no
+ * role but the one that may change the extension can put another table
+ * there, and one that is not the extension's is refused.
+ */
+static Oid
+memory_table(Oid ext_oid, const char *name, LOCKMODE lockmode)
+{
+	Oid			relid = RangeVarGetRelid(makeRangeVar(MAILER_SCHEMA, (char *) name, -1), lockmode, false);
+
+	if (getExtensionOfObject(RelationRelationId, relid) != ext_oid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table %s.%s is not the mailer extension's", MAILER_SCHEMA, name),
+				 errhint("Drop the table and ALTER EXTENSION mailer UPDATE, or reinstall the extension.")));
+	return relid;
+}
+
+RelFileNode
+memory_rows_node(Oid ext_oid)
+{
+	Relation	rel = table_open(memory_table(ext_oid, "memory_state", AccessShareLock), NoLock);
+	RelFileNode node = rel->rd_node;
+
+	table_close(rel, NoLock);
+	return node;
+}
+
+/* Whether writing the table at the heap level does what the SQL would. */
+static bool
+plain_heap(Relation rel)
+{
+	return rel->rd_rel->relkind == RELKIND_RELATION && rel->rd_rel->relam == HEAP_TABLE_AM_OID &&
+		rel->trigdesc == NULL && !rel->rd_rel->relhasrules;
+}
+
+static AttrNumber
+column(Relation rel, const char *name)
+{
+	AttrNumber	a = get_attnum(RelationGetRelid(rel), name);
+
+	if (a == InvalidAttrNumber)
+		elog(ERROR, "mailer table \"%s\" has no column \"%s\"", RelationGetRelationName(rel), name);
+	return a;
+}
+
+static void
+table_init(MemoryRows *mr, RowsTable *t, Index rti, bool undo)
+{
+	t->rri = makeNode(ResultRelInfo);
+	ExecInitResultRelation(mr->estate, t->rri, rti);
+	t->rel = t->rri->ri_RelationDesc;
+	ExecOpenIndices(t->rri, false);
+	t->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory rows", ALLOCSET_DEFAULT_SIZES);
+	t->n = 0;
+	t->bistate = NULL;
+	t->att_job = column(t->rel, "job_id");
+	t->att_key = column(t->rel, "key");
+	t->att_group = column(t->rel, "key_group");
+	t->att_value = column(t->rel, "value");
+	t->att_epoch = undo ? column(t->rel, "epoch") : InvalidAttrNumber;
+}
+
+MemoryRows *
+memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
+{
+	Oid			relids[2];
+	List	   *rtable = NIL;
+	Relation	rels[2];
+	bool		plain = true;
+	MemoryRows *mr;
+
+	relids[0] = memory_table(ext_oid, "memory_state", RowExclusiveLock);
+	relids[1] = memory_table(ext_oid, "memory_undo", RowExclusiveLock);
+	for (int i = 0; i < 2; i++)
+	{
+		rels[i] = table_open(relids[i], NoLock);
+		plain = plain && plain_heap(rels[i]);
+	}
+	*node = rels[0]->rd_node;
+	table_close(rels[0], NoLock);
+	table_close(rels[1], NoLock);
+	if (!plain)
+		return NULL;
+	/* The INSERT refuses to write in a read-only transaction: so does this. */
+	if (XactReadOnly)
+		PreventCommandIfReadOnly("INSERT");
+
+	mr = palloc0(sizeof(MemoryRows));
+	mr->job_id = job_id;
+	for (int i = 0; i < 2; i++)
+	{
+		RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+		rte->rtekind = RTE_RELATION;
+		rte->relid = relids[i];
+		rte->relkind = RELKIND_RELATION;
+		rte->rellockmode = RowExclusiveLock;
+		rtable = lappend(rtable, rte);
+	}
+	mr->estate = CreateExecutorState();
+	ExecInitRangeTable(mr->estate, rtable);
+	mr->snapshot = GetActiveSnapshot();
+	mr->estate->es_snapshot = mr->snapshot;
+	mr->cid = GetCurrentCommandId(true);
+	mr->estate->es_output_cid = mr->cid;
+	table_init(mr, &mr->state, 1, false);
+	table_init(mr, &mr->undo, 2, true);
+	mr->nblocks = RelationGetNumberOfBlocks(mr->state.rel);
+	mr->row_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory row", ALLOCSET_SMALL_SIZES);
+	mr->update_slot = ExecAllocTableSlot(&mr->estate->es_tupleTable, RelationGetDescr(mr->state.rel),
+										 &TTSOpsHeapTuple);
+	return mr;
+}
+
+/* The row's values, in the slot's arrays or in values/nulls. */
+static void
+fill_row(RowsTable *t, MemoryRows *mr, Datum *values, bool *nulls, const char *key, int klen,
+		 int group, const char *val, int vlen, bool val_null)
+{
+	int			natts = RelationGetDescr(t->rel)->natts;
+
+	for (int a = 0; a < natts; a++)
+	{
+		values[a] = (Datum) 0;
+		nulls[a] = true;			/* a dropped column's */
+	}
+	values[t->att_job - 1] = Int64GetDatum(mr->job_id);
+	nulls[t->att_job - 1] = false;
+	values[t->att_key - 1] = PointerGetDatum(mailer_bytea(key, klen));
+	nulls[t->att_key - 1] = false;
+	values[t->att_group - 1] = Int32GetDatum(group);
+	nulls[t->att_group - 1] = false;
+	if (!val_null)
+	{
+		values[t->att_value - 1] = PointerGetDatum(mailer_bytea(val, vlen));
+		nulls[t->att_value - 1] = false;
+	}
+}
+
+/* Write a table's buffered rows and their index entries. */
+static void
+flush_inserts(MemoryRows *mr, RowsTable *t)
+{
+	if (t->n == 0)
+		return;
+	if (t->bistate == NULL)
+		t->bistate = GetBulkInsertState();
+	table_multi_insert(t->rel, t->slots, t->n, mr->cid, 0, t->bistate);
+	for (int i = 0; i < t->n; i++)
+	{
+		if (t->rri->ri_NumIndices > 0)
+			list_free(ExecInsertIndexTuples(t->rri, t->slots[i], mr->estate, false, false, NULL, NIL));
+		if (t->dest[i])
+			*t->dest[i] = t->slots[i]->tts_tid;
+		ExecClearTuple(t->slots[i]);
+	}
+	ResetPerTupleExprContext(mr->estate);
+	t->n = 0;
+	MemoryContextReset(t->ctx);
+}
+
+static void
+buffer_insert(MemoryRows *mr, RowsTable *t, int64 epoch, const char *key, int klen, int group,
+			  const char *val, int vlen, bool val_null, ItemPointer dest)
+{
+	TupleTableSlot *slot;
+	MemoryContext old;
+
+	CHECK_FOR_INTERRUPTS();
+	if (t->slots[t->n] == NULL)
+		t->slots[t->n] = table_slot_create(t->rel, &mr->estate->es_tupleTable);
+	slot = t->slots[t->n];
+	ExecClearTuple(slot);
+	old = MemoryContextSwitchTo(t->ctx);
+	fill_row(t, mr, slot->tts_values, slot->tts_isnull, key, klen, group, val, vlen, val_null);
+	if (t->att_epoch != InvalidAttrNumber)
+	{
+		slot->tts_values[t->att_epoch - 1] = Int64GetDatum(epoch);
+		slot->tts_isnull[t->att_epoch - 1] = false;
+	}
+	MemoryContextSwitchTo(old);
+	ExecStoreVirtualTuple(slot);
+	slot->tts_tableOid = RelationGetRelid(t->rel);
+	t->dest[t->n] = dest;
+	if (++t->n == ROWS_BATCH)
+		flush_inserts(mr, t);
+}
+
+void
+memory_rows_insert(MemoryRows *mr, const char *key, int klen, int group,
+				   const char *val, int vlen, ItemPointer dest)
+{
+	buffer_insert(mr, &mr->state, 0, key, klen, group, val, vlen, false, dest);
+}
+
+void
+memory_rows_undo(MemoryRows *mr, int64 epoch, const char *key, int klen, int group,
+				 const char *old, int oldlen)
+{
+	buffer_insert(mr, &mr->undo, epoch, key, klen, group, old, oldlen, old == NULL, NULL);
+}
+
+/*
+ * Whether the row a heap tuple holds is this job's row of the key.  A key
+ * stored out of line or compressed (a long one) is compared once
+ * detoasted, which must not happen under the buffer lock: it is copied
+ * into *later instead.
+ */
+static bool
+row_is_key(MemoryRows *mr, HeapTuple tup, const char *key, int klen, struct varlena **later)
+{
+	TupleDesc	desc = RelationGetDescr(mr->state.rel);
+	bool		isnull;
+	Datum		d = heap_getattr(tup, mr->state.att_job, desc, &isnull);
+	struct varlena *k;
+
+	if (isnull || DatumGetInt64(d) != mr->job_id)
+		return false;
+	d = heap_getattr(tup, mr->state.att_key, desc, &isnull);
+	if (isnull)
+		return false;
+	k = (struct varlena *) DatumGetPointer(d);
+	if (VARATT_IS_EXTERNAL(k) || VARATT_IS_COMPRESSED(k))
+	{
+		*later = palloc(VARSIZE_ANY(k));
+		memcpy(*later, k, VARSIZE_ANY(k));
+		return true;
+	}
+	return VARSIZE_ANY_EXHDR(k) == klen && memcmp(VARDATA_ANY(k), key, klen) == 0;
+}
+
+/*
+ * Whether *tid holds the job's row of the key, visible to the checkpoint:
+ * then the buffer stays pinned (*buf), so that no pruning can reuse the
+ * address before the caller's update or delete.  An address from before a
+ * rewrite, or of a row someone else updated or deleted since, fails here
+ * or in the update (TM_Updated, TM_Deleted).
+ */
+static bool
+holds_key(MemoryRows *mr, ItemPointer tid, const char *key, int klen, Buffer *buf)
+{
+	Relation	rel = mr->state.rel;
+	OffsetNumber off = ItemPointerGetOffsetNumber(tid);
+	struct varlena *later = NULL;
+	bool		ok = false;
+	Page		page;
+
+	if (!ItemPointerIsValid(tid) || ItemPointerGetBlockNumber(tid) >= mr->nblocks)
+		return false;
+	*buf = ReadBuffer(rel, ItemPointerGetBlockNumber(tid));
+
+	/*
+	 * As a scan or an index fetch would: what the updates of earlier
+	 * checkpoints left goes, and the page has room for this one (a HOT
+	 * update, no index entry).
+	 */
+	heap_page_prune_opt(rel, *buf);
+	LockBuffer(*buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(*buf);
+	if (off <= PageGetMaxOffsetNumber(page))
+	{
+		ItemId		lp = PageGetItemId(page, off);
+
+		if (ItemIdIsNormal(lp))
+		{
+			HeapTupleData tup;
+
+			tup.t_data = (HeapTupleHeader) PageGetItem(page, lp);
+			tup.t_len = ItemIdGetLength(lp);
+			tup.t_tableOid = RelationGetRelid(rel);
+			tup.t_self = *tid;
+			ok = HeapTupleSatisfiesVisibility(&tup, mr->snapshot, *buf) &&
+				row_is_key(mr, &tup, key, klen, &later);
+		}
+	}
+	LockBuffer(*buf, BUFFER_LOCK_UNLOCK);
+	if (ok && later)
+	{
+		struct varlena *k = detoast_attr(later);
+
+		ok = VARSIZE_ANY_EXHDR(k) == klen && memcmp(VARDATA_ANY(k), key, klen) == 0;
+	}
+	if (!ok)
+		ReleaseBuffer(*buf);
+	return ok;
+}
+
+bool
+memory_rows_update(MemoryRows *mr, ItemPointer tid, const char *key, int klen,
+				   int group, const char *val, int vlen)
+{
+	Relation	rel = mr->state.rel;
+	int			natts = RelationGetDescr(rel)->natts;
+	MemoryContext old = MemoryContextSwitchTo(mr->row_ctx);
+	Datum	   *values = palloc(sizeof(Datum) * natts);
+	bool	   *nulls = palloc(sizeof(bool) * natts);
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	HeapTuple	tup;
+	TM_Result	result;
+	Buffer		buf;
+
+	CHECK_FOR_INTERRUPTS();
+	if (!holds_key(mr, tid, key, klen, &buf))
+	{
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(mr->row_ctx);
+		return false;
+	}
+	fill_row(&mr->state, mr, values, nulls, key, klen, group, val, vlen, false);
+	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	result = heap_update(rel, tid, tup, mr->cid, InvalidSnapshot, true, &tmfd, &lockmode);
+	ReleaseBuffer(buf);
+	if (result == TM_Ok)
+	{
+		/* Not HOT (the page was full, or an index covers value): the new row needs its entries. */
+		if (!HeapTupleIsHeapOnly(tup) && mr->state.rri->ri_NumIndices > 0)
+		{
+			ExecStoreHeapTuple(tup, mr->update_slot, false);
+			list_free(ExecInsertIndexTuples(mr->state.rri, mr->update_slot, mr->estate,
+											true, false, NULL, NIL));
+			ExecClearTuple(mr->update_slot);
+			ResetPerTupleExprContext(mr->estate);
+		}
+		*tid = tup->t_self;
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(mr->row_ctx);
+	return result == TM_Ok;
+}
+
+bool
+memory_rows_delete(MemoryRows *mr, ItemPointer tid, const char *key, int klen)
+{
+	TM_FailureData tmfd;
+	TM_Result	result;
+	Buffer		buf;
+
+	CHECK_FOR_INTERRUPTS();
+	if (!holds_key(mr, tid, key, klen, &buf))
+		return false;
+	result = heap_delete(mr->state.rel, tid, mr->cid, InvalidSnapshot, true, &tmfd, false);
+	ReleaseBuffer(buf);
+	return result == TM_Ok;
+}
+
+void
+memory_rows_end(MemoryRows *mr)
+{
+	RowsTable  *tables[2] = {&mr->state, &mr->undo};
+
+	for (int i = 0; i < 2; i++)
+	{
+		flush_inserts(mr, tables[i]);
+		if (tables[i]->bistate)
+		{
+			FreeBulkInsertState(tables[i]->bistate);
+			table_finish_bulk_insert(tables[i]->rel, 0);
+		}
+		MemoryContextDelete(tables[i]->ctx);
+	}
+	MemoryContextDelete(mr->row_ctx);
+	ExecResetTupleTable(mr->estate->es_tupleTable, false);
+	ExecCloseResultRelations(mr->estate);
+	ExecCloseRangeTableRelations(mr->estate);
+	FreeExecutorState(mr->estate);
+	pfree(mr);
+	/* The statements after these writes see them, as they saw the SQL's. */
+	CommandCounterIncrement();
+}
