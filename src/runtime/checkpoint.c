@@ -394,6 +394,8 @@ flush_outputs(CheckpointRun *run)
 	if (job->keyed)
 	{
 		keyed_prepare_checkpoint(job->keyed);
+		if (job->state && job->state->ops->prepare)
+			job->state->ops->prepare(job->state, run->epoch);
 		run->state_ms = ms_since(run->start);
 	}
 	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error,

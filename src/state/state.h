@@ -56,6 +56,14 @@ typedef struct StateBackendOps
 	void		(*iterate_end) (StateIterator *it);
 
 	/*
+	 * Optional, inside the checkpoint transaction: every change of epoch is
+	 * written; the backend may start on the snapshot while the sink writes
+	 * its rows.  checkpoint() follows, or, when the transaction failed, the
+	 * next write or read, which undoes what prepare() started.
+	 */
+	void		(*prepare) (StateBackend *backend, int64 epoch);
+
+	/*
 	 * Called inside the checkpoint transaction: make epoch's snapshot and
 	 * return a reference to it, stored in mailer.checkpoints.state_ref.
 	 */

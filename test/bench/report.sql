@@ -102,7 +102,7 @@ SELECT replace(job, 'ratio_', '') AS job,
   FROM m WHERE section = 'kafka_sink' AND job LIKE 'ratio\_%'
  GROUP BY section, job, backend
  ORDER BY 1;
-\echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms and its state share state_checkpoint_ms sampled from mailer.metrics; state restore ms = mailer.metrics.state_restore_ms after the kill)'
+\echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms and its state share state_checkpoint_ms sampled from mailer.metrics; state restore ms = mailer.metrics.state_restore_ms after the kill; memory of the worker sampled every 0.2 s from /proc: peak own = anonymous + file pages (its heap, RocksDB, librdkafka, its libraries), peak shared = the shared buffers it touched (RssShmem), peak RSS = VmHWM, the kernel''s peak of both)'
 SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'distinct_keys')) AS "distinct keys",
 	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
@@ -117,9 +117,11 @@ SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'restore_s'), 2) AS "restore s",
 	   round(pg_temp.g(section, job, backend, 'restore_server_up_s'), 2) AS "server up s",
 	   round(pg_temp.g(section, job, backend, 'restore_job_running_s'), 2) AS "job running s",
-	   round(pg_temp.g(section, job, backend, 'rss_mb')) AS "RSS MB",
+	   round(pg_temp.g(section, job, backend, 'peak_private_mb')) AS "peak own MB",
+	   round(pg_temp.g(section, job, backend, 'peak_anon_mb')) AS "peak anon MB",
+	   round(pg_temp.g(section, job, backend, 'peak_shmem_mb')) AS "peak shared MB",
 	   round(pg_temp.g(section, job, backend, 'hwm_mb')) AS "peak RSS MB",
-	   round(pg_temp.g(section, job, backend, 'anon_mb')) AS "anon MB",
+	   round(pg_temp.g(section, job, backend, 'rss_mb')) AS "RSS MB at end",
 	   round(pg_temp.g(section, job, backend, 'disk_mb'), 1) AS "state MB",
 	   max(n) AS runs,
 	   pg_temp.timed_out(section, job, backend) AS "timed out"

@@ -243,16 +243,20 @@ wait_job_pid()
 	echo "$pid"
 }
 
-# wait_job in one-second calls until the job has committed its input: one
+# wait_job in five-second calls until the job has committed its input: one
 # long call would hold a snapshot for the whole run, and that snapshot keeps
 # every updated row's old versions (sink tables, the memory backend's rows)
 # from being pruned, which no production server would see from a waiting
-# client.  Prints the job's state; fails after $2 seconds or on another error.
+# client.  Not one-second calls: each call asks the worker for a new end
+# mark, answered once a checkpoint (1 s apart) has committed up to it, and
+# with Kafka slow to answer the mark's offset queries on a busy machine,
+# every call ended before its answer, forever (seen at 5M keys).  Prints
+# the job's state; fails after $2 seconds or on another error.
 bench_wait_job()
 {
 	local name=$1 deadline=$((SECONDS + $2)) out
 	while :; do
-		if out=$(q -c "SELECT mailer.wait_job('$name', '1 second')" 2>&1); then
+		if out=$(q -c "SELECT mailer.wait_job('$name', '5 seconds')" 2>&1); then
 			echo "$out"
 			return 0
 		fi
@@ -867,11 +871,49 @@ sample_last_checkpoint()
 	done >"$file"
 }
 
+# The memory of a job's worker (subtask 0), sampled every 0.2 s while it
+# runs, from /proc/<pid>/status: one line "RssAnon RssFile RssShmem VmHWM"
+# (kB) per sample.  VmHWM is the kernel's peak of all three together; the
+# worker's own memory is its anonymous pages (heap, RocksDB's and
+# librdkafka's buffers, its threads' stacks) and the pages of its files
+# (the binaries and libraries it maps); RssShmem is PostgreSQL's shared
+# memory (the shared buffers) as far as the worker has touched it, which
+# every backend that reads or writes the same tables counts as well.
+sample_memory()
+{
+	local name=$1 file=$2 pid=0
+	while [ "${pid:-0}" = 0 ]; do
+		pid=$(job_pid "$name" 2>/dev/null || echo 0)
+		sleep 0.1
+	done
+	while [ -d "/proc/$pid" ]; do
+		awk '$1 == "RssAnon:" { a = $2 } $1 == "RssFile:" { f = $2 } $1 == "RssShmem:" { s = $2 }
+			 $1 == "VmHWM:" { h = $2 } END { if (h) print a, f, s, h }' "/proc/$pid/status" 2>/dev/null
+		sleep 0.2
+	done >"$file"
+}
+
+# The peaks of sample_memory's file, in MB: of the worker's own memory
+# (anonymous + file pages, in the same sample), of its anonymous pages, of
+# the shared memory it touched, and the kernel's peak of all (VmHWM).
+record_memory_peaks()
+{
+	local section=$1 label=$2 backend=$3 run=$4 file=$5
+	awk '{ p = $1 + $2; if (p > mp) mp = p; if ($1 > ma) ma = $1; if ($3 > ms) ms = $3; if ($4 > mh) mh = $4 }
+		 END { printf "%.1f %.1f %.1f %.1f\n", mp / 1024, ma / 1024, ms / 1024, mh / 1024 }' "$file" | {
+		read -r private anon shmem hwm
+		record "$section" "$label" "$backend" "$run" peak_private_mb "$private"
+		record "$section" "$label" "$backend" "$run" peak_anon_mb "$anon"
+		record "$section" "$label" "$backend" "$run" peak_shmem_mb "$shmem"
+		record "$section" "$label" "$backend" "$run" peak_total_mb "$hwm"
+	}
+}
+
 section_state()
 {
 	say "== state: keyed running totals over ${BENCH_STATE_KEYS// /, } keys"
 	test/services/kafka.sh create-topic bench_poke 1 >>"$LOG" 2>&1
-	local keys topic sampler
+	local keys topic sampler memory_sampler
 	for keys in $BENCH_STATE_KEYS; do
 		topic=$(state_topic "$keys")
 		ensure_topic "$topic" "$BENCH_EVENTS" "$keys" $([ "$topic" = "$MAIN_TOPIC" ] || echo cycle)
@@ -883,8 +925,11 @@ section_state()
 				local name=bench_keys_${keys}
 				sample_last_checkpoint "$name" "$BENCH_OUT/last_ckpt.txt" &
 				sampler=$!
+				sample_memory "$name" "$BENCH_OUT/memory.txt" &
+				memory_sampler=$!
 				run_job state "keys_$keys" totals "$backend" "$run" "[\"$topic\", \"bench_poke\"]" "$BENCH_EVENTS"
-				kill "$sampler"; wait "$sampler" 2>/dev/null || true
+				kill "$sampler" "$memory_sampler"; wait "$sampler" "$memory_sampler" 2>/dev/null || true
+				record_memory_peaks state "keys_$keys" "$backend" "$run" "$BENCH_OUT/memory.txt"
 				for col in 2:last_ckpt_ms 3:state_ckpt_ms; do
 					awk -F'|' -v c="${col%%:*}" 'NF == 3 && $c != "" && !seen[$1]++ { print $c }' "$BENCH_OUT/last_ckpt.txt" | sort -n |
 						awk '{ v[NR] = $1 } END { if (NR) printf "%s %s\n", v[int((NR + 1) / 2)], v[NR] }' | {
