@@ -68,7 +68,6 @@ static void pane_fire(KeyedStage *stage, const char *key, int klen);
 static void pane_prefetch(KeyedStage *stage, List *timers);
 static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
 static void pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen);
-static int	key_cmp(const char *a, int alen, const char *b, int blen);
 static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
 					   TimestampTz end);
 
@@ -1034,7 +1033,7 @@ pane_prefetch(KeyedStage *stage, List *timers)
 		{
 			pane_range(stage, list_nth(timers, i), &lo, &hi);
 			pane_range(stage, list_nth(timers, i + 1), &next_lo, &lo);
-			Assert(key_cmp(hi.data, hi.len, next_lo.data, next_lo.len) <= 0);
+			Assert(state_key_cmp(hi.data, hi.len, next_lo.data, next_lo.len) <= 0);
 		}
 #endif
 		pane_range(stage, list_nth(timers, last - 1), &next_lo, &hi);
@@ -1048,7 +1047,7 @@ pane_prefetch(KeyedStage *stage, List *timers)
 			bool		more = stage->state->ops->next(it, &key, &klen, &val, &vlen);
 
 			/* Windows whose range the scan has passed: their panes not met are absent. */
-			while (cur < last && (!more || key_cmp(key, klen, hi.data, hi.len) >= 0))
+			while (cur < last && (!more || state_key_cmp(key, klen, hi.data, hi.len) >= 0))
 			{
 				pane_absent(stage, &lo, seen);
 				memset(seen, 0, sizeof(bool) * stage->npanes);
@@ -1057,7 +1056,7 @@ pane_prefetch(KeyedStage *stage, List *timers)
 			}
 			if (!more || cur == last)
 				break;
-			if (key_cmp(key, klen, lo.data, lo.len) < 0 || klen != lo.len ||
+			if (state_key_cmp(key, klen, lo.data, lo.len) < 0 || klen != lo.len ||
 				memcmp(key, lo.data, lo.len - 8) != 0)
 				continue;		/* not a pane of this window's group */
 			CHECK_FOR_INTERRUPTS();
@@ -1111,17 +1110,6 @@ pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen)
 	}
 	lo->len -= 8;
 	keyed_key_append_time(lo, start);
-}
-
-/* The backend's order of keys: their bytes, then their lengths. */
-static int
-key_cmp(const char *a, int alen, const char *b, int blen)
-{
-	int			c = memcmp(a, b, Min(alen, blen));
-
-	if (c != 0)
-		return c;
-	return (alen > blen) - (alen < blen);
 }
 
 /* A window goes: its row if it changed since emitted, and the pane it begins. */

@@ -130,12 +130,10 @@ pending_cmp(const void *a, const void *b)
 {
 	const PendingWrite *x = a;
 	const PendingWrite *y = b;
-	int			c = memcmp(x->key, y->key, Min(x->klen, y->klen));
+	int			c = state_key_cmp(x->key, x->klen, y->key, y->klen);
 
 	if (c != 0)
 		return c;
-	if (x->klen != y->klen)
-		return x->klen < y->klen ? -1 : 1;
 	return x->seq < y->seq ? -1 : (x->seq > y->seq);
 }
 
