@@ -66,6 +66,7 @@ static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void pane_fire(KeyedStage *stage, const char *key, int klen);
 static void pane_prefetch(KeyedStage *stage, List *timers);
+static void pane_scan(KeyedStage *stage, List *timers, int first, int last);
 static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
 static void pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen);
 static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
@@ -987,7 +988,6 @@ pane_fire(KeyedStage *stage, const char *key, int klen)
 static void
 pane_prefetch(KeyedStage *stage, List *timers)
 {
-	WindowSpec *w = stage->plan->window;
 	int			n = list_length(timers);
 	int64		live = timer_index_count(stage->timers) + n;
 	int			first = 0;
@@ -996,55 +996,69 @@ pane_prefetch(KeyedStage *stage, List *timers)
 	{
 		StateKey   *k0 = list_nth(timers, first);
 		int			last = first + 1;
-		StringInfoData lo;
-		StringInfoData hi;
-		StringInfoData next_lo;
-		StateIterator *it;
+
+		/* The run of windows due at one time: they share their end. */
+		while (last < n && memcmp(((StateKey *) list_nth(timers, last))->data + 1, k0->data + 1, 8) == 0)
+			last++;
+		if ((int64) (last - first) * stage->npanes * 8 >= live)
+			pane_scan(stage, timers, first, last);
+		first = last;
+	}
+}
+
+/*
+ * One scan for the panes of the windows first to last - 1 of timers,
+ * sorted by group key.  The iterator is ended on an ERROR too (an
+ * interrupt, a corrupt value).
+ */
+static void
+pane_scan(KeyedStage *stage, List *timers, int first, int last)
+{
+	WindowSpec *w = stage->plan->window;
+	StringInfoData lo;
+	StringInfoData hi;
+	StringInfoData next_lo;
+	StateIterator *it;
+	bool	   *seen;
+
+	/*
+	 * Window i's panes are the keys in ['L' <group> <start>, 'L' <group>
+	 * <start + size>).  The scan gives each window the keys of its range
+	 * because the ranges follow each other without overlapping: no group key
+	 * is a proper prefix of another (each key field is a fixed length or its
+	 * length and bytes, serial_put_datum), so the runs' group keys sorted
+	 * give their ranges sorted.  A key encoding without lengths would break
+	 * this.
+	 */
+	initStringInfo(&lo);
+	initStringInfo(&hi);
+	initStringInfo(&next_lo);
+#ifdef USE_ASSERT_CHECKING
+	for (int i = first; i + 1 < last; i++)
+	{
+		pane_range(stage, list_nth(timers, i), &lo, &hi);
+		pane_range(stage, list_nth(timers, i + 1), &next_lo, &lo);
+		Assert(state_key_cmp(hi.data, hi.len, next_lo.data, next_lo.len) <= 0);
+	}
+#endif
+	pane_range(stage, list_nth(timers, last - 1), &next_lo, &hi);
+	pane_range(stage, list_nth(timers, first), &lo, &next_lo);
+	seen = palloc0(sizeof(bool) * stage->npanes);
+	it = stage->state->ops->iterate(stage->state, lo.data, lo.len, hi.data, hi.len);
+	PG_TRY();
+	{
+		int			cur = first;
 		const char *key;
 		const char *val;
 		int			klen;
 		int			vlen;
-		int			cur;
-		bool	   *seen;
 
-		/* The run of windows due at one time: they share their start. */
-		while (last < n && memcmp(((StateKey *) list_nth(timers, last))->data + 1, k0->data + 1, 8) == 0)
-			last++;
-		if ((int64) (last - first) * stage->npanes * 8 < live)
-		{
-			first = last;
-			continue;
-		}
-
-		/*
-		 * Window i's panes are the keys in ['L' <group> <start>, 'L' <group>
-		 * <start + size>).  The scan gives each window the keys of its range
-		 * because the ranges follow each other without overlapping: no group
-		 * key is a proper prefix of another (each key field is a fixed
-		 * length or its length and bytes, serial_put_datum), so the runs'
-		 * group keys sorted give their ranges sorted.  A key encoding
-		 * without lengths would break this.
-		 */
-		initStringInfo(&lo);
-		initStringInfo(&hi);
-		initStringInfo(&next_lo);
-#ifdef USE_ASSERT_CHECKING
-		for (int i = first; i + 1 < last; i++)
-		{
-			pane_range(stage, list_nth(timers, i), &lo, &hi);
-			pane_range(stage, list_nth(timers, i + 1), &next_lo, &lo);
-			Assert(state_key_cmp(hi.data, hi.len, next_lo.data, next_lo.len) <= 0);
-		}
-#endif
-		pane_range(stage, list_nth(timers, last - 1), &next_lo, &hi);
-		pane_range(stage, k0, &lo, &next_lo);
-		seen = palloc0(sizeof(bool) * stage->npanes);
-		it = stage->state->ops->iterate(stage->state, lo.data, lo.len, hi.data, hi.len);
-		cur = first;
 		pane_range(stage, list_nth(timers, cur), &lo, &hi);
 		while (cur < last)
 		{
 			bool		more = stage->state->ops->next(it, &key, &klen, &val, &vlen);
+			TimestampTz start;
+			TimestampTz pane;
 
 			/* Windows whose range the scan has passed: their panes not met are absent. */
 			while (cur < last && (!more || state_key_cmp(key, klen, hi.data, hi.len) >= 0))
@@ -1060,20 +1074,19 @@ pane_prefetch(KeyedStage *stage, List *timers)
 				memcmp(key, lo.data, lo.len - 8) != 0)
 				continue;		/* not a pane of this window's group */
 			CHECK_FOR_INTERRUPTS();
-			{
-				TimestampTz start = keyed_key_read_time(lo.data + lo.len - 8);
-				TimestampTz pane = keyed_key_read_time(key + klen - 8);
-				int64		i = (pane - start) / w->slide_us;
-
-				if ((pane - start) % w->slide_us != 0)
-					continue;
-				seen[i] = true;
-				(void) keyed_lookup_known(stage, key, klen, true, val, vlen);
-			}
+			start = keyed_key_read_time(lo.data + lo.len - 8);
+			pane = keyed_key_read_time(key + klen - 8);
+			if ((pane - start) % w->slide_us != 0)
+				continue;
+			seen[(pane - start) / w->slide_us] = true;
+			(void) keyed_lookup_known(stage, key, klen, true, val, vlen);
 		}
-		stage->state->ops->iterate_end(it);
-		first = last;
 	}
+	PG_FINALLY();
+	{
+		stage->state->ops->iterate_end(it);
+	}
+	PG_END_TRY();
 }
 
 /* A window's range of pane keys, from its fire timer ('F' <end> <group> <start>). */
