@@ -982,8 +982,11 @@ pane_fire(KeyedStage *stage, const char *key, int klen)
  * first pane to the last one's reads each pane in between once.  A
  * window's panes the scan did not meet are cached as absent.  The scan
  * reads the panes of the keys not firing too: it is made when the panes
- * read are at least an eighth of those there are (the timers held, one per
- * live window, bound them), else the windows read their panes one by one.
+ * wanted are at least an eighth of the fire and purge timers held (a
+ * window whose panes may still exist holds one, so they bound the panes
+ * there are), else the windows read their panes one by one.  A key holds
+ * about lateness/slide purge timers, so an allowed lateness past 8 x size
+ * turns the scan off.
  */
 static void
 pane_prefetch(KeyedStage *stage, List *timers)
