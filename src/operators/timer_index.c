@@ -31,6 +31,7 @@
 #include "utils/memutils.h"
 
 #include "operators/timer_index.h"
+#include "state/state.h"
 
 typedef struct TimerBucket
 {
@@ -311,11 +312,8 @@ due_cmp(const void *a, const void *b)
 {
 	const DueTimer *x = *(DueTimer *const *) a;
 	const DueTimer *y = *(DueTimer *const *) b;
-	int			c = memcmp(x->tail, y->tail, Min(x->len, y->len));
 
-	if (c != 0)
-		return c;
-	return (x->len > y->len) - (x->len < y->len);
+	return state_key_cmp(x->tail, x->len, y->tail, y->len);
 }
 
 List *

@@ -66,9 +66,10 @@ static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void pane_fire(KeyedStage *stage, const char *key, int klen);
 static void pane_prefetch(KeyedStage *stage, List *timers);
+static bool panes_cached(KeyedStage *stage, List *timers, int first, int last);
+static void pane_scan(KeyedStage *stage, List *timers, int first, int last);
 static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
 static void pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen);
-static int	key_cmp(const char *a, int alen, const char *b, int blen);
 static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
 					   TimestampTz end);
 
@@ -987,13 +988,15 @@ pane_fire(KeyedStage *stage, const char *key, int klen)
  * first pane to the last one's reads each pane in between once.  A
  * window's panes the scan did not meet are cached as absent.  The scan
  * reads the panes of the keys not firing too: it is made when the panes
- * read are at least an eighth of those there are (the timers held, one per
- * live window, bound them), else the windows read their panes one by one.
+ * wanted are at least an eighth of the fire and purge timers held (a
+ * window whose panes may still exist holds one, so they bound the panes
+ * there are), else the windows read their panes one by one.  A key holds
+ * about lateness/slide purge timers, so an allowed lateness past 8 x size
+ * turns the scan off.
  */
 static void
 pane_prefetch(KeyedStage *stage, List *timers)
 {
-	WindowSpec *w = stage->plan->window;
 	int			n = list_length(timers);
 	int64		live = timer_index_count(stage->timers) + n;
 	int			first = 0;
@@ -1002,62 +1005,111 @@ pane_prefetch(KeyedStage *stage, List *timers)
 	{
 		StateKey   *k0 = list_nth(timers, first);
 		int			last = first + 1;
-		bool		ordered = true;
-		StringInfoData lo;
-		StringInfoData hi;
-		StringInfoData next_lo;
-		StateIterator *it;
+
+		/* The run of windows due at one time: they share their end. */
+		while (last < n && memcmp(((StateKey *) list_nth(timers, last))->data + 1, k0->data + 1, 8) == 0)
+			last++;
+		if ((int64) (last - first) * stage->npanes * 8 >= live &&
+			!panes_cached(stage, timers, first, last))
+			pane_scan(stage, timers, first, last);
+		first = last;
+	}
+}
+
+/*
+ * Whether the windows first to last - 1 of timers have their panes cached,
+ * all but a few: then a scan would read the backend for nothing (the
+ * state fits the cache, which is never let go; or a step earlier since it
+ * was let go read them).  A window's first pane was last in the cache
+ * when it was read or written, its last pane when the records of its
+ * slide came: when both are cached, the ones between most likely are.
+ * A window that misses some is read one by one, as right as a scan.
+ */
+static bool
+panes_cached(KeyedStage *stage, List *timers, int first, int last)
+{
+	WindowSpec *w = stage->plan->window;
+	int			misses = 0;
+	StringInfoData lo;
+	StringInfoData hi;
+
+	initStringInfo(&lo);
+	initStringInfo(&hi);
+	for (int i = first; i < last; i++)
+	{
+		pane_range(stage, list_nth(timers, i), &lo, &hi);
+		if (keyed_cached(stage, lo.data, lo.len))
+		{
+			TimestampTz start = keyed_key_read_time(lo.data + lo.len - 8);
+
+			lo.len -= 8;
+			keyed_key_append_time(&lo, start + w->size_us - w->slide_us);
+			if (keyed_cached(stage, lo.data, lo.len))
+				continue;
+		}
+		/* At most one window in eight reads its panes one by one. */
+		if (++misses * 8 > last - first)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * One scan for the panes of the windows first to last - 1 of timers,
+ * sorted by group key.  The iterator is ended on an ERROR too (an
+ * interrupt, a corrupt value).
+ */
+static void
+pane_scan(KeyedStage *stage, List *timers, int first, int last)
+{
+	WindowSpec *w = stage->plan->window;
+	StringInfoData lo;
+	StringInfoData hi;
+	StringInfoData next_lo;
+	StateIterator *it;
+	bool	   *seen;
+
+	/*
+	 * Window i's panes are the keys in ['L' <group> <start>, 'L' <group>
+	 * <start + size>).  The scan gives each window the keys of its range
+	 * because the ranges follow each other without overlapping: no group key
+	 * is a proper prefix of another (each key field is a fixed length or its
+	 * length and bytes, serial_put_datum), so the runs' group keys sorted
+	 * give their ranges sorted.  A key encoding without lengths would break
+	 * this.
+	 */
+	initStringInfo(&lo);
+	initStringInfo(&hi);
+	initStringInfo(&next_lo);
+#ifdef USE_ASSERT_CHECKING
+	for (int i = first; i + 1 < last; i++)
+	{
+		pane_range(stage, list_nth(timers, i), &lo, &hi);
+		pane_range(stage, list_nth(timers, i + 1), &next_lo, &lo);
+		Assert(state_key_cmp(hi.data, hi.len, next_lo.data, next_lo.len) <= 0);
+	}
+#endif
+	pane_range(stage, list_nth(timers, last - 1), &next_lo, &hi);
+	pane_range(stage, list_nth(timers, first), &lo, &next_lo);
+	seen = palloc0(sizeof(bool) * stage->npanes);
+	it = stage->state->ops->iterate(stage->state, lo.data, lo.len, hi.data, hi.len);
+	PG_TRY();
+	{
+		int			cur = first;
 		const char *key;
 		const char *val;
 		int			klen;
 		int			vlen;
-		int			cur;
-		bool	   *seen;
 
-		/* The run of windows due at one time: they share their start. */
-		while (last < n && memcmp(((StateKey *) list_nth(timers, last))->data + 1, k0->data + 1, 8) == 0)
-			last++;
-		if ((int64) (last - first) * stage->npanes * 8 < live)
-		{
-			first = last;
-			continue;
-		}
-
-		/*
-		 * Window i's panes are the keys in ['L' <group> <start>, 'L' <group>
-		 * <start + size>).  The scan gives each window the keys of its range
-		 * only if the ranges follow each other without overlapping (a group
-		 * key that begins with another's bytes might not): else no run.
-		 */
-		initStringInfo(&lo);
-		initStringInfo(&hi);
-		initStringInfo(&next_lo);
-		for (int i = first; i + 1 < last && ordered; i++)
-		{
-			StateKey   *a = list_nth(timers, i);
-			StateKey   *b = list_nth(timers, i + 1);
-
-			pane_range(stage, a, &lo, &hi);
-			pane_range(stage, b, &next_lo, &lo);
-			ordered = key_cmp(hi.data, hi.len, next_lo.data, next_lo.len) <= 0;
-		}
-		if (!ordered)
-		{
-			first = last;
-			continue;
-		}
-		pane_range(stage, list_nth(timers, last - 1), &next_lo, &hi);
-		pane_range(stage, k0, &lo, &next_lo);
-		seen = palloc0(sizeof(bool) * stage->npanes);
-		it = stage->state->ops->iterate(stage->state, lo.data, lo.len, hi.data, hi.len);
-		cur = first;
 		pane_range(stage, list_nth(timers, cur), &lo, &hi);
 		while (cur < last)
 		{
 			bool		more = stage->state->ops->next(it, &key, &klen, &val, &vlen);
+			TimestampTz start;
+			TimestampTz pane;
 
 			/* Windows whose range the scan has passed: their panes not met are absent. */
-			while (cur < last && (!more || key_cmp(key, klen, hi.data, hi.len) >= 0))
+			while (cur < last && (!more || state_key_cmp(key, klen, hi.data, hi.len) >= 0))
 			{
 				pane_absent(stage, &lo, seen);
 				memset(seen, 0, sizeof(bool) * stage->npanes);
@@ -1066,24 +1118,23 @@ pane_prefetch(KeyedStage *stage, List *timers)
 			}
 			if (!more || cur == last)
 				break;
-			if (key_cmp(key, klen, lo.data, lo.len) < 0 || klen != lo.len ||
+			if (state_key_cmp(key, klen, lo.data, lo.len) < 0 || klen != lo.len ||
 				memcmp(key, lo.data, lo.len - 8) != 0)
 				continue;		/* not a pane of this window's group */
 			CHECK_FOR_INTERRUPTS();
-			{
-				TimestampTz start = keyed_key_read_time(lo.data + lo.len - 8);
-				TimestampTz pane = keyed_key_read_time(key + klen - 8);
-				int64		i = (pane - start) / w->slide_us;
-
-				if ((pane - start) % w->slide_us != 0)
-					continue;
-				seen[i] = true;
-				(void) keyed_lookup_known(stage, key, klen, true, val, vlen);
-			}
+			start = keyed_key_read_time(lo.data + lo.len - 8);
+			pane = keyed_key_read_time(key + klen - 8);
+			if ((pane - start) % w->slide_us != 0)
+				continue;
+			seen[(pane - start) / w->slide_us] = true;
+			(void) keyed_lookup_known(stage, key, klen, true, val, vlen);
 		}
-		stage->state->ops->iterate_end(it);
-		first = last;
 	}
+	PG_FINALLY();
+	{
+		stage->state->ops->iterate_end(it);
+	}
+	PG_END_TRY();
 }
 
 /* A window's range of pane keys, from its fire timer ('F' <end> <group> <start>). */
@@ -1120,17 +1171,6 @@ pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen)
 	}
 	lo->len -= 8;
 	keyed_key_append_time(lo, start);
-}
-
-/* The backend's order of keys: their bytes, then their lengths. */
-static int
-key_cmp(const char *a, int alen, const char *b, int blen)
-{
-	int			c = memcmp(a, b, Min(alen, blen));
-
-	if (c != 0)
-		return c;
-	return (alen > blen) - (alen < blen);
 }
 
 /* A window goes: its row if it changed since emitted, and the pane it begins. */

@@ -39,6 +39,21 @@ state_key_equal(StateKey a, StateKey b)
 	return a.len == b.len && memcmp(a.data, b.data, a.len) == 0;
 }
 
+/*
+ * The backends' order of keys (RocksDB's bytewise comparator): their
+ * bytes, then, one a prefix of the other, the shorter first.  The memory
+ * backend, the timer index and the pane scan must all sort as RocksDB does.
+ */
+static inline int
+state_key_cmp(const char *a, int alen, const char *b, int blen)
+{
+	int			c = memcmp(a, b, Min(alen, blen));
+
+	if (c != 0)
+		return c;
+	return (alen > blen) - (alen < blen);
+}
+
 typedef struct StateIterator StateIterator;
 
 typedef struct StateBackendOps

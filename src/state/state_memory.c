@@ -130,14 +130,6 @@ typedef struct MemoryIterator
 
 static const StateBackendOps memory_ops;
 
-static int
-compare_keys(const char *a, int alen, const char *b, int blen)
-{
-	int			c = memcmp(a, b, Min(alen, blen));
-
-	return c != 0 ? c : alen - blen;
-}
-
 /* The node of the first key >= key; update[] gets its predecessors. */
 static SkipNode *
 seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
@@ -146,7 +138,7 @@ seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
 
 	for (int i = ms->level - 1; i >= 0; i--)
 	{
-		while (x->next[i] && compare_keys(x->next[i]->key, x->next[i]->klen, key, klen) < 0)
+		while (x->next[i] && state_key_cmp(x->next[i]->key, x->next[i]->klen, key, klen) < 0)
 			x = x->next[i];
 		if (update)
 			update[i] = x;
@@ -384,7 +376,7 @@ load_rows(MemoryState *ms)
 								ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
 						 errhint("Restore the job to an epoch before the damage, or drop it.")));
 			/* tail[] is right only for keys in the map's order */
-			if (last != NULL && compare_keys(last->key, last->klen, key, klen) >= 0)
+			if (last != NULL && state_key_cmp(last->key, last->klen, key, klen) >= 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_INTERNAL_ERROR),
 						 errmsg("the memory state of job " INT64_FORMAT " was read out of key order",
@@ -565,7 +557,7 @@ mem_next(StateIterator *it, const char **key, int *klen, const char **val, int *
 	MemoryIterator *mi = (MemoryIterator *) it;
 	SkipNode   *x = mi->node;
 
-	if (x == NULL || (mi->to && compare_keys(x->key, x->klen, mi->to, mi->tlen) >= 0))
+	if (x == NULL || (mi->to && state_key_cmp(x->key, x->klen, mi->to, mi->tlen) >= 0))
 		return false;
 	*key = x->key;
 	*klen = x->klen;

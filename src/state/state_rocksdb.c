@@ -171,12 +171,10 @@ pending_cmp(const PendingWrite *x, const PendingWrite *y)
 		return x->prefix[0] < y->prefix[0] ? -1 : 1;
 	if (x->prefix[1] != y->prefix[1])
 		return x->prefix[1] < y->prefix[1] ? -1 : 1;
-	c = memcmp(x->key, y->key, Min(x->klen, y->klen));
+	c = state_key_cmp(x->key, x->klen, y->key, y->klen);
 
 	if (c != 0)
 		return c;
-	if (x->klen != y->klen)
-		return x->klen < y->klen ? -1 : 1;
 	return x->seq < y->seq ? -1 : (x->seq > y->seq);
 }
 

@@ -3,10 +3,11 @@
 # scan (absent ones cached as such), and a pane whose window has not ended
 # and holds no fire timer is known new (not read).  With the cache emptied
 # at every checkpoint (mailer.state_cache_entries = 0) every fire reads the
-# backend; dense and sparse keys (panes missing inside windows), group keys
-# that begin with one another's bytes, a jump of the watermark over several
-# slides (several runs of windows in one step), emit final (RocksDB) and
-# update (memory), and a SIGKILL of a worker mid-stream.
+# backend; dense and sparse keys (panes missing inside windows), the text
+# keys a, ab and abc (stored with their lengths, so their pane ranges do
+# not overlap; the scan checks a key's length), a jump of the watermark
+# over several slides (several runs of windows in one step), emit final
+# (RocksDB) and update (memory), and a SIGKILL of a worker mid-stream.
 use strict;
 use warnings;
 use FindBin;
