@@ -108,14 +108,6 @@ keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create, co
 	return lookup(stage, key, klen, create, false, val, vlen);
 }
 
-bool
-keyed_cached(KeyedStage *stage, const char *key, int klen)
-{
-	StateKey	probe = {key, klen};
-
-	return kcache_lookup(stage->cache, probe) != NULL;
-}
-
 static KeyedEntry *
 lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, const char *val,
 	   int vlen)

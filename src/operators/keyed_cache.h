@@ -101,9 +101,6 @@ extern KeyedEntry *keyed_lookup(KeyedStage *stage, const char *key, int klen, bo
  */
 extern KeyedEntry *keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create,
 									  const char *val, int vlen);
-
-/* Whether the cache holds a state key's entry (an absent one's placeholder too). */
-extern bool keyed_cached(KeyedStage *stage, const char *key, int klen);
 extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
 
 /* Scratch arrays for a record that goes into nwindows windows. */

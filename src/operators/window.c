@@ -66,7 +66,6 @@ static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static void pane_fire(KeyedStage *stage, const char *key, int klen);
 static void pane_prefetch(KeyedStage *stage, List *timers);
-static bool panes_cached(KeyedStage *stage, List *timers, int first, int last);
 static void pane_scan(KeyedStage *stage, List *timers, int first, int last);
 static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
 static void pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen);
@@ -1009,49 +1008,10 @@ pane_prefetch(KeyedStage *stage, List *timers)
 		/* The run of windows due at one time: they share their end. */
 		while (last < n && memcmp(((StateKey *) list_nth(timers, last))->data + 1, k0->data + 1, 8) == 0)
 			last++;
-		if ((int64) (last - first) * stage->npanes * 8 >= live &&
-			!panes_cached(stage, timers, first, last))
+		if ((int64) (last - first) * stage->npanes * 8 >= live)
 			pane_scan(stage, timers, first, last);
 		first = last;
 	}
-}
-
-/*
- * Whether the windows first to last - 1 of timers have their panes cached,
- * all but a few: then a scan would read the backend for nothing (the
- * state fits the cache, which is never let go; or a step earlier since it
- * was let go read them).  A window's first pane was last in the cache
- * when it was read or written, its last pane when the records of its
- * slide came: when both are cached, the ones between most likely are.
- * A window that misses some is read one by one, as right as a scan.
- */
-static bool
-panes_cached(KeyedStage *stage, List *timers, int first, int last)
-{
-	WindowSpec *w = stage->plan->window;
-	int			misses = 0;
-	StringInfoData lo;
-	StringInfoData hi;
-
-	initStringInfo(&lo);
-	initStringInfo(&hi);
-	for (int i = first; i < last; i++)
-	{
-		pane_range(stage, list_nth(timers, i), &lo, &hi);
-		if (keyed_cached(stage, lo.data, lo.len))
-		{
-			TimestampTz start = keyed_key_read_time(lo.data + lo.len - 8);
-
-			lo.len -= 8;
-			keyed_key_append_time(&lo, start + w->size_us - w->slide_us);
-			if (keyed_cached(stage, lo.data, lo.len))
-				continue;
-		}
-		/* At most one window in eight reads its panes one by one. */
-		if (++misses * 8 > last - first)
-			return false;
-	}
-	return true;
 }
 
 /*
