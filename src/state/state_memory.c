@@ -798,7 +798,7 @@ row_order(const void *a, const void *b)
 		return x->existed ? -1 : 1;
 	if (x->existed)
 		return ItemPointerCompare((ItemPointer) &x->tid, (ItemPointer) &y->tid);
-	return compare_keys(x->key.data, x->key.len, y->key.data, y->key.len);
+	return state_key_cmp(x->key.data, x->key.len, y->key.data, y->key.len);
 }
 
 static void
