@@ -130,32 +130,41 @@ numeric_sum_parse(const char *data, int len, int128 *v, int *scale)
 	}
 	if (dscale > NUMERIC_SUM_MAX_SCALE)
 		return false;
+	if (weight > 9)
+		return false;			/* a first digit at 10000^10 = 10^40 or more: cannot fit */
 	ndigits = (len - hdr) / (int) sizeof(int16);
-	if (ndigits > 10)			/* 10000^10 = 10^40: cannot fit */
-		return false;
+	/* The last digit counts 10000^(weight - ndigits + 1); the sum counts 10^-dscale. */
+	exp10 = (weight - ndigits + 1) * 4 + dscale;
+	if (exp10 < -3)
+		return false;			/* a whole digit past the display scale: numeric's arithmetic makes none */
 	for (int i = 0; i < ndigits; i++)
 	{
-		int16		d;
+		uint16		d;
+		uint128		base = NBASE;
 
-		memcpy(&d, data + hdr + i * sizeof(int16), sizeof(int16));
-		if (__builtin_mul_overflow(n, (uint128) NBASE, &n) ||
-			__builtin_add_overflow(n, (uint128) (uint16) d, &n))
+		memcpy(&d, data + hdr + i * sizeof(uint16), sizeof(uint16));
+		/*
+		 * The last digit pads the display scale to whole base-10000 digits:
+		 * drop the padding (zeros) as it comes, since n with it could
+		 * overflow where the value does not (39 significant digits fit).
+		 */
+		if (i == ndigits - 1 && exp10 < 0)
+		{
+			if (d % ten_to(-exp10) != 0)
+				return false;	/* digits past the display scale, as above */
+			d /= ten_to(-exp10);
+			base = ten_to(4 + exp10);
+			exp10 = 0;
+		}
+		if (__builtin_mul_overflow(n, base, &n) ||
+			__builtin_add_overflow(n, (uint128) d, &n))
 			return false;
 	}
-	/* n's last digit counts 10000^(weight - ndigits + 1); the sum counts 10^-dscale. */
-	exp10 = (weight - ndigits + 1) * 4 + dscale;
 	if (n != 0 && exp10 > 0)
 	{
 		if (exp10 > 38 || n > UINT128_ALL / ten_to(exp10))
 			return false;
 		n *= ten_to(exp10);
-	}
-	else if (n != 0 && exp10 < 0)
-	{
-		/* Digits past the display scale: numeric's arithmetic never makes them, but be exact */
-		if (-exp10 > 38 || n % ten_to(-exp10) != 0)
-			return false;
-		n /= ten_to(-exp10);
 	}
 	if (n > (uint128) INT128_HIGHEST)
 		return false;
