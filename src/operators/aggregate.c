@@ -89,7 +89,9 @@ aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum a
 			break;
 		case AGG_SUM_NUMERIC:
 		case AGG_AVG_NUMERIC:
-			if (!numeric_sum_from_datum(arg, &one.v.i128, &one.scale))
+			/* A sum already past the scaled form adds the argument as it is: no parse, no rebuild */
+			if ((value->count > 0 && value->scale == AGG_SCALE_DATUM) ||
+				!numeric_sum_from_datum(arg, &one.v.i128, &one.scale))
 			{
 				one.v.datum = arg;
 				one.scale = AGG_SCALE_DATUM;
