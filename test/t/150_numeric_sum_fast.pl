@@ -5,7 +5,9 @@
 # PostgreSQL's sum() and avg() over the same values, text for text and in
 # their stored size (the same numeric bytes), for both backends, after a
 # restart (the state read back) and after a kill -9 of the worker (the
-# state restored from the checkpoint, the rest read again).
+# state restored from the checkpoint, the rest read again).  Then the same
+# for a sliding window job (panes) and a session job whose windows mix
+# scaled sums and numeric datums.
 use strict;
 use warnings;
 use FindBin;
