@@ -89,7 +89,9 @@ aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum a
 			break;
 		case AGG_SUM_NUMERIC:
 		case AGG_AVG_NUMERIC:
-			if (!numeric_sum_from_datum(arg, &one.v.i128, &one.scale))
+			/* A sum already past the scaled form adds the argument as it is: no parse, no rebuild */
+			if ((value->count > 0 && value->scale == AGG_SCALE_DATUM) ||
+				!numeric_sum_from_datum(arg, &one.v.i128, &one.scale))
 			{
 				one.v.datum = arg;
 				one.scale = AGG_SCALE_DATUM;
@@ -146,8 +148,17 @@ aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from, A
 				Datum		sum = DirectFunctionCall2(numeric_add, numeric_value(&r),
 													  numeric_value(from));
 
-				r.v.datum = sum;
-				r.scale = AGG_SCALE_DATUM;
+				/*
+				 * Back to the scaled form when the sum fits again, as a
+				 * reload of the state would: a key's speed does not depend
+				 * on whether it was evicted.  The parse rejects NaN,
+				 * Infinity, a large scale or weight on the header alone.
+				 */
+				if (!numeric_sum_from_datum(sum, &r.v.i128, &r.scale))
+				{
+					r.v.datum = sum;
+					r.scale = AGG_SCALE_DATUM;
+				}
 			}
 			break;
 		case AGG_MIN:

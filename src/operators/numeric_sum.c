@@ -37,18 +37,57 @@
 #define UINT128_ALL (~(uint128) 0)
 #define INT128_HIGHEST ((int128) (UINT128_ALL >> 1))
 
-/* 10^0 .. 10^38: uint128 holds up to about 3.4 * 10^38. */
-static uint128 pow10_128[39];
+/*
+ * 10^0 .. 10^38 (uint128 holds up to about 3.4 * 10^38), constant: no
+ * run-time fill, no branch on each use.  Past 10^19 a uint64 literal
+ * cannot hold them, so they are 10^19 times one.
+ */
+#define P19 ((uint128) UINT64CONST(10000000000000000000))
+static const uint128 pow10_128[39] = {
+	UINT64CONST(1),
+	UINT64CONST(10),
+	UINT64CONST(100),
+	UINT64CONST(1000),
+	UINT64CONST(10000),
+	UINT64CONST(100000),
+	UINT64CONST(1000000),
+	UINT64CONST(10000000),
+	UINT64CONST(100000000),
+	UINT64CONST(1000000000),
+	UINT64CONST(10000000000),
+	UINT64CONST(100000000000),
+	UINT64CONST(1000000000000),
+	UINT64CONST(10000000000000),
+	UINT64CONST(100000000000000),
+	UINT64CONST(1000000000000000),
+	UINT64CONST(10000000000000000),
+	UINT64CONST(100000000000000000),
+	UINT64CONST(1000000000000000000),
+	UINT64CONST(10000000000000000000),
+	P19 * UINT64CONST(10),
+	P19 * UINT64CONST(100),
+	P19 * UINT64CONST(1000),
+	P19 * UINT64CONST(10000),
+	P19 * UINT64CONST(100000),
+	P19 * UINT64CONST(1000000),
+	P19 * UINT64CONST(10000000),
+	P19 * UINT64CONST(100000000),
+	P19 * UINT64CONST(1000000000),
+	P19 * UINT64CONST(10000000000),
+	P19 * UINT64CONST(100000000000),
+	P19 * UINT64CONST(1000000000000),
+	P19 * UINT64CONST(10000000000000),
+	P19 * UINT64CONST(100000000000000),
+	P19 * UINT64CONST(1000000000000000),
+	P19 * UINT64CONST(10000000000000000),
+	P19 * UINT64CONST(100000000000000000),
+	P19 * UINT64CONST(1000000000000000000),
+	P19 * UINT64CONST(10000000000000000000)
+};
 
 static inline uint128
 ten_to(int n)
 {
-	if (unlikely(pow10_128[0] == 0))
-	{
-		pow10_128[0] = 1;
-		for (int i = 1; i < lengthof(pow10_128); i++)
-			pow10_128[i] = pow10_128[i - 1] * 10;
-	}
 	return pow10_128[n];
 }
 
@@ -91,32 +130,41 @@ numeric_sum_parse(const char *data, int len, int128 *v, int *scale)
 	}
 	if (dscale > NUMERIC_SUM_MAX_SCALE)
 		return false;
+	if (weight > 9)
+		return false;			/* a first digit at 10000^10 = 10^40 or more: cannot fit */
 	ndigits = (len - hdr) / (int) sizeof(int16);
-	if (ndigits > 10)			/* 10000^10 = 10^40: cannot fit */
-		return false;
+	/* The last digit counts 10000^(weight - ndigits + 1); the sum counts 10^-dscale. */
+	exp10 = (weight - ndigits + 1) * 4 + dscale;
+	if (exp10 < -3)
+		return false;			/* a whole digit past the display scale: numeric's arithmetic makes none */
 	for (int i = 0; i < ndigits; i++)
 	{
-		int16		d;
+		uint16		d;
+		uint128		base = NBASE;
 
-		memcpy(&d, data + hdr + i * sizeof(int16), sizeof(int16));
-		if (__builtin_mul_overflow(n, (uint128) NBASE, &n) ||
-			__builtin_add_overflow(n, (uint128) (uint16) d, &n))
+		memcpy(&d, data + hdr + i * sizeof(uint16), sizeof(uint16));
+		/*
+		 * The last digit pads the display scale to whole base-10000 digits:
+		 * drop the padding (zeros) as it comes, since n with it could
+		 * overflow where the value does not (39 significant digits fit).
+		 */
+		if (i == ndigits - 1 && exp10 < 0)
+		{
+			if (d % ten_to(-exp10) != 0)
+				return false;	/* digits past the display scale, as above */
+			d /= ten_to(-exp10);
+			base = ten_to(4 + exp10);
+			exp10 = 0;
+		}
+		if (__builtin_mul_overflow(n, base, &n) ||
+			__builtin_add_overflow(n, (uint128) d, &n))
 			return false;
 	}
-	/* n's last digit counts 10000^(weight - ndigits + 1); the sum counts 10^-dscale. */
-	exp10 = (weight - ndigits + 1) * 4 + dscale;
 	if (n != 0 && exp10 > 0)
 	{
 		if (exp10 > 38 || n > UINT128_ALL / ten_to(exp10))
 			return false;
 		n *= ten_to(exp10);
-	}
-	else if (n != 0 && exp10 < 0)
-	{
-		/* Digits past the display scale: numeric's arithmetic never makes them, but be exact */
-		if (-exp10 > 38 || n % ten_to(-exp10) != 0)
-			return false;
-		n /= ten_to(-exp10);
 	}
 	if (n > (uint128) INT128_HIGHEST)
 		return false;
