@@ -72,6 +72,9 @@
 #   BENCH_KAFKA_SINK_JOBS="passthrough totals"   the kafka_sink section's jobs
 #   BENCH_SCRAPE_JOBS=50     jobs of the scrape section
 #   BENCH_SCRAPE_SECONDS=60  how long each of its phases lasts
+#   BENCH_SOURCE_OPTIONS=   librdkafka properties for every job's Kafka
+#                            source, as a JSON object (source.options), to
+#                            compare settings without a rebuild
 #   BENCH_OUT=$MAILER_RUN_DIR/bench/out-<time>   results.tsv, tables.txt,
 #                            profile.txt and logs
 # Topics are produced once per (events, keys) and reused by later runs.
@@ -306,7 +309,7 @@ job_spec()
 	*) die "unknown job kind $kind" ;;
 	esac
 	cat <<-EOF
-	{"source": {"type": "kafka", "brokers": "$KAFKA_BROKERS", "topics": $topics, "start": "$start"},
+	{"source": {"type": "kafka", "brokers": "$KAFKA_BROKERS", "topics": $topics, "start": "$start"$([ -z "${BENCH_SOURCE_OPTIONS:-}" ] || echo ", \"options\": $BENCH_SOURCE_OPTIONS")},
 	 $event_time
 	 "steps": $steps,
 	 "sink": $sink,
