@@ -73,8 +73,9 @@ typedef struct StateBackendOps
 	/*
 	 * Optional, inside the checkpoint transaction: every change of epoch is
 	 * written; the backend may start on the snapshot while the sink writes
-	 * its rows.  checkpoint() follows, or, when the transaction failed, the
-	 * next write or read, which undoes what prepare() started.
+	 * its rows.  checkpoint() follows; when the transaction aborts instead,
+	 * the backend undoes what prepare() started itself (a transaction
+	 * callback), before anything the checkpoint allocated can be freed.
 	 */
 	void		(*prepare) (StateBackend *backend, int64 epoch);
 

@@ -36,11 +36,14 @@
 
 #include <rocksdb/c.h>
 
+#include "access/xact.h"
 #include "common/file_perm.h"
 #include "miscadmin.h"
 #include "port/pg_bswap.h"
+#include "port/atomics.h"
 #include "storage/copydir.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -71,6 +74,7 @@ typedef struct RocksState
 	int			npending;
 	int			pending_capacity;
 	struct SstBuild *build;		/* the checkpoint's file being written, or NULL */
+	struct RocksState *next_open;	/* open_states' list */
 } RocksState;
 
 /* A put (val != NULL, maybe of an empty value) or delete (val == NULL) kept for the next apply_writes() or checkpoint. */
@@ -102,6 +106,8 @@ typedef struct RocksIterator
 static const StateBackendOps rocks_ops;
 
 static void drop_build(RocksState *rs);
+static void rocks_xact_callback(XactEvent event, void *arg);
+static void rocks_exit(int code, Datum arg);
 
 static rocksdb_env_t *rocks_env = NULL;
 
@@ -122,6 +128,16 @@ key_prefix(PendingWrite *w, const char *key, int klen)
 	w->prefix[0] = pg_ntoh64(w->prefix[0]);
 	w->prefix[1] = pg_ntoh64(w->prefix[1]);
 }
+
+/*
+ * The states this process opened (they stay open until it exits): the
+ * transaction abort and exit callbacks join their build threads.
+ */
+static RocksState *open_states = NULL;
+
+/* The epoch key, which every checkpoint's SST file holds first. */
+static const char epoch_key[] = "\0epoch";
+#define EPOCH_KEY_LEN (sizeof(epoch_key) - 1)
 
 static void
 keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
@@ -150,15 +166,6 @@ keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 	w->val = val ? copy + klen : NULL;
 	w->vlen = val ? vlen : 0;
 	w->seq = rs->npending++;
-}
-
-/* The epoch key, written with each checkpoint's changes. */
-static void
-keep_epoch(RocksState *rs, int64 epoch)
-{
-	char		epoch_key[] = "\0epoch";
-
-	keep_write(rs, epoch_key, sizeof(epoch_key) - 1, (char *) &epoch, sizeof(epoch));
 }
 
 /* RocksDB's bytewise order of keys, then the order of the writes. */
@@ -270,7 +277,7 @@ radix_sort_writes(PendingWrite *writes, PendingWrite *tmp, int n, int depth, int
  * many are left, at the start of rs->pending, which are then all that is
  * pending (numbered again, so that a later write of a key still wins).
  * tmp has room for every pending write.  Neither allocates nor throws: the
- * build thread runs it (see start_build()).
+ * build thread runs it (build_main()).
  */
 static int
 sort_pending_with(RocksState *rs, PendingWrite *tmp)
@@ -689,8 +696,6 @@ copy_key_groups(RocksState *rs, const StateOpenArgs *args, int old_subtask,
 static void
 rescale_from(RocksState *rs, const StateOpenArgs *args)
 {
-	char		epoch_key[] = "\0epoch";
-
 	for (int j = 0; j < args->old_parallelism; j++)
 	{
 		int			old_lo;
@@ -703,7 +708,7 @@ rescale_from(RocksState *rs, const StateOpenArgs *args)
 						old_lo, old_hi);
 	}
 	/* As a checkpoint of the epoch holds it. */
-	rocksdb_writebatch_put(rs->batch, epoch_key, sizeof(epoch_key) - 1,
+	rocksdb_writebatch_put(rs->batch, epoch_key, EPOCH_KEY_LEN,
 						   (const char *) &args->epoch, sizeof(args->epoch));
 	apply_writes(rs);
 }
@@ -715,6 +720,7 @@ rescale_from(RocksState *rs, const StateOpenArgs *args)
 StateBackend *
 state_rocksdb_open(const StateOpenArgs *args)
 {
+	static bool callbacks_registered = false;
 	RocksState *rs = palloc0(sizeof(RocksState));
 	char	   *err = NULL;
 	sigset_t	saved;
@@ -766,6 +772,14 @@ state_rocksdb_open(const StateOpenArgs *args)
 	rs->batch = rocksdb_writebatch_create();
 	rs->pending_ctx = AllocSetContextCreate(CurrentMemoryContext, "RocksDB pending writes",
 											ALLOCSET_DEFAULT_SIZES);
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(rocks_xact_callback, NULL);
+		before_shmem_exit(rocks_exit, (Datum) 0);
+		callbacks_registered = true;
+	}
+	rs->next_open = open_states;
+	open_states = rs;
 	if (rescale)
 		rescale_from(rs, args);
 	return &rs->base;
@@ -947,12 +961,17 @@ ingest_file_options(RocksState *rs)
 }
 
 /*
- * The pending writes, sorted, into a new SST file: what a build thread
- * runs, so it neither allocates nor throws.  Returns RocksDB's message
- * (malloc'd), or NULL once the file is written and synced.
+ * The epoch key, then the pending writes, sorted, into a new SST file:
+ * what a build thread runs, so it neither allocates from PostgreSQL nor
+ * throws.  "\0epoch" sorts before every state key (each starts with its
+ * kind's letter), so it comes first; it is never pending, so a build that
+ * is dropped leaves no uncommitted epoch to reach live/.  Stops between
+ * writes once *abandon is set (the build is dropped anyway).  Returns
+ * RocksDB's message (malloc'd), or NULL once the file is written and synced.
  */
 static char *
-write_sst(RocksState *rs, const char *file, rocksdb_options_t *fileopts, PendingWrite *tmp)
+write_sst(RocksState *rs, const char *file, rocksdb_options_t *fileopts, PendingWrite *tmp,
+		  int64 epoch, pg_atomic_uint32 *abandon)
 {
 	rocksdb_envoptions_t *envopts = rocksdb_envoptions_create();
 	rocksdb_sstfilewriter_t *writer = rocksdb_sstfilewriter_create(envopts, fileopts);
@@ -960,11 +979,15 @@ write_sst(RocksState *rs, const char *file, rocksdb_options_t *fileopts, Pending
 	int			n = sort_pending_with(rs, tmp);
 
 	rocksdb_sstfilewriter_open(writer, file, &err);
+	if (err == NULL)
+		rocksdb_sstfilewriter_put(writer, epoch_key, EPOCH_KEY_LEN, (const char *) &epoch, sizeof(epoch), &err);
 	for (int i = 0; i < n && err == NULL; i++)
 	{
 		PendingWrite *w = &rs->pending[i];
 
-		if (w->val)
+		if (pg_atomic_read_u32(abandon))
+			err = strdup("abandoned");
+		else if (w->val)
 			rocksdb_sstfilewriter_put(writer, w->key, w->klen, w->val, w->vlen, &err);
 		else
 			rocksdb_sstfilewriter_delete(writer, w->key, w->klen, &err);
@@ -982,9 +1005,16 @@ write_sst(RocksState *rs, const char *file, rocksdb_options_t *fileopts, Pending
  * the worker writes the sink's rows, to the state's snapshot (checkpoint),
  * which waits for it and ingests it.  The file is the same, and comes at
  * the same point of the checkpoint's order (docs/ARCHITECTURE.md, "RocksDB:
- * what a checkpoint writes"): only its writing overlaps the sink's.  Until
- * it is joined, the thread owns the pending writes: every other use of
- * them joins it first (join_build()).
+ * what a checkpoint writes"): only its writing overlaps the sink's.
+ *
+ * The thread reads and reorders memory the main thread allocated: the
+ * pending writes' array and their keys and values (rs's context and
+ * pending_ctx), and this struct with its file name and scratch array, all
+ * in rs's context, which lives as long as the process.  Until it is
+ * joined, the thread owns them: every other use of the pending writes
+ * joins it first (join_build()), and so do the end of the checkpoint's
+ * transaction when it aborts and the exit of the process (rocks_xact_callback(),
+ * rocks_exit()), so no thread outlives its checkpoint.
  */
 typedef struct SstBuild
 {
@@ -994,6 +1024,7 @@ typedef struct SstBuild
 	rocksdb_options_t *fileopts;
 	PendingWrite *tmp;			/* the sort's scratch */
 	char	   *err;			/* write_sst()'s answer */
+	pg_atomic_uint32 abandon;	/* set: stop writing, the file is dropped */
 	pthread_t	thread;
 } SstBuild;
 
@@ -1002,7 +1033,7 @@ build_main(void *arg)
 {
 	SstBuild   *b = arg;
 
-	b->err = write_sst(b->rs, b->file, b->fileopts, b->tmp);
+	b->err = write_sst(b->rs, b->file, b->fileopts, b->tmp, b->epoch, &b->abandon);
 	return NULL;
 }
 
@@ -1016,19 +1047,24 @@ ingest_file_name(RocksState *rs, int64 epoch)
 /*
  * A file of this name is left only by a failed attempt at this epoch in
  * this process (open removes older ones): unlink it, and the writer
- * creates a new inode.
+ * creates a new inode.  In rs's context, as the pending writes are: the
+ * checkpoint runs in a context reset at every round of the batch loop.
  */
 static SstBuild *
 new_build(RocksState *rs, int64 epoch)
 {
-	SstBuild   *b = palloc0(sizeof(SstBuild));
+	MemoryContext cxt = GetMemoryChunkContext(rs);
+	SstBuild   *b = MemoryContextAllocZero(cxt, sizeof(SstBuild));
+	char	   *file = ingest_file_name(rs, epoch);
 
 	b->rs = rs;
 	b->epoch = epoch;
-	b->file = ingest_file_name(rs, epoch);
+	b->file = MemoryContextStrdup(cxt, file);
+	pfree(file);
 	unlink_if_exists(b->file, ERROR);
 	b->fileopts = ingest_file_options(rs);
-	b->tmp = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(PendingWrite) * Max(rs->npending, 1));
+	b->tmp = MemoryContextAllocHuge(cxt, sizeof(PendingWrite) * Max(rs->npending, 1));
+	pg_atomic_init_u32(&b->abandon, 0);
 	return b;
 }
 
@@ -1057,18 +1093,50 @@ join_build(RocksState *rs)
 }
 
 /*
- * A build no checkpoint will ingest (a write or read came first: the
- * checkpoint failed): its file goes; its writes stay pending.
+ * A build no checkpoint will ingest (the checkpoint's transaction aborted,
+ * the process exits, or a write or read came first): the thread stops at
+ * its next write, its file goes, the writes stay pending.  Throws nothing:
+ * abort and exit callbacks call it.
  */
 static void
 drop_build(RocksState *rs)
 {
-	SstBuild   *b = join_build(rs);
+	SstBuild   *b = rs->build;
 
 	if (b == NULL)
 		return;
+	pg_atomic_write_u32(&b->abandon, 1);
+	(void) join_build(rs);
 	(void) unlink(b->file);
 	free_build(b);
+}
+
+/*
+ * No build thread outlives the transaction of its checkpoint: an abort
+ * (of the top-level transaction; a subtransaction's, as the sink's retry
+ * of a row, leaves it running) drops it before the worker's loop resets
+ * or frees anything.
+ */
+static void
+rocks_xact_callback(XactEvent event, void *arg)
+{
+	if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT)
+		return;
+	for (RocksState *rs = open_states; rs; rs = rs->next_open)
+		drop_build(rs);
+}
+
+/*
+ * Nor the process: exit() runs the C++ static destructors, which must not
+ * run under a thread inside RocksDB.  The thread cannot be cancelled in a
+ * RocksDB call; it stops at its next write, so the wait is at most one
+ * put.  Registered after worker_exit (job_worker.c), so it runs before it.
+ */
+static void
+rocks_exit(int code, Datum arg)
+{
+	for (RocksState *rs = open_states; rs; rs = rs->next_open)
+		drop_build(rs);
 }
 
 /*
@@ -1085,7 +1153,6 @@ rocks_prepare(StateBackend *backend, int64 epoch)
 	int			rc;
 
 	drop_build(rs);
-	keep_epoch(rs, epoch);
 	wait_for_level0(rs);
 	b = new_build(rs, epoch);
 	mailer_block_signals(&saved);
@@ -1097,15 +1164,17 @@ rocks_prepare(StateBackend *backend, int64 epoch)
 		return;
 	}
 	rs->build = b;
+	TEST_POINT("rocksdb_after_prepare");
 }
 
 /*
- * The pending writes (at a checkpoint: what changed since the last one, and
- * the epoch) into the database as one SST file, written beside live/ and
- * moved in: no memtable to fill and flush.  The file's keys are newer than
- * any in the database (RocksDB gives it the next sequence number), so it
- * wins over older values of the same keys, as a write would.  The file is
- * the build thread's of rocks_prepare(), or written here.
+ * The pending writes (at a checkpoint: what changed since the last one)
+ * and the epoch key into the database as one SST file, written beside
+ * live/ and moved in: no memtable to fill and flush.  The file's keys are
+ * newer than any in the database (RocksDB gives it the next sequence
+ * number), so it wins over older values of the same keys, as a write
+ * would.  The file is the build thread's of rocks_prepare(), or written
+ * here.
  */
 static void
 ingest_pending(RocksState *rs, int64 epoch)
@@ -1131,10 +1200,9 @@ ingest_pending(RocksState *rs, int64 epoch)
 			(void) unlink(b->file);
 			free_build(b);
 		}
-		keep_epoch(rs, epoch);
 		wait_for_level0(rs);
 		b = new_build(rs, epoch);
-		b->err = write_sst(rs, b->file, b->fileopts, b->tmp);
+		b->err = write_sst(rs, b->file, b->fileopts, b->tmp, epoch, &b->abandon);
 	}
 	file = pstrdup(b->file);
 	if (b->err != NULL)

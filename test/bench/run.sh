@@ -874,41 +874,51 @@ sample_last_checkpoint()
 	done >"$file"
 }
 
-# The memory of a job's worker (subtask 0), sampled every 0.2 s while it
-# runs, from /proc/<pid>/status: one line "RssAnon RssFile RssShmem VmHWM"
-# (kB) per sample.  VmHWM is the kernel's peak of all three together; the
-# worker's own memory is its anonymous pages (heap, RocksDB's and
-# librdkafka's buffers, its threads' stacks) and the pages of its files
-# (the binaries and libraries it maps); RssShmem is PostgreSQL's shared
-# memory (the shared buffers) as far as the worker has touched it, which
-# every backend that reads or writes the same tables counts as well.
+# The memory of a job's workers (every subtask), sampled every 0.2 s until
+# the caller kills the sampler when the job ends, from /proc/<pid>/status:
+# one line "RssAnon RssFile RssShmem VmHWM" (kB), summed over the subtasks
+# running then, per sample.  The pids are looked up again when one is gone
+# (a restart) and every 5 s (a subtask that started late).  VmHWM is the
+# kernel's peak of all three together, per process; the worker's own
+# memory is its anonymous pages (heap, RocksDB's and librdkafka's buffers,
+# its threads' stacks) and the pages of its files (the binaries and
+# libraries it maps, shared with every backend); RssShmem is PostgreSQL's
+# shared memory (the shared buffers) as far as the worker has touched it,
+# which every backend that reads or writes the same tables counts as well.
 sample_memory()
 {
-	local name=$1 file=$2 pid=0
-	while [ "${pid:-0}" = 0 ]; do
-		pid=$(job_pid "$name" 2>/dev/null || echo 0)
-		sleep 0.1
-	done
-	while [ -d "/proc/$pid" ]; do
-		awk '$1 == "RssAnon:" { a = $2 } $1 == "RssFile:" { f = $2 } $1 == "RssShmem:" { s = $2 }
-			 $1 == "VmHWM:" { h = $2 } END { if (h) print a, f, s, h }' "/proc/$pid/status" 2>/dev/null
+	local name=$1 file=$2 pids='' pid i=0 gone
+	while :; do
+		gone=
+		for pid in $pids; do [ -d "/proc/$pid" ] || gone=1; done
+		if [ -z "$pids" ] || [ -n "$gone" ] || [ $((i % 25)) = 0 ]; then
+			pids=$(subtask_pids "$name" 2>/dev/null || true)
+		fi
+		i=$((i + 1))
+		if [ -n "$pids" ]; then
+			for pid in $pids; do cat "/proc/$pid/status" 2>/dev/null; done |
+				awk '$1 == "RssAnon:" { a += $2 } $1 == "RssFile:" { f += $2 } $1 == "RssShmem:" { s += $2 }
+					 $1 == "VmHWM:" { h += $2 } END { if (h) print a, f, s, h }' || true
+		fi
 		sleep 0.2
 	done >"$file"
 }
 
-# The peaks of sample_memory's file, in MB: of the worker's own memory
-# (anonymous + file pages, in the same sample), of its anonymous pages, of
-# the shared memory it touched, and the kernel's peak of all (VmHWM).
+# The peaks of sample_memory's file, in MB: of the workers' own memory
+# (anonymous + file pages, in the same sample), of their anonymous pages,
+# of the shared memory they touched, and of the kernel's peaks of all
+# (VmHWM, summed over the subtasks).  Without a sample, nothing is recorded
+# (empty, not 0).
 record_memory_peaks()
 {
 	local section=$1 label=$2 backend=$3 run=$4 file=$5
 	awk '{ p = $1 + $2; if (p > mp) mp = p; if ($1 > ma) ma = $1; if ($3 > ms) ms = $3; if ($4 > mh) mh = $4 }
-		 END { printf "%.1f %.1f %.1f %.1f\n", mp / 1024, ma / 1024, ms / 1024, mh / 1024 }' "$file" | {
-		read -r private anon shmem hwm
-		record "$section" "$label" "$backend" "$run" peak_private_mb "$private"
-		record "$section" "$label" "$backend" "$run" peak_anon_mb "$anon"
-		record "$section" "$label" "$backend" "$run" peak_shmem_mb "$shmem"
-		record "$section" "$label" "$backend" "$run" peak_total_mb "$hwm"
+		 END { if (NR) printf "%.1f %.1f %.1f %.1f\n", mp / 1024, ma / 1024, ms / 1024, mh / 1024 }' "$file" | {
+		read -r private anon shmem hwm || true
+		record "$section" "$label" "$backend" "$run" peak_private_mb "${private:-}"
+		record "$section" "$label" "$backend" "$run" peak_anon_mb "${anon:-}"
+		record "$section" "$label" "$backend" "$run" peak_shmem_mb "${shmem:-}"
+		record "$section" "$label" "$backend" "$run" peak_total_mb "${hwm:-}"
 	}
 }
 
