@@ -34,6 +34,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -51,6 +52,23 @@
 
 /* Rows per table_multi_insert() (as COPY FROM buffers). */
 #define ROWS_BATCH		1000
+
+/* A column the writes fill; any other live column sends them to SQL. */
+typedef struct ExpectedColumn
+{
+	const char *name;
+	Oid			type;
+	bool		null;			/* written NULL at times */
+} ExpectedColumn;
+
+static const ExpectedColumn state_columns[] = {
+	{"job_id", INT8OID, false}, {"key", BYTEAOID, false}, {"key_group", INT4OID, false},
+	{"value", BYTEAOID, false},
+};
+static const ExpectedColumn undo_columns[] = {
+	{"job_id", INT8OID, false}, {"epoch", INT8OID, false}, {"key", BYTEAOID, false},
+	{"key_group", INT4OID, false}, {"value", BYTEAOID, true},
+};
 
 /* One of the two tables, and its inserts not yet written. */
 typedef struct RowsTable
@@ -110,12 +128,43 @@ memory_rows_node(Oid ext_oid)
 	return node;
 }
 
-/* Whether writing the table at the heap level does what the SQL would. */
+/*
+ * Whether writing the table at the heap level does what the SQL would: a
+ * plain heap table of exactly the columns the writes fill, nothing the
+ * executor would add or check on top (a default or generated column, a
+ * CHECK constraint, valid or not, NOT NULL on a column written NULL, row
+ * security, a trigger, a rule, a child table).  The relcache has all of
+ * it: cheap enough for each checkpoint.
+ */
 static bool
-plain_heap(Relation rel)
+plain_heap(Relation rel, const ExpectedColumn *cols, int ncols)
 {
-	return rel->rd_rel->relkind == RELKIND_RELATION && rel->rd_rel->relam == HEAP_TABLE_AM_OID &&
-		rel->trigdesc == NULL && !rel->rd_rel->relhasrules;
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			live = 0;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		rel->trigdesc != NULL || rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity ||
+		rel->rd_rel->relhassubclass)
+		return false;
+	if (desc->constr &&
+		(desc->constr->num_check > 0 || desc->constr->num_defval > 0 || desc->constr->has_generated_stored))
+		return false;
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		int			c;
+
+		if (att->attisdropped)
+			continue;			/* written NULL, as the executor does */
+		for (c = 0; c < ncols; c++)
+			if (strcmp(NameStr(att->attname), cols[c].name) == 0)
+				break;
+		if (c == ncols || att->atttypid != cols[c].type || att->attgenerated || att->attidentity ||
+			(cols[c].null && att->attnotnull))
+			return false;
+		live++;
+	}
+	return live == ncols;
 }
 
 static AttrNumber
@@ -156,11 +205,10 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 
 	relids[0] = memory_table(ext_oid, "memory_state", RowExclusiveLock);
 	relids[1] = memory_table(ext_oid, "memory_undo", RowExclusiveLock);
-	for (int i = 0; i < 2; i++)
-	{
-		rels[i] = table_open(relids[i], NoLock);
-		plain = plain && plain_heap(rels[i]);
-	}
+	rels[0] = table_open(relids[0], NoLock);
+	rels[1] = table_open(relids[1], NoLock);
+	plain = plain_heap(rels[0], state_columns, lengthof(state_columns)) &&
+		plain_heap(rels[1], undo_columns, lengthof(undo_columns));
 	*node = rels[0]->rd_node;
 	table_close(rels[0], NoLock);
 	table_close(rels[1], NoLock);

@@ -23,10 +23,11 @@ typedef struct MemoryRows MemoryRows;
 /*
  * Open mailer.memory_state and mailer.memory_undo of the installation for
  * one checkpoint's writes, locked until the transaction ends.  NULL when
- * they are not the plain heap tables the direct writes are for (a trigger
- * or a rule added since): then every write is SQL.  *node gets the state
- * table's storage: one that changed since the addresses were taken (VACUUM
- * FULL, CLUSTER, TRUNCATE) means they are all stale.
+ * they are not the plain heap tables the direct writes are for (a column,
+ * a default, a CHECK constraint, a trigger, a rule, row security or a
+ * child table added since): then every write is SQL.  *node gets the state table's storage: one that changed since the
+ * addresses were taken (VACUUM FULL, CLUSTER, TRUNCATE) means they are all
+ * stale.
  */
 extern MemoryRows *memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node);
 
