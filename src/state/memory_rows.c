@@ -48,6 +48,7 @@
 
 #include "base/bytea.h"
 #include "base/mailer.h"
+#include "jobs/catalog.h"
 #include "state/memory_rows.h"
 
 /* Rows per table_multi_insert() (as COPY FROM buffers). */
@@ -98,6 +99,7 @@ struct MemoryRows
 	TupleTableSlot *update_slot;	/* a non-HOT update's new row, for its index entries */
 	RowsTable	state;
 	RowsTable	undo;
+	CatalogAccess access;		/* as the SQL ran: the catalog's writer, pg_catalog first */
 };
 
 /*
@@ -201,8 +203,14 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	List	   *rtable = NIL;
 	Relation	rels[2];
 	bool		plain = true;
-	MemoryRows *mr;
+	MemoryRows *mr = palloc0(sizeof(MemoryRows));
 
+	/*
+	 * The SQL ran as the catalog's writer with pg_catalog first: index
+	 * expressions and predicates are evaluated as they were, not as the
+	 * job's owner with the job's search_path.
+	 */
+	catalog_enter(&mr->access);
 	relids[0] = memory_table(ext_oid, "memory_state", RowExclusiveLock);
 	relids[1] = memory_table(ext_oid, "memory_undo", RowExclusiveLock);
 	rels[0] = table_open(relids[0], NoLock);
@@ -213,12 +221,15 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	table_close(rels[0], NoLock);
 	table_close(rels[1], NoLock);
 	if (!plain)
+	{
+		catalog_leave(&mr->access);
+		pfree(mr);
 		return NULL;
+	}
 	/* The INSERT refuses to write in a read-only transaction: so does this. */
 	if (XactReadOnly)
 		PreventCommandIfReadOnly("INSERT");
 
-	mr = palloc0(sizeof(MemoryRows));
 	mr->job_id = job_id;
 	for (int i = 0; i < 2; i++)
 	{
@@ -481,6 +492,7 @@ void
 memory_rows_end(MemoryRows *mr)
 {
 	RowsTable  *tables[2] = {&mr->state, &mr->undo};
+	CatalogAccess access = mr->access;
 
 	for (int i = 0; i < 2; i++)
 	{
@@ -498,6 +510,7 @@ memory_rows_end(MemoryRows *mr)
 	ExecCloseRangeTableRelations(mr->estate);
 	FreeExecutorState(mr->estate);
 	pfree(mr);
+	catalog_leave(&access);
 	/* The statements after these writes see them, as they saw the SQL's. */
 	CommandCounterIncrement();
 }

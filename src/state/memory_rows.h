@@ -25,7 +25,9 @@ typedef struct MemoryRows MemoryRows;
  * one checkpoint's writes, locked until the transaction ends.  NULL when
  * they are not the plain heap tables the direct writes are for (a column,
  * a default, a CHECK constraint, a trigger, a rule, row security or a
- * child table added since): then every write is SQL.  *node gets the state table's storage: one that changed since the
+ * child table added since): then every write is SQL.  Until
+ * memory_rows_end the caller runs as the catalog's writer (catalog.h).
+ * *node gets the state table's storage: one that changed since the
  * addresses were taken (VACUUM FULL, CLUSTER, TRUNCATE) means they are all
  * stale.
  */
