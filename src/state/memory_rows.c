@@ -54,6 +54,12 @@
 /* Rows per table_multi_insert() (as COPY FROM buffers). */
 #define ROWS_BATCH		1000
 
+/*
+ * And bytes of keys and values: 1000 values of a megabyte (session
+ * windows, numeric extremes) would otherwise be held at once, per table.
+ */
+#define ROWS_BATCH_BYTES	(8 * 1024 * 1024)
+
 /* A column the writes fill; any other live column sends them to SQL. */
 typedef struct ExpectedColumn
 {
@@ -78,6 +84,7 @@ typedef struct RowsTable
 	Relation	rel;
 	MemoryContext ctx;			/* the buffered rows' values; reset after each write */
 	int			n;
+	Size		bytes;			/* of the buffered keys and values */
 	TupleTableSlot *slots[ROWS_BATCH];
 	ItemPointer dest[ROWS_BATCH];	/* where a row's address goes; NULL: nowhere */
 	BulkInsertState bistate;
@@ -188,6 +195,7 @@ table_init(MemoryRows *mr, RowsTable *t, Index rti, bool undo)
 	ExecOpenIndices(t->rri, false);
 	t->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory rows", ALLOCSET_DEFAULT_SIZES);
 	t->n = 0;
+	t->bytes = 0;
 	t->bistate = NULL;
 	t->att_job = column(t->rel, "job_id");
 	t->att_key = column(t->rel, "key");
@@ -300,6 +308,7 @@ flush_inserts(MemoryRows *mr, RowsTable *t)
 	}
 	ResetPerTupleExprContext(mr->estate);
 	t->n = 0;
+	t->bytes = 0;
 	MemoryContextReset(t->ctx);
 }
 
@@ -326,7 +335,8 @@ buffer_insert(MemoryRows *mr, RowsTable *t, int64 epoch, const char *key, int kl
 	ExecStoreVirtualTuple(slot);
 	slot->tts_tableOid = RelationGetRelid(t->rel);
 	t->dest[t->n] = dest;
-	if (++t->n == ROWS_BATCH)
+	t->bytes += klen + (val_null ? 0 : vlen);
+	if (++t->n == ROWS_BATCH || t->bytes >= ROWS_BATCH_BYTES)
 		flush_inserts(mr, t);
 }
 
@@ -423,7 +433,11 @@ holds_key(MemoryRows *mr, ItemPointer tid, const char *key, int klen, Buffer *bu
 		struct varlena *k = detoast_attr(later);
 
 		ok = VARSIZE_ANY_EXHDR(k) == klen && memcmp(VARDATA_ANY(k), key, klen) == 0;
+		if (k != later)
+			pfree(k);
 	}
+	if (later)
+		pfree(later);
 	if (!ok)
 		ReleaseBuffer(*buf);
 	return ok;
@@ -476,12 +490,20 @@ memory_rows_update(MemoryRows *mr, ItemPointer tid, const char *key, int klen,
 bool
 memory_rows_delete(MemoryRows *mr, ItemPointer tid, const char *key, int klen)
 {
+	MemoryContext old = CurrentMemoryContext;
 	TM_FailureData tmfd;
 	TM_Result	result;
 	Buffer		buf;
 
+	bool		ok;
+
 	CHECK_FOR_INTERRUPTS();
-	if (!holds_key(mr, tid, key, klen, &buf))
+	/* a long key's copies go with the context, as the update's do */
+	MemoryContextSwitchTo(mr->row_ctx);
+	ok = holds_key(mr, tid, key, klen, &buf);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(mr->row_ctx);
+	if (!ok)
 		return false;
 	result = heap_delete(mr->state.rel, tid, mr->cid, InvalidSnapshot, true, &tmfd, false);
 	ReleaseBuffer(buf);

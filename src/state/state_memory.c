@@ -840,7 +840,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	ChangedKey *ck;
 	WriteChunk *w = palloc(sizeof(WriteChunk));
 	RowWrite   *writes;
-	int			nwrites = 0;
+	int64		nwrites = 0;
 	MemoryRows *mr;
 	RelFileNode node;
 
@@ -863,7 +863,8 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		find_rows(ms);
 		ms->node = node;
 	}
-	writes = palloc(sizeof(RowWrite) * Max(ms->changed->members, 1));
+	/* 24 bytes a key: past 1 GB at about 45 million changed keys */
+	writes = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(RowWrite) * Max(ms->changed->members, 1));
 	changed_start_iterate(ms->changed, &iter);
 	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
 	{
@@ -898,7 +899,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		nwrites++;
 	}
 	qsort(writes, nwrites, sizeof(RowWrite), undo_order);
-	for (int i = 0; i < nwrites; i++)
+	for (int64 i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
 
@@ -908,7 +909,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		free_old(ms, c);
 	}
 	qsort(writes, nwrites, sizeof(RowWrite), row_order);
-	for (int i = 0; i < nwrites; i++)
+	for (int64 i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
 		SkipNode   *x = writes[i].x;
