@@ -1015,10 +1015,13 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 	ms->undo_written = 0;
 }
 
+/* The keys and values, and the key->node hash's array (docs/ARCHITECTURE.md). */
 static int64
 mem_size(StateBackend *backend)
 {
-	return ((MemoryState *) backend)->bytes;
+	MemoryState *ms = (MemoryState *) backend;
+
+	return ms->bytes + (int64) (ms->nodes->size * sizeof(NodeEntry));
 }
 
 static const StateBackendOps memory_ops = {
