@@ -107,6 +107,7 @@ struct MemoryRows
 	RowsTable	state;
 	RowsTable	undo;
 	CatalogAccess access;		/* as the SQL ran: the catalog's writer, pg_catalog first */
+	MemoryRowsCounts counts;
 };
 
 /*
@@ -307,6 +308,8 @@ flush_inserts(MemoryRows *mr, RowsTable *t)
 		ExecClearTuple(t->slots[i]);
 	}
 	ResetPerTupleExprContext(mr->estate);
+	if (t == &mr->state)
+		mr->counts.inserted += t->n;
 	t->n = 0;
 	t->bytes = 0;
 	MemoryContextReset(t->ctx);
@@ -481,6 +484,9 @@ memory_rows_update(MemoryRows *mr, ItemPointer tid, const char *key, int klen,
 			ResetPerTupleExprContext(mr->estate);
 		}
 		*tid = tup->t_self;
+		mr->counts.updated++;
+		if (HeapTupleIsHeapOnly(tup))
+			mr->counts.hot++;
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(mr->row_ctx);
@@ -507,11 +513,13 @@ memory_rows_delete(MemoryRows *mr, ItemPointer tid, const char *key, int klen)
 		return false;
 	result = heap_delete(mr->state.rel, tid, mr->cid, InvalidSnapshot, true, &tmfd, false);
 	ReleaseBuffer(buf);
+	if (result == TM_Ok)
+		mr->counts.deleted++;
 	return result == TM_Ok;
 }
 
 void
-memory_rows_end(MemoryRows *mr)
+memory_rows_end(MemoryRows *mr, MemoryRowsCounts *counts)
 {
 	RowsTable  *tables[2] = {&mr->state, &mr->undo};
 	CatalogAccess access = mr->access;
@@ -531,6 +539,7 @@ memory_rows_end(MemoryRows *mr)
 	ExecCloseResultRelations(mr->estate);
 	ExecCloseRangeTableRelations(mr->estate);
 	FreeExecutorState(mr->estate);
+	*counts = mr->counts;
 	pfree(mr);
 	catalog_leave(&access);
 	/* The statements after these writes see them, as they saw the SQL's. */

@@ -20,6 +20,15 @@
 
 typedef struct MemoryRows MemoryRows;
 
+/* The state rows a checkpoint wrote at the heap level. */
+typedef struct MemoryRowsCounts
+{
+	int64		updated;		/* at their address */
+	int64		hot;			/* of those, HOT */
+	int64		deleted;		/* at their address */
+	int64		inserted;		/* new keys */
+} MemoryRowsCounts;
+
 /*
  * Open mailer.memory_state and mailer.memory_undo of the installation for
  * one checkpoint's writes, locked until the transaction ends.  NULL when
@@ -53,7 +62,10 @@ extern void memory_rows_insert(MemoryRows *mr, const char *key, int klen, int gr
 extern void memory_rows_undo(MemoryRows *mr, int64 epoch, const char *key, int klen, int group,
 							 const char *old, int oldlen);
 
-/* Write what is buffered and close the tables (their locks stay). */
-extern void memory_rows_end(MemoryRows *mr);
+/*
+ * Write what is buffered and close the tables (their locks stay); *counts
+ * gets what was written.
+ */
+extern void memory_rows_end(MemoryRows *mr, MemoryRowsCounts *counts);
 
 #endif							/* MEMORY_ROWS_H */
