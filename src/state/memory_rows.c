@@ -34,6 +34,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -47,10 +48,34 @@
 
 #include "base/bytea.h"
 #include "base/mailer.h"
+#include "jobs/catalog.h"
 #include "state/memory_rows.h"
 
 /* Rows per table_multi_insert() (as COPY FROM buffers). */
 #define ROWS_BATCH		1000
+
+/*
+ * And bytes of keys and values: 1000 values of a megabyte (session
+ * windows, numeric extremes) would otherwise be held at once, per table.
+ */
+#define ROWS_BATCH_BYTES	(8 * 1024 * 1024)
+
+/* A column the writes fill; any other live column sends them to SQL. */
+typedef struct ExpectedColumn
+{
+	const char *name;
+	Oid			type;
+	bool		null;			/* written NULL at times */
+} ExpectedColumn;
+
+static const ExpectedColumn state_columns[] = {
+	{"job_id", INT8OID, false}, {"key", BYTEAOID, false}, {"key_group", INT4OID, false},
+	{"value", BYTEAOID, false},
+};
+static const ExpectedColumn undo_columns[] = {
+	{"job_id", INT8OID, false}, {"epoch", INT8OID, false}, {"key", BYTEAOID, false},
+	{"key_group", INT4OID, false}, {"value", BYTEAOID, true},
+};
 
 /* One of the two tables, and its inserts not yet written. */
 typedef struct RowsTable
@@ -59,6 +84,7 @@ typedef struct RowsTable
 	Relation	rel;
 	MemoryContext ctx;			/* the buffered rows' values; reset after each write */
 	int			n;
+	Size		bytes;			/* of the buffered keys and values */
 	TupleTableSlot *slots[ROWS_BATCH];
 	ItemPointer dest[ROWS_BATCH];	/* where a row's address goes; NULL: nowhere */
 	BulkInsertState bistate;
@@ -80,6 +106,8 @@ struct MemoryRows
 	TupleTableSlot *update_slot;	/* a non-HOT update's new row, for its index entries */
 	RowsTable	state;
 	RowsTable	undo;
+	CatalogAccess access;		/* as the SQL ran: the catalog's writer, pg_catalog first */
+	MemoryRowsCounts counts;
 };
 
 /*
@@ -110,12 +138,43 @@ memory_rows_node(Oid ext_oid)
 	return node;
 }
 
-/* Whether writing the table at the heap level does what the SQL would. */
+/*
+ * Whether writing the table at the heap level does what the SQL would: a
+ * plain heap table of exactly the columns the writes fill, nothing the
+ * executor would add or check on top (a default or generated column, a
+ * CHECK constraint, valid or not, NOT NULL on a column written NULL, row
+ * security, a trigger, a rule, a child table).  The relcache has all of
+ * it: cheap enough for each checkpoint.
+ */
 static bool
-plain_heap(Relation rel)
+plain_heap(Relation rel, const ExpectedColumn *cols, int ncols)
 {
-	return rel->rd_rel->relkind == RELKIND_RELATION && rel->rd_rel->relam == HEAP_TABLE_AM_OID &&
-		rel->trigdesc == NULL && !rel->rd_rel->relhasrules;
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			live = 0;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		rel->trigdesc != NULL || rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity ||
+		rel->rd_rel->relhassubclass)
+		return false;
+	if (desc->constr &&
+		(desc->constr->num_check > 0 || desc->constr->num_defval > 0 || desc->constr->has_generated_stored))
+		return false;
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		int			c;
+
+		if (att->attisdropped)
+			continue;			/* written NULL, as the executor does */
+		for (c = 0; c < ncols; c++)
+			if (strcmp(NameStr(att->attname), cols[c].name) == 0)
+				break;
+		if (c == ncols || att->atttypid != cols[c].type || att->attgenerated || att->attidentity ||
+			(cols[c].null && att->attnotnull))
+			return false;
+		live++;
+	}
+	return live == ncols;
 }
 
 static AttrNumber
@@ -137,6 +196,7 @@ table_init(MemoryRows *mr, RowsTable *t, Index rti, bool undo)
 	ExecOpenIndices(t->rri, false);
 	t->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory rows", ALLOCSET_DEFAULT_SIZES);
 	t->n = 0;
+	t->bytes = 0;
 	t->bistate = NULL;
 	t->att_job = column(t->rel, "job_id");
 	t->att_key = column(t->rel, "key");
@@ -152,25 +212,33 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	List	   *rtable = NIL;
 	Relation	rels[2];
 	bool		plain = true;
-	MemoryRows *mr;
+	MemoryRows *mr = palloc0(sizeof(MemoryRows));
 
+	/*
+	 * The SQL ran as the catalog's writer with pg_catalog first: index
+	 * expressions and predicates are evaluated as they were, not as the
+	 * job's owner with the job's search_path.
+	 */
+	catalog_enter(&mr->access);
 	relids[0] = memory_table(ext_oid, "memory_state", RowExclusiveLock);
 	relids[1] = memory_table(ext_oid, "memory_undo", RowExclusiveLock);
-	for (int i = 0; i < 2; i++)
-	{
-		rels[i] = table_open(relids[i], NoLock);
-		plain = plain && plain_heap(rels[i]);
-	}
+	rels[0] = table_open(relids[0], NoLock);
+	rels[1] = table_open(relids[1], NoLock);
+	plain = plain_heap(rels[0], state_columns, lengthof(state_columns)) &&
+		plain_heap(rels[1], undo_columns, lengthof(undo_columns));
 	*node = rels[0]->rd_node;
 	table_close(rels[0], NoLock);
 	table_close(rels[1], NoLock);
 	if (!plain)
+	{
+		catalog_leave(&mr->access);
+		pfree(mr);
 		return NULL;
+	}
 	/* The INSERT refuses to write in a read-only transaction: so does this. */
 	if (XactReadOnly)
 		PreventCommandIfReadOnly("INSERT");
 
-	mr = palloc0(sizeof(MemoryRows));
 	mr->job_id = job_id;
 	for (int i = 0; i < 2; i++)
 	{
@@ -240,7 +308,10 @@ flush_inserts(MemoryRows *mr, RowsTable *t)
 		ExecClearTuple(t->slots[i]);
 	}
 	ResetPerTupleExprContext(mr->estate);
+	if (t == &mr->state)
+		mr->counts.inserted += t->n;
 	t->n = 0;
+	t->bytes = 0;
 	MemoryContextReset(t->ctx);
 }
 
@@ -267,7 +338,8 @@ buffer_insert(MemoryRows *mr, RowsTable *t, int64 epoch, const char *key, int kl
 	ExecStoreVirtualTuple(slot);
 	slot->tts_tableOid = RelationGetRelid(t->rel);
 	t->dest[t->n] = dest;
-	if (++t->n == ROWS_BATCH)
+	t->bytes += klen + (val_null ? 0 : vlen);
+	if (++t->n == ROWS_BATCH || t->bytes >= ROWS_BATCH_BYTES)
 		flush_inserts(mr, t);
 }
 
@@ -364,7 +436,11 @@ holds_key(MemoryRows *mr, ItemPointer tid, const char *key, int klen, Buffer *bu
 		struct varlena *k = detoast_attr(later);
 
 		ok = VARSIZE_ANY_EXHDR(k) == klen && memcmp(VARDATA_ANY(k), key, klen) == 0;
+		if (k != later)
+			pfree(k);
 	}
+	if (later)
+		pfree(later);
 	if (!ok)
 		ReleaseBuffer(*buf);
 	return ok;
@@ -408,6 +484,9 @@ memory_rows_update(MemoryRows *mr, ItemPointer tid, const char *key, int klen,
 			ResetPerTupleExprContext(mr->estate);
 		}
 		*tid = tup->t_self;
+		mr->counts.updated++;
+		if (HeapTupleIsHeapOnly(tup))
+			mr->counts.hot++;
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(mr->row_ctx);
@@ -417,22 +496,33 @@ memory_rows_update(MemoryRows *mr, ItemPointer tid, const char *key, int klen,
 bool
 memory_rows_delete(MemoryRows *mr, ItemPointer tid, const char *key, int klen)
 {
+	MemoryContext old = CurrentMemoryContext;
 	TM_FailureData tmfd;
 	TM_Result	result;
 	Buffer		buf;
 
+	bool		ok;
+
 	CHECK_FOR_INTERRUPTS();
-	if (!holds_key(mr, tid, key, klen, &buf))
+	/* a long key's copies go with the context, as the update's do */
+	MemoryContextSwitchTo(mr->row_ctx);
+	ok = holds_key(mr, tid, key, klen, &buf);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(mr->row_ctx);
+	if (!ok)
 		return false;
 	result = heap_delete(mr->state.rel, tid, mr->cid, InvalidSnapshot, true, &tmfd, false);
 	ReleaseBuffer(buf);
+	if (result == TM_Ok)
+		mr->counts.deleted++;
 	return result == TM_Ok;
 }
 
 void
-memory_rows_end(MemoryRows *mr)
+memory_rows_end(MemoryRows *mr, MemoryRowsCounts *counts)
 {
 	RowsTable  *tables[2] = {&mr->state, &mr->undo};
+	CatalogAccess access = mr->access;
 
 	for (int i = 0; i < 2; i++)
 	{
@@ -449,7 +539,9 @@ memory_rows_end(MemoryRows *mr)
 	ExecCloseResultRelations(mr->estate);
 	ExecCloseRangeTableRelations(mr->estate);
 	FreeExecutorState(mr->estate);
+	*counts = mr->counts;
 	pfree(mr);
+	catalog_leave(&access);
 	/* The statements after these writes see them, as they saw the SQL's. */
 	CommandCounterIncrement();
 }

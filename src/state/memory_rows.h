@@ -20,13 +20,25 @@
 
 typedef struct MemoryRows MemoryRows;
 
+/* The state rows a checkpoint wrote at the heap level. */
+typedef struct MemoryRowsCounts
+{
+	int64		updated;		/* at their address */
+	int64		hot;			/* of those, HOT */
+	int64		deleted;		/* at their address */
+	int64		inserted;		/* new keys */
+} MemoryRowsCounts;
+
 /*
  * Open mailer.memory_state and mailer.memory_undo of the installation for
  * one checkpoint's writes, locked until the transaction ends.  NULL when
- * they are not the plain heap tables the direct writes are for (a trigger
- * or a rule added since): then every write is SQL.  *node gets the state
- * table's storage: one that changed since the addresses were taken (VACUUM
- * FULL, CLUSTER, TRUNCATE) means they are all stale.
+ * they are not the plain heap tables the direct writes are for (a column,
+ * a default, a CHECK constraint, a trigger, a rule, row security or a
+ * child table added since): then every write is SQL.  Until
+ * memory_rows_end the caller runs as the catalog's writer (catalog.h).
+ * *node gets the state table's storage: one that changed since the
+ * addresses were taken (VACUUM FULL, CLUSTER, TRUNCATE) means they are all
+ * stale.
  */
 extern MemoryRows *memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node);
 
@@ -50,7 +62,10 @@ extern void memory_rows_insert(MemoryRows *mr, const char *key, int klen, int gr
 extern void memory_rows_undo(MemoryRows *mr, int64 epoch, const char *key, int klen, int group,
 							 const char *old, int oldlen);
 
-/* Write what is buffered and close the tables (their locks stay). */
-extern void memory_rows_end(MemoryRows *mr);
+/*
+ * Write what is buffered and close the tables (their locks stay); *counts
+ * gets what was written.
+ */
+extern void memory_rows_end(MemoryRows *mr, MemoryRowsCounts *counts);
 
 #endif							/* MEMORY_ROWS_H */

@@ -21,6 +21,8 @@ push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
 # Test points (src/base/test_point.h): hold a process at a named step.
 push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop_roles
   stop_while_launcher_held fresh_topic seq_producer fresh_with_owner);
+# The memory backend's checkpoint writes, from the worker's DEBUG1 lines.
+push @EXPORT, qw(memory_rows_written);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
@@ -594,6 +596,30 @@ sub pg_log_since
 	my $text = <$fh> // '';
 	close $fh;
 	return $text;
+}
+
+# What the memory backend's checkpoints of jobs @$job_ids logged since log
+# position $from (src/state/state_memory.c, at DEBUG1: the test raises
+# log_min_messages for the job owner's role), summed: checkpoints, rows
+# updated at their address (hot of them HOT), deleted at their address,
+# inserted, and written by SQL.
+sub memory_rows_written
+{
+	my ($job_ids, $from) = @_;
+	my $jobs = join('|', @$job_ids);
+	my %sum = map { $_ => 0 } qw(checkpoints updated hot deleted inserted sql);
+	for my $line (split /\n/, pg_log_since($from))
+	{
+		next unless $line =~ /mailer memory checkpoint of job (?:$jobs) epoch \d+: (\d+) rows updated at their address \((\d+) HOT\), (\d+) deleted at their address, (\d+) inserted, (\d+) written by SQL/;
+		$sum{checkpoints}++;
+		$sum{updated} += $1;
+		$sum{hot} += $2;
+		$sum{deleted} += $3;
+		$sum{inserted} += $4;
+		$sum{sql} += $5;
+	}
+	Test::More::diag(join(', ', map { "$_ $sum{$_}" } sort keys %sum));
+	return \%sum;
 }
 
 # Test points (test_point.h).  test_point_hold names points in

@@ -3,7 +3,8 @@
 # row.  Under a running job on the memory backend (running totals and
 # sliding windows, whose fired windows delete keys): VACUUM FULL, CLUSTER
 # and plain VACUUM of the state table, each between checkpoints.  The job
-# never fails (the addresses are taken again after a rewrite), its output
+# never fails (the addresses are taken again after a rewrite: no row goes
+# by SQL, as the worker's DEBUG1 line per checkpoint says), its output
 # equals SQL's over the events, each key has one row, and the primary key
 # holds an entry for every row (amcheck).
 use strict;
@@ -25,6 +26,8 @@ CREATE TABLE t160_sliding (customer_id text, window_start timestamptz, window_en
 	n bigint, total numeric, PRIMARY KEY (customer_id, window_start));
 CREATE EXTENSION IF NOT EXISTS amcheck;
 SQL
+# The workers connect as this role: their checkpoints log what they wrote.
+psql("ALTER ROLE CURRENT_USER SET log_min_messages = 'debug1'");
 
 my $gen = qq{"source": {"type": "generator", "events": $N, "keys": 300, "seed": 160,
 	"start_time": "2030-01-01 00:00:00+00", "step": "50 milliseconds", "rate": RATE}};
@@ -45,6 +48,7 @@ my $epochs = "SELECT min(e) FROM (SELECT max(epoch) AS e FROM mailer.checkpoints
 wait_for_sql('both jobs checkpoint', "SELECT coalesce(($epochs), 0) >= 3", 't', 30);
 
 my $node = "SELECT pg_relation_filenode('mailer.memory_state')";
+my $from = pg_log_size();
 for my $rewrite ('VACUUM FULL mailer.memory_state', 'CLUSTER mailer.memory_state USING memory_state_pkey',
 	'VACUUM mailer.memory_state', 'VACUUM FULL mailer.memory_state')
 {
@@ -54,6 +58,11 @@ for my $rewrite ('VACUUM FULL mailer.memory_state', 'CLUSTER mailer.memory_state
 	isnt(psql($node), $filenode, "$rewrite: the rows moved") if $rewrite =~ /FULL|CLUSTER/;
 	wait_for_sql("$rewrite: both jobs checkpoint after it", "SELECT ($epochs) > $before + 2", 't', 30);
 }
+
+my $w = memory_rows_written([ values %id ], $from);
+cmp_ok($w->{updated}, '>', 0, 'the rewrites: rows updated at their address');
+cmp_ok($w->{deleted}, '>', 0, 'the rewrites: fired windows\' rows deleted at their address');
+is($w->{sql}, 0, 'the rewrites: no row by SQL (the addresses were taken again)');
 
 for my $job (qw(t160_raw t160_totals t160_sliding))
 {
@@ -75,6 +84,7 @@ is(psql("SELECT count(*) FROM mailer.memory_state WHERE job_id = $id{t160_totals
 psql_ok("SELECT bt_index_check('mailer.memory_state_pkey', true)",
 	'every state row has its primary key entry (amcheck)');
 
+psql('ALTER ROLE CURRENT_USER RESET log_min_messages');
 psql("SELECT mailer.drop_job('$_')") for qw(t160_raw t160_totals t160_sliding);
 psql('DROP TABLE t160_raw, t160_totals, t160_sliding');
 
