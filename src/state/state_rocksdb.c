@@ -39,7 +39,6 @@
 #include "access/xact.h"
 #include "common/file_perm.h"
 #include "miscadmin.h"
-#include "port/pg_bswap.h"
 #include "port/atomics.h"
 #include "storage/copydir.h"
 #include "storage/fd.h"
@@ -80,7 +79,6 @@ typedef struct RocksState
 /* A put (val != NULL, maybe of an empty value) or delete (val == NULL) kept for the next apply_writes() or checkpoint. */
 typedef struct PendingWrite
 {
-	uint64		prefix[2];		/* the key's first 16 bytes, big-endian, zero padded */
 	const char *key;
 	const char *val;
 	int			klen;
@@ -110,24 +108,6 @@ static void rocks_xact_callback(XactEvent event, void *arg);
 static void rocks_exit(int code, Datum arg);
 
 static rocksdb_env_t *rocks_env = NULL;
-
-/*
- * The sort of a checkpoint's writes compares the prefixes first, as
- * integers: they order as memcmp orders their bytes, and they are in the
- * array, where memcmp would follow each key's pointer (a cache miss per
- * compare, with hundreds of thousands of writes).  Keys with the same 16
- * first bytes are compared whole.
- */
-static inline void
-key_prefix(PendingWrite *w, const char *key, int klen)
-{
-	unsigned char b[sizeof(w->prefix)] = {0};
-
-	memcpy(b, key, Min(klen, (int) sizeof(b)));
-	memcpy(w->prefix, b, sizeof(b));
-	w->prefix[0] = pg_ntoh64(w->prefix[0]);
-	w->prefix[1] = pg_ntoh64(w->prefix[1]);
-}
 
 /*
  * The states this process opened (they stay open until it exits): the
@@ -160,7 +140,6 @@ keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 	if (val)
 		memcpy(copy + klen, val, vlen);
 	w = &rs->pending[rs->npending];
-	key_prefix(w, key, klen);
 	w->key = copy;
 	w->klen = klen;
 	w->val = val ? copy + klen : NULL;
@@ -172,13 +151,7 @@ keep_write(RocksState *rs, const char *key, int klen, const char *val, int vlen)
 static inline int
 pending_cmp(const PendingWrite *x, const PendingWrite *y)
 {
-	int			c;
-
-	if (x->prefix[0] != y->prefix[0])
-		return x->prefix[0] < y->prefix[0] ? -1 : 1;
-	if (x->prefix[1] != y->prefix[1])
-		return x->prefix[1] < y->prefix[1] ? -1 : 1;
-	c = state_key_cmp(x->key, x->klen, y->key, y->klen);
+	int			c = state_key_cmp(x->key, x->klen, y->key, y->klen);
 
 	if (c != 0)
 		return c;
@@ -289,8 +262,8 @@ sort_pending_with(RocksState *rs, PendingWrite *tmp)
 	{
 		PendingWrite *w = &rs->pending[i];
 
-		if (i + 1 < rs->npending && w->klen == w[1].klen && w->prefix[0] == w[1].prefix[0] &&
-			w->prefix[1] == w[1].prefix[1] && memcmp(w->key, w[1].key, w->klen) == 0)
+		if (i + 1 < rs->npending && w->klen == w[1].klen &&
+			memcmp(w->key, w[1].key, w->klen) == 0)
 			continue;
 		rs->pending[n] = *w;
 		rs->pending[n].seq = n;
