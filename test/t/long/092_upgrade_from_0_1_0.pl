@@ -15,7 +15,7 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use MailerTest;
 use MailerUpgradeTest;
 use Test::More;
