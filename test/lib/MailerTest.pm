@@ -210,6 +210,7 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
+push @EXPORT, qw(produce_thirds_with_kill want_sliding);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
@@ -322,6 +323,40 @@ sub events_table
 		  . ";\n";
 	}
 	psql($sql);
+}
+
+# Produce the events in three parts, each read by @jobs, with a SIGKILL of
+# $victim's worker while the second part is read; $end goes out with the
+# last part (a late event that closes the windows before it).
+sub produce_thirds_with_kill
+{
+	my ($topic, $events, $end, $victim, @jobs) = @_;
+	my $third = int(@$events / 3);
+	produce_events($topic, [ @$events[0 .. $third - 1] ]);
+	Test::More::is(wait_job($_), 'running', "$_ read the first third") for @jobs;
+	produce_events($topic, [ @$events[$third .. 2 * $third - 1] ]);
+	my $pid0 = worker_pid($victim);
+	Test::More::ok($pid0 > 0, "$victim has a worker");
+	Test::More::is(kill('KILL', $pid0), 1, "SIGKILL sent to the worker of $victim");
+	wait_until('the server restarted after the crash',
+		sub { my $p = worker_pid($victim); $p != $pid0 && $p > 0 }, 120);
+	produce_events($topic, [ @$events[2 * $third .. $#$events], $end ]);
+	Test::More::is(wait_job($_), 'running', "$_ read every event") for @jobs;
+}
+
+# SQL's answer for sliding windows of $size_s seconds every $slide_s seconds
+# over an events table (k, ts, a): k, window_start, window_end, n, total.
+sub want_sliding
+{
+	my ($table, $size_s, $slide_s, $where) = @_;
+	$where //= 'true';
+	return qq{
+	SELECT k, s AS window_start, s + interval '$size_s seconds' AS window_end, count(*) AS n, sum(a) AS total
+	  FROM $table,
+		   generate_series(date_bin('$slide_s seconds', ts, '1970-01-01 00:00:00+00') - interval '@{[$size_s - $slide_s]} seconds',
+						   date_bin('$slide_s seconds', ts, '1970-01-01 00:00:00+00'), interval '$slide_s seconds') s
+	 WHERE $where
+	 GROUP BY 1, 2, 3};
 }
 
 # A job over a topic of such events, keyed by k, aggregating n = count(*)

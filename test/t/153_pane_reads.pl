@@ -47,28 +47,11 @@ for (my $t = 0; $t < 160; $t += 0.05)
 my $end = { p => 0, k => 'zz', t => 400, a => 1 };
 events_table('t153_events', [ @events, $end ]);
 
-my $third = int(@events / 3);
-produce_events($topic, [ @events[0 .. $third - 1] ]);
-is(wait_job($_), 'running', "$_ read the first third") for ('t153_final', 't153_update');
-
 # A SIGKILL while the second third is read: the jobs resume from their
 # checkpoints, their panes' timers made again from the state.
-produce_events($topic, [ @events[$third .. 2 * $third - 1] ]);
-my $pid0 = worker_pid('t153_final');
-ok($pid0 > 0, 't153_final has a worker');
-is(kill('KILL', $pid0), 1, 'SIGKILL sent to the worker of t153_final');
-wait_until('the server restarted after the crash',
-	sub { my $p = worker_pid('t153_final'); $p != $pid0 && $p > 0 }, 120);
-produce_events($topic, [ @events[2 * $third .. $#events], $end ]);
-is(wait_job($_), 'running', "$_ read every event") for ('t153_final', 't153_update');
+produce_thirds_with_kill($topic, \@events, $end, 't153_final', 't153_final', 't153_update');
 
-my $want = q{
-	SELECT k, s AS window_start, s + interval '20 seconds' AS window_end, count(*) AS n, sum(a) AS total
-	  FROM t153_events,
-		   generate_series(date_bin('5 seconds', ts, '1970-01-01 00:00:00+00') - interval '15 seconds',
-						   date_bin('5 seconds', ts, '1970-01-01 00:00:00+00'), interval '5 seconds') s
-	 WHERE k <> 'zz'
-	 GROUP BY 1, 2, 3};
+my $want = want_sliding('t153_events', 20, 5, "k <> 'zz'");
 for my $table ('t153_final', 't153_update')
 {
 	same_rows("SELECT k, window_start, window_end, n, total FROM $table WHERE k <> 'zz'", $want,

@@ -41,25 +41,9 @@ for (my $t = 100; $t < 400; $t += 0.1)
 my $end = { p => 0, k => 'zz', t => 2000, a => 1 };
 events_table('t154_events', [ @events, $end ]);
 
-my $third = int(@events / 3);
-produce_events($topic, [ @events[0 .. $third - 1] ]);
-is(wait_job($_), 'running', "$_ read the first third") for ('t154_final', 't154_update');
-produce_events($topic, [ @events[$third .. 2 * $third - 1] ]);
-my $pid0 = worker_pid('t154_final');
-ok($pid0 > 0, 't154_final has a worker');
-is(kill('KILL', $pid0), 1, 'SIGKILL sent to the worker of t154_final');
-wait_until('the server restarted after the crash',
-	sub { my $p = worker_pid('t154_final'); $p != $pid0 && $p > 0 }, 120);
-produce_events($topic, [ @events[2 * $third .. $#events], $end ]);
-is(wait_job($_), 'running', "$_ read every event") for ('t154_final', 't154_update');
+produce_thirds_with_kill($topic, \@events, $end, 't154_final', 't154_final', 't154_update');
 
-my $want = q{
-	SELECT k, s AS window_start, s + interval '20 seconds' AS window_end, count(*) AS n, sum(a) AS total
-	  FROM t154_events,
-		   generate_series(date_bin('5 seconds', ts, '1970-01-01 00:00:00+00') - interval '15 seconds',
-						   date_bin('5 seconds', ts, '1970-01-01 00:00:00+00'), interval '5 seconds') s
-	 WHERE k <> 'zz'
-	 GROUP BY 1, 2, 3};
+my $want = want_sliding('t154_events', 20, 5, "k <> 'zz'");
 for my $table ('t154_final', 't154_update')
 {
 	same_rows("SELECT k, window_start, window_end, n, total FROM $table WHERE k <> 'zz'", $want,
