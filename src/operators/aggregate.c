@@ -23,6 +23,7 @@
 #include "state/serial.h"
 
 static bool state_is_datum(AggregateDef *agg);
+static bool sums_numeric(AggregateDef *agg);
 static bool holds_datum(AggregateDef *agg, const AggValue *value);
 static Datum numeric_value(const AggValue *value);
 static Datum int128_to_numeric_datum(int128 v);
@@ -252,8 +253,14 @@ aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
 static bool
 state_is_datum(AggregateDef *agg)
 {
-	return agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC ||
-		agg->impl == AGG_MIN || agg->impl == AGG_MAX;
+	return sums_numeric(agg) || agg->impl == AGG_MIN || agg->impl == AGG_MAX;
+}
+
+/* numeric sum or avg: the value is scaled (numeric_sum.h) or a numeric datum */
+static bool
+sums_numeric(AggregateDef *agg)
+{
+	return agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC;
 }
 
 /* Whether the value owns a datum (aggregate_store copies and frees it). */
@@ -262,7 +269,7 @@ holds_datum(AggregateDef *agg, const AggValue *value)
 {
 	if (value->count == 0 || !state_is_datum(agg) || agg->arg_typbyval)
 		return false;
-	if (agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC)
+	if (sums_numeric(agg))
 		return value->scale == AGG_SCALE_DATUM;
 	return true;
 }
@@ -309,8 +316,7 @@ aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf)
 	serial_put(buf, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
-	if ((agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC) &&
-		value->scale != AGG_SCALE_DATUM)
+	if (sums_numeric(agg) && value->scale != AGG_SCALE_DATUM)
 	{
 		/* The bytes serial_put_datum would write for the same numeric */
 		char		bytes[NUMERIC_SUM_MAX_BYTES];
@@ -336,7 +342,7 @@ aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int 
 	serial_get(data, len, pos, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
-	if (agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC)
+	if (sums_numeric(agg))
 	{
 		int			start = *pos;
 		int32		vlen;
