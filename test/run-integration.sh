@@ -15,4 +15,15 @@ if [ "${1:-}" = --long ]; then
 elif [ $# -eq 0 ]; then
 	set -- test/t/*.pl
 fi
-exec prove --timer -I test/lib "$@"
+# A test that dies outside a test (before its plan, say) says why only on
+# stderr, mid-run: MailerTest appends the message to this file, printed
+# here, at the end of the run's log.
+export MAILER_TEST_DEATHS=$MAILER_RUN_DIR/test-deaths.log
+rm -f "$MAILER_TEST_DEATHS"
+status=0
+prove --timer -I test/lib "$@" || status=$?
+if [ $status -ne 0 ] && [ -s "$MAILER_TEST_DEATHS" ]; then
+	printf '\n==== tests that died, and why ====\n'
+	cat "$MAILER_TEST_DEATHS"
+fi
+exit $status

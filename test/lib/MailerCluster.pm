@@ -62,9 +62,12 @@ our @EXPORT = qw(mailer_node);
 our $database;
 
 # PostgreSQL::Test::Utils sends STDERR to the test's log: say why a test
-# died where prove shows it too, and where the logs are.
+# died where prove shows it too, and where the logs are.  MailerTest's
+# handler (loaded above) records the message for the end of the run.
+my $mailer_test_die = $SIG{__DIE__};
 $SIG{__DIE__} = sub {
 	Test::More::diag($_[0]) if defined $^S && !$^S;
+	$mailer_test_die->(@_) if ref $mailer_test_die;
 	die @_;
 };
 END

@@ -27,6 +27,23 @@ push @EXPORT, qw(memory_rows_written);
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
 
+# Why a test died outside a test: prove shows the message on stderr, mid-run,
+# and CI keeps only the tail of the log.  The last uncaught die's message is
+# appended, with the test's file, to $MAILER_TEST_DEATHS (set by
+# test/run-integration.sh, which prints the file after prove fails).
+# MailerCluster's handler of its own calls this one.
+our $DIED;
+$SIG{__DIE__} = sub { $DIED = $_[0] unless $^S };
+END
+{
+	if ($? != 0 && defined $DIED && $ENV{MAILER_TEST_DEATHS}
+		&& open(my $fh, '>>', $ENV{MAILER_TEST_DEATHS}))
+	{
+		print $fh "$0: $DIED" . ($DIED =~ /\n\z/ ? '' : "\n");
+		close $fh;
+	}
+}
+
 # Run SQL through psql; return its unaligned, tuples-only output without the
 # trailing newline.  Dies with psql's message when the SQL fails.
 # $opt{user} connects as another role than PGUSER.
