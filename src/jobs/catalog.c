@@ -6,10 +6,12 @@
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -192,4 +194,11 @@ catalog_version_matches(void)
 				 errhint("Run ALTER EXTENSION mailer UPDATE in database \"%s\".", get_database_name(MyDatabaseId))));
 	warned = !matches;
 	return matches;
+}
+
+bool
+catalog_lock_extension(Oid ext_oid)
+{
+	LockDatabaseObject(ExtensionRelationId, ext_oid, 0, AccessShareLock);
+	return get_extension_oid(MAILER_EXTENSION, true) == ext_oid;
 }

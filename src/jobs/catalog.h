@@ -68,4 +68,14 @@ extern void catalog_check_owner(JobRow *job, const char *action);
  */
 extern bool catalog_version_matches(void);
 
+/*
+ * Lock installation ext_oid of the extension (shared, until the transaction
+ * ends); false when it is no longer the one installed.  DROP EXTENSION
+ * locks the extension before any of its tables, so a transaction that
+ * takes this lock before it reads mailer's tables waits for a drop, or
+ * keeps it waiting, instead of deadlocking with it halfway through its
+ * tables; and it sees a drop that committed meanwhile.
+ */
+extern bool catalog_lock_extension(Oid ext_oid);
+
 #endif							/* MAILER_CATALOG_H */

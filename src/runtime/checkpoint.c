@@ -17,11 +17,8 @@
 #include <malloc.h>
 
 #include "access/xact.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
-#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -369,8 +366,7 @@ checkpoint_begin(Job *job)
 	 * lock, held until the commit, keeps a DROP EXTENSION waiting until
 	 * then, or shows it done before the check.
 	 */
-	LockDatabaseObject(ExtensionRelationId, job->ext_oid, 0, AccessShareLock);
-	if (get_extension_oid(MAILER_EXTENSION, true) != job->ext_oid)
+	if (!catalog_lock_extension(job->ext_oid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the mailer extension job \"%s\" belongs to was dropped", job->name),

@@ -196,6 +196,13 @@ read_shares(Oid ext_oid, int64 job_id)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	/* Not to deadlock with a DROP EXTENSION (catalog_lock_extension); dropped, it has no shares. */
+	if (!catalog_lock_extension(ext_oid))
+	{
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(ctx);
+		return NIL;
+	}
 	PushActiveSnapshot(GetTransactionSnapshot());
 	MemoryContextSwitchTo(ctx);
 	SPI_connect();

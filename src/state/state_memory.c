@@ -27,13 +27,11 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
-#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -984,8 +982,7 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
 		 * dropped installation never deletes the undo of a new one's job
 		 * of the same id.  The checkpoint after stops the worker.
 		 */
-		LockDatabaseObject(ExtensionRelationId, ms->ext_oid, 0, AccessShareLock);
-		if (get_extension_oid(MAILER_EXTENSION, true) != ms->ext_oid)
+		if (!catalog_lock_extension(ms->ext_oid))
 		{
 			work_xact_end();
 			return;
