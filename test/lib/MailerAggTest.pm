@@ -30,7 +30,9 @@ our @EXPORT = qw(agg_records agg_produce agg_select agg_spec agg_sink agg_same
 #   w  a text unique to the record ('w00042')
 #   x  a number with decimals
 #   ts the event time: $o{step} seconds apart (0.5 by default) from
-#      2030-01-01, up to 4 s early, so $o{ooo} of 5 s holds every record
+#      2030-01-01, and $o{pause} seconds more after each $o{burst} records
+#      (none by default), up to 4 s early, so $o{ooo} of 5 s holds every
+#      record
 #   pad $o{pad} characters (none by default)
 sub agg_records
 {
@@ -38,6 +40,7 @@ sub agg_records
 	my $n = $o{count};
 	my $keys = $o{keys};
 	my $step = $o{step} // 0.5;
+	my $pause = $o{pause} ? "+ (i / $o{burst}) * $o{pause}" : '';
 	my $pad = $o{pad} ? "'pad', repeat('p', $o{pad})," : '';
 	psql(qq{DROP TABLE IF EXISTS $table;
 	CREATE TABLE $table (seq int PRIMARY KEY, k text, ts timestamptz, value jsonb);
@@ -50,7 +53,7 @@ sub agg_records
 		$pad
 		'x', round((i * 53 % 101) / 7.0, 4)))
 	  FROM (SELECT i, CASE WHEN i = $n THEN 'solo' ELSE 'k' || (i * 7 % $keys) END AS k,
-				   timestamptz '2030-01-01 00:00:00+00' + (i * $step - (i * 13 % 9) * 0.5) * interval '1 second' AS ts
+				   timestamptz '2030-01-01 00:00:00+00' + (i * $step $pause - (i * 13 % 9) * 0.5) * interval '1 second' AS ts
 			  FROM generate_series(1, $n) i) r});
 }
 
