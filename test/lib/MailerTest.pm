@@ -210,7 +210,7 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
-push @EXPORT, qw(produce_thirds_with_kill want_sliding);
+push @EXPORT, qw(produce_thirds_with_kill want_sliding records_in_of_all committed_records);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
@@ -391,6 +391,27 @@ sub create_window_job
  "state": {"backend": "%s"}}
 JSON
 	return psql("SELECT mailer.create_job('$name', \$spec\$$spec\$spec\$)");
+}
+
+# Wait until each of @jobs runs and has read $n records (mailer.metrics'
+# records_in: after a crash, the checkpoint's count and the records read
+# again); $what says when.
+sub records_in_of_all
+{
+	my ($n, $what, @jobs) = @_;
+	for my $job (@jobs)
+	{
+		wait_for_sql("$job read $n records ($what)",
+			"SELECT records_in FROM mailer.metrics WHERE name = '$job' AND state = 'running'", $n, 120);
+	}
+}
+
+# The records_in of a job's newest checkpoint (0 before the first).
+sub committed_records
+{
+	my ($job) = @_;
+	return psql("SELECT coalesce((SELECT (counters->>'records_in')::bigint FROM mailer.checkpoints c
+		JOIN mailer.job j USING (job_id) WHERE j.name = '$job' ORDER BY epoch DESC LIMIT 1), 0)");
 }
 
 # A column of mailer.metrics for a job.
