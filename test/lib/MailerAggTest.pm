@@ -18,7 +18,7 @@ use Test::More ();
 use MailerTest;
 
 our @EXPORT = qw(agg_records agg_produce agg_select agg_spec agg_sink agg_same
-  agg_want_keyed agg_uda_sql);
+  agg_want_keyed agg_uda_sql agg_builtins);
 
 # A source table of $o{count} records, made anew: record i (seq i) has key
 # k = 'k' || (i * 7 mod $o{keys}), except the last, the only record of key
@@ -55,6 +55,28 @@ sub agg_records
 	  FROM (SELECT i, CASE WHEN i = $n THEN 'solo' ELSE 'k' || (i * 7 % $keys) END AS k,
 				   timestamptz '2030-01-01 00:00:00+00' + (i * $step $pause - (i * 13 % 9) * 0.5) * interval '1 second' AS ts
 			  FROM generate_series(1, $n) i) r});
+}
+
+# The built-in aggregates of issue 19's list over agg_records' fields, as
+# [column, call] pairs, beside the fast count(*); 'float' marks those
+# compared rounded.  FILTER sends sum to the general path.
+sub agg_builtins
+{
+	return (
+		[ n  => 'count(*)' ],
+		[ cd => "count(DISTINCT value->>'u')" ],
+		[ ba => "bool_and((value->>'b')::boolean)" ],
+		[ bo => "bit_or((value->>'v')::int)" ],
+		[ sa => "string_agg(value->>'w', ',' ORDER BY value->>'w')" ],
+		[ aa => "array_agg((value->>'v')::int ORDER BY (value->>'v')::int)" ],
+		[ ja => "jsonb_agg(value->'v' ORDER BY (value->>'seq')::int)" ],
+		[ jo => "jsonb_object_agg(value->>'w', (value->>'v')::int)" ],
+		[ sd => "stddev((value->>'v')::float8)", 'float' ],
+		[ va => "variance((value->>'v')::numeric)" ],
+		[ co => "corr((value->>'v')::float8, (value->>'x')::float8)", 'float' ],
+		[ cf => "count(*) FILTER (WHERE (value->>'v')::int > 5)" ],
+		[ sf => "sum((value->>'v')::int) FILTER (WHERE value->>'b' = 'true')" ],
+	);
 }
 
 # Produce the records of $table WHERE $where to $topic, in seq order, keyed

@@ -25,21 +25,9 @@ psql("SELECT pg_reload_conf()");
 END { eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') } }
 
 my @aggs = (
-	[ n  => 'count(*)' ],
-	[ cd => "count(DISTINCT value->>'u')" ],
-	[ ba => "bool_and((value->>'b')::boolean)" ],
+	agg_builtins(),
 	[ bx => "pg_catalog.bool_or((value->>'b')::boolean)" ],
-	[ bo => "bit_or((value->>'v')::int)" ],
-	[ sa => "string_agg(value->>'w', ',' ORDER BY value->>'w')" ],
-	[ aa => "array_agg((value->>'v')::int ORDER BY (value->>'v')::int)" ],
-	[ ja => "jsonb_agg(value->'v' ORDER BY (value->>'seq')::int)" ],
-	[ jo => "jsonb_object_agg(value->>'w', (value->>'v')::int)" ],
-	[ sd => "stddev((value->>'v')::float8)", 'float' ],
-	[ va => "variance((value->>'v')::numeric)" ],
-	[ co => "corr((value->>'v')::float8, (value->>'x')::float8)", 'float' ],
 	[ rs => "regr_slope((value->>'v')::float8, (value->>'x')::float8)", 'float' ],
-	[ cf => "count(*) FILTER (WHERE (value->>'v')::int > 5)" ],
-	[ sf => "sum((value->>'v')::int) FILTER (WHERE value->>'b' = 'true')" ],
 );
 my $n = 1200;
 agg_records('t161_src', count => $n, keys => 12);

@@ -24,22 +24,7 @@ psql("ALTER SYSTEM SET mailer.state_cache_entries = 0");
 psql("SELECT pg_reload_conf()");
 END { eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') } }
 
-my @aggs = (
-	[ n  => 'count(*)' ],
-	[ cd => "count(DISTINCT value->>'u')" ],
-	[ hl => "hll_add_agg(hll_hash_text(value->>'u'))" ],
-	[ ba => "bool_and((value->>'b')::boolean)" ],
-	[ bo => "bit_or((value->>'v')::int)" ],
-	[ sa => "string_agg(value->>'w', ',' ORDER BY value->>'w')" ],
-	[ aa => "array_agg((value->>'v')::int ORDER BY (value->>'v')::int)" ],
-	[ ja => "jsonb_agg(value->'v' ORDER BY (value->>'seq')::int)" ],
-	[ jo => "jsonb_object_agg(value->>'w', (value->>'v')::int)" ],
-	[ sd => "stddev((value->>'v')::float8)", 'float' ],
-	[ va => "variance((value->>'v')::numeric)" ],
-	[ co => "corr((value->>'v')::float8, (value->>'x')::float8)", 'float' ],
-	[ cf => "count(*) FILTER (WHERE (value->>'v')::int > 5)" ],
-	[ sf => "sum((value->>'v')::int) FILTER (WHERE value->>'b' = 'true')" ],
-);
+my @aggs = (agg_builtins(), [ hl => "hll_add_agg(hll_hash_text(value->>'u'))" ]);
 my $n = 720;
 # Each key every 1.5 s, and 10 s more after each 60 records.
 agg_records('t162_src', count => $n, keys => 6, step => 0.25, burst => 60, pause => 10);
