@@ -33,7 +33,6 @@ our @EXPORT = qw(agg_records agg_produce agg_select agg_spec agg_sink agg_same
 #      2030-01-01, and $o{pause} seconds more after each $o{burst} records
 #      (none by default), up to 4 s early, so $o{ooo} of 5 s holds every
 #      record
-#   pad $o{pad} characters (none by default)
 sub agg_records
 {
 	my ($table, %o) = @_;
@@ -41,7 +40,6 @@ sub agg_records
 	my $keys = $o{keys};
 	my $step = $o{step} // 0.5;
 	my $pause = $o{pause} ? "+ (i / $o{burst}) * $o{pause}" : '';
-	my $pad = $o{pad} ? "'pad', repeat('p', $o{pad})," : '';
 	psql(qq{DROP TABLE IF EXISTS $table;
 	CREATE TABLE $table (seq int PRIMARY KEY, k text, ts timestamptz, value jsonb);
 	INSERT INTO $table
@@ -50,7 +48,6 @@ sub agg_records
 		'b', CASE k WHEN 'k0' THEN true WHEN 'k1' THEN false ELSE i / 2 % 5 <> 0 END,
 		'v', CASE WHEN i % 19 = 0 THEN NULL WHEN i % 31 = 0 THEN i % 5 - 25 ELSE i * 37 % 23 END,
 		'w', 'w' || lpad(i::text, 5, '0'),
-		$pad
 		'x', round((i * 53 % 101) / 7.0, 4)))
 	  FROM (SELECT i, CASE WHEN i = $n THEN 'solo' ELSE 'k' || (i * 7 % $keys) END AS k,
 				   timestamptz '2030-01-01 00:00:00+00' + (i * $step $pause - (i * 13 % 9) * 0.5) * interval '1 second' AS ts
