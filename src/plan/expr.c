@@ -153,8 +153,11 @@ expr_transform_aggregate(const char *text, Node *raw, const char *path, FieldSco
 	if (!IsA(node, Aggref))
 		spec_error(path, ERRCODE_WRONG_OBJECT_TYPE,
 				   "An aggregate step's fields are aggregate calls, such as count(*), sum(e), count(DISTINCT e) or string_agg(e, ',').",
-				   pstate->p_hasWindowFuncs ? "window functions (OVER) are not aggregates of a job" :
-				   "expected an aggregate call, not an expression that uses one");
+				   "%s", pstate->p_hasWindowFuncs ? "window functions (OVER) are not aggregates of a job" :
+				   pstate->p_hasAggs ? "expected an aggregate call, not an expression that uses one" :
+				   IsA(node, FuncExpr) ? psprintf("%s is not an aggregate function",
+												  get_func_name(((FuncExpr *) node)->funcid)) :
+				   "expected an aggregate call");
 	if (pstate->p_hasSubLinks)
 		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
 				   "Put the query in a function and call the function.",
