@@ -426,11 +426,12 @@ agg_general_deserialize(AggregateDef *agg, AggValue *value, const char *data, in
 		value->v.datum = serial_get_datum(data, len, pos, -1, false, ctx);
 	else
 	{
+		AggRun	   *run = agg_run(agg);
+		MemoryContext old = MemoryContextSwitchTo(run->call_ctx);
 		bytea	   *sent = (bytea *) DatumGetPointer(serial_get_datum(data, len, pos, -1, false,
-																	 CurrentMemoryContext));
+																	 run->call_ctx));
 		StringInfoData in;
 		Datum		d;
-		MemoryContext old;
 
 		/* receive functions read a StringInfo ending in a zero byte */
 		initStringInfo(&in);
@@ -438,11 +439,10 @@ agg_general_deserialize(AggregateDef *agg, AggValue *value, const char *data, in
 		d = ReceiveFunctionCall(&g->recvfn, &in, g->recv_ioparam, -1);
 		if (in.cursor != in.len)
 			serial_corrupted(len, *pos, 0);
-		old = MemoryContextSwitchTo(ctx);
+		MemoryContextSwitchTo(ctx);
 		value->v.datum = datumCopy(d, g->transtypbyval, g->transtyplen);
 		MemoryContextSwitchTo(old);
-		pfree(in.data);
-		pfree(sent);
+		MemoryContextReset(run->call_ctx);
 	}
 }
 
@@ -479,6 +479,10 @@ agg_run(AggregateDef *agg)
 	run->aggstate->tmpcontext = tmpcontext;
 	run->aggstate->numaggs = 1;
 	run->aggstate->numtrans = 1;
+	/* AggGetAggref's answer; not shared (AggStateIsShared): the state is ours alone */
+	run->aggstate->curpertrans = palloc0(sizeof(AggStatePerTransData));
+	run->aggstate->curpertrans->aggref = g->aggref;
+	run->aggstate->curpertrans->aggshared = false;
 	get_typlenbyval(agg->result_type, &run->result_typlen, &run->result_typbyval);
 	run->values = palloc0(sizeof(Datum) * Max(g->ninputs, 1));
 	run->nulls = palloc0(sizeof(bool) * Max(g->ninputs, 1));

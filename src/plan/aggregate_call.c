@@ -51,6 +51,7 @@ aggregate_call_compile(const char *text, Node *raw, const char *path, FieldScope
 	Expr	   *unused_expr;
 	Expr	   *expr;
 
+	g->aggref = aggref;
 	g->aggfnoid = aggref->aggfnoid;
 	*result_type = aggref->aggtype;
 	if (aggref->aggkind != AGGKIND_NORMAL)

@@ -11,7 +11,7 @@
 #define AGGREGATE_CALL_H
 
 #include "fmgr.h"
-#include "nodes/parsenodes.h"
+#include "nodes/primnodes.h"
 
 #include "plan/expr.h"
 
@@ -38,6 +38,7 @@ typedef struct AggSortKey
 
 typedef struct GeneralAggDef
 {
+	Aggref	   *aggref;			/* as parse analysis made it (AggGetAggref gives it to the functions) */
 	Oid			aggfnoid;
 	AggStateForm form;
 
