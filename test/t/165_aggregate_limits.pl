@@ -112,7 +112,7 @@ agg_sink('t165_trans', agg_want_keyed('t165_trans_src', \@trans_aggs, 'seq <> 5'
 psql("SELECT mailer.create_job('t165_trans', \$spec\$"
 	  . agg_spec(\@trans_aggs, topic => $trans_topic, table => 't165_trans', backend => 'memory') . "\$spec\$)");
 agg_produce($trans_topic, 't165_trans_src');
-my $state = eval { wait_job('t165_trans', 30) } // 'not caught up: ' . (job_info('t165_trans')->{last_error} // '');
+my $state = eval { wait_job('t165_trans', 20) } // 'not caught up: ' . (job_info('t165_trans')->{last_error} // '');
 is($state, 'running', 'a transition function that fails: the job goes on');
 my @dl = @{ dead_letters('t165_trans') };
 is(join(',', map { $_->{offset} } @dl), '4', '... the record is a dead letter');
