@@ -38,6 +38,7 @@ int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
 int			mailer_termination_grace_ms = 10000;
 int			mailer_max_outputs_per_record = 100000;
+int			mailer_aggregate_state_limit_kb = 1024;
 int			mailer_max_parallelism_per_job = 8;
 int			mailer_http_port = 0;
 char	   *mailer_http_address = NULL;
@@ -234,6 +235,15 @@ define_settings(void)
 							0, 0, 1024 * 1024 * 1024,
 							PGC_SUSET,
 							GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL | GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.aggregate_state_limit",
+							"Largest state one key may keep for one aggregate whose state grows with its input.",
+							"array_agg, string_agg, count(DISTINCT ...) and the like: a record that would take a key's state past it fails with SQLSTATE 54000 (per on_error: a dead letter).",
+							&mailer_aggregate_state_limit_kb,
+							1024, 1, MAX_KILOBYTES,
+							PGC_SIGHUP,
+							GUC_UNIT_KB,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("mailer.max_outputs_per_record",

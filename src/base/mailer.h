@@ -32,6 +32,7 @@ extern int	mailer_state_cache_entries;
 extern int	mailer_termination_grace_ms;
 extern int	mailer_test_dead_letter_bytes;
 extern int	mailer_max_outputs_per_record;
+extern int	mailer_aggregate_state_limit_kb;
 extern int	mailer_max_parallelism_per_job;
 extern int	mailer_http_port;
 extern char *mailer_http_address;

@@ -157,6 +157,7 @@ static bool key_has_null(TableSink *sink, int row);
 static void prepare_insert(TableSink *sink);
 static bool sink_plans_alike(SinkPlan *a, SinkPlan *b);
 static SinkBulk *bulk_prepare(TableSink *sink);
+static void text_values(SinkColumn *col, Datum *values, const bool *nulls, int n);
 
 TableSink *
 table_sink_create(JobPlan *plan, MemoryContext parent, bool *failing)
@@ -934,6 +935,13 @@ write_range(TableSink *sink, TableSink *rows, bool delete, int from, int to, Sin
 		 */
 		elems = palloc(sizeof(Datum) * (to - from));
 		memcpy(elems, rows->values[c] + from, sizeof(Datum) * (to - from));
+		if (col->via_text)
+		{
+			text_values(col, elems, rows->nulls[c] + from, to - from);
+			run.params[c] = PointerGetDatum(construct_md_array(elems, rows->nulls[c] + from,
+															   1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
+			continue;
+		}
 		run.params[c] = PointerGetDatum(construct_md_array(elems, rows->nulls[c] + from,
 														   1, dims, lbs, getBaseType(col->type),
 														   col->typlen, col->typbyval, col->typalign));
@@ -1123,4 +1131,22 @@ row_equal(TableSink *sink, uint32 a, uint32 b)
 			return false;
 	}
 	return true;
+}
+
+/*
+ * A column passed as text (SinkColumn.via_text): each value by its type's
+ * output function, which the statement's cast reads back exactly.
+ */
+static void
+text_values(SinkColumn *col, Datum *values, const bool *nulls, int n)
+{
+	Oid			out;
+	bool		varlena;
+	FmgrInfo	flinfo;
+
+	getTypeOutputInfo(col->type, &out, &varlena);
+	fmgr_info(out, &flinfo);
+	for (int i = 0; i < n; i++)
+		if (!nulls[i])
+			values[i] = CStringGetTextDatum(OutputFunctionCall(&flinfo, values[i]));
 }

@@ -18,6 +18,7 @@
 #include "utils/numeric.h"
 #include "utils/typcache.h"
 
+#include "operators/agg_general.h"
 #include "operators/aggregate.h"
 #include "operators/numeric_sum.h"
 #include "state/serial.h"
@@ -61,6 +62,11 @@ aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum a
 		*next = *value;
 		return;
 	}
+	if (agg->impl == AGG_GENERAL)
+	{
+		agg_general_next(agg, value, next, arg);
+		return;
+	}
 
 	/* The running value of this one argument, merged in. */
 	one.count = 1;
@@ -102,6 +108,8 @@ aggregate_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum a
 		case AGG_MAX:
 			one.v.datum = arg;
 			break;
+		case AGG_GENERAL:
+			pg_unreachable();	/* agg_general_next */
 	}
 	aggregate_merge(agg, value, &one, next);
 }
@@ -119,6 +127,11 @@ aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from, A
 	if (into->count == 0 && agg->impl != AGG_COUNT_STAR && agg->impl != AGG_COUNT)
 	{
 		*next = *from;
+		return;
+	}
+	if (agg->impl == AGG_GENERAL)
+	{
+		agg_general_merge(agg, into, from, next);
 		return;
 	}
 	switch (agg->impl)
@@ -172,6 +185,8 @@ aggregate_merge(AggregateDef *agg, const AggValue *into, const AggValue *from, A
 					r.v.datum = from->v.datum;
 			}
 			break;
+		case AGG_GENERAL:
+			pg_unreachable();	/* agg_general_merge */
 	}
 	r.count += from->count;
 	*next = r;
@@ -184,6 +199,11 @@ aggregate_store(AggregateDef *agg, AggValue *value, const AggValue *next, Memory
 	bool		had_datum = holds_datum(agg, value);
 	bool		keeps = had_datum && holds_datum(agg, next) && next->v.datum == old_datum;
 
+	if (agg->impl == AGG_GENERAL)
+	{
+		agg_general_store(agg, value, next, ctx);
+		return;
+	}
 	*value = *next;
 	/* A datum the value does not own yet (the argument, a sum, a merged session's) is copied. */
 	if (holds_datum(agg, next) && !keeps)
@@ -203,6 +223,8 @@ aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull)
 	*isnull = false;
 	switch (agg->impl)
 	{
+		case AGG_GENERAL:
+			return agg_general_result(agg, value, isnull);
 		case AGG_COUNT_STAR:
 		case AGG_COUNT:
 			return Int64GetDatum(value->count);
@@ -313,6 +335,11 @@ aggregate_serialize(AggregateDef *agg, AggValue *value, StringInfo buf)
 	void	   *p;
 	int			n;
 
+	if (agg->impl == AGG_GENERAL)
+	{
+		agg_general_serialize(agg, value, buf);
+		return;
+	}
 	serial_put(buf, &value->count, sizeof(int64));
 	if (value->count == 0)
 		return;
@@ -338,6 +365,11 @@ aggregate_deserialize(AggregateDef *agg, AggValue *value, const char *data, int 
 	void	   *p;
 	int			n;
 
+	if (agg->impl == AGG_GENERAL)
+	{
+		agg_general_deserialize(agg, value, data, len, pos, ctx);
+		return;
+	}
 	memset(value, 0, sizeof(AggValue));
 	serial_get(data, len, pos, &value->count, sizeof(int64));
 	if (value->count == 0)

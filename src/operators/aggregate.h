@@ -2,8 +2,8 @@
  * aggregate.h
  *		Running the aggregates of an "aggregate" step (as the plan compiled
  *		them, plan/aggregate_def.h): count(*), count(e), sum, min, max and
- *		avg, as per-key running values that serialize to bytes for the
- *		state backend.
+ *		avg, and any other through agg_general.h, as per-key running values
+ *		that serialize to bytes for the state backend.
  */
 #ifndef AGGREGATE_H
 #define AGGREGATE_H
@@ -31,6 +31,14 @@ typedef struct AggValue
 	 * a numeric that did not fit.
 	 */
 	int32		scale;
+
+	/*
+	 * AGG_GENERAL (operators/agg_general.h): v.datum is the transition
+	 * value (transnull when null), its serialized bytes, or the key's
+	 * inputs; pending is an input that aggregate_store adds to them.
+	 */
+	bool		transnull;
+	struct varlena *pending;
 } AggValue;
 
 #define AGG_SCALE_DATUM (-1)

@@ -15,6 +15,7 @@
 #include "utils/memutils.h"
 
 #include "base/guard.h"
+#include "operators/agg_general.h"
 #include "operators/keyed.h"
 #include "operators/keyed_cache.h"
 #include "operators/window.h"
@@ -81,6 +82,8 @@ keyed_eval_args(KeyedStage *stage, Record *rec, Datum *args, bool *nulls)
 		nulls[a] = true;
 		if (stage->aggs[a]->arg)
 			args[a] = expr_eval(stage->aggs[a]->arg, stage->rt, rec, &nulls[a]);
+		else if (stage->aggs[a]->general)
+			args[a] = agg_general_pack(stage->aggs[a], stage->rt, rec, &nulls[a]);
 	}
 }
 
@@ -311,6 +314,7 @@ keyed_arg_type(KeyedStage *stage, int a, int16 *typlen, bool *typbyval)
 {
 	AggregateDef *agg = stage->aggs[a];
 
-	*typlen = agg->arg ? agg->arg_typlen : sizeof(int64);
-	*typbyval = agg->arg ? agg->arg_typbyval : true;
+	/* any aggregate's values travel packed in a bytea (agg_general.h) */
+	*typlen = agg->arg ? agg->arg_typlen : agg->general ? -1 : sizeof(int64);
+	*typbyval = agg->arg ? agg->arg_typbyval : agg->general == NULL;
 }

@@ -34,6 +34,7 @@
 
 #include "base/key_groups.h"
 #include "operators/keyed_state.h"
+#include "plan/aggregate_call.h"
 #include "plan/plan.h"
 #include "state/serial.h"
 
@@ -229,7 +230,21 @@ keyed_state_layout(JobPlan *plan)
 	for (int a = 0; a < plan->naggs; a++)
 	{
 		AggregateDef *agg = plan->aggs[a];
+		GeneralAggDef *g = agg->general;
 
+		if (g)
+		{
+			/* the form, the state's type and the inputs' types make the bytes */
+			StringInfoData fp;
+
+			initStringInfo(&fp);
+			appendStringInfo(&fp, "aggregate %d %d %u", (int) agg->impl, (int) g->form, g->transtype);
+			for (int i = 0; i < g->ninputs; i++)
+				appendStringInfo(&fp, " %u", g->inputs[i]->type);
+			layout_add(&buf, fp.data, psprintf("aggregate \"%s\" (%s)", agg->name, agg->text),
+					   g->transtype);
+			continue;
+		}
 		layout_add(&buf, psprintf("aggregate %d %u %d %c", (int) agg->impl, agg->arg_type,
 								  agg->arg_typlen, agg->arg_typbyval ? 't' : 'f'),
 				   psprintf("aggregate \"%s\" (%s)", agg->name, agg->text), agg->arg_type);

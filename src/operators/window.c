@@ -679,6 +679,7 @@ panes_exact(KeyedStage *stage)
 			case AGG_SUM_FLOAT4:
 			case AGG_SUM_FLOAT8:
 			case AGG_AVG_FLOAT:
+			case AGG_GENERAL:	/* a combine function need not be exact, nor keep the order of inputs */
 				return false;
 			case AGG_MIN:
 			case AGG_MAX:

@@ -5,7 +5,8 @@
  * Result types and implementations follow PostgreSQL's own choices:
  * sum(int4) is a bigint that errors on overflow, sum(int8) and avg of
  * integers are numeric, float sums stay float; min and max take any type
- * with a btree ordering.
+ * with a btree ordering.  Every other aggregate, and these with DISTINCT,
+ * FILTER or ORDER BY, run through the catalog (aggregate_call.c).
  */
 #include "postgres.h"
 
@@ -14,44 +15,61 @@
 #include "utils/lsyscache.h"
 #include "utils/typcache.h"
 
+#include "plan/aggregate_call.h"
 #include "plan/aggregate_def.h"
 #include "plan/spec_error.h"
 
-static const char *const agg_hint =
-"An aggregate is count(*), count(e), sum(e), min(e), max(e) or avg(e), with e an SQL expression over the record's fields.";
+static bool compile_fast(AggregateDef *agg, FuncCall *call, const char *path, FieldScope *scope);
 
 AggregateDef *
 aggregate_compile(const char *name, const char *text, const char *path, FieldScope *scope)
 {
 	AggregateDef *agg = palloc0(sizeof(AggregateDef));
 	Node	   *raw = expr_parse(text, path);
-	FuncCall   *call;
-	char	   *fname;
-	Oid			t;
 
 	agg->name = pstrdup(name);
 	agg->text = pstrdup(text);
 	if (!IsA(raw, FuncCall))
-		spec_error(path, ERRCODE_SYNTAX_ERROR, agg_hint, "expected an aggregate call");
-	call = (FuncCall *) raw;
-	if (list_length(call->funcname) != 1)
-		spec_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate");
-	fname = strVal(linitial(call->funcname));
-	if (call->agg_distinct || call->agg_filter || call->agg_order || call->over ||
-		call->agg_within_group || call->func_variadic)
-		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED, agg_hint,
-				  "DISTINCT, FILTER, ORDER BY, OVER and VARIADIC are not supported in aggregates");
+		spec_error(path, ERRCODE_SYNTAX_ERROR,
+				   "An aggregate step's fields are aggregate calls, such as count(*), sum(e), count(DISTINCT e) or string_agg(e, ',').",
+				   "expected an aggregate call");
+	if (compile_fast(agg, (FuncCall *) raw, path, scope))
+		return agg;
+	memset(agg, 0, sizeof(AggregateDef));
+	agg->name = pstrdup(name);
+	agg->text = pstrdup(text);
+	agg->impl = AGG_GENERAL;
+	agg->general = aggregate_call_compile(text, raw, path, scope, &agg->result_type);
+	return agg;
+}
 
+/*
+ * count(*), count(e), and sum, avg, min and max of the types mailer's own
+ * code runs (operators/aggregate.c); false for anything else.
+ */
+static bool
+compile_fast(AggregateDef *agg, FuncCall *call, const char *path, FieldScope *scope)
+{
+	char	   *fname;
+	Oid			t;
+
+	if (list_length(call->funcname) != 1 || call->agg_distinct || call->agg_filter ||
+		call->agg_order || call->over || call->agg_within_group || call->func_variadic)
+		return false;
+	fname = strVal(linitial(call->funcname));
+	if (strcmp(fname, "count") != 0 && strcmp(fname, "sum") != 0 && strcmp(fname, "avg") != 0 &&
+		strcmp(fname, "min") != 0 && strcmp(fname, "max") != 0)
+		return false;
 	if (strcmp(fname, "count") == 0 && call->agg_star)
 	{
 		agg->impl = AGG_COUNT_STAR;
 		agg->result_type = INT8OID;
-		return agg;
+		return true;
 	}
-	if (call->agg_star || list_length(call->args) != 1)
-		spec_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "%s takes exactly one argument", fname);
+	if (call->agg_star || list_length(call->args) != 1 || IsA(linitial(call->args), NamedArgExpr))
+		return false;
 
-	agg->arg = expr_compile(psprintf("%s", text), linitial(call->args), path, scope, EXPR_SCALAR);
+	agg->arg = expr_compile(psprintf("%s", agg->text), linitial(call->args), path, scope, EXPR_SCALAR);
 	t = agg->arg->type;
 	agg->arg_type = t;
 	agg->arg_collation = agg->arg->collation;
@@ -90,25 +108,18 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
 				agg->result_type = FLOAT8OID;
 				break;
 			default:
-				spec_error(path, ERRCODE_UNDEFINED_FUNCTION,
-						  "sum and avg take smallint, integer, bigint, numeric, real or double precision; cast the argument, e.g. (value->>'amount')::numeric.",
-						  "%s of this type is not supported", fname);
+				return false;	/* sum(interval), avg(money), ...: the catalog's */
 		}
 	}
-	else if (strcmp(fname, "min") == 0 || strcmp(fname, "max") == 0)
+	else
 	{
 		TypeCacheEntry *tc = lookup_type_cache(t, TYPECACHE_CMP_PROC_FINFO);
 
 		if (!OidIsValid(tc->cmp_proc) || agg->arg_typlen == -2)
-			spec_error(path, ERRCODE_UNDEFINED_FUNCTION,
-					  "min and max take a type with an ordering, such as numeric, text or timestamptz.",
-					  "%s needs an ordered type", fname);
+			return false;
 		fmgr_info_copy(&agg->cmp_proc, &tc->cmp_proc_finfo, TopMemoryContext);
 		agg->impl = fname[1] == 'i' ? AGG_MIN : AGG_MAX;
 		agg->result_type = t;
 	}
-	else
-		spec_error(path, ERRCODE_UNDEFINED_FUNCTION, agg_hint, "unknown aggregate \"%s\"", fname);
-	return agg;
+	return true;
 }
-

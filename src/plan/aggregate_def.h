@@ -28,7 +28,8 @@ typedef enum AggImpl
 	AGG_AVG_NUMERIC,
 	AGG_AVG_FLOAT,				/* float4, float8 -> float8 */
 	AGG_MIN,
-	AGG_MAX
+	AGG_MAX,
+	AGG_GENERAL					/* any aggregate, through its catalog functions */
 } AggImpl;
 
 typedef struct AggregateDef
@@ -44,9 +45,16 @@ typedef struct AggregateDef
 	int16		arg_typlen;
 	bool		arg_typbyval;
 	FmgrInfo	cmp_proc;
+	/* AGG_GENERAL: arg is NULL, the arguments and the rest are in here */
+	struct GeneralAggDef *general;
+	void	   *run;			/* ... and what running it needs (operators/agg_general.c) */
 } AggregateDef;
 
-/* Parse and type-check "sum(e)" etc.; ERROR naming path when invalid. */
+/*
+ * Parse and type-check an aggregate call; ERROR naming path when invalid.
+ * count, sum, min, max and avg of the types they know run on code of
+ * mailer's own; any other call through the catalog (plan/aggregate_call.h).
+ */
 extern AggregateDef *aggregate_compile(const char *name, const char *text, const char *path,
 									   FieldScope *scope);
 

@@ -10,6 +10,7 @@
 #include "utils/datetime.h"
 #include "utils/timestamp.h"
 
+#include "plan/aggregate_call.h"
 #include "plan/json_fields.h"
 #include "plan/plan.h"
 
@@ -174,8 +175,12 @@ describe_keyed(StringInfo buf, JobPlan *plan)
 	else if (plan->aggregated)
 		appendStringInfoString(buf, "\n  no window: running values per key, written at each checkpoint");
 	for (int i = 0; i < plan->naggs; i++)
+	{
 		appendStringInfo(buf, "\n  aggregate %s %s := %s", quote_identifier(plan->aggs[i]->name),
 						 format_type_be(plan->aggs[i]->result_type), plan->aggs[i]->text);
+		if (plan->aggs[i]->general)
+			appendStringInfo(buf, "\n    %s", aggregate_call_describe(plan->aggs[i]->general));
+	}
 	appendStringInfo(buf, "\n  state backend: %s",
 					 spec_choice_name(spec_state_backends, plan->spec->state_backend));
 }

@@ -35,6 +35,7 @@ static void rethrow_with_path(MemoryContext ctx, const char *path, const char *t
 static char *describe_fields(FieldScope *scope);
 static Node *faster_casts(Node *node, void *context);
 static void check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use);
+static CompiledExpr *expr_compile_node(CompiledExpr *cexpr, Node *node, FieldScope *scope);
 static Expr *plan_expr(Node *node);
 static bool in_job_worker(void);
 static Node *plan_without_running(Node *node, void *context);
@@ -127,6 +128,62 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 	PG_END_TRY();
 
 	check_expr_use(pstate, node, path, use);
+	return expr_compile_node(cexpr, node, scope);
+}
+
+Node *
+expr_transform_aggregate(const char *text, Node *raw, const char *path, FieldScope *scope)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+	ParseState *pstate = make_parsestate(NULL);
+	Node	   *node = NULL;
+
+	pstate->p_pre_columnref_hook = field_ref_hook;
+	pstate->p_ref_hook_state = scope;
+	PG_TRY();
+	{
+		node = transformExpr(pstate, copyObject(raw), EXPR_KIND_SELECT_TARGET);
+		assign_expr_collations(pstate, node);
+	}
+	PG_CATCH();
+	{
+		rethrow_with_path(ctx, path, text, scope);
+	}
+	PG_END_TRY();
+	if (!IsA(node, Aggref))
+		spec_error(path, ERRCODE_WRONG_OBJECT_TYPE,
+				   "An aggregate step's fields are aggregate calls, such as count(*), sum(e), count(DISTINCT e) or string_agg(e, ',').",
+				   "%s", pstate->p_hasWindowFuncs ? "window functions (OVER) are not aggregates of a job" :
+				   pstate->p_hasAggs ? "expected an aggregate call, not an expression that uses one" :
+				   IsA(node, FuncExpr) ? psprintf("%s is not an aggregate function",
+												  get_func_name(((FuncExpr *) node)->funcid)) :
+				   "expected an aggregate call");
+	if (pstate->p_hasSubLinks)
+		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Put the query in a function and call the function.",
+				   "subqueries are not supported in job expressions");
+	if (pstate->p_hasTargetSRFs)
+		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Use a \"flat_map\" step to turn one record into several.",
+				   "set-returning functions are allowed only in flat_map");
+	return node;
+}
+
+CompiledExpr *
+expr_compile_part(const char *text, const char *path, Node *node, FieldScope *scope)
+{
+	CompiledExpr *cexpr = palloc0(sizeof(CompiledExpr));
+
+	cexpr->text = text;
+	cexpr->path = path;
+	return expr_compile_node(cexpr, node, scope);
+}
+
+/* Plan a transformed expression into cexpr (text and path set). */
+static CompiledExpr *
+expr_compile_node(CompiledExpr *cexpr, Node *node, FieldScope *scope)
+{
+	MemoryContext ctx = CurrentMemoryContext;
 
 	/* In the worker, constant folding evaluates immutable calls now: 1/0 fails here. */
 	PG_TRY();
@@ -135,7 +192,7 @@ expr_compile(const char *text, Node *raw, const char *path, FieldScope *scope, E
 	}
 	PG_CATCH();
 	{
-		rethrow_with_path(ctx, path, text, scope);
+		rethrow_with_path(ctx, cexpr->path, cexpr->text, scope);
 	}
 	PG_END_TRY();
 	cexpr->expr = (Expr *) faster_casts((Node *) cexpr->expr, NULL);

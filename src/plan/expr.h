@@ -56,6 +56,19 @@ extern CompiledExpr *expr_compile(const char *text, Node *raw, const char *path,
 								  FieldScope *scope, ExprUse use);
 
 /*
+ * Parse analysis of an aggregate call (raw, the text's parse tree) against
+ * scope: the Aggref, its arguments and FILTER resolved as in a SELECT list.
+ * ERROR naming path when it is not one aggregate call, or uses a subquery
+ * or a set-returning function.
+ */
+extern Node *expr_transform_aggregate(const char *text, Node *raw, const char *path,
+									  FieldScope *scope);
+
+/* Compile a part of a transformed aggregate call (an argument, its FILTER). */
+extern CompiledExpr *expr_compile_part(const char *text, const char *path, Node *node,
+									   FieldScope *scope);
+
+/*
  * Compile a cast of slot's field to (type, typmod), as CAST(field AS type)
  * would; NULL when no conversion is needed.  ERROR naming path when no cast
  * exists.

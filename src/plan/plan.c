@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
+#include "plan/aggregate_call.h"
 #include "plan/json_fields.h"
 #include "plan/kafka_options.h"
 #include "plan/plan.h"
@@ -45,6 +46,7 @@ static StatelessStep *compile_named_step(StepSpec *step, FieldScope *scope);
 static void compile_key_by(CompileState *cs, StepSpec *step, StatelessStep *st);
 static void compile_aggregate(CompileState *cs, StepSpec *step);
 static void check_field_type(const char *path, Oid type, const char *what);
+static void check_general_aggregate(const char *path, GeneralAggDef *g, WindowSpec *window);
 static void build_output(JobPlan *plan, List *agg_paths, const char *window_path);
 
 JobPlan *
@@ -208,12 +210,33 @@ compile_aggregate(CompileState *cs, StepSpec *step)
 	{
 		NamedExprSpec *ne = lfirst(lc);
 
-		plan->aggs[i] = aggregate_compile(ne->name, ne->expr, ne->path, cs->scope);
-		if (plan->aggs[i]->arg)
-			check_field_type(ne->path, plan->aggs[i]->arg->type, "the argument");
+		AggregateDef *agg = aggregate_compile(ne->name, ne->expr, ne->path, cs->scope);
+
+		plan->aggs[i] = agg;
+		if (agg->arg)
+			check_field_type(ne->path, agg->arg->type, "the argument");
+		if (agg->general)
+			check_general_aggregate(ne->path, agg->general, plan->window);
 		i++;
 		cs->agg_paths = lappend(cs->agg_paths, ne->path);
 	}
+}
+
+/*
+ * Its arguments are kept (a record's values travel to the keyed stage, and
+ * DISTINCT keeps them in the state); a session window merges the states of
+ * the sessions a record joins, with the aggregate's combine function.
+ */
+static void
+check_general_aggregate(const char *path, GeneralAggDef *g, WindowSpec *window)
+{
+	for (int i = 0; i < g->ninputs; i++)
+		check_field_type(path, g->inputs[i]->type, "an argument");
+	if (window && window->type == WINDOW_SESSION && !aggregate_call_combines(g))
+		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Use a tumbling or sliding window, or give the aggregate a COMBINEFUNC (CREATE AGGREGATE ... COMBINEFUNC = ...).",
+				   "aggregate %s has no combine function, which a session window needs to merge sessions",
+				   get_func_name(g->aggfnoid));
 }
 
 /* map and key_by: every expression sees the fields as they were before the step. */

@@ -9,6 +9,7 @@
  */
 #include "postgres.h"
 
+#include "plan/aggregate_call.h"
 #include "plan/plan.h"
 
 static void prepare_expr(CompiledExpr *expr, bool over_output, void *arg);
@@ -28,8 +29,16 @@ plan_foreach_expr(JobPlan *plan, PlanExprFn fn, void *arg)
 			fn(st->exprs[j], false, arg);
 	}
 	for (int i = 0; i < plan->naggs; i++)
+	{
+		GeneralAggDef *g = plan->aggs[i]->general;
+
 		if (plan->aggs[i]->arg)
 			fn(plan->aggs[i]->arg, false, arg);
+		for (int j = 0; g && j < g->ninputs; j++)
+			fn(g->inputs[j], false, arg);
+		if (g && g->filter)
+			fn(g->filter, false, arg);
+	}
 	for (int i = 0; i < plan->sink->ncolumns; i++)
 		if (plan->sink->columns[i].cast)
 			fn(plan->sink->columns[i].cast, true, arg);

@@ -543,6 +543,26 @@ check_column_privileges(Oid relid, SinkPlan *sink, const char *relname)
 }
 
 /*
+ * Column i's values as rows, from parameter $i+1, and the parameter's type
+ * (set in sink->param_types, which the caller allocated): an array of the
+ * column's base type, or for a type that has no array type (an array type:
+ * PostgreSQL has no arrays of arrays) its values as text, cast back to it.
+ */
+static char *
+column_unnest(SinkPlan *sink, int i)
+{
+	SinkColumn *col = &sink->columns[i];
+	Oid			array = get_array_type(getBaseType(col->type));
+
+	col->via_text = !OidIsValid(array);
+	sink->param_types[i] = col->via_text ? TEXTARRAYOID : array;
+	if (col->via_text)
+		return psprintf("pg_catalog.unnest($%d)::%s", i + 1,
+						format_type_extended(col->type, -1, FORMAT_TYPE_FORCE_QUALIFY));
+	return psprintf("pg_catalog.unnest($%d)", i + 1);
+}
+
+/*
  * One statement writes a whole batch: each column's values arrive as one
  * array parameter and unnest() turns them back into rows.  The unnest()
  * calls stand in the select list, where they run in step and a composite
@@ -565,10 +585,7 @@ build_insert_sql(SinkPlan *sink)
 	appendStringInfoString(&sql, ") SELECT ");
 	for (int i = 0; i < sink->ncolumns; i++)
 	{
-		Oid			elem = getBaseType(sink->columns[i].type);
-
-		sink->param_types[i] = get_array_type(elem);
-		appendStringInfo(&sql, "%spg_catalog.unnest($%d)", i ? ", " : "", i + 1);
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", column_unnest(sink, i));
 	}
 	if (sink->upsert)
 	{
@@ -622,7 +639,7 @@ build_delete_sql(SinkPlan *sink)
 	{
 		if (!sink->columns[i].is_key)
 			continue;
-		appendStringInfo(&sql, "%spg_catalog.unnest($%d) AS k%d", first ? "" : ", ", i + 1, i + 1);
+		appendStringInfo(&sql, "%s%s AS k%d", first ? "" : ", ", column_unnest(sink, i), i + 1);
 		first = false;
 	}
 	appendStringInfoString(&sql, ") AS mailer_d WHERE ");

@@ -37,6 +37,7 @@ typedef struct SinkColumn
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;
+	bool		via_text;		/* passed as text (an array column: there are no arrays of arrays) */
 } SinkColumn;
 
 /*

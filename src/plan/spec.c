@@ -492,7 +492,7 @@ parse_named_exprs(JsonbValue *v, const char *path, bool aggregates)
 			spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, "Field names are non-empty strings.", "empty field name");
 		if (val.type != jbvString)
 			spec_error(ne->path, ERRCODE_INVALID_PARAMETER_VALUE,
-					   aggregates ? "An aggregate: count(*), count(e), sum(e), min(e), max(e) or avg(e)." :
+					   aggregates ? "An aggregate call as SQL text, such as count(*), sum(e), count(DISTINCT e) or string_agg(e, ',')." :
 					   "An SQL expression over the record's fields, as a string.",
 					   "expected a string, found %s", json_type_name(&val));
 		ne->expr = pnstrdup(val.val.string.val, val.val.string.len);
