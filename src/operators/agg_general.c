@@ -72,6 +72,7 @@ typedef struct TransState
 
 static AggRun *agg_run(AggregateDef *agg);
 static void trans_begin(GeneralAggDef *g, AggRun *run, const AggValue *value, TransState *ts);
+static void validate_input(GeneralAggDef *g, AggRun *run, struct varlena *entry);
 static void trans_advance(GeneralAggDef *g, AggRun *run, TransState *ts, Datum *args, bool *nulls);
 static void trans_end(AggregateDef *agg, AggRun *run, TransState *ts, AggValue *next);
 static Datum trans_final(GeneralAggDef *g, AggRun *run, TransState *ts, bool *isnull);
@@ -148,6 +149,7 @@ agg_general_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum
 				return;
 		}
 		check_limit(agg, (log ? log->bytes : 0) + VARSIZE(entry));
+		validate_input(g, run, entry);
 		next->pending = entry;
 		next->scale = pos;		/* where store puts it */
 		next->count = value->count + 1;
@@ -159,6 +161,28 @@ agg_general_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum
 	trans_advance(g, run, &ts, run->values, run->nulls);
 	trans_end(agg, run, &ts, next);
 	next->count = value->count + 1;
+}
+
+/*
+ * Kept inputs meet the transition function only when a result is made, at
+ * a checkpoint or a window's end, where no record answers for an error: a
+ * record the function refuses on its own (jsonb_object_agg's null key, a
+ * user aggregate's RAISE) must fail now, as the record's own error.  So
+ * the input goes through the transition function once, from the initial
+ * state.  An error that only the state seen so far brings about still
+ * comes at the result (docs/ARCHITECTURE.md, "Any aggregate").
+ */
+static void
+validate_input(GeneralAggDef *g, AggRun *run, struct varlena *entry)
+{
+	AggValue	empty = {0};
+	TransState	ts;
+
+	unpack(g, run, entry, g->ntransargs);
+	MemoryContextReset(run->trans_ctx);
+	trans_begin(g, run, &empty, &ts);
+	trans_advance(g, run, &ts, run->values, run->nulls);
+	MemoryContextReset(run->trans_ctx);
 }
 
 void
