@@ -29,7 +29,7 @@ SELECT job, backend,
 	   pg_temp.timed_out(section, job, backend) AS "timed out"
   FROM m WHERE section = 'throughput'
  GROUP BY section, job, backend
- ORDER BY array_position(ARRAY['raw', 'passthrough', 'append', 'totals', 'tumbling', 'sliding', 'session'], job),
+ ORDER BY array_position(ARRAY['raw', 'passthrough', 'append', 'totals', 'tumbling', 'sliding', 'session', 'distinct'], job),
 		  backend DESC;
 
 \echo 'Parallelism: the same jobs and topic (8 partitions) at each parallelism; CPU-s/M summed over every subtask; ratios to parallelism 1 within a round'

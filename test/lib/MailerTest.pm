@@ -210,7 +210,7 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
-push @EXPORT, qw(produce_thirds_with_kill want_sliding);
+push @EXPORT, qw(produce_thirds_with_kill want_sliding records_in_of_all committed_records);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
@@ -262,22 +262,28 @@ sub window_tables
 # What a window job over an events table (events_table) must emit, in
 # plain SQL: tumbling windows of $size (date_bin), and sessions of gap $gap
 # (a new session where the gap to the key's previous event is >= $gap).
+# $aggs, the select list of the aggregates, is n and total by default; any
+# table with columns k and ts serves (the general aggregates' tests, 16x).
+my $WANT_AGGS = 'count(*) AS n, sum(a) AS total';
+
 sub want_tumbling
 {
-	my ($events, $size) = @_;
+	my ($events, $size, $aggs) = @_;
+	$aggs //= $WANT_AGGS;
 	return qq{
 	SELECT k, date_bin('$size', ts, '1970-01-01 00:00:00+00') AS window_start,
 		   date_bin('$size', ts, '1970-01-01 00:00:00+00') + interval '$size' AS window_end,
-		   count(*) AS n, sum(a) AS total
+		   $aggs
 	  FROM $events GROUP BY 1, 2, 3};
 }
 
 sub want_sessions
 {
-	my ($events, $gap) = @_;
+	my ($events, $gap, $aggs) = @_;
+	$aggs //= $WANT_AGGS;
 	return qq{
 	WITH marked AS (
-		SELECT k, ts, a,
+		SELECT *,
 			   CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts) < interval '$gap'
 					THEN 0 ELSE 1 END AS starts
 		  FROM $events),
@@ -285,7 +291,7 @@ sub want_sessions
 		SELECT *, sum(starts) OVER (PARTITION BY k ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
 		  FROM marked)
 	SELECT k, min(ts) AS window_start, max(ts) + interval '$gap' AS window_end,
-		   count(*) AS n, sum(a) AS total
+		   $aggs
 	  FROM numbered GROUP BY k, session};
 }
 
@@ -345,13 +351,15 @@ sub produce_thirds_with_kill
 }
 
 # SQL's answer for sliding windows of $size_s seconds every $slide_s seconds
-# over an events table (k, ts, a): k, window_start, window_end, n, total.
+# over an events table (k, ts, a): k, window_start, window_end, n, total
+# (or the select list $aggs).
 sub want_sliding
 {
-	my ($table, $size_s, $slide_s, $where) = @_;
+	my ($table, $size_s, $slide_s, $where, $aggs) = @_;
 	$where //= 'true';
+	$aggs //= $WANT_AGGS;
 	return qq{
-	SELECT k, s AS window_start, s + interval '$size_s seconds' AS window_end, count(*) AS n, sum(a) AS total
+	SELECT k, s AS window_start, s + interval '$size_s seconds' AS window_end, $aggs
 	  FROM $table,
 		   generate_series(date_bin('$slide_s seconds', ts, '1970-01-01 00:00:00+00') - interval '@{[$size_s - $slide_s]} seconds',
 						   date_bin('$slide_s seconds', ts, '1970-01-01 00:00:00+00'), interval '$slide_s seconds') s
@@ -383,6 +391,27 @@ sub create_window_job
  "state": {"backend": "%s"}}
 JSON
 	return psql("SELECT mailer.create_job('$name', \$spec\$$spec\$spec\$)");
+}
+
+# Wait until each of @jobs runs and has read $n records (mailer.metrics'
+# records_in: after a crash, the checkpoint's count and the records read
+# again); $what says when.
+sub records_in_of_all
+{
+	my ($n, $what, @jobs) = @_;
+	for my $job (@jobs)
+	{
+		wait_for_sql("$job read $n records ($what)",
+			"SELECT records_in FROM mailer.metrics WHERE name = '$job' AND state = 'running'", $n, 120);
+	}
+}
+
+# The records_in of a job's newest checkpoint (0 before the first).
+sub committed_records
+{
+	my ($job) = @_;
+	return psql("SELECT coalesce((SELECT (counters->>'records_in')::bigint FROM mailer.checkpoints c
+		JOIN mailer.job j USING (job_id) WHERE j.name = '$job' ORDER BY epoch DESC LIMIT 1), 0)");
 }
 
 # A column of mailer.metrics for a job.

@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
 	postgresql-15 postgresql-server-dev-15	# server, headers, PGXS, pg_regress, Test::Cluster
+	postgresql-15-hll						# hll: an extension's aggregate in a job (tests 162, 166)
 	librdkafka-dev librocksdb-dev			# libraries mailer links
 	libmicrohttpd-dev						# ... and the HTTP worker's server
 	prometheus chromium						# tests scrape /metrics and load the dashboard

@@ -46,22 +46,7 @@ for my $job (@jobs)
 		extra_steps => $filter, interval => '1 hour');
 }
 
-sub records_in_all
-{
-	my ($n, $what) = @_;
-	for my $job (@jobs)
-	{
-		wait_for_sql("$job read $n records ($what)",
-			"SELECT records_in FROM mailer.metrics WHERE name = '$job' AND state = 'running'", $n, 120);
-	}
-}
-
-sub committed_records
-{
-	my ($job) = @_;
-	return psql("SELECT coalesce((SELECT (counters->>'records_in')::bigint FROM mailer.checkpoints c
-		JOIN mailer.job j USING (job_id) WHERE j.name = '$job' ORDER BY epoch DESC LIMIT 1), 0)");
-}
+sub records_in_all { records_in_of_all(@_, @jobs) }
 
 # The first third, committed by a stop (its final checkpoint); the windows
 # that ended are written, the later ones are open.

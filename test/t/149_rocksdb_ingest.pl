@@ -39,12 +39,6 @@ create_window_job('t149', $topic, table => 't149', backend => 'rocksdb',
 	extra_steps => q[{"filter": "value->>'k' <> 'end'"}], interval => '100 milliseconds');
 my $job_id = psql("SELECT job_id FROM mailer.jobs WHERE name = 't149'");
 
-sub committed_records
-{
-	return psql("SELECT coalesce((SELECT (counters->>'records_in')::bigint FROM mailer.checkpoints
-		WHERE job_id = $job_id ORDER BY epoch DESC LIMIT 1), 0)");
-}
-
 sub max_epoch
 {
 	return psql("SELECT coalesce(max(epoch), 0) FROM mailer.checkpoints WHERE job_id = $job_id");
@@ -58,7 +52,7 @@ for my $i (0 .. $nparts - 2)
 	produce_events($topic, $part[$i]);
 	$read += 2 * $size;
 	wait_for_sql("t149 read $read records", "SELECT records_in FROM mailer.metrics WHERE name = 't149'", $read, 120);
-	wait_until("part $i committed", sub { committed_records() >= $read }, 120);
+	wait_until("part $i committed", sub { committed_records('t149') >= $read }, 120);
 }
 cmp_ok(max_epoch(), '>=', $nparts - 1, 'many checkpoints, each an ingested file');
 cmp_ok(psql('SELECT count(*) FROM t149'), '>', 10, 'windows fired (their state deleted) before the kill');
@@ -80,7 +74,7 @@ test_point_release();
 wait_until('a new worker runs', sub { worker_pid('t149') > 0 }, 120);
 wait_until('the leftover SST file removed at open', sub { !-e $left[0] }, 120);
 wait_for_sql("t149 read $read records again", "SELECT records_in FROM mailer.metrics WHERE name = 't149' AND state = 'running'", $read, 120);
-wait_until('the last part committed after the restart', sub { committed_records() >= $read }, 120);
+wait_until('the last part committed after the restart', sub { committed_records('t149') >= $read }, 120);
 is(scalar(my @g = glob("$dir/ingest-*.sst")), 0, 'no SST file left beside live/ after ingests');
 
 # End markers fire every window; stop_job's final checkpoint commits.
