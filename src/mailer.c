@@ -241,7 +241,7 @@ define_settings(void)
 							"Largest state one key may keep for one aggregate whose state grows with its input.",
 							"array_agg, string_agg, count(DISTINCT ...) and the like: a record that would take a key's state past it fails with SQLSTATE 54000 (per on_error: a dead letter).",
 							&mailer_aggregate_state_limit_kb,
-							1024, 1, MAX_KILOBYTES,
+							1024, 1, 256 * 1024,	/* a key's entry stays below 1 GB */
 							PGC_SIGHUP,
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);

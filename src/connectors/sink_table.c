@@ -42,6 +42,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -1135,7 +1136,10 @@ row_equal(TableSink *sink, uint32 a, uint32 b)
 
 /*
  * A column passed as text (SinkColumn.via_text): each value by its type's
- * output function, which the statement's cast reads back exactly.
+ * output function, which the statement's cast reads back.  The settings
+ * that shape the text are fixed for it, whatever the job's owner or a
+ * function set: every float digit, ISO dates (read back under any
+ * DateStyle), intervals with a sign per field (under any IntervalStyle).
  */
 static void
 text_values(SinkColumn *col, Datum *values, const bool *nulls, int n)
@@ -1143,10 +1147,18 @@ text_values(SinkColumn *col, Datum *values, const bool *nulls, int n)
 	Oid			out;
 	bool		varlena;
 	FmgrInfo	flinfo;
+	int			level = NewGUCNestLevel();
 
+	set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION,
+					  GUC_ACTION_SAVE, true, 0, false);
+	set_config_option("DateStyle", "ISO", PGC_USERSET, PGC_S_SESSION,
+					  GUC_ACTION_SAVE, true, 0, false);
+	set_config_option("IntervalStyle", "postgres", PGC_USERSET, PGC_S_SESSION,
+					  GUC_ACTION_SAVE, true, 0, false);
 	getTypeOutputInfo(col->type, &out, &varlena);
 	fmgr_info(out, &flinfo);
 	for (int i = 0; i < n; i++)
 		if (!nulls[i])
 			values[i] = CStringGetTextDatum(OutputFunctionCall(&flinfo, values[i]));
+	AtEOXact_GUC(true, level);
 }

@@ -60,6 +60,7 @@ typedef struct AggRun
 	/* a record's values, unpacked */
 	Datum	   *values;
 	bool	   *nulls;
+	StringInfoData pack;		/* agg_general_pack's buffer */
 } AggRun;
 
 /* A transition state being worked on, as nodeAgg.c's pergroup state. */
@@ -73,6 +74,7 @@ typedef struct TransState
 static AggRun *agg_run(AggregateDef *agg);
 static void trans_begin(GeneralAggDef *g, AggRun *run, const AggValue *value, TransState *ts);
 static void validate_input(GeneralAggDef *g, AggRun *run, struct varlena *entry);
+static void result_error_context(void *arg);
 static void trans_advance(GeneralAggDef *g, AggRun *run, TransState *ts, Datum *args, bool *nulls);
 static void trans_end(AggregateDef *agg, AggRun *run, TransState *ts, AggValue *next);
 static Datum trans_final(GeneralAggDef *g, AggRun *run, TransState *ts, bool *isnull);
@@ -89,7 +91,8 @@ Datum
 agg_general_pack(AggregateDef *agg, ExprRuntime *rt, Record *rec, bool *isnull)
 {
 	GeneralAggDef *g = agg->general;
-	StringInfoData buf;
+	StringInfo	buf;
+	char	   *packed;
 
 	if (g->filter)
 	{
@@ -102,21 +105,25 @@ agg_general_pack(AggregateDef *agg, ExprRuntime *rt, Record *rec, bool *isnull)
 			return (Datum) 0;
 		}
 	}
-	initStringInfo(&buf);
-	appendStringInfoSpaces(&buf, VARHDRSZ);
+	/* built in the run's buffer, returned as a copy of its size */
+	buf = &agg_run(agg)->pack;
+	resetStringInfo(buf);
+	appendStringInfoSpaces(buf, VARHDRSZ);
 	for (int i = 0; i < g->ninputs; i++)
 	{
 		bool		null;
 		Datum		d = expr_eval(g->inputs[i], rt, rec, &null);
 		char		flag = null ? 1 : 0;
 
-		serial_put(&buf, &flag, 1);
+		serial_put(buf, &flag, 1);
 		if (!null)
-			serial_put_datum(&buf, d, g->input_typlen[i], g->input_typbyval[i]);
+			serial_put_datum(buf, d, g->input_typlen[i], g->input_typbyval[i]);
 	}
-	SET_VARSIZE(buf.data, buf.len);
+	SET_VARSIZE(buf->data, buf->len);
+	packed = palloc(buf->len);
+	memcpy(packed, buf->data, buf->len);
 	*isnull = false;
-	return PointerGetDatum(buf.data);
+	return PointerGetDatum(packed);
 }
 
 void
@@ -306,7 +313,13 @@ agg_general_result(AggregateDef *agg, AggValue *value, bool *isnull)
 	MemoryContext out = CurrentMemoryContext;
 	TransState	ts;
 	Datum		result;
+	ErrorContextCallback errcallback;
 
+	/* an error here is no record's: say which aggregate it was */
+	errcallback.callback = result_error_context;
+	errcallback.arg = agg;
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
 	MemoryContextReset(run->trans_ctx);
 	if (g->form == AGG_FORM_INPUTS)
 	{
@@ -372,7 +385,16 @@ agg_general_result(AggregateDef *agg, AggValue *value, bool *isnull)
 	}
 	MemoryContextReset(run->call_ctx);
 	MemoryContextReset(run->trans_ctx);
+	error_context_stack = errcallback.previous;
 	return result;
+}
+
+static void
+result_error_context(void *arg)
+{
+	AggregateDef *agg = arg;
+
+	errcontext("making the result of aggregate \"%s\" (%s) from a key's state", agg->name, agg->text);
 }
 
 void
@@ -510,6 +532,7 @@ agg_run(AggregateDef *agg)
 	get_typlenbyval(agg->result_type, &run->result_typlen, &run->result_typbyval);
 	run->values = palloc0(sizeof(Datum) * Max(g->ninputs, 1));
 	run->nulls = palloc0(sizeof(bool) * Max(g->ninputs, 1));
+	initStringInfo(&run->pack);
 	run->sort = palloc0(sizeof(SortSupportData) * Max(g->nsortkeys, 1));
 	for (int k = 0; k < g->nsortkeys; k++)
 	{

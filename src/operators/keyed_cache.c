@@ -288,17 +288,22 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 
 /*
  * Once every entry is in the backend, a cache grown past
- * mailer.state_cache_entries starts afresh.  Resetting the context gives
- * all its memory back at once, where freeing entries one by one would
- * leave it fragmented.
+ * mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory, starts
+ * afresh.  Resetting the context gives all its memory back at once, where
+ * freeing entries one by one would leave it fragmented; that is also why
+ * the memory counts: the entries deleted since (purged windows, with what
+ * their aggregates kept) still hold theirs until the reset.
  */
+#define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
+
 void
 keyed_write_dirty(KeyedStage *stage)
 {
 	for (int i = 0; i < stage->ndirty; i++)
 		write_entry(stage, stage->dirty[i]);
 	stage->ndirty = 0;
-	if (stage->cache->members > mailer_state_cache_entries)
+	if (stage->cache->members > mailer_state_cache_entries ||
+		MemoryContextMemAllocated(stage->cache_context, true) > CACHE_MEMORY_LIMIT)
 	{
 		MemoryContextReset(stage->cache_context);
 		keyed_cache_create(stage);

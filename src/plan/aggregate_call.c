@@ -16,13 +16,16 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "access/tupdesc.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parse_agg.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 #include "plan/aggregate_call.h"
 #include "plan/spec_error.h"
@@ -30,6 +33,7 @@
 static void check_execute(const char *path, Oid fn, Oid role, const char *what, Oid aggfnoid);
 static void set_fn(FmgrInfo *finfo, Oid fn, Expr *expr);
 static AggStateForm choose_form(GeneralAggDef *g, Aggref *aggref, Oid serialfn, Oid deserialfn);
+static bool has_binary_io(Oid type);
 static void compile_inputs(GeneralAggDef *g, Aggref *aggref, const char *text, const char *path,
 						   FieldScope *scope);
 
@@ -140,22 +144,56 @@ aggregate_call_compile(const char *text, Node *raw, const char *path, FieldScope
 static AggStateForm
 choose_form(GeneralAggDef *g, Aggref *aggref, Oid serialfn, Oid deserialfn)
 {
-	HeapTuple	tup;
-	bool		binary_io;
-	bool		pseudo;
-
 	if (aggref->aggdistinct != NIL || aggref->aggorder != NIL)
 		return AGG_FORM_INPUTS;
 	if (g->transtype == INTERNALOID)
 		return OidIsValid(serialfn) && OidIsValid(deserialfn) ? AGG_FORM_SERIAL : AGG_FORM_INPUTS;
-	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(g->transtype));
+	return has_binary_io(g->transtype) ? AGG_FORM_VALUE : AGG_FORM_INPUTS;
+}
+
+/*
+ * Whether a value of type can go through its send and receive functions:
+ * those of an array, a row, a domain or a range call the ones of what they
+ * hold, which may have none (hll_hashval[]).
+ */
+static bool
+has_binary_io(Oid type)
+{
+	HeapTuple	tup;
+	Form_pg_type t;
+	bool		ok;
+	Oid			elem;
+	char		typtype;
+
+	check_stack_depth();
+	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
 	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for type %u", g->transtype);
-	binary_io = OidIsValid(((Form_pg_type) GETSTRUCT(tup))->typsend) &&
-		OidIsValid(((Form_pg_type) GETSTRUCT(tup))->typreceive);
-	pseudo = ((Form_pg_type) GETSTRUCT(tup))->typtype == TYPTYPE_PSEUDO;
+		elog(ERROR, "cache lookup failed for type %u", type);
+	t = (Form_pg_type) GETSTRUCT(tup);
+	ok = OidIsValid(t->typsend) && OidIsValid(t->typreceive) && t->typtype != TYPTYPE_PSEUDO;
+	typtype = t->typtype;
+	elem = IsTrueArrayType(t) ? t->typelem : InvalidOid;
 	ReleaseSysCache(tup);
-	return binary_io && !pseudo ? AGG_FORM_VALUE : AGG_FORM_INPUTS;
+	if (!ok)
+		return false;
+	if (OidIsValid(elem))
+		return has_binary_io(elem);
+	if (typtype == TYPTYPE_DOMAIN)
+		return has_binary_io(getBaseType(type));
+	if (typtype == TYPTYPE_RANGE)
+		return has_binary_io(get_range_subtype(type));
+	if (typtype == TYPTYPE_MULTIRANGE)
+		return has_binary_io(get_multirange_range(type));
+	if (typtype == TYPTYPE_COMPOSITE)
+	{
+		TupleDesc	desc = lookup_rowtype_tupdesc(type, -1);
+
+		for (int i = 0; ok && i < desc->natts; i++)
+			if (!TupleDescAttr(desc, i)->attisdropped)
+				ok = has_binary_io(TupleDescAttr(desc, i)->atttypid);
+		ReleaseTupleDesc(desc);
+	}
+	return ok;
 }
 
 /* The arguments, ORDER BY expressions and FILTER, compiled; the sort keys. */

@@ -262,7 +262,8 @@ in_job_worker(void)
 /*
  * What expression_planner does that executor setup needs, without
  * evaluating anything: function calls get their named and default
- * arguments in place (fix_opfuncids does the rest).
+ * arguments in place (fix_opfuncids does the rest), COLLATE becomes a
+ * relabel.
  */
 static Node *
 plan_without_running(Node *node, void *context)
@@ -270,6 +271,17 @@ plan_without_running(Node *node, void *context)
 	if (node == NULL)
 		return NULL;
 	node = expression_tree_mutator(node, plan_without_running, context);
+	/* COLLATE is the planner's to fold into a relabel: the executor has no step for it */
+	if (IsA(node, CollateExpr))
+	{
+		CollateExpr *c = (CollateExpr *) node;
+		Node	   *arg = (Node *) c->arg;
+
+		if (!type_is_collatable(exprType(arg)))
+			return arg;
+		return (Node *) makeRelabelType((Expr *) arg, exprType(arg), exprTypmod(arg), c->collOid,
+										COERCE_IMPLICIT_CAST);
+	}
 	if (IsA(node, FuncExpr))
 	{
 		FuncExpr   *f = (FuncExpr *) node;

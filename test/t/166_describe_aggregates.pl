@@ -57,4 +57,34 @@ like(about('st'), qr/transition t166_stats_step\(bigint\[\],integer\), combine t
 like(about('sq'), qr/transition t166_squares_step\(bigint,integer\), combine none, final none; state: bigint, stored through its send and receive functions/,
 	'the PL/pgSQL aggregate: no combine or final function');
 
+# A state whose type has send and receive, but holds a type that has not
+# (hll_hashval[]: an array's I/O calls its element's), keeps the inputs;
+# kept as a value, every checkpoint would fail.
+psql("DROP AGGREGATE IF EXISTS t166_hashes(hll_hashval);
+	CREATE OR REPLACE FUNCTION t166_nhashes(hll_hashval[]) RETURNS int LANGUAGE sql AS 'SELECT coalesce(array_length(\$1, 1), 0)';
+	CREATE AGGREGATE t166_hashes(hll_hashval) (sfunc = array_append, stype = hll_hashval[], finalfunc = t166_nhashes, initcond = '{}');
+	CREATE TABLE t166_hashes (k text PRIMARY KEY, n int, s text, f float8[])");
+$plan = psql(qq[SELECT mailer.describe_job(\$spec\${"source": {"type": "generator"},
+	"steps": [{"key_by": {"k": "value->>'customer_id'"}},
+	          {"aggregate": {"n": "t166_hashes(hll_hash_text(value->>'order_id'))"}}],
+	"sink": {"type": "table", "table": "t166_hashes"}}\$spec\$)]);
+like(about('n'), qr/state: the key's inputs \(its state type has no binary send and receive\)/,
+	'a state of hll_hashval[] keeps the inputs');
+
+# The same job runs: its results, a COLLATE in an ORDER BY, and a float8[]
+# column (passed to the sink as text) with every digit whatever the owner's
+# extra_float_digits.
+psql("ALTER ROLE CURRENT_USER SET extra_float_digits = 0");
+psql(qq[SELECT mailer.create_job('j166', \$spec\${"source": {"type": "generator", "events": 300},
+	"steps": [{"key_by": {"k": "value->>'customer_id'"}},
+	          {"aggregate": {"n": "t166_hashes(hll_hash_text(value->>'order_id'))",
+	                         "s": "string_agg(value->>'order_id', ',' ORDER BY value->>'order_id' COLLATE \\"C\\")",
+	                         "f": "array_agg(1.0000000000000002::float8)"}}],
+	"sink": {"type": "table", "table": "t166_hashes"}}\$spec\$)]);
+is(wait_job('j166', 60), 'finished', 'the job with a hll_hashval[] state runs to its end');
+is(psql("SELECT sum(n) || ' ' || bool_and(s = (SELECT string_agg(x, ',' ORDER BY x COLLATE \"C\") FROM unnest(string_to_array(s, ',')) x))
+	|| ' ' || bool_and(f[1] = 1.0000000000000002::float8) FROM t166_hashes"), '300 true true',
+	'every record counted once, the COLLATE order kept, every float digit kept');
+psql("ALTER ROLE CURRENT_USER RESET extra_float_digits");
+
 done_testing();
