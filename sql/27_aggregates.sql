@@ -114,6 +114,15 @@ SELECT mailer.create_job('agg_job', $${"source": {"type": "generator"}, "steps":
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM mailer.jobs WHERE name = 'agg_job';
 
+-- Keys are compared byte by byte: a key_by field under a nondeterministic
+-- collation (which finds other bytes equal) is refused.
+CREATE COLLATION agg_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+SELECT mailer.describe_job($${"source": {"type": "generator"},
+  "steps": [{"key_by": {"k": "value->>'customer_id' COLLATE agg_ci"}}, {"aggregate": {"n": "count(*)"}}],
+  "sink": {"type": "table", "table": "agg_out"}}$$);
+\echo :LAST_ERROR_SQLSTATE
+DROP COLLATION agg_ci;
+
 -- The per-key limit of kept inputs and internal states: 1MB by default.
 SHOW mailer.aggregate_state_limit;
 

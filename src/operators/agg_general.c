@@ -22,6 +22,7 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
 #include "catalog/pg_type.h"
 #include "executor/nodeAgg.h"
 #include "fmgr.h"
@@ -173,11 +174,13 @@ agg_general_next(AggregateDef *agg, const AggValue *value, AggValue *next, Datum
 /*
  * Kept inputs meet the transition function only when a result is made, at
  * a checkpoint or a window's end, where no record answers for an error: a
- * record the function refuses on its own (jsonb_object_agg's null key, a
- * user aggregate's RAISE) must fail now, as the record's own error.  So
- * the input goes through the transition function once, from the initial
- * state.  An error that only the state seen so far brings about still
- * comes at the result (docs/ARCHITECTURE.md, "Any aggregate").
+ * record a built-in function refuses on its own (jsonb_object_agg's null
+ * key, array_agg's null array) must fail now, as the record's own error.
+ * So the input goes through the transition function once, from the
+ * initial state.  Only a built-in one: a user's may accept an input only
+ * after others (ORDER BY makes that meaningful), or do something each time
+ * it runs; its errors come at the result (docs/ARCHITECTURE.md, "Any
+ * aggregate").
  */
 static void
 validate_input(GeneralAggDef *g, AggRun *run, struct varlena *entry)
@@ -185,6 +188,8 @@ validate_input(GeneralAggDef *g, AggRun *run, struct varlena *entry)
 	AggValue	empty = {0};
 	TransState	ts;
 
+	if (g->transfn.fn_oid >= FirstGenbkiObjectId)
+		return;
 	unpack(g, run, entry, g->ntransargs);
 	MemoryContextReset(run->trans_ctx);
 	trans_begin(g, run, &empty, &ts);

@@ -288,13 +288,15 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 
 /*
  * Once every entry is in the backend, a cache grown past
- * mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory, starts
- * afresh.  Resetting the context gives all its memory back at once, where
+ * mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory (and
+ * CACHE_MEMORY_PER_ENTRY per entry, so that large live entries do not
+ * empty it at every checkpoint), starts afresh.  Resetting the context gives all its memory back at once, where
  * freeing entries one by one would leave it fragmented; that is also why
  * the memory counts: the entries deleted since (purged windows, with what
  * their aggregates kept) still hold theirs until the reset.
  */
 #define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
+#define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
 
 void
 keyed_write_dirty(KeyedStage *stage)
@@ -303,7 +305,8 @@ keyed_write_dirty(KeyedStage *stage)
 		write_entry(stage, stage->dirty[i]);
 	stage->ndirty = 0;
 	if (stage->cache->members > mailer_state_cache_entries ||
-		MemoryContextMemAllocated(stage->cache_context, true) > CACHE_MEMORY_LIMIT)
+		MemoryContextMemAllocated(stage->cache_context, true) >
+		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
 	{
 		MemoryContextReset(stage->cache_context);
 		keyed_cache_create(stage);

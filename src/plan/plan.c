@@ -186,6 +186,14 @@ compile_key_by(CompileState *cs, StepSpec *step, StatelessStep *st)
 {
 	JobPlan    *plan = cs->plan;
 
+	/* Keys are compared byte by byte: a collation that finds other bytes equal cannot hold. */
+	for (int i = 0; i < st->nexprs; i++)
+		if (OidIsValid(st->exprs[i]->collation) &&
+			!get_collation_isdeterministic(st->exprs[i]->collation))
+			spec_error(st->exprs[i]->path, ERRCODE_FEATURE_NOT_SUPPORTED,
+					   "Normalize the key instead, e.g. lower(value->>'name'), or use a deterministic collation.",
+					   "a key_by field cannot have a nondeterministic collation (%s): keys are compared byte by byte",
+					   get_collation_name(st->exprs[i]->collation));
 	plan->keyed = true;
 	plan->nkeys = st->nexprs;
 	plan->key_slots = st->slots;
