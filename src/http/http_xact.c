@@ -13,35 +13,17 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"
 
-#include "base/mailer.h"
 #include "http/http_xact.h"
 #include "jobs/catalog.h"
 
 #define HTTP_STATEMENT_TIMEOUT_MS 5000
 
-static void lock_extension(void);
-
-/*
- * The extension, locked as the launcher locks it: a request reads several
- * of its tables in one statement, and would otherwise deadlock with a DROP
- * EXTENSION that has locked some of them (docs/ARCHITECTURE.md, "The
- * launcher").  Its statements then see the extension or fail cleanly.
- */
-static void
-lock_extension(void)
-{
-	Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, true);
-
-	if (OidIsValid(ext_oid))
-		(void) catalog_lock_extension(ext_oid);
-}
 
 bool
 http_xact_run(void (*work) (void *arg), void *arg, const char *what)
@@ -57,7 +39,13 @@ http_xact_run(void (*work) (void *arg), void *arg, const char *what)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		enable_timeout_after(STATEMENT_TIMEOUT, HTTP_STATEMENT_TIMEOUT_MS);
-		lock_extension();
+		/*
+		 * The extension locked first, as the launcher locks it: a request
+		 * reads several of its tables in one statement, and would otherwise
+		 * deadlock with a DROP EXTENSION that has locked some of them
+		 * (docs/ARCHITECTURE.md, "The launcher").
+		 */
+		(void) catalog_lock_installed_extension();
 		MemoryContextSwitchTo(context);
 		work(arg);
 		disable_timeout(STATEMENT_TIMEOUT, false);

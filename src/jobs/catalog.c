@@ -202,3 +202,17 @@ catalog_lock_extension(Oid ext_oid)
 	LockDatabaseObject(ExtensionRelationId, ext_oid, 0, AccessShareLock);
 	return get_extension_oid(MAILER_EXTENSION, true) == ext_oid;
 }
+
+Oid
+catalog_lock_installed_extension(void)
+{
+	for (;;)
+	{
+		Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, true);
+
+		if (!OidIsValid(ext_oid) || catalog_lock_extension(ext_oid))
+			return ext_oid;
+		/* Dropped (and perhaps created again) while we waited: look again. */
+		UnlockDatabaseObject(ExtensionRelationId, ext_oid, 0, AccessShareLock);
+	}
+}

@@ -78,4 +78,7 @@ extern bool catalog_version_matches(void);
  */
 extern bool catalog_lock_extension(Oid ext_oid);
 
+/* The installed extension, locked so (InvalidOid when there is none). */
+extern Oid	catalog_lock_installed_extension(void);
+
 #endif							/* MAILER_CATALOG_H */

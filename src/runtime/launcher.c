@@ -23,7 +23,6 @@
 #include "access/twophase.h"
 
 #include "access/xact.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -33,7 +32,6 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "tcop/tcopprot.h"
@@ -107,7 +105,6 @@ static volatile sig_atomic_t in_round = true;
 static void launcher_sigterm(SIGNAL_ARGS);
 static void adopt_slots(void);
 static void reconcile(long *timeout_ms);
-static Oid	lock_installed_extension(void);
 static void settle_prepared(Oid ext_oid);
 static void recover_after_restart(List *jobs, Oid ext_oid);
 static void tend_slots(List *jobs, Oid ext_oid, TimestampTz now, long *timeout_ms);
@@ -261,7 +258,13 @@ reconcile(long *timeout_ms)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	ext_oid = lock_installed_extension();
+	/*
+	 * Locked until the round commits: a round reads several of its tables
+	 * in one statement, and meeting a DROP EXTENSION that had locked some of
+	 * them, it deadlocked with it, and the drop could be the one to fail
+	 * (docs/ARCHITECTURE.md, "The launcher").
+	 */
+	ext_oid = catalog_lock_installed_extension();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (!OidIsValid(ext_oid))
 	{
@@ -301,27 +304,6 @@ reconcile(long *timeout_ms)
 	round_committed();
 	first_round = false;
 	settle_prepared(ext_oid);
-}
-
-/*
- * The installed extension, locked until the round commits (InvalidOid when
- * there is none).  A round reads several of its tables in one statement:
- * meeting a DROP EXTENSION that had locked some of them, it deadlocked with
- * it, and the drop could be the one to fail (docs/ARCHITECTURE.md, "The
- * launcher").
- */
-static Oid
-lock_installed_extension(void)
-{
-	for (;;)
-	{
-		Oid			ext_oid = get_extension_oid(MAILER_EXTENSION, true);
-
-		if (!OidIsValid(ext_oid) || catalog_lock_extension(ext_oid))
-			return ext_oid;
-		/* Dropped (and perhaps created again) while we waited: look again. */
-		UnlockDatabaseObject(ExtensionRelationId, ext_oid, 0, AccessShareLock);
-	}
 }
 
 /*
