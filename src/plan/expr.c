@@ -35,6 +35,7 @@ static void rethrow_with_path(MemoryContext ctx, const char *path, const char *t
 static char *describe_fields(FieldScope *scope);
 static Node *faster_casts(Node *node, void *context);
 static void check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use);
+static void refuse_subqueries_and_srfs(ParseState *pstate, const char *path, bool srf_allowed);
 static CompiledExpr *expr_compile_node(CompiledExpr *cexpr, Node *node, FieldScope *scope);
 static Expr *plan_expr(Node *node);
 static bool in_job_worker(void);
@@ -158,14 +159,7 @@ expr_transform_aggregate(const char *text, Node *raw, const char *path, FieldSco
 				   IsA(node, FuncExpr) ? psprintf("%s is not an aggregate function",
 												  get_func_name(((FuncExpr *) node)->funcid)) :
 				   "expected an aggregate call");
-	if (pstate->p_hasSubLinks)
-		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "Put the query in a function and call the function.",
-				   "subqueries are not supported in job expressions");
-	if (pstate->p_hasTargetSRFs)
-		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "Use a \"flat_map\" step to turn one record into several.",
-				   "set-returning functions are allowed only in flat_map");
+	refuse_subqueries_and_srfs(pstate, path, false);
 	return node;
 }
 
@@ -210,10 +204,7 @@ check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use)
 		spec_error(path, ERRCODE_GROUPING_ERROR,
 				   "Aggregates belong in an \"aggregate\" step, after \"key_by\".",
 				   "aggregate and window functions are not allowed in this expression");
-	if (pstate->p_hasSubLinks)
-		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "Put the query in a function and call the function.",
-				   "subqueries are not supported in job expressions");
+	refuse_subqueries_and_srfs(pstate, path, use == EXPR_SET);
 	if (use == EXPR_SET)
 	{
 		if (!((IsA(node, FuncExpr) && ((FuncExpr *) node)->funcretset) ||
@@ -226,7 +217,17 @@ check_expr_use(ParseState *pstate, Node *node, const char *path, ExprUse use)
 					   "Use a function that returns a set of scalar values, such as jsonb_array_elements or regexp_split_to_table.",
 					   "a flat_map function must return scalar values, not rows");
 	}
-	else if (pstate->p_hasTargetSRFs)
+}
+
+/* No subquery in any expression; a set-returning function only where allowed (flat_map). */
+static void
+refuse_subqueries_and_srfs(ParseState *pstate, const char *path, bool srf_allowed)
+{
+	if (pstate->p_hasSubLinks)
+		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Put the query in a function and call the function.",
+				   "subqueries are not supported in job expressions");
+	if (pstate->p_hasTargetSRFs && !srf_allowed)
 		spec_error(path, ERRCODE_FEATURE_NOT_SUPPORTED,
 				   "Use a \"flat_map\" step to turn one record into several.",
 				   "set-returning functions are allowed only in flat_map");
