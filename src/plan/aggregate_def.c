@@ -19,7 +19,8 @@
 #include "plan/aggregate_def.h"
 #include "plan/spec_error.h"
 
-static bool compile_fast(AggregateDef *agg, FuncCall *call, const char *path, FieldScope *scope);
+static bool compile_fast(AggregateDef *agg, const char *text, FuncCall *call, const char *path,
+						 FieldScope *scope);
 
 AggregateDef *
 aggregate_compile(const char *name, const char *text, const char *path, FieldScope *scope)
@@ -27,19 +28,19 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
 	AggregateDef *agg = palloc0(sizeof(AggregateDef));
 	Node	   *raw = expr_parse(text, path);
 
-	agg->name = pstrdup(name);
-	agg->text = pstrdup(text);
 	if (!IsA(raw, FuncCall))
 		spec_error(path, ERRCODE_SYNTAX_ERROR,
 				   "An aggregate step's fields are aggregate calls, such as count(*), sum(e), count(DISTINCT e) or string_agg(e, ',').",
 				   "expected an aggregate call");
-	if (compile_fast(agg, (FuncCall *) raw, path, scope))
-		return agg;
-	memset(agg, 0, sizeof(AggregateDef));
+	if (!compile_fast(agg, text, (FuncCall *) raw, path, scope))
+	{
+		/* what compile_fast set before it gave up is not the general aggregate's */
+		memset(agg, 0, sizeof(AggregateDef));
+		agg->impl = AGG_GENERAL;
+		agg->general = aggregate_call_compile(text, raw, path, scope, &agg->result_type);
+	}
 	agg->name = pstrdup(name);
 	agg->text = pstrdup(text);
-	agg->impl = AGG_GENERAL;
-	agg->general = aggregate_call_compile(text, raw, path, scope, &agg->result_type);
 	return agg;
 }
 
@@ -48,7 +49,8 @@ aggregate_compile(const char *name, const char *text, const char *path, FieldSco
  * code runs (operators/aggregate.c); false for anything else.
  */
 static bool
-compile_fast(AggregateDef *agg, FuncCall *call, const char *path, FieldScope *scope)
+compile_fast(AggregateDef *agg, const char *text, FuncCall *call, const char *path,
+			 FieldScope *scope)
 {
 	char	   *fname;
 	Oid			t;
@@ -69,7 +71,7 @@ compile_fast(AggregateDef *agg, FuncCall *call, const char *path, FieldScope *sc
 	if (call->agg_star || list_length(call->args) != 1 || IsA(linitial(call->args), NamedArgExpr))
 		return false;
 
-	agg->arg = expr_compile(psprintf("%s", agg->text), linitial(call->args), path, scope, EXPR_SCALAR);
+	agg->arg = expr_compile(pstrdup(text), linitial(call->args), path, scope, EXPR_SCALAR);
 	t = agg->arg->type;
 	agg->arg_type = t;
 	agg->arg_collation = agg->arg->collation;
