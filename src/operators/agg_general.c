@@ -64,6 +64,13 @@ typedef struct AggRun
 	StringInfoData pack;		/* agg_general_pack's buffer */
 } AggRun;
 
+/* A kept input and its place in the log: equal ones keep their arrival order when sorted. */
+typedef struct SortedInput
+{
+	struct varlena *entry;
+	int			place;
+} SortedInput;
+
 /* A transition state being worked on, as nodeAgg.c's pergroup state. */
 typedef struct TransState
 {
@@ -82,6 +89,7 @@ static Datum trans_final(GeneralAggDef *g, AggRun *run, TransState *ts, bool *is
 static void trans_combine(GeneralAggDef *g, AggRun *run, TransState *into, TransState *from);
 static void unpack(GeneralAggDef *g, AggRun *run, struct varlena *packed, int upto);
 static int	entry_cmp(GeneralAggDef *g, AggRun *run, struct varlena *a, struct varlena *b);
+static int	sorted_input_cmp(const void *a, const void *b, void *arg);
 static int	log_find(GeneralAggDef *g, AggRun *run, InputLog *log, struct varlena *entry, bool *found);
 static void log_insert(InputLog *log, int pos, struct varlena *entry, MemoryContext ctx);
 static InputLog *log_copy(const InputLog *log, MemoryContext ctx);
@@ -329,48 +337,25 @@ agg_general_result(AggregateDef *agg, AggValue *value, bool *isnull)
 	if (g->form == AGG_FORM_INPUTS)
 	{
 		InputLog   *log = (InputLog *) DatumGetPointer(value->v.datum);
-		struct varlena **order = NULL;
 		int			n = log ? log->n : 0;
+		SortedInput *order = MemoryContextAlloc(run->trans_ctx, sizeof(SortedInput) * Max(n, 1));
 		AggValue	empty = {0};
 
 		trans_begin(g, run, &empty, &ts);
-		if (n > 0)
+		for (int i = 0; i < n; i++)
 		{
-			order = MemoryContextAlloc(run->trans_ctx, sizeof(struct varlena *) * n);
-			memcpy(order, log->entries, sizeof(struct varlena *) * n);
+			order[i].entry = log->entries[i];
+			order[i].place = i;
 		}
-		/* DISTINCT logs are kept in order; ORDER BY alone sorts them now (a stable insertion sort would be n^2). */
-		if (!g->distinct && g->nsortkeys > 0 && n > 1)
-		{
-			/* merge sort, stable as the arrival order of equal keys */
-			struct varlena **tmp = MemoryContextAlloc(run->trans_ctx, sizeof(struct varlena *) * n);
-
-			for (int width = 1; width < n; width *= 2)
-			{
-				for (int lo = 0; lo < n; lo += 2 * width)
-				{
-					int			mid = Min(lo + width, n);
-					int			hi = Min(lo + 2 * width, n);
-					int			i = lo,
-								j = mid,
-								k = lo;
-
-					while (i < mid && j < hi)
-						tmp[k++] = entry_cmp(g, run, order[j], order[i]) < 0 ? order[j++] : order[i++];
-					while (i < mid)
-						tmp[k++] = order[i++];
-					while (j < hi)
-						tmp[k++] = order[j++];
-				}
-				memcpy(order, tmp, sizeof(struct varlena *) * n);
-				CHECK_FOR_INTERRUPTS();
-			}
-		}
+		/* DISTINCT logs are kept in order; ORDER BY alone sorts them now */
+		if (!g->distinct && g->nsortkeys > 0)
+			qsort_arg(order, n, sizeof(SortedInput), sorted_input_cmp, agg);
 		for (int i = 0; i < n; i++)
 		{
 			MemoryContext old = MemoryContextSwitchTo(run->call_ctx);
 
-			unpack(g, run, order[i], g->ntransargs);
+			CHECK_FOR_INTERRUPTS();
+			unpack(g, run, order[i].entry, g->ntransargs);
 			MemoryContextSwitchTo(old);
 			/* strict: null inputs were never logged */
 			trans_advance(g, run, &ts, run->values, run->nulls);
@@ -815,6 +800,18 @@ entry_cmp(GeneralAggDef *g, AggRun *run, struct varlena *a, struct varlena *b)
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(run->call_ctx);
 	return cmp;
+}
+
+/* qsort_arg's comparator of SortedInputs (arg: the AggregateDef): stable by place. */
+static int
+sorted_input_cmp(const void *a, const void *b, void *arg)
+{
+	AggregateDef *agg = arg;
+	const SortedInput *x = a;
+	const SortedInput *y = b;
+	int			cmp = entry_cmp(agg->general, (AggRun *) agg->run, x->entry, y->entry);
+
+	return cmp != 0 ? cmp : (x->place > y->place) - (x->place < y->place);
 }
 
 /* Where entry goes in a DISTINCT log (kept sorted); *found when an equal one is there. */
