@@ -68,7 +68,8 @@ sub totals_sink
 
 # The keyed totals job: per customer, count(*) and sum(amount), upserted
 # into $sink.  %opt: backend, start, interval (checkpoint), retain, group,
-# extra_steps (JSON text of steps put before key_by), options (JSON object).
+# extra_steps (JSON text of steps put before key_by), options (JSON object),
+# source and checkpoint (JSON text of more fields of either object).
 sub totals_spec
 {
 	my ($topic, $sink, %opt) = @_;
@@ -76,8 +77,10 @@ sub totals_spec
 	my $source_extra = '';
 	$source_extra .= qq(, "start": "$opt{start}") if $opt{start};
 	$source_extra .= qq(, "options": $opt{options}) if $opt{options};
+	$source_extra .= ", $opt{source}" if $opt{source};
 	my $ckpt = qq("interval": "@{[ $opt{interval} // '1 second' ]}");
 	$ckpt .= qq(, "retain": $opt{retain}) if $opt{retain};
+	$ckpt .= ", $opt{checkpoint}" if $opt{checkpoint};
 	return qq({
 	  "source": {"type": "kafka", "brokers": "$MailerTest::BROKERS", "topic": "$topic",
 	             "format": "json"$source_extra},
