@@ -374,18 +374,20 @@ SELECT j.name, j.state,
 	   l.state_checkpoint_ms,
 	   l.state_restore_ms,
 	   j.parallelism,
-	   -- barrier cuts (docs/ARCHITECTURE.md, "Barrier cuts"): the last cut
-	   -- checkpointed at, the cuts skipped, the time held at cuts, rewinds
-	   -- to take a cut; partial cuts and malformed records since the worker
-	   -- started, and the cut it is held at now
-	   NULLIF(coalesce((l.counters OPERATOR(pg_catalog.->>) 'last_cut_epoch')::bigint, c.last_cut_epoch, 0), 0) AS last_cut_epoch,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cuts_skipped')::bigint, c.cuts_skipped, 0) AS cuts_skipped,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cuts_partial')::bigint, 0) AS cuts_partial,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_records_malformed')::bigint, 0) AS cut_records_malformed,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_held_ms')::bigint, c.cut_held_ms, 0) OPERATOR(pg_catalog./) 1000.0::double precision AS cut_held_seconds,
-	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_rewinds')::bigint, c.cut_rewinds, 0) AS cut_rewinds,
+	   -- barrier cuts (docs/ARCHITECTURE.md, "Barrier cuts"), NULL for a job
+	   -- without a barrier group: the last cut checkpointed at, the cuts
+	   -- skipped, the time held at cuts, rewinds to take a cut; partial cuts
+	   -- and malformed records since the worker started, and the cut it is
+	   -- held at now
+	   CASE WHEN b.barrier THEN NULLIF(coalesce((l.counters OPERATOR(pg_catalog.->>) 'last_cut_epoch')::bigint, c.last_cut_epoch, 0), 0) END AS last_cut_epoch,
+	   CASE WHEN b.barrier THEN coalesce((l.counters OPERATOR(pg_catalog.->>) 'cuts_skipped')::bigint, c.cuts_skipped, 0) END AS cuts_skipped,
+	   CASE WHEN b.barrier THEN coalesce((l.counters OPERATOR(pg_catalog.->>) 'cuts_partial')::bigint, 0) END AS cuts_partial,
+	   CASE WHEN b.barrier THEN coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_records_malformed')::bigint, 0) END AS cut_records_malformed,
+	   CASE WHEN b.barrier THEN coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_held_ms')::bigint, c.cut_held_ms, 0) OPERATOR(pg_catalog./) 1000.0::double precision END AS cut_held_seconds,
+	   CASE WHEN b.barrier THEN coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_rewinds')::bigint, c.cut_rewinds, 0) END AS cut_rewinds,
 	   NULLIF((l.counters OPERATOR(pg_catalog.->>) 'cut_holding_epoch')::bigint, 0) AS cut_holding_epoch
   FROM mailer.jobs j
+  CROSS JOIN LATERAL (SELECT (j.spec OPERATOR(pg_catalog.->) 'source' OPERATOR(pg_catalog.->>) 'barrier_group') IS NOT NULL AS barrier) b
   LEFT JOIN mailer._live_jobs() l ON l.job_id OPERATOR(pg_catalog.=) j.job_id
   LEFT JOIN LATERAL (
 		SELECT c.epoch,

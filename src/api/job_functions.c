@@ -310,7 +310,7 @@ epoch_of_cut(JobRow *job, int64 cut_epoch)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("job \"%s\" has no retained checkpoint at barrier cut " INT64_FORMAT, job->name, cut_epoch),
 				 retained ? errhint("Retained cut epochs: %s.", retained) :
-				 errhint("The job has no checkpoint at a barrier cut; \"checkpoint\": {\"retain_cuts\": N} keeps the newest N.")));
+				 errhint("The job has no checkpoint at a barrier cut: only a job whose source has a \"barrier_group\" takes them, and \"checkpoint\": {\"retain_cuts\": N} keeps the newest N.")));
 	return DatumGetInt64(epoch);
 }
 

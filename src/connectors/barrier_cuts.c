@@ -66,6 +66,8 @@ struct BarrierReader
 	int			cuts_capacity;
 	uint64		partial;
 	uint64		malformed;
+	uint64		late;
+	int64		decided;		/* the last epoch barrier_reader_next was asked above */
 	char		error[512];
 	KafkaSecrets secrets;
 	rd_kafka_message_t *batch[BATCH];
@@ -129,6 +131,17 @@ time_from_ms(int64 ms)
 		return DT_NOBEGIN;
 	t = ms * 1000 - ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
 	return IS_VALID_TIMESTAMP(t) ? t : DT_NOBEGIN;
+}
+
+static int
+marker_cmp(const void *a, const void *b)
+{
+	const CutMarker *x = a;
+	const CutMarker *y = b;
+
+	if (x->topic != y->topic)
+		return x->topic < y->topic ? -1 : 1;
+	return x->partition < y->partition ? -1 : x->partition > y->partition ? 1 : 0;
 }
 
 #define MALFORMED(...) \
@@ -212,6 +225,15 @@ decode_cut_value(Cursor *c, char **topics, int ntopics, BarrierCut *cut, char *w
 		MALFORMED("the cut is truncated in its missed partitions");
 	if (c->p != c->end)
 		MALFORMED("the cut's value has %d bytes after its end", (int) (c->end - c->p));
+	/* A partition with two markers has no one place to hold it. */
+	if (cut->nmarkers > 1)
+	{
+		qsort(cut->markers, cut->nmarkers, sizeof(CutMarker), marker_cmp);
+		for (int i = 1; i < cut->nmarkers; i++)
+			if (marker_cmp(&cut->markers[i - 1], &cut->markers[i]) == 0)
+				MALFORMED("the cut names partition %d of topic \"%s\" twice",
+						  cut->markers[i].partition, topics[cut->markers[i].topic]);
+	}
 	return status == CUT_STATUS_COMPLETE ? BARRIER_RECORD_CUT : BARRIER_RECORD_PARTIAL;
 }
 
@@ -236,13 +258,15 @@ barrier_record_decode(const char *key, size_t key_len, const char *value, size_t
 		MALFORMED("its key has kind " INT64_FORMAT ", and the kinds are 0 (group), 1 (injection start) and 2 (cut)", kind);
 	if (k.p != k.end)
 		MALFORMED("its key has %d bytes after its end", (int) (k.end - k.p));
-	/* Another group's, another kind, or a tombstone (compaction's business). */
+	/* Another group's, or another kind. */
 	if (kind != BARRIER_KIND_CUT || group_len != (int) strlen(group) ||
-		memcmp(record_group, group, group_len) != 0 || value == NULL || value_len == 0)
+		memcmp(record_group, group, group_len) != 0)
 		return BARRIER_RECORD_OTHER;
 	if (*epoch <= 0)
 		MALFORMED("its cut has epoch " INT64_FORMAT ", and epochs are positive", *epoch);
 	cut->epoch = *epoch;
+	if (value == NULL || value_len == 0)
+		return BARRIER_RECORD_DELETED;
 	return decode_cut_value(&v, topics, ntopics, cut, why, why_size);
 }
 
@@ -419,6 +443,9 @@ take_record(BarrierReader *reader, rd_kafka_message_t *m)
 	{
 		case BARRIER_RECORD_OTHER:
 			break;
+		case BARRIER_RECORD_DELETED:
+			note_cut(reader, &cut, false);
+			break;
 		case BARRIER_RECORD_MALFORMED:
 			reader->malformed++;
 			if (cut.markers)
@@ -435,6 +462,23 @@ take_record(BarrierReader *reader, rd_kafka_message_t *m)
 			note_cut(reader, &cut, false);
 			break;
 		case BARRIER_RECORD_CUT:
+			/*
+			 * Read after the start, at or below the cut the job decided on
+			 * last: the job has gone past it (epochs out of order, or one far
+			 * ahead).  Say so; the cuts read before the start were decided on
+			 * by earlier runs.
+			 */
+			if (reader->caught_up && cut.epoch <= reader->decided)
+			{
+				reader->late++;
+				ereport(WARNING,
+						(errmsg("barrier cut " INT64_FORMAT " of group \"%s\" came after the job took or skipped cut " INT64_FORMAT ": it is skipped",
+								cut.epoch, reader->group, reader->decided),
+						 errhint("A job takes the cuts of a group in the order of their epochs; a coordinator's epochs must grow.")));
+				if (cut.markers)
+					pfree(cut.markers);
+				break;
+			}
 			note_cut(reader, &cut, true);
 			break;
 	}
@@ -450,6 +494,7 @@ barrier_reader_poll(BarrierReader *reader)
 		refresh(reader);
 	do
 	{
+		CHECK_FOR_INTERRUPTS();
 		got = rd_kafka_consume_batch_queue(reader->queue, 0, reader->batch, BATCH);
 		for (ssize_t i = 0; i < got; i++)
 		{
@@ -495,6 +540,7 @@ barrier_reader_next(BarrierReader *reader, int64 above)
 {
 	int			drop = 0;
 
+	reader->decided = above;
 	while (drop < reader->ncuts && reader->cuts[drop].epoch <= above)
 	{
 		if (reader->cuts[drop].markers)
@@ -510,10 +556,11 @@ barrier_reader_next(BarrierReader *reader, int64 above)
 }
 
 void
-barrier_reader_counts(BarrierReader *reader, uint64 *partial, uint64 *malformed)
+barrier_reader_counts(BarrierReader *reader, uint64 *partial, uint64 *malformed, uint64 *late)
 {
 	*partial = reader->partial;
 	*malformed = reader->malformed;
+	*late = reader->late;
 }
 
 const char *

@@ -34,8 +34,9 @@ typedef struct BarrierCut
 /* What one record of __barrier_state says, for the group asked about. */
 typedef enum BarrierRecordKind
 {
-	BARRIER_RECORD_OTHER,		/* a group or injection record, another group's, a tombstone */
+	BARRIER_RECORD_OTHER,		/* a group or injection record, another group's */
 	BARRIER_RECORD_CUT,			/* a complete cut of the group: *cut filled */
+	BARRIER_RECORD_DELETED,		/* a tombstone of one of the group's cuts: *epoch */
 	BARRIER_RECORD_PARTIAL,		/* a partial cut of the group: skipped */
 	BARRIER_RECORD_MALFORMED	/* not of the format: why says how */
 } BarrierRecordKind;
@@ -73,8 +74,12 @@ extern bool barrier_reader_caught_up(BarrierReader *reader);
  */
 extern const BarrierCut *barrier_reader_next(BarrierReader *reader, int64 above);
 
-/* Partial cuts and malformed records seen since the reader opened. */
-extern void barrier_reader_counts(BarrierReader *reader, uint64 *partial, uint64 *malformed);
+/*
+ * Partial cuts and malformed records seen since the reader opened, and
+ * complete cuts that came after a later one was decided on (late).
+ */
+extern void barrier_reader_counts(BarrierReader *reader, uint64 *partial, uint64 *malformed,
+								  uint64 *late);
 
 /* Why no cut can be read now (the topic is missing, the broker away), or NULL. */
 extern const char *barrier_reader_error(BarrierReader *reader);

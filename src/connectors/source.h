@@ -96,13 +96,13 @@ typedef struct SourceOps
 	 * opened are read).  hold_at_cut: hold the partitions the cut names at
 	 * their markers (no record at or past one is handed out), and say how
 	 * far they are; at CUT_HOLD_REACHED the positions are the markers.
-	 * release_cut: read on past them.  cut_counts: partial cuts and
-	 * malformed records seen since the source opened.
+	 * release_cut: read on past them.  cut_counts: partial cuts, malformed
+	 * records and cuts that came too late, seen since the source opened.
 	 */
 	const BarrierCut *(*next_cut) (Source *src, int64 above);
 	CutHold		(*hold_at_cut) (Source *src, const BarrierCut *cut);
 	void		(*release_cut) (Source *src);
-	void		(*cut_counts) (Source *src, uint64 *partial, uint64 *malformed);
+	void		(*cut_counts) (Source *src, uint64 *partial, uint64 *malformed, uint64 *late);
 } SourceOps;
 
 struct Source

@@ -106,6 +106,7 @@ typedef struct KafkaSource
 	rd_kafka_topic_partition_list_t *last_commit;	/* of the last checkpoint, or NULL */
 	KafkaSecrets secrets;		/* masked in every text kept */
 	BarrierReader *barrier;		/* the cuts of the spec's barrier group, or NULL */
+	int64		missing_logged; /* the cut whose partition missing from its topic was logged */
 } KafkaSource;
 
 /* Defined at the end, once its functions are. */
@@ -1285,44 +1286,63 @@ kafka_next_cut(Source *src, int64 above)
 /*
  * Hold each partition the cut names at its marker.  A partition not
  * assigned yet (its topic's metadata is not read) is waited for; one the
- * job does not own is another subtask's.  A cut is judged per partition
- * when it is first held: the last checkpoint past the marker makes the cut
- * one the job cannot take, records read past it make one it can take only
- * after going back to that checkpoint.
+ * job does not own is another subtask's; one its topic did not have at the
+ * last metadata refresh holds nothing back (a cut cannot hold the job at a
+ * partition that is not there).  A cut is judged when its partitions are
+ * first held: the last checkpoint past any marker makes it a cut the job
+ * cannot take; else records read past one make it a cut the job takes
+ * only after going back to that checkpoint.
  */
 static CutHold
 kafka_hold_at_cut(Source *src, const BarrierCut *cut)
 {
 	KafkaSource *kafka = (KafkaSource *) src;
 	bool		waiting = false;
+	bool		read_past = false;
 
-	for (int i = 0; i < cut->nmarkers; i++)
+	for (int pass = 0; pass < 2; pass++)
 	{
-		const CutMarker *marker = &cut->markers[i];
-		int			p;
-		KafkaPartition *kp;
+		for (int i = 0; i < cut->nmarkers; i++)
+		{
+			const CutMarker *marker = &cut->markers[i];
+			int			p;
+			KafkaPartition *kp;
 
-		if (!owns(kafka, marker->topic, marker->partition))
-			continue;
-		p = find_partition(kafka, marker->topic, marker->partition);
-		if (p < 0)
-		{
-			waiting = true;
-			continue;
+			if (!owns(kafka, marker->topic, marker->partition))
+				continue;
+			p = find_partition(kafka, marker->topic, marker->partition);
+			if (p < 0)
+			{
+				if (pass == 1 && kafka->topic_known[marker->topic] && kafka->missing_logged != cut->epoch)
+				{
+					ereport(LOG,
+							(errmsg("barrier cut " INT64_FORMAT " names partition %d of topic \"%s\", which the topic does not have: it holds nothing back",
+									cut->epoch, marker->partition, kafka->base.topic_names[marker->topic])));
+					kafka->missing_logged = cut->epoch;
+				}
+				if (pass == 1 && !kafka->topic_known[marker->topic])
+					waiting = true;
+				continue;
+			}
+			kp = &kafka->parts[p];
+			if (pass == 0)
+			{
+				/* Judged before anything is held: behind anywhere is behind. */
+				if (kp->hold < 0 && kp->committed > marker->offset)
+					return CUT_HOLD_BEHIND;
+				if (kp->hold < 0 && kp->next > marker->offset)
+					read_past = true;
+				continue;
+			}
+			if (kp->hold < 0)
+				kp->hold = marker->offset;
+			if (kp->next < kp->hold)
+				waiting = true;
+			else if (!kp->paused)
+				pause_partition(kafka, kp, true);
 		}
-		kp = &kafka->parts[p];
-		if (kp->hold < 0)
-		{
-			if (kp->committed > marker->offset)
-				return CUT_HOLD_BEHIND;
-			if (kp->next > marker->offset)
-				return CUT_HOLD_READ_PAST;
-			kp->hold = marker->offset;
-		}
-		if (kp->next < kp->hold)
-			waiting = true;
-		else if (!kp->paused)
-			pause_partition(kafka, kp, true);
+		if (read_past)
+			return CUT_HOLD_READ_PAST;
 	}
 	return waiting ? CUT_HOLD_WAITING : CUT_HOLD_REACHED;
 }
@@ -1365,9 +1385,9 @@ pause_partition(KafkaSource *kafka, KafkaPartition *kp, bool pause)
 }
 
 static void
-kafka_cut_counts(Source *src, uint64 *partial, uint64 *malformed)
+kafka_cut_counts(Source *src, uint64 *partial, uint64 *malformed, uint64 *late)
 {
-	barrier_reader_counts(((KafkaSource *) src)->barrier, partial, malformed);
+	barrier_reader_counts(((KafkaSource *) src)->barrier, partial, malformed, late);
 }
 
 static const SourceOps kafka_ops = {

@@ -33,12 +33,9 @@
 	"       extract(epoch FROM clock_timestamp() - m.watermark)::float8 AS watermark_delay, " \
 	"       extract(epoch FROM coalesce(m.last_checkpoint_at, j.created_at))::float8 AS last_checkpoint, " \
 	"       extract(epoch FROM j.last_error_at)::float8 AS last_error_at, " \
-	"       c.last_cut_epoch, c.cuts_skipped, c.cuts_partial, c.cut_records_malformed, " \
-	"       c.cut_held_seconds, c.cut_rewinds, c.cut_holding_epoch " \
+	"       m.last_cut_epoch, m.cuts_skipped, m.cuts_partial, m.cut_records_malformed, " \
+	"       m.cut_held_seconds, m.cut_rewinds, m.cut_holding_epoch " \
 	"  FROM mailer.jobs j JOIN mailer.metrics m ON m.name = j.name " \
-	/* barrier cuts' series for the jobs that checkpoint at cuts only */ \
-	"  LEFT JOIN mailer.metrics c ON c.name = j.name " \
-	"       AND j.spec -> 'source' ->> 'barrier_group' IS NOT NULL " \
 	" ORDER BY j.name"
 #define Anum_jobs_job_id 1
 #define Anum_jobs_name	2

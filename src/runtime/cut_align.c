@@ -49,6 +49,7 @@ typedef struct CutAlign
 	DecidedCut *decided;
 	int			ndecided;
 	int			capacity;
+	uint64		late_counted;	/* of the source's late cuts, those in cuts_skipped */
 } CutAlign;
 
 static void take_cut(Job *job, CutAlign *align, const BarrierCut *cut);
@@ -82,7 +83,8 @@ cut_align_round(Job *job)
 	CutAlign   *align = job->cut_align;
 	Source	   *src = job->source;
 	uint64		partial,
-				malformed;
+				malformed,
+				late;
 
 	if (align == NULL)
 		return CUT_ROUND_GO_ON;
@@ -126,7 +128,10 @@ cut_align_round(Job *job)
 		}
 		break;
 	}
-	src->ops->cut_counts(src, &partial, &malformed);
+	src->ops->cut_counts(src, &partial, &malformed, &late);
+	/* A cut that came after a later one was decided on is skipped too. */
+	job->counters[JC_CUTS_SKIPPED] += late - align->late_counted;
+	align->late_counted = late;
 	job->counters[JC_CUTS_PARTIAL] = partial;
 	job->counters[JC_CUT_RECORDS_MALFORMED] = malformed;
 	job->counters[JC_CUT_HOLDING_EPOCH] = align->cut.epoch;
