@@ -29,7 +29,7 @@ use MailerTest;
 use MailerKafkaTest qw(totals_check);
 use MailerKafkaSinkTest qw(ks_topic ks_read);
 
-our @EXPORT = qw(bt_topic bt_key bt_cut_value bt_cut bt_raw bt_ends bt_cut_at_ends
+our @EXPORT = qw(bt_topic bt_fresh bt_key bt_cut_value bt_cut bt_raw bt_ends bt_cut_at_ends
   bt_load_records bt_below bt_producer bt_producer_stop bt_order_lines
   cut_checkpoint wait_cut_checkpoint cut_epochs cut_positions_ok cut_totals_check
   cut_metrics wait_holding cuts_of);
@@ -61,6 +61,22 @@ sub bt_topic
 {
 	my ($prefix) = @_;
 	return ks_topic("${prefix}_barrier", 1, '--config', 'cleanup.policy=compact');
+}
+
+# The start of a barrier test: a fresh extension, no table named
+# $prefix... left by an earlier run, $n topics (1 unless given) of
+# $partitions partitions each, a barrier topic and a group of the test's
+# own.  Returns { topics => [...], barrier => topic, group => name, source
+# => the JSON text of the source fields naming them (totals_spec's source) }.
+sub bt_fresh
+{
+	my ($prefix, $partitions, $n) = @_;
+	fresh_extension();
+	drop_tables($prefix);
+	my %t = (topics => [ map { ks_topic("${prefix}_$_", $partitions) } 1 .. ($n // 1) ],
+	  barrier => bt_topic($prefix), group => unique_name("${prefix}_group"));
+	$t{source} = qq("barrier_group": "$t{group}", "barrier_topic": "$t{barrier}");
+	return \%t;
 }
 
 sub bt_string
@@ -231,12 +247,20 @@ sub bt_producer_stop
 	delete $producer->{pid};
 }
 
-# The checkpoint a job took at cut $cut: its epoch, or '' when none.
+# SQL: $what (over c, the row of mailer.checkpoints) of the newest
+# checkpoint a job took at cut $cut.
+sub cut_checkpoint_sql
+{
+	my ($job, $cut, $what) = @_;
+	return "SELECT $what FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
+	  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut ORDER BY c.epoch DESC LIMIT 1";
+}
+
+# The epoch of the checkpoint a job took at cut $cut, or '' when none.
 sub cut_checkpoint
 {
 	my ($job, $cut) = @_;
-	return psql("SELECT max(c.epoch) FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
-		  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut");
+	return psql(cut_checkpoint_sql($job, $cut, 'c.epoch'));
 }
 
 # Wait until a job has a checkpoint at cut $cut newer than epoch $after
@@ -271,8 +295,7 @@ sub cut_epochs
 sub cut_positions_ok
 {
 	my ($job, $cut, $topic, $markers, $name) = @_;
-	my $got = psql("SELECT c.positions->'$topic' FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
-		  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut ORDER BY c.epoch DESC LIMIT 1");
+	my $got = psql(cut_checkpoint_sql($job, $cut, "c.positions->'$topic'"));
 	require JSON::PP;
 	my $pos = $got eq '' ? {} : JSON::PP::decode_json($got);
 	my @p = sort { $a <=> $b } keys %$markers;
@@ -289,8 +312,7 @@ sub cut_positions_ok
 sub cut_totals_check
 {
 	my ($records, $sink, $job, $cut, $topic, $name) = @_;
-	my $pos = "(SELECT c.positions->'$topic' FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
-	  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut ORDER BY c.epoch DESC LIMIT 1)";
+	my $pos = '(' . cut_checkpoint_sql($job, $cut, "c.positions->'$topic'") . ')';
 	return totals_check("${records}_orders", $sink, $name // "$job at cut $cut",
 		"\"offset\" < ($pos->>\"partition\"::text)::bigint");
 }

@@ -18,13 +18,10 @@ use MailerKafkaTest;
 use MailerBarrierTest;
 use Test::More;
 
-fresh_extension();
-drop_tables('t170');
-my %topic = map { $_ => unique_name("t170_$_") } @BACKENDS;
-kafka('create-topic', $_, 2) for values %topic;
-my @topics = map { $topic{$_} } @BACKENDS;
-my $bt = bt_topic('t170');
-my $group = unique_name('g170');
+my $fresh = bt_fresh('t170', 2, scalar @BACKENDS);
+my @topics = @{ $fresh->{topics} };
+my %topic = map { $BACKENDS[$_] => $topics[$_] } 0 .. $#BACKENDS;
+my ($bt, $group) = @$fresh{qw(barrier group)};
 
 my %job;
 for my $b (@BACKENDS)
@@ -33,7 +30,7 @@ for my $b (@BACKENDS)
 	totals_sink($j);
 	psql("SELECT mailer.create_job('$j', \$\$"
 		  . totals_spec($topic{$b}, $j, backend => $b, start => 'earliest', interval => '200 milliseconds',
-			source => qq("barrier_group": "$group", "barrier_topic": "$bt")) . "\$\$)");
+			source => $fresh->{source}) . "\$\$)");
 }
 
 my $producer = bt_producer(\@topics);

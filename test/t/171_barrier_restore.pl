@@ -20,13 +20,9 @@ use MailerBarrierTest;
 use MailerKafkaSinkTest qw(ks_same);
 use Test::More;
 
-fresh_extension();
-drop_tables('t171');
-my $topic = unique_name('t171');
-kafka('create-topic', $topic, 2);
-my $bt = bt_topic('t171');
-my $group = unique_name('g171');
-my $source = qq("barrier_group": "$group", "barrier_topic": "$bt");
+my $fresh = bt_fresh('t171', 2);
+my ($bt, $group, $source) = @$fresh{qw(barrier group source)};
+my $topic = $fresh->{topics}[0];
 
 my $rows = 't171_rows';
 psql("CREATE TABLE $rows (id bigserial, partition int, \"offset\" bigint, key text, value bytea)");

@@ -19,14 +19,11 @@ use MailerBarrierTest;
 use MailerKafkaSinkTest qw(ks_hold ks_release);
 use Test::More;
 
-fresh_extension();
-drop_tables('t172');
-my $topic = unique_name('t172');
-kafka('create-topic', $topic, 2);
-my $bt = bt_topic('t172');
-my $group = unique_name('g172');
+my $fresh = bt_fresh('t172', 2);
+my ($bt, $group) = @$fresh{qw(barrier group)};
+my $topic = $fresh->{topics}[0];
 my %job = %{ backend_jobs($topic, 't172', start => 'earliest', interval => '200 milliseconds',
-	source => qq("barrier_group": "$group", "barrier_topic": "$bt")) };
+	source => $fresh->{source}) };
 my @jobs = map { $job{$_} } @BACKENDS;
 test_point_release();
 END { eval { test_point_release() } }
