@@ -138,6 +138,7 @@ CREATE TABLE mailer.checkpoints (
 	subtask			integer NOT NULL DEFAULT 0,	-- whose share of the epoch; 0's row commits it
 	parallelism		integer NOT NULL DEFAULT 1,	-- the job's parallelism when the epoch was cut
 	partition_records_in jsonb,				-- records read per partition up to the epoch
+	cut_epoch		bigint,					-- the barrier cut the epoch was taken at, if one
 	PRIMARY KEY (job_id, epoch, subtask)
 );
 
@@ -259,12 +260,12 @@ LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION mailer.drop_job(text) IS
 	'Stop a job and remove it with its state, checkpoints and dead letters; returns its id';
 
-CREATE FUNCTION mailer.restore_job(name text, epoch bigint)
+CREATE FUNCTION mailer.restore_job(name text, epoch bigint DEFAULT NULL, cut_epoch bigint DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'mailer_restore_job'
-LANGUAGE C STRICT VOLATILE;
-COMMENT ON FUNCTION mailer.restore_job(text, bigint) IS
-	'Rewind a stopped job to a retained checkpoint (state and source positions); returns the epoch';
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION mailer.restore_job(text, bigint, bigint) IS
+	'Rewind a stopped job to a retained checkpoint, by epoch or by barrier cut epoch (state and source positions); returns the epoch';
 
 CREATE FUNCTION mailer.alter_job(name text, spec jsonb)
 RETURNS void
@@ -372,7 +373,18 @@ SELECT j.name, j.state,
 	   l.state_bytes,
 	   l.state_checkpoint_ms,
 	   l.state_restore_ms,
-	   j.parallelism
+	   j.parallelism,
+	   -- barrier cuts (docs/ARCHITECTURE.md, "Barrier cuts"): the last cut
+	   -- checkpointed at, the cuts skipped, the time held at cuts, rewinds
+	   -- to take a cut; partial cuts and malformed records since the worker
+	   -- started, and the cut it is held at now
+	   NULLIF(coalesce((l.counters OPERATOR(pg_catalog.->>) 'last_cut_epoch')::bigint, c.last_cut_epoch, 0), 0) AS last_cut_epoch,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cuts_skipped')::bigint, c.cuts_skipped, 0) AS cuts_skipped,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cuts_partial')::bigint, 0) AS cuts_partial,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_records_malformed')::bigint, 0) AS cut_records_malformed,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_held_ms')::bigint, c.cut_held_ms, 0) OPERATOR(pg_catalog./) 1000.0::double precision AS cut_held_seconds,
+	   coalesce((l.counters OPERATOR(pg_catalog.->>) 'cut_rewinds')::bigint, c.cut_rewinds, 0) AS cut_rewinds,
+	   NULLIF((l.counters OPERATOR(pg_catalog.->>) 'cut_holding_epoch')::bigint, 0) AS cut_holding_epoch
   FROM mailer.jobs j
   LEFT JOIN mailer._live_jobs() l ON l.job_id OPERATOR(pg_catalog.=) j.job_id
   LEFT JOIN LATERAL (
@@ -388,7 +400,11 @@ SELECT j.name, j.state,
 			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_filtered')::bigint)::bigint AS records_filtered,
 			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_dead_lettered')::bigint)::bigint AS records_dead_lettered,
 			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_skipped')::bigint)::bigint AS records_skipped,
-			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint)::bigint AS records_late
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'records_late')::bigint)::bigint AS records_late,
+			   pg_catalog.max((c.counters OPERATOR(pg_catalog.->>) 'last_cut_epoch')::bigint) AS last_cut_epoch,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'cuts_skipped')::bigint)::bigint AS cuts_skipped,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'cut_held_ms')::bigint)::bigint AS cut_held_ms,
+			   pg_catalog.sum((c.counters OPERATOR(pg_catalog.->>) 'cut_rewinds')::bigint)::bigint AS cut_rewinds
 		  FROM mailer.checkpoints c
 		 WHERE c.job_id OPERATOR(pg_catalog.=) j.job_id
 		   AND c.epoch OPERATOR(pg_catalog.=) (SELECT pg_catalog.max(d.epoch) FROM mailer.checkpoints d
@@ -476,3 +492,42 @@ SELECT j.name AS job, p.subtask,
   JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id;
 
 GRANT SELECT ON mailer.kafka_sinks TO PUBLIC;
+
+-- The barrier cuts a job decided on (docs/ARCHITECTURE.md, "Barrier cuts"):
+-- checkpointed at, or skipped; written in the checkpoint's transaction,
+-- kept while a retained checkpoint is as old as the decision.
+CREATE TABLE mailer.job_cuts (
+	job_id			bigint NOT NULL REFERENCES mailer.job ON DELETE CASCADE,
+	cut_epoch		bigint NOT NULL,
+	triggered_at	timestamptz,
+	completed_at	timestamptz,
+	outcome			text NOT NULL CHECK (outcome IN ('checkpoint', 'skipped')),
+	epoch			bigint NOT NULL,		-- the job's checkpoint that recorded it
+	PRIMARY KEY (job_id, cut_epoch)
+);
+SELECT pg_catalog.pg_extension_config_dump('mailer.job_cuts', '');
+REVOKE ALL ON mailer.job_cuts FROM PUBLIC;
+GRANT SELECT ON mailer.job_cuts TO PUBLIC;
+
+-- A job's barrier cuts: each decided one, whether a retained checkpoint
+-- is at it (restore_job(name, cut_epoch => e)), and the one it is held at.
+CREATE FUNCTION mailer.cuts(job text)
+RETURNS TABLE (cut_epoch bigint, triggered_at timestamptz, completed_at timestamptz,
+			   outcome text, checkpoint_epoch bigint, restorable boolean)
+LANGUAGE sql STABLE
+AS $$
+SELECT d.cut_epoch, d.triggered_at, d.completed_at, d.outcome,
+	   c.epoch, c.epoch IS NOT NULL
+  FROM mailer.job j
+  JOIN mailer.job_cuts d ON d.job_id OPERATOR(pg_catalog.=) j.job_id
+  LEFT JOIN mailer.checkpoints c ON c.job_id OPERATOR(pg_catalog.=) j.job_id
+		AND c.subtask OPERATOR(pg_catalog.=) 0 AND c.cut_epoch OPERATOR(pg_catalog.=) d.cut_epoch
+ WHERE j.name OPERATOR(pg_catalog.=) $1
+UNION ALL
+SELECT m.cut_holding_epoch, NULL, NULL, 'holding', NULL, false
+  FROM mailer.metrics m
+ WHERE m.name OPERATOR(pg_catalog.=) $1 AND m.cut_holding_epoch IS NOT NULL
+ORDER BY 1
+$$;
+COMMENT ON FUNCTION mailer.cuts(text) IS
+	'The barrier cuts a job checkpointed at or skipped, and the one it is held at';

@@ -50,6 +50,7 @@ PG_FUNCTION_INFO_V1(mailer_alter_job);
 #define Anum_retained_epoch_found	2
 
 static void check_job_name(const char *name);
+static int64 epoch_of_cut(JobRow *job, int64 cut_epoch);
 static Jsonb *normalize_spec(Jsonb *spec_doc, bool check_settings);
 static void require_stopped(JobRow *job, const char *what);
 static long interval_to_ms(Interval *iv);
@@ -221,20 +222,27 @@ mailer_drop_job(PG_FUNCTION_ARGS)
 Datum
 mailer_restore_job(PG_FUNCTION_ARGS)
 {
-	JobRow	   *job = catalog_get_job_by_name(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
-	int64		epoch = PG_GETARG_INT64(1);
+	JobRow	   *job;
+	int64		epoch;
 	Oid			types[2] = {INT8OID, INT8OID};
 	Datum		values[2];
 	bool		isnull;
 	char	   *retained;
 
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) == PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("restore_job needs a job name and either an epoch or a cut epoch"),
+				 errhint("Call mailer.restore_job(name, epoch) or mailer.restore_job(name, cut_epoch => e).")));
+	job = catalog_get_job_by_name(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
 	mailer_require_preload();
 	catalog_check_owner(job, "restore");
 	require_stopped(job, "restored");
 
 	values[0] = Int64GetDatum(job->job_id);
-	values[1] = Int64GetDatum(epoch);
 	SPI_connect();
+	epoch = PG_ARGISNULL(1) ? epoch_of_cut(job, PG_GETARG_INT64(2)) : PG_GETARG_INT64(1);
+	values[1] = Int64GetDatum(epoch);
 	catalog_exec("SELECT pg_catalog.string_agg(epoch::pg_catalog.text, ', ' ORDER BY epoch), "
 				 "pg_catalog.bool_or(epoch OPERATOR(pg_catalog.=) $2) "
 				 "FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
@@ -258,6 +266,8 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 				 2, types, values, NULL, false);
 	catalog_exec("DELETE FROM mailer.dead_letters WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
 				 2, types, values, NULL, false);
+	catalog_exec("DELETE FROM mailer.job_cuts WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2",
+				 2, types, values, NULL, false);
 
 	/*
 	 * A Kafka sink: the output of the forgotten epochs is made again, and
@@ -276,6 +286,32 @@ mailer_restore_job(PG_FUNCTION_ARGS)
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1", 1, types, values, NULL, false);
 	SPI_finish();
 	PG_RETURN_INT64(epoch);
+}
+
+/* The epoch of the job's retained checkpoint at a barrier cut; ERROR if there is none. */
+static int64
+epoch_of_cut(JobRow *job, int64 cut_epoch)
+{
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2] = {Int64GetDatum(job->job_id), Int64GetDatum(cut_epoch)};
+	bool		isnull;
+	Datum		epoch;
+	char	   *retained;
+
+	catalog_exec("SELECT pg_catalog.string_agg(cut_epoch::pg_catalog.text, ', ' ORDER BY cut_epoch), "
+				 "pg_catalog.max(epoch) FILTER (WHERE cut_epoch OPERATOR(pg_catalog.=) $2) "
+				 "FROM mailer.checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND subtask OPERATOR(pg_catalog.=) 0 AND cut_epoch IS NOT NULL",
+				 2, types, values, NULL, false);
+	retained = catalog_text(0, Anum_retained_epochs);
+	epoch = catalog_value(0, Anum_retained_epoch_found, &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("job \"%s\" has no retained checkpoint at barrier cut " INT64_FORMAT, job->name, cut_epoch),
+				 retained ? errhint("Retained cut epochs: %s.", retained) :
+				 errhint("The job has no checkpoint at a barrier cut; \"checkpoint\": {\"retain_cuts\": N} keeps the newest N.")));
+	return DatumGetInt64(epoch);
 }
 
 /*

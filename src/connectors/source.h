@@ -14,6 +14,7 @@
 #include "storage/latch.h"
 #include "utils/jsonb.h"
 
+#include "connectors/barrier_cuts.h"
 #include "jobs/job_slots.h"
 #include "plan/spec.h"
 
@@ -31,6 +32,15 @@ typedef struct SourceMessage
 } SourceMessage;
 
 typedef struct Source Source;
+
+/* How far a source is on its way to a barrier cut (hold_at_cut). */
+typedef enum CutHold
+{
+	CUT_HOLD_WAITING,			/* some named partition is still below its marker */
+	CUT_HOLD_REACHED,			/* every named partition is at its marker, and held */
+	CUT_HOLD_READ_PAST,			/* read past a marker, but the last checkpoint is not: rewind */
+	CUT_HOLD_BEHIND				/* the last checkpoint is past a marker: skip the cut */
+} CutHold;
 
 /*
  * A source's operations.  None closes the source: one that holds outside
@@ -77,6 +87,22 @@ typedef struct SourceOps
 
 	/* Whether partition i has records left to read (NULL: never). */
 	bool		(*backlog) (Source *src, int i);
+
+	/*
+	 * Barrier cuts, for a Kafka source with a barrier group (NULL ops for
+	 * the others; docs/ARCHITECTURE.md, "Barrier cuts").  next_cut: the
+	 * lowest complete cut above an epoch read so far, or NULL (and no
+	 * record is handed out until the cuts published before the source
+	 * opened are read).  hold_at_cut: hold the partitions the cut names at
+	 * their markers (no record at or past one is handed out), and say how
+	 * far they are; at CUT_HOLD_REACHED the positions are the markers.
+	 * release_cut: read on past them.  cut_counts: partial cuts and
+	 * malformed records seen since the source opened.
+	 */
+	const BarrierCut *(*next_cut) (Source *src, int64 above);
+	CutHold		(*hold_at_cut) (Source *src, const BarrierCut *cut);
+	void		(*release_cut) (Source *src);
+	void		(*cut_counts) (Source *src, uint64 *partial, uint64 *malformed);
 } SourceOps;
 
 struct Source

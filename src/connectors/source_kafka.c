@@ -69,6 +69,10 @@ typedef struct KafkaPartition
 	int			metrics;		/* index in the slot's partition metrics, -1 none */
 	bool		out_of_range;	/* librdkafka found next outside the log */
 	int64		range_offset;	/* the offset librdkafka found outside it, -1 none */
+	int64		committed;		/* next as of the last checkpoint, or where this run started */
+	int64		hold;			/* a barrier cut's marker: hand out nothing from here; -1 none */
+	bool		paused;			/* held at hold, its fetching paused */
+	bool		overran;		/* a message at or past hold was dropped: fetch again from next */
 } KafkaPartition;
 
 typedef struct KafkaSource
@@ -101,6 +105,7 @@ typedef struct KafkaSource
 	rd_kafka_topic_partition_list_t *assigned;	/* every assigned partition, for positions */
 	rd_kafka_topic_partition_list_t *last_commit;	/* of the last checkpoint, or NULL */
 	KafkaSecrets secrets;		/* masked in every text kept */
+	BarrierReader *barrier;		/* the cuts of the spec's barrier group, or NULL */
 } KafkaSource;
 
 /* Defined at the end, once its functions are. */
@@ -134,6 +139,8 @@ static void update_metrics(KafkaSource *kafka);
 static int64 known_end(KafkaSource *kafka, KafkaPartition *kp);
 static TimestampTz kafka_time(int64 ms);
 static void kafka_exit(int code, Datum arg);
+static void pause_partition(KafkaSource *kafka, KafkaPartition *kp, bool pause);
+static void kafka_release_cut(Source *src);
 
 Source *
 kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
@@ -192,6 +199,10 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 				(errcode_for_file_access(),
 				 errmsg("could not create a pipe for Kafka events: %m")));
 	rd_kafka_queue_io_event_enable(kafka->queue, kafka->pipe_fds[1], "1", 1);
+	if (spec->barrier_group)
+		kafka->barrier = barrier_reader_open(spec, spec->group_id ? spec->group_id : job_name,
+											 kafka->base.topic_names, kafka->base.ntopics,
+											 kafka->pipe_fds[1]);
 
 	kafka->topics = palloc(sizeof(rd_kafka_topic_t *) * kafka->base.ntopics);
 	kafka->topic_known = palloc0(sizeof(bool) * kafka->base.ntopics);
@@ -405,6 +416,10 @@ add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown)
 	kp->out_of_range = false;
 	kp->range_offset = -1;
 	kp->metrics = -1;
+	kp->committed = offset;
+	kp->hold = -1;
+	kp->paused = false;
+	kp->overran = false;
 	return true;
 }
 
@@ -594,7 +609,13 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 	if (GetCurrentTimestamp() >= kafka->next_refresh)
 		refresh_assignment(kafka);
 
-	got = consume_batch(kafka, max);
+	/*
+	 * A job that checkpoints at cuts reads nothing before it knows the
+	 * cuts published so far: it could read past a marker of one of them.
+	 */
+	got = 0;
+	if (kafka->barrier == NULL || barrier_reader_caught_up(kafka->barrier))
+		got = consume_batch(kafka, max);
 	for (int i = 0; i < got; i++)
 	{
 		rd_kafka_message_t *m = kafka->batch[i];
@@ -695,6 +716,13 @@ hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out)
 		rd_kafka_message_destroy(m);
 		return false;
 	}
+	if (kafka->parts[p].hold >= 0 && m->offset >= kafka->parts[p].hold)
+	{
+		/* After a barrier cut the job is held at: read again once it is released. */
+		kafka->parts[p].overran = true;
+		rd_kafka_message_destroy(m);
+		return false;
+	}
 	kafka->parts[p].next = m->offset + 1;
 	ms = rd_kafka_message_timestamp(m, &tstype);
 	out->key = m->key;
@@ -727,6 +755,12 @@ publish_status(KafkaSource *kafka)
 				 kafka->error, kafka->broker_error);
 		kafka->base.error = kafka->status;
 	}
+	else if (kafka->error[0] == '\0' && kafka->barrier && barrier_reader_error(kafka->barrier))
+	{
+		snprintf(kafka->status, sizeof(kafka->status), "waiting for Kafka: %s",
+				 barrier_reader_error(kafka->barrier));
+		kafka->base.error = kafka->status;
+	}
 	else
 		kafka->base.error = kafka->error[0] ? kafka->error : NULL;
 }
@@ -751,6 +785,9 @@ take_positions(KafkaSource *kafka)
 	{
 		int64		pos = kafka->assigned->elems[i].offset;
 
+		/* Past a cut's marker, librdkafka passed only records not handed out. */
+		if (kafka->parts[i].hold >= 0 && pos > kafka->parts[i].hold)
+			pos = kafka->parts[i].hold;
 		if (pos >= 0 && pos > kafka->parts[i].next && !kafka->parts[i].out_of_range)
 		{
 			kafka->parts[i].next = pos;
@@ -1062,8 +1099,11 @@ kafka_committed(Source *src)
 		return;
 	list = rd_kafka_topic_partition_list_new(kafka->nparts);
 	for (int i = 0; i < kafka->nparts; i++)
+	{
 		rd_kafka_topic_partition_list_add(list, kafka->base.topic_names[kafka->parts[i].topic],
 										  kafka->parts[i].partition)->offset = kafka->parts[i].next;
+		kafka->parts[i].committed = kafka->parts[i].next;
+	}
 	(void) rd_kafka_commit(kafka->rk, list, 1);
 	/* Committed again, and waited for, when the consumer closes. */
 	if (kafka->last_commit)
@@ -1157,6 +1197,8 @@ kafka_exit(int code, Datum arg)
 	if (rk == NULL)
 		return;
 	kafka->rk = NULL;
+	if (kafka->barrier)
+		barrier_reader_close(kafka->barrier);
 	for (int i = 0; i < kafka->nbatch; i++)
 		rd_kafka_message_destroy(kafka->batch[i]);
 	kafka->nbatch = 0;
@@ -1229,6 +1271,104 @@ kafka_time(int64 ms)
 	return IS_VALID_TIMESTAMP(t) ? t : DT_NOBEGIN;
 }
 
+static const BarrierCut *
+kafka_next_cut(Source *src, int64 above)
+{
+	KafkaSource *kafka = (KafkaSource *) src;
+
+	barrier_reader_poll(kafka->barrier);
+	if (!barrier_reader_caught_up(kafka->barrier))
+		return NULL;
+	return barrier_reader_next(kafka->barrier, above);
+}
+
+/*
+ * Hold each partition the cut names at its marker.  A partition not
+ * assigned yet (its topic's metadata is not read) is waited for; one the
+ * job does not own is another subtask's.  A cut is judged per partition
+ * when it is first held: the last checkpoint past the marker makes the cut
+ * one the job cannot take, records read past it make one it can take only
+ * after going back to that checkpoint.
+ */
+static CutHold
+kafka_hold_at_cut(Source *src, const BarrierCut *cut)
+{
+	KafkaSource *kafka = (KafkaSource *) src;
+	bool		waiting = false;
+
+	for (int i = 0; i < cut->nmarkers; i++)
+	{
+		const CutMarker *marker = &cut->markers[i];
+		int			p;
+		KafkaPartition *kp;
+
+		if (!owns(kafka, marker->topic, marker->partition))
+			continue;
+		p = find_partition(kafka, marker->topic, marker->partition);
+		if (p < 0)
+		{
+			waiting = true;
+			continue;
+		}
+		kp = &kafka->parts[p];
+		if (kp->hold < 0)
+		{
+			if (kp->committed > marker->offset)
+				return CUT_HOLD_BEHIND;
+			if (kp->next > marker->offset)
+				return CUT_HOLD_READ_PAST;
+			kp->hold = marker->offset;
+		}
+		if (kp->next < kp->hold)
+			waiting = true;
+		else if (!kp->paused)
+			pause_partition(kafka, kp, true);
+	}
+	return waiting ? CUT_HOLD_WAITING : CUT_HOLD_REACHED;
+}
+
+/* Read on past the markers: from next where a message past one was dropped. */
+static void
+kafka_release_cut(Source *src)
+{
+	KafkaSource *kafka = (KafkaSource *) src;
+
+	for (int i = 0; i < kafka->nparts; i++)
+	{
+		KafkaPartition *kp = &kafka->parts[i];
+
+		if (kp->hold < 0)
+			continue;
+		if (kp->overran)
+			reassign(kafka, kp);
+		else if (kp->paused)
+			pause_partition(kafka, kp, false);
+		kp->hold = -1;
+		kp->paused = false;
+		kp->overran = false;
+	}
+}
+
+static void
+pause_partition(KafkaSource *kafka, KafkaPartition *kp, bool pause)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+
+	rd_kafka_topic_partition_list_add(list, kafka->base.topic_names[kp->topic], kp->partition);
+	if (pause)
+		(void) rd_kafka_pause_partitions(kafka->rk, list);
+	else
+		(void) rd_kafka_resume_partitions(kafka->rk, list);
+	rd_kafka_topic_partition_list_destroy(list);
+	kp->paused = pause;
+}
+
+static void
+kafka_cut_counts(Source *src, uint64 *partial, uint64 *malformed)
+{
+	barrier_reader_counts(((KafkaSource *) src)->barrier, partial, malformed);
+}
+
 static const SourceOps kafka_ops = {
 	.poll = kafka_poll,
 	.headers = kafka_headers,
@@ -1243,4 +1383,8 @@ static const SourceOps kafka_ops = {
 	.mark_end = kafka_mark_end,
 	.reached_end = kafka_reached_end,
 	.backlog = kafka_backlog,
+	.next_cut = kafka_next_cut,
+	.hold_at_cut = kafka_hold_at_cut,
+	.release_cut = kafka_release_cut,
+	.cut_counts = kafka_cut_counts,
 };

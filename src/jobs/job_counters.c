@@ -19,7 +19,15 @@ const char *const job_counter_names[JC_NUM_COUNTERS] = {
 	"records_skipped",
 	"records_late",
 	"records_out",
-	"checkpoints"
+	"checkpoints",
+	"last_cut_epoch",
+	"cut_decided_epoch",
+	"cuts_skipped",
+	"cut_held_ms",
+	"cut_rewinds",
+	"cuts_partial",
+	"cut_records_malformed",
+	"cut_holding_epoch"
 };
 
 Datum

@@ -17,8 +17,20 @@ typedef enum JobCounter
 	JC_RECORDS_LATE,
 	JC_RECORDS_OUT,
 	JC_CHECKPOINTS,
+	/* Barrier cuts (docs/ARCHITECTURE.md, "Barrier cuts"): epochs and sums. */
+	JC_LAST_CUT_EPOCH,			/* the last cut the job checkpointed at */
+	JC_CUT_DECIDED_EPOCH,		/* the last cut checkpointed at or skipped */
+	JC_CUTS_SKIPPED,
+	JC_CUT_HELD_MS,				/* from learning of each cut to its checkpoint */
+	JC_CUT_REWINDS,
+	/* From here on, what the running worker sees: not carried over a restart. */
+	JC_CUTS_PARTIAL,
+	JC_CUT_RECORDS_MALFORMED,
+	JC_CUT_HOLDING_EPOCH,		/* the cut the job is held at now, 0 none */
 	JC_NUM_COUNTERS
 } JobCounter;
+
+#define JC_FIRST_LIVE JC_CUTS_PARTIAL
 
 extern const char *const job_counter_names[JC_NUM_COUNTERS];
 

@@ -142,6 +142,7 @@ slot_reset(JobSlot *slot, int64 job_id, Oid ext_oid, int subtask, int coordinato
 	slot->state_checkpoint_ms = slot->state_restore_ms = -1;
 	slot->consumer_lag = -1;
 	slot->input_rate = 0;
+	slot->cut_rewinds_unsaved = 0;
 	for (int c = 0; c < JC_NUM_COUNTERS; c++)
 		pg_atomic_write_u64(&slot->counters[c], 0);
 	job_slot_reset_run(slot);

@@ -62,7 +62,8 @@ typedef enum JobExitKind
 	JOB_EXIT_FINISHED,			/* bounded source fully consumed and committed */
 	JOB_EXIT_ERROR,				/* an error; the launcher retries with backoff */
 	JOB_EXIT_FAILED,			/* a failure the launcher must not retry */
-	JOB_EXIT_BUSY				/* another process held the job's lock: did nothing */
+	JOB_EXIT_BUSY,				/* another process held the job's lock: did nothing */
+	JOB_EXIT_REWIND				/* going back to its checkpoint to take a barrier cut: start again now */
 } JobExitKind;
 
 typedef struct PartitionMetrics
@@ -149,6 +150,12 @@ typedef struct JobSlot
 	 */
 	JobHistogram checkpoint_duration;	/* each committed checkpoint's wall time */
 	JobHistogram produce_to_commit;
+
+	/*
+	 * Rewinds to a barrier cut not counted in a checkpoint yet: a rewind
+	 * restarts the worker in the slot, and the next checkpoint counts it.
+	 */
+	uint32		cut_rewinds_unsaved;
 
 	/* Signalled after every checkpoint and every change of state. */
 	ConditionVariable progress_cv;

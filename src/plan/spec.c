@@ -80,7 +80,8 @@ static const char *const top_fields[] = {
 	"checkpoint", "state", "on_error", "parallelism", "key_groups", NULL
 };
 static const char *const kafka_fields[] = {
-	"type", "brokers", "topic", "topics", "start", "format", "options", "group_id", NULL
+	"type", "brokers", "topic", "topics", "start", "format", "options", "group_id",
+	"barrier_group", "barrier_topic", NULL
 };
 static const char *const generator_fields[] = {
 	"type", "events", "rate", "keys", "seed", "start_time", "step", "partitions", "format", NULL
@@ -104,7 +105,7 @@ static const char *const kafka_sink_fields[] = {
 #define MAX_SINKS 2
 #define SINKS_HINT "An array of a table sink and a Kafka sink, such as [{\"type\": \"table\", \"table\": \"totals\"}, {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"totals\"}]."
 
-static const char *const checkpoint_fields[] = {"interval", "retain", NULL};
+static const char *const checkpoint_fields[] = {"interval", "retain", "between_cuts", "retain_cuts", NULL};
 
 /*
  * Bounds that keep event-time arithmetic far from the ends of timestamptz
@@ -131,6 +132,8 @@ static List *get_string_array(JsonObject *obj, const char *key, const char *hint
 static int64 get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min, int64 max,
 						 bool *is_null);
 static double get_number(JsonObject *obj, const char *key, double dflt, bool *is_null);
+static bool get_boolean(JsonObject *obj, const char *key, bool dflt);
+static void check_topic_name(const char *path, const char *topic);
 static int64 get_interval(JsonObject *obj, const char *key, int64 dflt, bool allow_zero);
 static int	get_choice(JsonObject *obj, const char *key, const SpecChoice *choices, int dflt);
 static const char *json_type_name(JsonbValue *v);
@@ -186,6 +189,16 @@ spec_parse(Jsonb *jb)
 				   psprintf("The job's key groups (\"key_groups\", fixed when it is created) bound its parallelism: use at most %d, or create a job with more key groups.",
 							spec->key_groups),
 				   "parallelism %d is more than the job's %d key groups", spec->parallelism, spec->key_groups);
+
+	/*
+	 * Aligning on cuts is done by one worker: its subtasks would each have
+	 * to agree on every cut and on skipping one (docs/ARCHITECTURE.md,
+	 * "Barrier cuts").
+	 */
+	if (spec->source.type == SOURCE_KAFKA && spec->source.kafka.barrier_group && spec->parallelism > 1)
+		spec_error("parallelism", ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "Use \"parallelism\": 1 for a job with a \"barrier_group\", or leave the group out.",
+				   "a job that checkpoints at barrier cuts runs as one worker");
 	return spec;
 }
 
@@ -244,11 +257,15 @@ parse_checkpoint(JsonObject *top, JobSpec *spec)
 
 	spec->checkpoint_interval_us = USECS_PER_SEC;
 	spec->checkpoint_retain = 10;
+	spec->checkpoint_between_cuts = false;
+	spec->checkpoint_retain_cuts = 100;
 	if (!found)
 		return;
 	check_fields(&ck, checkpoint_fields);
 	spec->checkpoint_interval_us = get_interval(&ck, "interval", USECS_PER_SEC, false);
 	spec->checkpoint_retain = get_integer(&ck, "retain", 10, 1, 10000, NULL);
+	spec->checkpoint_between_cuts = get_boolean(&ck, "between_cuts", false);
+	spec->checkpoint_retain_cuts = get_integer(&ck, "retain_cuts", 100, 1, 10000, NULL);
 	if (spec->checkpoint_interval_us < 10 * 1000)
 		spec_error("checkpoint.interval", ERRCODE_INVALID_PARAMETER_VALUE, "Use an interval of at least 10 milliseconds.",
 				   "checkpoint interval is too short");
@@ -307,6 +324,18 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 
 	kafka->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
 	kafka->group_id = get_string(obj, "group_id", false, "A consumer group name.");
+	kafka->barrier_group = get_string(obj, "barrier_group", false,
+									  "The name of a barrier group whose cuts the job checkpoints at.");
+	kafka->barrier_topic = get_string(obj, "barrier_topic", false,
+									  "The topic the cuts are published to; leave it out for \"__barrier_state\".");
+	if (kafka->barrier_topic && !kafka->barrier_group)
+		spec_error(child_path(obj->path, "barrier_topic"), ERRCODE_INVALID_PARAMETER_VALUE,
+				   "Give \"barrier_group\" too, or leave \"barrier_topic\" out.",
+				   "\"barrier_topic\" applies to a source with a \"barrier_group\" only");
+	if (kafka->barrier_topic)
+		check_topic_name(child_path(obj->path, "barrier_topic"), kafka->barrier_topic);
+	else if (kafka->barrier_group)
+		kafka->barrier_topic = pstrdup("__barrier_state");
 
 	kafka->options = parse_options(obj);
 }
@@ -645,11 +674,7 @@ parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
 	kafka->brokers = get_string(obj, "brokers", true,
 								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
 	kafka->topic = get_string(obj, "topic", true, "The output topic's name; create the topic before the job.");
-	if (strlen(kafka->topic) > 249 || strspn(kafka->topic, TOPIC_CHARS) != strlen(kafka->topic) ||
-		strcmp(kafka->topic, ".") == 0 || strcmp(kafka->topic, "..") == 0)
-		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME,
-				   "A Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-', and not \".\" or \"..\".",
-				   "\"%s\" is not a Kafka topic name", kafka->topic);
+	check_topic_name(child_path(obj->path, "topic"), kafka->topic);
 	kafka->key = get_string(obj, "key", false,
 							"An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
 	kafka->value = get_string(obj, "value", false,
@@ -1188,6 +1213,29 @@ get_integer(JsonObject *obj, const char *key, int64 dflt, int64 min, int64 max, 
 	if (result < min || result > max)
 		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint, INT64_FORMAT " is out of range", result);
 	return result;
+}
+
+static bool
+get_boolean(JsonObject *obj, const char *key, bool dflt)
+{
+	JsonbValue	v;
+
+	if (!get_value(obj, key, &v))
+		return dflt;
+	if (v.type != jbvBool)
+		spec_error(child_path(obj->path, key), ERRCODE_INVALID_PARAMETER_VALUE, "true or false.",
+				   "expected a boolean, found %s", json_type_name(&v));
+	return v.val.boolean;
+}
+
+static void
+check_topic_name(const char *path, const char *topic)
+{
+	if (strlen(topic) > 249 || strspn(topic, TOPIC_CHARS) != strlen(topic) ||
+		strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0)
+		spec_error(path, ERRCODE_INVALID_NAME,
+				   "A Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-', and not \".\" or \"..\".",
+				   "\"%s\" is not a Kafka topic name", topic);
 }
 
 static double

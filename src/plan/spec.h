@@ -36,6 +36,8 @@ typedef struct KafkaSourceSpec
 	char	   *group_id;
 	List	   *options;		/* of DefElem: librdkafka property, string value */
 	Oid			owner;			/* whose privileges judge options: set by the caller */
+	char	   *barrier_group;	/* checkpoint at this group's barrier cuts; NULL: none */
+	char	   *barrier_topic;	/* where the cuts are published: __barrier_state */
 } KafkaSourceSpec;
 
 typedef struct GeneratorSpec
@@ -169,6 +171,8 @@ typedef struct JobSpec
 	SinkSpec   *changelog;		/* "sinks": the Kafka sink beside the table, or NULL */
 	int64		checkpoint_interval_us;
 	int32		checkpoint_retain;
+	bool		checkpoint_between_cuts;	/* a barrier job also checkpoints per interval */
+	int32		checkpoint_retain_cuts; /* cut checkpoints kept apart from the others */
 	StateBackendType state_backend;
 	OnError		on_error;
 	int32		parallelism;	/* subtasks, 1..MAILER_MAX_PARALLELISM */

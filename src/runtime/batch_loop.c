@@ -27,6 +27,7 @@
 #include "runtime/accounting.h"
 #include "runtime/batch_loop.h"
 #include "runtime/checkpoint.h"
+#include "runtime/cut_align.h"
 #include "runtime/epoch_cut.h"
 #include "runtime/pipeline.h"
 #include "runtime/termination.h"
@@ -49,6 +50,7 @@ static bool finish(BatchLoop *loop);
 static bool checkpoint_due(BatchLoop *loop, long since);
 static void wait_for_input(BatchLoop *loop, long since);
 static bool waiting_for_lock(JobSlot *slot);
+static bool rewind_to_cut(BatchLoop *loop);
 
 void
 batch_loop_run(Job *job)
@@ -106,6 +108,9 @@ batch_loop_run(Job *job)
 			continue;
 		}
 
+		/* Hold at a barrier cut before reading: a batch could pass its markers. */
+		if (rewind_to_cut(&loop))
+			return;
 		finished = job->source->ops->finished(job->source);
 		n = read_batch(&loop, finished);
 		if (job->shuffle)
@@ -125,6 +130,9 @@ batch_loop_run(Job *job)
 			continue;
 		}
 
+		/* The batch may have brought the partitions to the cut's markers. */
+		if (rewind_to_cut(&loop))
+			return;
 		since = TimestampDifferenceMilliseconds(job->last_checkpoint, GetCurrentTimestamp());
 		if (checkpoint_due(&loop, since) && !checkpoint_take(job, false))
 		{
@@ -149,7 +157,12 @@ stop(BatchLoop *loop)
 	 * the final checkpoint has a grace of its own, after the batch's.
 	 */
 	termination_restart_grace();
-	if (!loop->sink_waiting || !waiting_for_lock(job->slot))
+	/*
+	 * A job that checkpoints only at barrier cuts keeps its last cut's
+	 * checkpoint, unless it is at a cut now.
+	 */
+	if ((!loop->sink_waiting || !waiting_for_lock(job->slot)) &&
+		(cut_align_interval_applies(job) || cut_align_checkpoint_cut(job) != 0))
 		checkpoint_take(job, true);
 	wait_marks_answer(job);
 	SpinLockAcquire(&job->slot->mutex);
@@ -277,7 +290,10 @@ checkpoint_due(BatchLoop *loop, long since)
 
 	/* Windows the watermark fired without new input (idle partitions) are output too. */
 	due = (job->uncommitted > 0 || (job->keyed && keyed_pending(job->keyed) > 0)) &&
-		since >= loop->interval_ms;
+		since >= loop->interval_ms && cut_align_interval_applies(job);
+	/* At a barrier cut: its checkpoint, at once. */
+	if (cut_align_checkpoint_cut(job) != 0)
+		due = true;
 	if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
 		(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows ||
 		dead_letter_full(job->dead_letters) || sink_buffer_full(job->sink))
@@ -301,7 +317,7 @@ wait_for_input(BatchLoop *loop, long since)
 	pgsocket	fd = job->source->ops->event_fd(job->source);
 	int			events = WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH;
 
-	if (job->uncommitted > 0)
+	if (job->uncommitted > 0 && cut_align_interval_applies(job))
 		timeout = Max(loop->interval_ms - since, 0);
 	/* A parallel job's subtask whose part of a bounded source is read waits for the others. */
 	if (source_wait >= 0 && !job->source->ops->finished(job->source))
@@ -311,6 +327,24 @@ wait_for_input(BatchLoop *loop, long since)
 	if (timeout > 0)
 		(void) WaitLatchOrSocket(MyLatch, events, fd, timeout, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
+}
+
+/*
+ * A round's work on barrier cuts.  True when the worker is to end, to
+ * start again at once from its checkpoint (the job read past a cut's
+ * markers before it learned of the cut).
+ */
+static bool
+rewind_to_cut(BatchLoop *loop)
+{
+	Job		   *job = loop->job;
+
+	if (cut_align_round(job) != CUT_ROUND_REWIND)
+		return false;
+	SpinLockAcquire(&job->slot->mutex);
+	job->slot->exit_kind = JOB_EXIT_REWIND;
+	SpinLockRelease(&job->slot->mutex);
+	return true;
 }
 
 static bool

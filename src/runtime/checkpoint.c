@@ -34,6 +34,7 @@
 #include "operators/watermark.h"
 #include "runtime/accounting.h"
 #include "runtime/checkpoint.h"
+#include "runtime/cut_align.h"
 #include "runtime/epoch_commit.h"
 #include "runtime/shuffle.h"
 
@@ -72,6 +73,9 @@ typedef struct CheckpointRun
 	TimestampTz watermark;		/* as it was when the checkpoint began */
 	double		state_ms;		/* the state's share of the time taken */
 	char	   *state_ref;		/* the state snapshot's reference, if any */
+	int64		cut_epoch;		/* the barrier cut it is at, 0 none */
+	int64	   *kept_cuts;		/* epochs of the cut checkpoints kept past checkpoint.retain */
+	int			nkept_cuts;
 } CheckpointRun;
 
 static void counters_from_jsonb(Job *job, Jsonb *counters);
@@ -79,6 +83,7 @@ static void checkpoint_begin(Job *job);
 static void force_synchronous_commit(void);
 static bool bind_sink(Job *job);
 static void flush_outputs(CheckpointRun *run);
+static void keep_cut_checkpoints(CheckpointRun *run);
 static void insert_checkpoint_row(CheckpointRun *run);
 static void checkpoint_committed(CheckpointRun *run);
 
@@ -423,12 +428,16 @@ static void
 insert_checkpoint_row(CheckpointRun *run)
 {
 	Job		   *job = run->job;
-	Oid			types[13] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
-	TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID, INT4OID, JSONBOID};
-	Datum		values[13];
-	char		nulls[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[15] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID, INT4OID, JSONBOID, INT8OID, INT4OID};
+	Datum		values[15];
+	char		nulls[15] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *state_layout;
 
+	SPI_connect();
+	/* Before the counters are stored: a cut's checkpoint counts it. */
+	run->cut_epoch = cut_align_checkpoint_cut(job);
+	cut_align_record(job, run->epoch);
 	values[0] = Int64GetDatum(job->job_id);
 	values[1] = Int64GetDatum(run->epoch);
 	values[2] = JsonbPGetDatum(job->source->ops->positions(job->source));
@@ -449,26 +458,35 @@ insert_checkpoint_row(CheckpointRun *run)
 		values[12] = JsonbPGetDatum(job->source->ops->records_in(job->source));
 	else
 		nulls[12] = 'n';
+	values[13] = Int64GetDatum(run->cut_epoch);
+	nulls[13] = run->cut_epoch ? ' ' : 'n';
+	values[14] = Int32GetDatum(job->spec->checkpoint_retain_cuts);
 
-	SPI_connect();
 	catalog_exec("INSERT INTO " MAILER_SCHEMA ".checkpoints (job_id, epoch, positions, state_ref, "
 				 "counters, duration_ms, final, watermark, partition_watermarks, state_layout, "
-				 "subtask, parallelism, partition_records_in) "
-				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-				 13, types, values, nulls, false);
+				 "subtask, parallelism, partition_records_in, cut_epoch) "
+				 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+				 14, types, values, nulls, false);
 
 	/*
-	 * Only the newest checkpoint.retain checkpoints stay restorable.  Each
-	 * subtask deletes its own rows, so that no two subtasks' transactions
-	 * touch the same row (one of them is prepared, and would hold the
-	 * other until the epoch commits); subtask 0 also deletes the rows of
-	 * subtasks a rescale left behind.
+	 * Only the newest checkpoint.retain checkpoints stay restorable, and
+	 * apart from them the newest checkpoint.retain_cuts taken at barrier
+	 * cuts.  Each subtask deletes its own rows, so that no two subtasks'
+	 * transactions touch the same row (one of them is prepared, and would
+	 * hold the other until the epoch commits); subtask 0 also deletes the
+	 * rows of subtasks a rescale left behind.
 	 */
 	values[1] = Int64GetDatum(run->epoch - job->spec->checkpoint_retain);
 	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
 				 "AND epoch OPERATOR(pg_catalog.<=) $2 AND (subtask OPERATOR(pg_catalog.=) $11 "
-				 "  OR ($11 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $12))",
-				 12, types, values, nulls, false);
+				 "  OR ($11 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $12)) "
+				 "AND (cut_epoch IS NULL OR epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
+				 "  SELECT k.epoch FROM " MAILER_SCHEMA ".checkpoints k WHERE k.job_id OPERATOR(pg_catalog.=) $1 "
+				 "  AND k.subtask OPERATOR(pg_catalog.=) 0 AND k.cut_epoch IS NOT NULL "
+				 "  ORDER BY k.epoch DESC LIMIT $15)))",
+				 15, types, values, nulls, false);
+	if (job->cut_align)
+		keep_cut_checkpoints(run);
 	/*
 	 * A bounded source's last checkpoint: the job is finished as soon as it
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
@@ -480,6 +498,26 @@ insert_checkpoint_row(CheckpointRun *run)
 					 "changed_at = pg_catalog.now() WHERE job_id OPERATOR(pg_catalog.=) $1",
 					 1, types, values, NULL, false);
 	SPI_finish();
+}
+
+/* The epochs of the cut checkpoints retained past checkpoint.retain: their state stays. */
+static void
+keep_cut_checkpoints(CheckpointRun *run)
+{
+	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(run->job->job_id);
+	values[1] = Int32GetDatum(run->job->subtask);
+	values[2] = Int64GetDatum(run->epoch - run->job->spec->checkpoint_retain);
+	catalog_exec("SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND subtask OPERATOR(pg_catalog.=) $2 AND cut_epoch IS NOT NULL "
+				 "AND epoch OPERATOR(pg_catalog.<=) $3 ORDER BY epoch",
+				 3, types, values, NULL, true);
+	run->nkept_cuts = (int) SPI_processed;
+	run->kept_cuts = MemoryContextAlloc(run->job->job_context, sizeof(int64) * Max(run->nkept_cuts, 1));
+	for (int i = 0; i < run->nkept_cuts; i++)
+		run->kept_cuts[i] = DatumGetInt64(catalog_value(i, 1, NULL));
 }
 
 /*
@@ -499,10 +537,14 @@ checkpoint_committed(CheckpointRun *run)
 		TimestampTz release_start = GetCurrentTimestamp();
 
 		job->state->ops->committed(job->state, run->epoch,
-								   run->epoch - job->spec->checkpoint_retain + 1);
+								   run->epoch - job->spec->checkpoint_retain + 1,
+								   run->kept_cuts, run->nkept_cuts);
 		run->state_ms += ms_since(release_start);
 	}
+	if (run->kept_cuts)
+		pfree(run->kept_cuts);
 	job->source->ops->committed(job->source);
+	cut_align_committed(job);
 	/* Committed, and the snapshots it replaced removed. */
 	TEST_POINT("checkpoint_after_commit");
 	job->publish_pending = true;
@@ -604,11 +646,11 @@ bind_sink(Job *job)
 	return bound;
 }
 
-/* Add a checkpoint row's counters to the job's. */
+/* Add a checkpoint row's counters to the job's: those a restart carries over. */
 static void
 counters_from_jsonb(Job *job, Jsonb *counters)
 {
-	for (int c = 0; c < JC_NUM_COUNTERS; c++)
+	for (int c = 0; c < JC_FIRST_LIVE; c++)
 	{
 		JsonbValue *v = getKeyJsonValueFromContainer(&counters->root, job_counter_names[c],
 													 strlen(job_counter_names[c]), NULL);

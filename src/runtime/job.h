@@ -69,6 +69,8 @@ typedef struct Job
 	int			publish_failures;	/* publishes failed in a row, for the backoff */
 	Datum	   *topic_datums;	/* the source's topic names as text */
 
+	struct CutAlign *cut_align; /* barrier cuts (runtime/cut_align), or NULL */
+
 	/* input_rate: records_in at the last sample, and when */
 	uint64		rate_records;
 	TimestampTz rate_at;

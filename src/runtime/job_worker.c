@@ -53,6 +53,7 @@
 #include "runtime/shuffle.h"
 #include "runtime/subtasks.h"
 #include "runtime/checkpoint.h"
+#include "runtime/cut_align.h"
 #include "runtime/job.h"
 #include "runtime/job_worker.h"
 #include "runtime/termination.h"
@@ -388,6 +389,7 @@ job_start(JobWorkerArgs *args, JobSlot *slot)
 		job->shuffle = shuffle_create(job, exchange_attach(args->exchange, job->slot->ext_oid,
 														  job->job_id, job->subtask, job->parallelism));
 	work_xact_end();
+	cut_align_start(job);
 
 	/*
 	 * "start": "latest" holds for a job's first start only: pin the offsets

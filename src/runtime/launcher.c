@@ -683,6 +683,10 @@ handle_exit(int i, LauncherJob *job)
 			else if (!set_status(job->job_id, job->want_running ? job->state : JOB_STATE_STOPPED, 0, 0, NULL, 0))
 				return false;
 			break;
+		case JOB_EXIT_REWIND:
+			/* Back to its checkpoint to take a barrier cut: no failure, start again now. */
+			lslots[i].retry_at = 0;
+			break;
 		case JOB_EXIT_BUSY:
 			/*
 			 * restore_job or drop_job held the job's lock for a moment: no

@@ -87,12 +87,14 @@ typedef struct StateBackendOps
 
 	/*
 	 * After the checkpoint committed: forget snapshots older than keep_from
-	 * (and any newer than epoch).  Subtask 0's also forgets those of the
-	 * subtasks k >= parallelism, which no longer run after a rescale down:
-	 * they keep theirs only while a retained epoch needs them.  Called
-	 * outside any transaction.
+	 * but the nkeep epochs of keep (ascending: the barrier cuts' retained
+	 * checkpoints), and any newer than epoch.  Subtask 0's also forgets
+	 * those of the subtasks k >= parallelism, which no longer run after a
+	 * rescale down: they keep theirs only while a retained epoch needs
+	 * them.  Called outside any transaction.
 	 */
-	void		(*committed) (StateBackend *backend, int64 epoch, int64 keep_from);
+	void		(*committed) (StateBackend *backend, int64 epoch, int64 keep_from,
+							  const int64 *keep, int nkeep);
 
 	/* Bytes of state, roughly (for mailer.metrics). */
 	int64		(*size) (StateBackend *backend);

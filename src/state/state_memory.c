@@ -954,13 +954,16 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
  * entries of the rows deleted may not be dead yet to an old snapshot.
  */
 static void
-mem_committed(StateBackend *backend, int64 epoch, int64 keep_from)
+mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *keep, int nkeep)
 {
 	MemoryState *ms = (MemoryState *) backend;
 	Oid			types[6] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT8OID};
 	Datum		values[6];
 	int64		budget = ms->undo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
 
+	/* A rewind to the oldest retained cut reads the undo of every epoch after it. */
+	if (nkeep > 0 && keep[0] < keep_from)
+		keep_from = keep[0];
 	if (keep_from <= ms->cleaned_to)
 		return;
 	values[0] = Int64GetDatum(ms->base.job_id);

@@ -421,9 +421,9 @@ checkpoint_epoch(const char *name)
 	return epoch;
 }
 
-/* Remove checkpoints outside [keep_from, keep_to]. */
+/* Remove checkpoints outside [keep_from, keep_to] but the nkeep epochs of keep. */
 static void
-remove_checkpoints(const char *dir, int64 keep_from, int64 keep_to)
+remove_checkpoints(const char *dir, int64 keep_from, int64 keep_to, const int64 *keep, int nkeep)
 {
 	DIR		   *d = AllocateDir(dir);
 	struct dirent *de;
@@ -431,8 +431,11 @@ remove_checkpoints(const char *dir, int64 keep_from, int64 keep_to)
 	while ((de = ReadDir(d, dir)) != NULL)
 	{
 		int64		epoch = checkpoint_epoch(de->d_name);
+		bool		kept = false;
 
-		if (epoch >= 0 && (epoch < keep_from || epoch > keep_to))
+		for (int i = 0; i < nkeep && !kept; i++)
+			kept = keep[i] == epoch;
+		if (epoch >= 0 && !kept && (epoch < keep_from || epoch > keep_to))
 			rmtree(psprintf("%s/%s", dir, de->d_name), true);
 	}
 	FreeDir(d);
@@ -727,7 +730,7 @@ state_rocksdb_open(const StateOpenArgs *args)
 	 */
 	remove_if_exists(rs->live);
 	remove_ingest_files(rs->dir, ERROR);
-	remove_checkpoints(rs->dir, 0, args->epoch);
+	remove_checkpoints(rs->dir, 0, args->epoch, NULL, 0);
 	if (args->epoch > 0 && !rescale)
 		clone_checkpoint(checkpoint_dir(args->job_id, args->subtask, args->epoch,
 										args->old_refs ? args->old_refs[args->subtask] : NULL),
@@ -1273,7 +1276,7 @@ has_checkpoints(const char *dir)
  * is not for this process to assume.
  */
 static void
-remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from)
+remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from, const int64 *keep, int nkeep)
 {
 	DIR		   *d = AllocateDir(rs->dir);
 	struct dirent *de;
@@ -1296,7 +1299,7 @@ remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from)
 		}
 		remove_if_exists(psprintf("%s/live", dir));
 		remove_ingest_files(dir, WARNING);
-		remove_checkpoints(dir, keep_from, epoch);
+		remove_checkpoints(dir, keep_from, epoch, keep, nkeep);
 		if (!has_checkpoints(dir))
 			rmtree(dir, true);
 		if (fd >= 0)
@@ -1307,13 +1310,13 @@ remove_unused_subtask_dirs(RocksState *rs, int64 epoch, int64 keep_from)
 
 /* Subtask 0 also retires the directories of subtasks no longer run. */
 static void
-rocks_committed(StateBackend *backend, int64 epoch, int64 keep_from)
+rocks_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *keep, int nkeep)
 {
 	RocksState *rs = (RocksState *) backend;
 
-	remove_checkpoints(rs->dir, keep_from, epoch);
+	remove_checkpoints(rs->dir, keep_from, epoch, keep, nkeep);
 	if (rs->subtask == 0)
-		remove_unused_subtask_dirs(rs, epoch, keep_from);
+		remove_unused_subtask_dirs(rs, epoch, keep_from, keep, nkeep);
 }
 
 static int64
