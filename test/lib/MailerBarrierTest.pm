@@ -29,7 +29,8 @@ use MailerTest;
 use MailerKafkaTest qw(totals_check);
 use MailerKafkaSinkTest qw(ks_topic ks_read);
 
-our @EXPORT = qw(bt_topic bt_fresh bt_key bt_cut_value bt_cut bt_raw bt_ends bt_cut_at_ends
+our @EXPORT = qw(bt_topic bt_fresh bt_key bt_cut_value bt_cut bt_raw bt_ends bt_markers_at_ends bt_cut_at_ends
+  wait_read_past
   bt_load_records bt_below bt_producer bt_producer_stop bt_order_lines
   cut_checkpoint wait_cut_checkpoint cut_epochs cut_positions_ok cut_totals_check
   cut_metrics wait_holding cuts_of);
@@ -145,22 +146,43 @@ sub bt_ends
 	return \%end;
 }
 
+# { topic => { partition => end offset now } } of @$topics, for the
+# partitions $only->{topic} names (all when it names none of a topic).
+sub bt_markers_at_ends
+{
+	my ($topics, $only) = @_;
+	my %markers;
+	for my $t (@$topics)
+	{
+		my $end = bt_ends($t);
+		my @parts = $only && $only->{$t} ? @{ $only->{$t} } : keys %$end;
+		$markers{$t}{$_} = $end->{$_} for @parts;
+	}
+	return \%markers;
+}
+
 # Publish cut $epoch with the topics' end offsets now as its markers;
 # returns the markers.  %opt: partitions ({ topic => [partitions] }: name
 # only these), plus bt_cut_value's.
 sub bt_cut_at_ends
 {
 	my ($barrier_topic, $group, $epoch, $topics, %opt) = @_;
-	my $only = delete $opt{partitions} // {};
-	my %markers;
-	for my $t (@$topics)
-	{
-		my $end = bt_ends($t);
-		my @parts = $only->{$t} ? @{ $only->{$t} } : keys %$end;
-		$markers{$t}{$_} = $end->{$_} for @parts;
-	}
-	bt_cut($barrier_topic, $group, $epoch, \%markers, %opt);
-	return \%markers;
+	my $markers = bt_markers_at_ends($topics, delete $opt{partitions});
+	bt_cut($barrier_topic, $group, $epoch, $markers, %opt);
+	return $markers;
+}
+
+# Wait until a job has read past every marker of $markers (of its topic):
+# a cut published then is one it learns of too late, and must go back to
+# its last checkpoint to take.
+sub wait_read_past
+{
+	my ($job, $topic, $markers) = @_;
+	my $past = join(' OR ', map { "(partition = $_ AND position > $markers->{$_})" } sort keys %$markers);
+	wait_until("job $job to read past the markers in $topic", sub {
+		psql("SELECT count(*) FROM mailer.partition_metrics WHERE name = '$job' AND topic = '$topic' AND ($past)")
+		  == keys %$markers;
+	}, 60);
 }
 
 # Every record of a topic, from the beginning, into a table made anew:

@@ -8,7 +8,9 @@
 # Malformed barrier records (a key of another version, a value of another
 # version, a truncated value, an unknown kind, a truncated key) are counted
 # and logged as WARNINGs, a tombstone and another group's cut are passed
-# over, and the jobs keep running and align on the next valid cut.
+# over, and the jobs keep running and align on the next valid cut.  A
+# SIGKILL as a worker is about to go back to its last checkpoint to take a
+# cut it read past (test point cut_rewind) loses nothing either.
 use strict;
 use warnings;
 use FindBin;
@@ -111,6 +113,36 @@ for my $j (@jobs)
 	cut_positions_ok($j, 2, $topic, $m2);
 	cut_totals_check('t172_rec', $j, $j, 2, $topic, "$j at cut 2, after the malformed records");
 	is(cuts_of($j), '1:checkpoint:r 2:checkpoint:r', "$j: mailer.cuts shows cuts 1 and 2 only");
+}
+
+# Cut 3 learned of after both jobs read past its markers: a SIGKILL at
+# cut_rewind, as a worker is about to go back to its checkpoint at cut 2 to
+# take it.  The restarted workers take it from there.
+kcat_produce($topic, bt_order_lines(901, 1200, 100));
+my $m3 = bt_ends($topic);
+kcat_produce($topic, bt_order_lines(1201, 1300, 100));
+wait_read_past($_, $topic, $m3) for @jobs;
+$from = ks_hold('cut_rewind');
+bt_cut($bt, $group, 3, { $topic => $m3 });
+$pid = test_point_wait_reached('cut_rewind', $from);
+ok(grep({ worker_pid($_) == $pid } @jobs), 'a worker is at cut_rewind, going back for cut 3');
+$launcher = launcher_pid();
+is(kill('KILL', $pid), 1, 'SIGKILL to it');
+wait_server_ready(not_launcher => $launcher);
+ks_release($from);
+for my $j (@jobs)
+{
+	wait_until("$j to checkpoint at cut 3", sub {
+		MailerKafkaSinkTest::ks_unstick();
+		return cut_checkpoint($j, 3) ne '';
+	}, 60);
+}
+bt_load_records($topic, 't172_rec');
+for my $j (@jobs)
+{
+	is(cut_epochs($j), '1,2,3', "$j: after the kill at cut_rewind, its next checkpoint is at cut 3");
+	cut_positions_ok($j, 3, $topic, $m3);
+	cut_totals_check('t172_rec', $j, $j, 3, $topic, "$j at cut 3, after the kill at cut_rewind");
 }
 
 psql("SELECT mailer.drop_job('$_')") for @jobs;
