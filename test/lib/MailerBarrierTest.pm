@@ -179,10 +179,13 @@ sub wait_read_past
 {
 	my ($job, $topic, $markers) = @_;
 	my $past = join(' OR ', map { "(partition = $_ AND position > $markers->{$_})" } sort keys %$markers);
-	wait_until("job $job to read past the markers in $topic", sub {
-		psql("SELECT count(*) FROM mailer.partition_metrics WHERE name = '$job' AND topic = '$topic' AND ($past)")
-		  == keys %$markers;
-	}, 60);
+	eval {
+		wait_until("job $job to read past the markers in $topic", sub {
+			psql("SELECT count(*) FROM mailer.partition_metrics WHERE name = '$job' AND topic = '$topic' AND ($past)")
+			  == keys %$markers;
+		}, 60);
+		1;
+	} or die "$@(markers " . join(' ', map { "$_:$markers->{$_}" } sort keys %$markers) . "; " . cut_diagnosis($job) . ")\n";
 }
 
 # Every record of a topic, from the beginning, into a table made anew:
@@ -298,9 +301,20 @@ sub wait_cut_checkpoint
 			return $e ne '' && $e > $after;
 		}, $timeout // 60);
 		1;
-	} or die "$@(mailer.metrics: " . psql("SELECT row_to_json(m) FROM mailer.metrics m WHERE name = '$job'")
-	  . "; mailer.jobs: " . psql("SELECT row_to_json(j) FROM mailer.jobs j WHERE name = '$job'") . ")\n";
+	} or die "$@(" . cut_diagnosis($job) . ")\n";
 	return $e;
+}
+
+# What a job is doing, for a wait that timed out: its mailer.metrics and
+# mailer.jobs rows, its partitions' positions and ends, and mailer.cuts.
+sub cut_diagnosis
+{
+	my ($job) = @_;
+	return "mailer.metrics: " . psql("SELECT row_to_json(m) FROM mailer.metrics m WHERE name = '$job'")
+	  . "; mailer.jobs: " . psql("SELECT row_to_json(j) FROM mailer.jobs j WHERE name = '$job'")
+	  . "; partitions (position/end): " . psql("SELECT string_agg(topic || ':' || partition || ' ' || coalesce(position::text, '-')
+		|| '/' || coalesce(end_offset::text, '-'), ', ' ORDER BY topic, partition) FROM mailer.partition_metrics WHERE name = '$job'")
+	  . "; mailer.cuts: " . cuts_of($job);
 }
 
 # The cut epochs of a job's retained checkpoints, oldest first, "-" for an
