@@ -495,7 +495,7 @@ GRANT SELECT ON mailer.kafka_sinks TO PUBLIC;
 
 -- The barrier cuts a job decided on (docs/ARCHITECTURE.md, "Barrier cuts"):
 -- checkpointed at, or skipped; written in the checkpoint's transaction,
--- kept while a retained checkpoint is as old as the decision.
+-- the newest checkpoint.retain_cuts + 1000 kept.
 CREATE TABLE mailer.job_cuts (
 	job_id			bigint NOT NULL REFERENCES mailer.job ON DELETE CASCADE,
 	cut_epoch		bigint NOT NULL,

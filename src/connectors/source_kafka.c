@@ -1339,10 +1339,11 @@ kafka_release_cut(Source *src)
 
 		if (kp->hold < 0)
 			continue;
+		/* A new assignment keeps the application's pause: resume first. */
+		if (kp->paused)
+			pause_partition(kafka, kp, false);
 		if (kp->overran)
 			reassign(kafka, kp);
-		else if (kp->paused)
-			pause_partition(kafka, kp, false);
 		kp->hold = -1;
 		kp->paused = false;
 		kp->overran = false;

@@ -7,7 +7,7 @@
 #define COUNTER_MARKS_H
 
 /* Counters of one job that are kept: at most this many per job. */
-#define COUNTER_MARKS_PER_JOB 24
+#define COUNTER_MARKS_PER_JOB 32
 
 /*
  * Start a scrape of the installation ext_oid (InvalidOid: none): marks of

@@ -32,8 +32,13 @@
 	"       m.input_rate, m.consumer_lag, m.state_bytes, " \
 	"       extract(epoch FROM clock_timestamp() - m.watermark)::float8 AS watermark_delay, " \
 	"       extract(epoch FROM coalesce(m.last_checkpoint_at, j.created_at))::float8 AS last_checkpoint, " \
-	"       extract(epoch FROM j.last_error_at)::float8 AS last_error_at " \
+	"       extract(epoch FROM j.last_error_at)::float8 AS last_error_at, " \
+	"       c.last_cut_epoch, c.cuts_skipped, c.cuts_partial, c.cut_records_malformed, " \
+	"       c.cut_held_seconds, c.cut_rewinds, c.cut_holding_epoch " \
 	"  FROM mailer.jobs j JOIN mailer.metrics m ON m.name = j.name " \
+	/* barrier cuts' series for the jobs that checkpoint at cuts only */ \
+	"  LEFT JOIN mailer.metrics c ON c.name = j.name " \
+	"       AND j.spec -> 'source' ->> 'barrier_group' IS NOT NULL " \
 	" ORDER BY j.name"
 #define Anum_jobs_job_id 1
 #define Anum_jobs_name	2
@@ -86,6 +91,13 @@ static const Family job_families[] = {
 	{"mailer_input_rate", "gauge", "Records read per second, smoothed.", "input_rate", JOB_LABELS},
 	{"mailer_last_checkpoint_timestamp_seconds", "gauge", "When the job's newest checkpoint committed, or, before its first, when it was created (Unix time): alert on its age to catch a stuck job.", "last_checkpoint", JOB_LABELS},
 	{"mailer_job_last_error_timestamp_seconds", "gauge", "When the job's last error happened (Unix time); absent when it has none.", "last_error_at", JOB_LABELS},
+	{"mailer_cuts_skipped_total", "counter", "Barrier cuts the job skipped: its last checkpoint was past their markers.", "cuts_skipped", JOB_LABELS},
+	{"mailer_cuts_partial_total", "counter", "Partial barrier cuts of the job's group seen (skipped); counted again by each worker.", "cuts_partial", JOB_LABELS},
+	{"mailer_cut_records_malformed_total", "counter", "Records of the barrier topic that were not of the cut format (skipped); counted again by each worker.", "cut_records_malformed", JOB_LABELS},
+	{"mailer_cut_rewinds_total", "counter", "Times the job went back to its checkpoint to take a barrier cut it had read past.", "cut_rewinds", JOB_LABELS},
+	{"mailer_last_cut_epoch", "gauge", "The epoch of the last barrier cut the job checkpointed at.", "last_cut_epoch", JOB_LABELS},
+	{"mailer_cut_holding_epoch", "gauge", "The barrier cut the job is held at now; absent when none.", "cut_holding_epoch", JOB_LABELS},
+	{"mailer_cut_held_seconds", "gauge", "Seconds the job was held at barrier cuts in all, from learning of each to its checkpoint.", "cut_held_seconds", JOB_LABELS},
 };
 
 static const Family partition_families[] = {

@@ -40,8 +40,16 @@ plan_describe(JobPlan *plan)
 	if (plan->keyed)
 		describe_keyed(&buf, plan);
 	describe_sink(&buf, plan);
-	appendStringInfo(&buf, "\nCheckpoint: every %s, %d retained",
-					 format_duration(spec->checkpoint_interval_us), spec->checkpoint_retain);
+	if (spec->source.type == SOURCE_KAFKA && spec->source.kafka.barrier_group)
+		appendStringInfo(&buf, "\nCheckpoint: at each complete cut of barrier group %s (topic %s), %d retained%s, %d others retained",
+						 spec->source.kafka.barrier_group, spec->source.kafka.barrier_topic,
+						 spec->checkpoint_retain_cuts,
+						 spec->checkpoint_between_cuts ?
+						 psprintf("; between cuts every %s", format_duration(spec->checkpoint_interval_us)) : "",
+						 spec->checkpoint_retain);
+	else
+		appendStringInfo(&buf, "\nCheckpoint: every %s, %d retained",
+						 format_duration(spec->checkpoint_interval_us), spec->checkpoint_retain);
 	appendStringInfo(&buf, "\nOn error: %s", spec_choice_name(spec_on_errors, spec->on_error));
 	/* Key groups matter at every parallelism: they are what a later rescale moves. */
 	appendStringInfo(&buf, "\nParallelism: %d subtask%s, %d key groups",

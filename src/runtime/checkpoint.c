@@ -74,8 +74,8 @@ typedef struct CheckpointRun
 	double		state_ms;		/* the state's share of the time taken */
 	char	   *state_ref;		/* the state snapshot's reference, if any */
 	int64		cut_epoch;		/* the barrier cut it is at, 0 none */
-	int64	   *kept_cuts;		/* epochs of the cut checkpoints kept past checkpoint.retain */
-	int			nkept_cuts;
+	int64	   *retained;		/* a job at barrier cuts: the epochs of its retained checkpoints */
+	int			nretained;
 } CheckpointRun;
 
 static void counters_from_jsonb(Job *job, Jsonb *counters);
@@ -83,7 +83,7 @@ static void checkpoint_begin(Job *job);
 static void force_synchronous_commit(void);
 static bool bind_sink(Job *job);
 static void flush_outputs(CheckpointRun *run);
-static void keep_cut_checkpoints(CheckpointRun *run);
+static void retain_cut_checkpoints(CheckpointRun *run);
 static void insert_checkpoint_row(CheckpointRun *run);
 static void checkpoint_committed(CheckpointRun *run);
 
@@ -428,10 +428,10 @@ static void
 insert_checkpoint_row(CheckpointRun *run)
 {
 	Job		   *job = run->job;
-	Oid			types[15] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
-	TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID, INT4OID, JSONBOID, INT8OID, INT4OID};
-	Datum		values[15];
-	char		nulls[15] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[14] = {INT8OID, INT8OID, JSONBOID, TEXTOID, JSONBOID, FLOAT8OID, BOOLOID,
+	TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID, INT4OID, JSONBOID, INT8OID};
+	Datum		values[14];
+	char		nulls[14] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *state_layout;
 
 	SPI_connect();
@@ -460,7 +460,6 @@ insert_checkpoint_row(CheckpointRun *run)
 		nulls[12] = 'n';
 	values[13] = Int64GetDatum(run->cut_epoch);
 	nulls[13] = run->cut_epoch ? ' ' : 'n';
-	values[14] = Int32GetDatum(job->spec->checkpoint_retain_cuts);
 
 	catalog_exec("INSERT INTO " MAILER_SCHEMA ".checkpoints (job_id, epoch, positions, state_ref, "
 				 "counters, duration_ms, final, watermark, partition_watermarks, state_layout, "
@@ -469,24 +468,23 @@ insert_checkpoint_row(CheckpointRun *run)
 				 14, types, values, nulls, false);
 
 	/*
-	 * Only the newest checkpoint.retain checkpoints stay restorable, and
-	 * apart from them the newest checkpoint.retain_cuts taken at barrier
-	 * cuts.  Each subtask deletes its own rows, so that no two subtasks'
-	 * transactions touch the same row (one of them is prepared, and would
-	 * hold the other until the epoch commits); subtask 0 also deletes the
-	 * rows of subtasks a rescale left behind.
+	 * Only the newest checkpoint.retain checkpoints stay restorable.  Each
+	 * subtask deletes its own rows, so that no two subtasks' transactions
+	 * touch the same row (one of them is prepared, and would hold the
+	 * other until the epoch commits); subtask 0 also deletes the rows of
+	 * subtasks a rescale left behind.  A job at barrier cuts (one worker)
+	 * keeps the newest checkpoint.retain_cuts at cuts apart.
 	 */
-	values[1] = Int64GetDatum(run->epoch - job->spec->checkpoint_retain);
-	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND epoch OPERATOR(pg_catalog.<=) $2 AND (subtask OPERATOR(pg_catalog.=) $11 "
-				 "  OR ($11 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $12)) "
-				 "AND (cut_epoch IS NULL OR epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
-				 "  SELECT k.epoch FROM " MAILER_SCHEMA ".checkpoints k WHERE k.job_id OPERATOR(pg_catalog.=) $1 "
-				 "  AND k.subtask OPERATOR(pg_catalog.=) 0 AND k.cut_epoch IS NOT NULL "
-				 "  ORDER BY k.epoch DESC LIMIT $15)))",
-				 15, types, values, nulls, false);
 	if (job->cut_align)
-		keep_cut_checkpoints(run);
+		retain_cut_checkpoints(run);
+	else
+	{
+		values[1] = Int64GetDatum(run->epoch - job->spec->checkpoint_retain);
+		catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND epoch OPERATOR(pg_catalog.<=) $2 AND (subtask OPERATOR(pg_catalog.=) $11 "
+					 "  OR ($11 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $12))",
+					 12, types, values, nulls, false);
+	}
 	/*
 	 * A bounded source's last checkpoint: the job is finished as soon as it
 	 * commits, so mailer.jobs says so before wait_job returns, not only once
@@ -500,24 +498,36 @@ insert_checkpoint_row(CheckpointRun *run)
 	SPI_finish();
 }
 
-/* The epochs of the cut checkpoints retained past checkpoint.retain: their state stays. */
+/*
+ * A job at barrier cuts keeps two sets of checkpoints: the newest
+ * checkpoint.retain_cuts taken at cuts, and the newest checkpoint.retain
+ * of the others.  The state keeps the snapshots of both (run->retained).
+ */
 static void
-keep_cut_checkpoints(CheckpointRun *run)
+retain_cut_checkpoints(CheckpointRun *run)
 {
-	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
-	Datum		values[3];
+	Oid			types[4] = {INT8OID, INT8OID, INT4OID, INT4OID};
+	Datum		values[4];
 
 	values[0] = Int64GetDatum(run->job->job_id);
-	values[1] = Int32GetDatum(run->job->subtask);
-	values[2] = Int64GetDatum(run->epoch - run->job->spec->checkpoint_retain);
+	values[1] = Int64GetDatum(run->epoch);
+	values[2] = Int32GetDatum(run->job->spec->checkpoint_retain);
+	values[3] = Int32GetDatum(run->job->spec->checkpoint_retain_cuts);
+	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.<) $2 "
+				 "AND epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
+				 "  SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "  AND cut_epoch IS NULL ORDER BY epoch DESC LIMIT $3)) "
+				 "AND epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
+				 "  SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "  AND cut_epoch IS NOT NULL ORDER BY epoch DESC LIMIT $4))",
+				 4, types, values, NULL, false);
 	catalog_exec("SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND subtask OPERATOR(pg_catalog.=) $2 AND cut_epoch IS NOT NULL "
-				 "AND epoch OPERATOR(pg_catalog.<=) $3 ORDER BY epoch",
-				 3, types, values, NULL, true);
-	run->nkept_cuts = (int) SPI_processed;
-	run->kept_cuts = MemoryContextAlloc(run->job->job_context, sizeof(int64) * Max(run->nkept_cuts, 1));
-	for (int i = 0; i < run->nkept_cuts; i++)
-		run->kept_cuts[i] = DatumGetInt64(catalog_value(i, 1, NULL));
+				 "ORDER BY epoch", 1, types, values, NULL, true);
+	run->nretained = (int) SPI_processed;
+	run->retained = MemoryContextAlloc(run->job->job_context, sizeof(int64) * Max(run->nretained, 1));
+	for (int i = 0; i < run->nretained; i++)
+		run->retained[i] = DatumGetInt64(catalog_value(i, 1, NULL));
 }
 
 /*
@@ -537,12 +547,12 @@ checkpoint_committed(CheckpointRun *run)
 		TimestampTz release_start = GetCurrentTimestamp();
 
 		job->state->ops->committed(job->state, run->epoch,
-								   run->epoch - job->spec->checkpoint_retain + 1,
-								   run->kept_cuts, run->nkept_cuts);
+								   run->retained ? run->epoch : run->epoch - job->spec->checkpoint_retain + 1,
+								   run->retained, run->nretained);
 		run->state_ms += ms_since(release_start);
 	}
-	if (run->kept_cuts)
-		pfree(run->kept_cuts);
+	if (run->retained)
+		pfree(run->retained);
 	job->source->ops->committed(job->source);
 	cut_align_committed(job);
 	/* Committed, and the snapshots it replaced removed. */

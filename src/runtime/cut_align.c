@@ -29,6 +29,9 @@
 #include "runtime/accounting.h"
 #include "runtime/cut_align.h"
 
+/* mailer.job_cuts keeps the decisions on this many cuts more than checkpoint.retain_cuts. */
+#define CUTS_LISTED_BEYOND_RETAINED 1000
+
 /* A cut decided since the last checkpoint, for mailer.job_cuts. */
 typedef struct DecidedCut
 {
@@ -181,11 +184,15 @@ cut_align_record(Job *job, int64 epoch)
 					 "epoch = excluded.epoch",
 					 6, types, values, nulls, false);
 	}
-	/* The decisions no retained checkpoint is older than go. */
-	catalog_exec("DELETE FROM " MAILER_SCHEMA ".job_cuts WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND epoch OPERATOR(pg_catalog.<) (SELECT pg_catalog.min(c.epoch) FROM " MAILER_SCHEMA ".checkpoints c "
-				 "WHERE c.job_id OPERATOR(pg_catalog.=) $1)",
-				 1, types, values, nulls, false);
+	/* mailer.cuts lists the newest decisions, a few more than the cuts retained. */
+	if (align->ndecided > 0)
+	{
+		values[1] = Int64GetDatum(job->spec->checkpoint_retain_cuts + CUTS_LISTED_BEYOND_RETAINED);
+		catalog_exec("DELETE FROM " MAILER_SCHEMA ".job_cuts WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND cut_epoch OPERATOR(pg_catalog.<=) (SELECT k.cut_epoch FROM " MAILER_SCHEMA ".job_cuts k "
+					 "WHERE k.job_id OPERATOR(pg_catalog.=) $1 ORDER BY k.cut_epoch DESC OFFSET $2 LIMIT 1)",
+					 2, types, values, nulls, false);
+	}
 }
 
 void
