@@ -64,23 +64,9 @@ pg_service('crash');
 $from = pg_log_size();
 pg_service('start');
 wait_reached_by_both($from);
-ks_release($from);
-for my $j (@jobs)
-{
-	wait_until("$j to checkpoint at cut 1", sub {
-		MailerKafkaSinkTest::ks_unstick();
-		return cut_checkpoint($j, 1) ne '';
-	}, 60);
-}
-
-bt_load_records($topic, 't172_rec');
-for my $j (@jobs)
-{
-	is(cut_epochs($j), '1', "$j: its first checkpoint is at cut 1");
-	cut_positions_ok($j, 1, $topic, \%m1);
-	cut_totals_check('t172_rec', $j, $j, 1, $topic, "$j at cut 1, after the kill and the crash");
-	cmp_ok(job_metric($j, 'cut_held_seconds'), '>', 0, "$j: the time held at the cut is counted");
-}
+release_and_wait($from, 1);
+exact_at_cut(1, \%m1, '1', 'after the kill and the crash');
+cmp_ok(job_metric($_, 'cut_held_seconds'), '>', 0, "$_: the time held at the cut is counted") for @jobs;
 
 # Malformed records, and records to pass over, then a valid cut 2.
 $from = pg_log_size();
@@ -98,7 +84,7 @@ bt_raw($bt, bt_key("$group-other", 2), $value);								# another group's cut
 kcat_produce($topic, bt_order_lines(601, 900, 100));
 my $m2 = bt_cut_at_ends($bt, $group, 2, [$topic])->{$topic};
 wait_cut_checkpoint($_, 2) for @jobs;
-bt_load_records($topic, 't172_rec');
+exact_at_cut(2, $m2, '1,2', 'after the malformed records');
 my $log = pg_log_since($from);
 my @warnings = grep { /WARNING/ && /barrier/i } split /\n/, $log;
 cmp_ok(scalar @warnings, '>=', $MALFORMED, 'the malformed barrier records are logged as WARNINGs naming the barrier topic')
@@ -109,9 +95,6 @@ for my $j (@jobs)
 	is(job_metric($j, 'cut_records_malformed'), $MALFORMED,
 		"$j: cut_records_malformed counts the $MALFORMED malformed records, not the tombstone or the other group");
 	is(job_info($j)->{state}, 'running', "$j: still running");
-	is(cut_epochs($j), '1,2', "$j: aligned on the next valid cut");
-	cut_positions_ok($j, 2, $topic, $m2);
-	cut_totals_check('t172_rec', $j, $j, 2, $topic, "$j at cut 2, after the malformed records");
 	is(cuts_of($j), '1:checkpoint:r 2:checkpoint:r', "$j: mailer.cuts shows cuts 1 and 2 only");
 }
 
@@ -129,21 +112,8 @@ ok(grep({ worker_pid($_) == $pid } @jobs), 'a worker is at cut_rewind, going bac
 $launcher = launcher_pid();
 is(kill('KILL', $pid), 1, 'SIGKILL to it');
 wait_server_ready(not_launcher => $launcher);
-ks_release($from);
-for my $j (@jobs)
-{
-	wait_until("$j to checkpoint at cut 3", sub {
-		MailerKafkaSinkTest::ks_unstick();
-		return cut_checkpoint($j, 3) ne '';
-	}, 60);
-}
-bt_load_records($topic, 't172_rec');
-for my $j (@jobs)
-{
-	is(cut_epochs($j), '1,2,3', "$j: after the kill at cut_rewind, its next checkpoint is at cut 3");
-	cut_positions_ok($j, 3, $topic, $m3);
-	cut_totals_check('t172_rec', $j, $j, 3, $topic, "$j at cut 3, after the kill at cut_rewind");
-}
+release_and_wait($from, 3);
+exact_at_cut(3, $m3, '1,2,3', 'after the kill at cut_rewind');
 
 psql("SELECT mailer.drop_job('$_')") for @jobs;
 kafka('delete-topic', $_) for $topic, $bt;
@@ -158,4 +128,34 @@ sub wait_reached_by_both
 		my %reached = map { $_ => 1 } pg_log_since($from) =~ /\[(\d+)\] [^\n]*mailer test point cut_reached reached/g;
 		return !grep { !$reached{ worker_pid($_) } } @jobs;
 	}, 60);
+}
+
+# Release the test points held since log position $from and wait until
+# both jobs checkpoint at cut $cut (releasing any worker that missed it).
+sub release_and_wait
+{
+	my ($from, $cut) = @_;
+	ks_release($from);
+	for my $j (@jobs)
+	{
+		wait_until("$j to checkpoint at cut $cut", sub {
+			MailerKafkaSinkTest::ks_unstick();
+			return cut_checkpoint($j, $cut) ne '';
+		}, 60);
+	}
+}
+
+# Both jobs' checkpoints are at the cuts $epochs ("1,2"), the one at cut
+# $cut has its markers as positions, and their tables are the GROUP BY
+# below them.
+sub exact_at_cut
+{
+	my ($cut, $markers, $epochs, $what) = @_;
+	bt_load_records($topic, 't172_rec');
+	for my $j (@jobs)
+	{
+		is(cut_epochs($j), $epochs, "$j: checkpoints at cuts $epochs, $what");
+		cut_positions_ok($j, $cut, $topic, $markers);
+		cut_totals_check('t172_rec', $j, $j, $cut, $topic, "$j at cut $cut, $what");
+	}
 }
