@@ -29,7 +29,8 @@ use MailerTest;
 use MailerKafkaTest qw(totals_check);
 use MailerKafkaSinkTest qw(ks_topic ks_read);
 
-our @EXPORT = qw(bt_topic bt_key bt_cut_value bt_cut bt_raw bt_ends bt_cut_at_ends
+our @EXPORT = qw(bt_topic bt_fresh bt_key bt_cut_value bt_cut bt_raw bt_ends bt_markers_at_ends bt_cut_at_ends
+  wait_read_past
   bt_load_records bt_below bt_producer bt_producer_stop bt_order_lines
   cut_checkpoint wait_cut_checkpoint cut_epochs cut_positions_ok cut_totals_check
   cut_metrics wait_holding cuts_of);
@@ -61,6 +62,22 @@ sub bt_topic
 {
 	my ($prefix) = @_;
 	return ks_topic("${prefix}_barrier", 1, '--config', 'cleanup.policy=compact');
+}
+
+# The start of a barrier test: a fresh extension, no table named
+# $prefix... left by an earlier run, $n topics (1 unless given) of
+# $partitions partitions each, a barrier topic and a group of the test's
+# own.  Returns { topics => [...], barrier => topic, group => name, source
+# => the JSON text of the source fields naming them (totals_spec's source) }.
+sub bt_fresh
+{
+	my ($prefix, $partitions, $n) = @_;
+	fresh_extension();
+	drop_tables($prefix);
+	my %t = (topics => [ map { ks_topic("${prefix}_$_", $partitions) } 1 .. ($n // 1) ],
+	  barrier => bt_topic($prefix), group => unique_name("${prefix}_group"));
+	$t{source} = qq("barrier_group": "$t{group}", "barrier_topic": "$t{barrier}");
+	return \%t;
 }
 
 sub bt_string
@@ -129,22 +146,46 @@ sub bt_ends
 	return \%end;
 }
 
+# { topic => { partition => end offset now } } of @$topics, for the
+# partitions $only->{topic} names (all when it names none of a topic).
+sub bt_markers_at_ends
+{
+	my ($topics, $only) = @_;
+	my %markers;
+	for my $t (@$topics)
+	{
+		my $end = bt_ends($t);
+		my @parts = $only && $only->{$t} ? @{ $only->{$t} } : keys %$end;
+		$markers{$t}{$_} = $end->{$_} for @parts;
+	}
+	return \%markers;
+}
+
 # Publish cut $epoch with the topics' end offsets now as its markers;
 # returns the markers.  %opt: partitions ({ topic => [partitions] }: name
 # only these), plus bt_cut_value's.
 sub bt_cut_at_ends
 {
 	my ($barrier_topic, $group, $epoch, $topics, %opt) = @_;
-	my $only = delete $opt{partitions} // {};
-	my %markers;
-	for my $t (@$topics)
-	{
-		my $end = bt_ends($t);
-		my @parts = $only->{$t} ? @{ $only->{$t} } : keys %$end;
-		$markers{$t}{$_} = $end->{$_} for @parts;
-	}
-	bt_cut($barrier_topic, $group, $epoch, \%markers, %opt);
-	return \%markers;
+	my $markers = bt_markers_at_ends($topics, delete $opt{partitions});
+	bt_cut($barrier_topic, $group, $epoch, $markers, %opt);
+	return $markers;
+}
+
+# Wait until a job has read past every marker of $markers (of its topic):
+# a cut published then is one it learns of too late, and must go back to
+# its last checkpoint to take.
+sub wait_read_past
+{
+	my ($job, $topic, $markers) = @_;
+	my $past = join(' OR ', map { "(partition = $_ AND position > $markers->{$_})" } sort keys %$markers);
+	eval {
+		wait_until("job $job to read past the markers in $topic", sub {
+			psql("SELECT count(*) FROM mailer.partition_metrics WHERE name = '$job' AND topic = '$topic' AND ($past)")
+			  == keys %$markers;
+		}, 60);
+		1;
+	} or die "$@(markers " . join(' ', map { "$_:$markers->{$_}" } sort keys %$markers) . "; " . cut_diagnosis($job) . ")\n";
 }
 
 # Every record of a topic, from the beginning, into a table made anew:
@@ -231,12 +272,20 @@ sub bt_producer_stop
 	delete $producer->{pid};
 }
 
-# The checkpoint a job took at cut $cut: its epoch, or '' when none.
+# SQL: $what (over c, the row of mailer.checkpoints) of the newest
+# checkpoint a job took at cut $cut.
+sub cut_checkpoint_sql
+{
+	my ($job, $cut, $what) = @_;
+	return "SELECT $what FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
+	  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut ORDER BY c.epoch DESC LIMIT 1";
+}
+
+# The epoch of the checkpoint a job took at cut $cut, or '' when none.
 sub cut_checkpoint
 {
 	my ($job, $cut) = @_;
-	return psql("SELECT max(c.epoch) FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
-		  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut");
+	return psql(cut_checkpoint_sql($job, $cut, 'c.epoch'));
 }
 
 # Wait until a job has a checkpoint at cut $cut newer than epoch $after
@@ -252,9 +301,20 @@ sub wait_cut_checkpoint
 			return $e ne '' && $e > $after;
 		}, $timeout // 60);
 		1;
-	} or die "$@(mailer.metrics: " . psql("SELECT row_to_json(m) FROM mailer.metrics m WHERE name = '$job'")
-	  . "; mailer.jobs: " . psql("SELECT row_to_json(j) FROM mailer.jobs j WHERE name = '$job'") . ")\n";
+	} or die "$@(" . cut_diagnosis($job) . ")\n";
 	return $e;
+}
+
+# What a job is doing, for a wait that timed out: its mailer.metrics and
+# mailer.jobs rows, its partitions' positions and ends, and mailer.cuts.
+sub cut_diagnosis
+{
+	my ($job) = @_;
+	return "mailer.metrics: " . psql("SELECT row_to_json(m) FROM mailer.metrics m WHERE name = '$job'")
+	  . "; mailer.jobs: " . psql("SELECT row_to_json(j) FROM mailer.jobs j WHERE name = '$job'")
+	  . "; partitions (position/end): " . psql("SELECT string_agg(topic || ':' || partition || ' ' || coalesce(position::text, '-')
+		|| '/' || coalesce(end_offset::text, '-'), ', ' ORDER BY topic, partition) FROM mailer.partition_metrics WHERE name = '$job'")
+	  . "; mailer.cuts: " . cuts_of($job);
 }
 
 # The cut epochs of a job's retained checkpoints, oldest first, "-" for an
@@ -271,8 +331,7 @@ sub cut_epochs
 sub cut_positions_ok
 {
 	my ($job, $cut, $topic, $markers, $name) = @_;
-	my $got = psql("SELECT c.positions->'$topic' FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
-		  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut ORDER BY c.epoch DESC LIMIT 1");
+	my $got = psql(cut_checkpoint_sql($job, $cut, "c.positions->'$topic'"));
 	require JSON::PP;
 	my $pos = $got eq '' ? {} : JSON::PP::decode_json($got);
 	my @p = sort { $a <=> $b } keys %$markers;
@@ -289,8 +348,7 @@ sub cut_positions_ok
 sub cut_totals_check
 {
 	my ($records, $sink, $job, $cut, $topic, $name) = @_;
-	my $pos = "(SELECT c.positions->'$topic' FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
-	  . "WHERE j.name = '$job' AND c.subtask = 0 AND c.cut_epoch = $cut ORDER BY c.epoch DESC LIMIT 1)";
+	my $pos = '(' . cut_checkpoint_sql($job, $cut, "c.positions->'$topic'") . ')';
 	return totals_check("${records}_orders", $sink, $name // "$job at cut $cut",
 		"\"offset\" < ($pos->>\"partition\"::text)::bigint");
 }

@@ -18,13 +18,10 @@ use MailerKafkaTest;
 use MailerBarrierTest;
 use Test::More;
 
-fresh_extension();
-drop_tables('t170');
-my %topic = map { $_ => unique_name("t170_$_") } @BACKENDS;
-kafka('create-topic', $_, 2) for values %topic;
-my @topics = map { $topic{$_} } @BACKENDS;
-my $bt = bt_topic('t170');
-my $group = unique_name('g170');
+my $fresh = bt_fresh('t170', 2, scalar @BACKENDS);
+my @topics = @{ $fresh->{topics} };
+my %topic = map { $BACKENDS[$_] => $topics[$_] } 0 .. $#BACKENDS;
+my ($bt, $group) = @$fresh{qw(barrier group)};
 
 my %job;
 for my $b (@BACKENDS)
@@ -33,7 +30,7 @@ for my $b (@BACKENDS)
 	totals_sink($j);
 	psql("SELECT mailer.create_job('$j', \$\$"
 		  . totals_spec($topic{$b}, $j, backend => $b, start => 'earliest', interval => '200 milliseconds',
-			source => qq("barrier_group": "$group", "barrier_topic": "$bt")) . "\$\$)");
+			source => $fresh->{source}) . "\$\$)");
 }
 
 my $producer = bt_producer(\@topics);
@@ -51,7 +48,8 @@ my %markers;
 sub cut_and_wait
 {
 	my ($cut, %opt) = @_;
-	$markers{$cut} = bt_cut_at_ends($bt, $group, $cut, \@topics, %opt);
+	# Published already (with these markers), or now at the ends.
+	$markers{$cut} = delete $opt{markers} // bt_cut_at_ends($bt, $group, $cut, \@topics, %opt);
 	for my $b (@BACKENDS)
 	{
 		wait_cut_checkpoint($job{$b}, $cut);
@@ -62,7 +60,18 @@ sub cut_and_wait
 # Cut 1 with a known time, to see mailer.cuts decode it.
 cut_and_wait(1, triggered_at_ms => 1893456000000, completed_at_ms => 1893456000250);
 cut_and_wait(2);
-cut_and_wait(3);
+
+# Cut 3 published only once both jobs read past its markers: each goes
+# back to its checkpoint at cut 2 to take it.
+my %rewinds = map { $_ => job_metric($job{$_}, 'cut_rewinds') } @BACKENDS;
+my $m3 = bt_markers_at_ends(\@topics);
+wait_read_past($job{$_}, $topic{$_}, $m3->{ $topic{$_} }) for @BACKENDS;
+bt_cut($bt, $group, 3, $m3);
+cut_and_wait(3, markers => $m3);
+for my $b (@BACKENDS)
+{
+	cmp_ok(job_metric($job{$b}, 'cut_rewinds'), '>', $rewinds{$b}, "$b: cut 3, learned of late, is taken by going back");
+}
 
 # A partial cut, then a complete one right after it.
 bt_cut_at_ends($bt, $group, 4, \@topics, status => 1, missed => [ [ $topic{rocksdb}, 1 ] ]);

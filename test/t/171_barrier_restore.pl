@@ -20,13 +20,9 @@ use MailerBarrierTest;
 use MailerKafkaSinkTest qw(ks_same);
 use Test::More;
 
-fresh_extension();
-drop_tables('t171');
-my $topic = unique_name('t171');
-kafka('create-topic', $topic, 2);
-my $bt = bt_topic('t171');
-my $group = unique_name('g171');
-my $source = qq("barrier_group": "$group", "barrier_topic": "$bt");
+my $fresh = bt_fresh('t171', 2);
+my ($bt, $group, $source) = @$fresh{qw(barrier group source)};
+my $topic = $fresh->{topics}[0];
 
 my $rows = 't171_rows';
 psql("CREATE TABLE $rows (id bigserial, partition int, \"offset\" bigint, key text, value bytea)");
@@ -109,8 +105,11 @@ for my $run ([ 'first run', "id > $id1 AND id <= $id3" ], [ 'replay', "id > $id3
 burst_and_cut(4, $rows, $totals);
 is(psql("SELECT mailer.stop_job('$totals')"), 'stopped', 'the totals job stops');
 is(cut_epochs($totals), '3,4', 'retain_cuts 2: the checkpoints at cuts 3 and 4 remain');
-is(cuts_of($totals), '1:checkpoint:- 2:checkpoint:- 3:checkpoint:r 4:checkpoint:r',
-	'mailer.cuts: cuts 1 and 2 no longer restorable');
+# Cuts 1 and 2 may be listed, not restorable, or no longer listed at all.
+is(psql("SELECT string_agg(cut_epoch || ':' || outcome, ' ' ORDER BY cut_epoch) FROM mailer.cuts('$totals') WHERE restorable"),
+	'3:checkpoint 4:checkpoint', 'mailer.cuts: only cuts 3 and 4 are restorable');
+is(psql("SELECT count(*) FROM mailer.cuts('$totals') WHERE cut_epoch < 3 AND (restorable OR outcome <> 'checkpoint')"), 0,
+	'mailer.cuts: cuts 1 and 2, if listed, were checkpointed and are no longer restorable');
 my $err = psql_fails("SELECT mailer.restore_job('$totals', cut_epoch => 1)");
 like($err, qr/ERROR:\s+22023/, 'restoring to a reclaimed cut fails with 22023');
 like($err, qr/HINT:.*Retained cut epochs: 3, 4\./, 'the hint lists the retained cut epochs');

@@ -8,7 +8,9 @@
 # Malformed barrier records (a key of another version, a value of another
 # version, a truncated value, an unknown kind, a truncated key) are counted
 # and logged as WARNINGs, a tombstone and another group's cut are passed
-# over, and the jobs keep running and align on the next valid cut.
+# over, and the jobs keep running and align on the next valid cut.  A
+# SIGKILL as a worker is about to go back to its last checkpoint to take a
+# cut it read past (test point cut_rewind) loses nothing either.
 use strict;
 use warnings;
 use FindBin;
@@ -19,14 +21,11 @@ use MailerBarrierTest;
 use MailerKafkaSinkTest qw(ks_hold ks_release);
 use Test::More;
 
-fresh_extension();
-drop_tables('t172');
-my $topic = unique_name('t172');
-kafka('create-topic', $topic, 2);
-my $bt = bt_topic('t172');
-my $group = unique_name('g172');
+my $fresh = bt_fresh('t172', 2);
+my ($bt, $group) = @$fresh{qw(barrier group)};
+my $topic = $fresh->{topics}[0];
 my %job = %{ backend_jobs($topic, 't172', start => 'earliest', interval => '200 milliseconds',
-	source => qq("barrier_group": "$group", "barrier_topic": "$bt")) };
+	source => $fresh->{source}) };
 my @jobs = map { $job{$_} } @BACKENDS;
 test_point_release();
 END { eval { test_point_release() } }
@@ -65,23 +64,9 @@ pg_service('crash');
 $from = pg_log_size();
 pg_service('start');
 wait_reached_by_both($from);
-ks_release($from);
-for my $j (@jobs)
-{
-	wait_until("$j to checkpoint at cut 1", sub {
-		MailerKafkaSinkTest::ks_unstick();
-		return cut_checkpoint($j, 1) ne '';
-	}, 60);
-}
-
-bt_load_records($topic, 't172_rec');
-for my $j (@jobs)
-{
-	is(cut_epochs($j), '1', "$j: its first checkpoint is at cut 1");
-	cut_positions_ok($j, 1, $topic, \%m1);
-	cut_totals_check('t172_rec', $j, $j, 1, $topic, "$j at cut 1, after the kill and the crash");
-	cmp_ok(job_metric($j, 'cut_held_seconds'), '>', 0, "$j: the time held at the cut is counted");
-}
+release_and_wait($from, 1);
+exact_at_cut(1, \%m1, '1', 'after the kill and the crash');
+cmp_ok(job_metric($_, 'cut_held_seconds'), '>', 0, "$_: the time held at the cut is counted") for @jobs;
 
 # Malformed records, and records to pass over, then a valid cut 2.
 $from = pg_log_size();
@@ -99,7 +84,7 @@ bt_raw($bt, bt_key("$group-other", 2), $value);								# another group's cut
 kcat_produce($topic, bt_order_lines(601, 900, 100));
 my $m2 = bt_cut_at_ends($bt, $group, 2, [$topic])->{$topic};
 wait_cut_checkpoint($_, 2) for @jobs;
-bt_load_records($topic, 't172_rec');
+exact_at_cut(2, $m2, '1,2', 'after the malformed records');
 my $log = pg_log_since($from);
 my @warnings = grep { /WARNING/ && /barrier/i } split /\n/, $log;
 cmp_ok(scalar @warnings, '>=', $MALFORMED, 'the malformed barrier records are logged as WARNINGs naming the barrier topic')
@@ -110,11 +95,25 @@ for my $j (@jobs)
 	is(job_metric($j, 'cut_records_malformed'), $MALFORMED,
 		"$j: cut_records_malformed counts the $MALFORMED malformed records, not the tombstone or the other group");
 	is(job_info($j)->{state}, 'running', "$j: still running");
-	is(cut_epochs($j), '1,2', "$j: aligned on the next valid cut");
-	cut_positions_ok($j, 2, $topic, $m2);
-	cut_totals_check('t172_rec', $j, $j, 2, $topic, "$j at cut 2, after the malformed records");
 	is(cuts_of($j), '1:checkpoint:r 2:checkpoint:r', "$j: mailer.cuts shows cuts 1 and 2 only");
 }
+
+# Cut 3 learned of after both jobs read past its markers: a SIGKILL at
+# cut_rewind, as a worker is about to go back to its checkpoint at cut 2 to
+# take it.  The restarted workers take it from there.
+kcat_produce($topic, bt_order_lines(901, 1200, 100));
+my $m3 = bt_ends($topic);
+kcat_produce($topic, bt_order_lines(1201, 1300, 100));
+wait_read_past($_, $topic, $m3) for @jobs;
+$from = ks_hold('cut_rewind');
+bt_cut($bt, $group, 3, { $topic => $m3 });
+$pid = test_point_wait_reached('cut_rewind', $from);
+ok(grep({ worker_pid($_) == $pid } @jobs), 'a worker is at cut_rewind, going back for cut 3');
+$launcher = launcher_pid();
+is(kill('KILL', $pid), 1, 'SIGKILL to it');
+wait_server_ready(not_launcher => $launcher);
+release_and_wait($from, 3);
+exact_at_cut(3, $m3, '1,2,3', 'after the kill at cut_rewind');
 
 psql("SELECT mailer.drop_job('$_')") for @jobs;
 kafka('delete-topic', $_) for $topic, $bt;
@@ -129,4 +128,34 @@ sub wait_reached_by_both
 		my %reached = map { $_ => 1 } pg_log_since($from) =~ /\[(\d+)\] [^\n]*mailer test point cut_reached reached/g;
 		return !grep { !$reached{ worker_pid($_) } } @jobs;
 	}, 60);
+}
+
+# Release the test points held since log position $from and wait until
+# both jobs checkpoint at cut $cut (releasing any worker that missed it).
+sub release_and_wait
+{
+	my ($from, $cut) = @_;
+	ks_release($from);
+	for my $j (@jobs)
+	{
+		wait_until("$j to checkpoint at cut $cut", sub {
+			MailerKafkaSinkTest::ks_unstick();
+			return cut_checkpoint($j, $cut) ne '';
+		}, 60);
+	}
+}
+
+# Both jobs' checkpoints are at the cuts $epochs ("1,2"), the one at cut
+# $cut has its markers as positions, and their tables are the GROUP BY
+# below them.
+sub exact_at_cut
+{
+	my ($cut, $markers, $epochs, $what) = @_;
+	bt_load_records($topic, 't172_rec');
+	for my $j (@jobs)
+	{
+		is(cut_epochs($j), $epochs, "$j: checkpoints at cuts $epochs, $what");
+		cut_positions_ok($j, $cut, $topic, $markers);
+		cut_totals_check('t172_rec', $j, $j, $cut, $topic, "$j at cut $cut, $what");
+	}
 }
