@@ -67,7 +67,7 @@ struct BarrierReader
 	uint64		partial;
 	uint64		malformed;
 	uint64		late;
-	int64		decided;		/* the last epoch barrier_reader_next was asked above */
+	int64		decided;		/* the last cut the job decided on, as of the last poll */
 	char		error[512];
 	KafkaSecrets secrets;
 	rd_kafka_message_t *batch[BATCH];
@@ -470,6 +470,13 @@ take_record(BarrierReader *reader, rd_kafka_message_t *m)
 			 */
 			if (reader->caught_up && cut.epoch <= reader->decided)
 			{
+				/* The decided cut's record again (a producer's retry): nothing new. */
+				if (cut.epoch == reader->decided)
+				{
+					if (cut.markers)
+						pfree(cut.markers);
+					break;
+				}
 				reader->late++;
 				ereport(WARNING,
 						(errmsg("barrier cut " INT64_FORMAT " of group \"%s\" came after the job took or skipped cut " INT64_FORMAT ": it is skipped",
@@ -485,9 +492,11 @@ take_record(BarrierReader *reader, rd_kafka_message_t *m)
 }
 
 void
-barrier_reader_poll(BarrierReader *reader)
+barrier_reader_poll(BarrierReader *reader, int64 decided)
 {
 	ssize_t		got;
+
+	reader->decided = decided;
 
 	kafka_drain_logs(reader->logs, &reader->secrets);
 	if (GetCurrentTimestamp() >= reader->next_refresh)
@@ -540,7 +549,6 @@ barrier_reader_next(BarrierReader *reader, int64 above)
 {
 	int			drop = 0;
 
-	reader->decided = above;
 	while (drop < reader->ncuts && reader->cuts[drop].epoch <= above)
 	{
 		if (reader->cuts[drop].markers)

@@ -62,8 +62,11 @@ typedef struct BarrierReader BarrierReader;
 extern BarrierReader *barrier_reader_open(KafkaSourceSpec *spec, const char *group_id,
 										  char **topics, int ntopics, int wake_fd);
 
-/* Read what has arrived, without waiting. */
-extern void barrier_reader_poll(BarrierReader *reader);
+/*
+ * Read what has arrived, without waiting; decided: the last cut the job
+ * decided on (a complete cut at or below it that comes now is late).
+ */
+extern void barrier_reader_poll(BarrierReader *reader, int64 decided);
 
 /* Whether the cuts published before the reader opened have all been read. */
 extern bool barrier_reader_caught_up(BarrierReader *reader);

@@ -106,7 +106,10 @@ typedef struct KafkaSource
 	rd_kafka_topic_partition_list_t *last_commit;	/* of the last checkpoint, or NULL */
 	KafkaSecrets secrets;		/* masked in every text kept */
 	BarrierReader *barrier;		/* the cuts of the spec's barrier group, or NULL */
-	int64		missing_logged; /* the cut whose partition missing from its topic was logged */
+	uint64		refreshes;		/* metadata refreshes that read every topic */
+	int64		missing_epoch;	/* the cut that named a partition not assigned ... */
+	uint64		missing_after;	/* ... and the refreshes before it did */
+	int64		missing_logged; /* the cut whose missing partition was logged */
 } KafkaSource;
 
 /* Defined at the end, once its functions are. */
@@ -142,6 +145,7 @@ static TimestampTz kafka_time(int64 ms);
 static void kafka_exit(int code, Datum arg);
 static void pause_partition(KafkaSource *kafka, KafkaPartition *kp, bool pause);
 static void kafka_release_cut(Source *src);
+static bool partition_missing(KafkaSource *kafka, const BarrierCut *cut, const CutMarker *marker);
 
 Source *
 kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
@@ -272,7 +276,10 @@ refresh_assignment(KafkaSource *kafka)
 	kafka->next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  failed ? METADATA_RETRY_MS : METADATA_INTERVAL_MS);
 	if (!failed)
+	{
 		kafka->broker_error[0] = '\0';
+		kafka->refreshes++;
+	}
 	kafka->base.error = kafka->error[0] ? kafka->error : NULL;
 	if (!failed && kafka->mark_pending)
 		take_marks(kafka);
@@ -1277,21 +1284,23 @@ kafka_next_cut(Source *src, int64 above)
 {
 	KafkaSource *kafka = (KafkaSource *) src;
 
-	barrier_reader_poll(kafka->barrier);
+	barrier_reader_poll(kafka->barrier, above);
 	if (!barrier_reader_caught_up(kafka->barrier))
 		return NULL;
 	return barrier_reader_next(kafka->barrier, above);
 }
 
 /*
- * Hold each partition the cut names at its marker.  A partition not
- * assigned yet (its topic's metadata is not read) is waited for; one the
- * job does not own is another subtask's; one its topic did not have at the
- * last metadata refresh holds nothing back (a cut cannot hold the job at a
- * partition that is not there).  A cut is judged when its partitions are
- * first held: the last checkpoint past any marker makes it a cut the job
- * cannot take; else records read past one make it a cut the job takes
- * only after going back to that checkpoint.
+ * Hold each partition the cut names at its marker.  A partition the job
+ * has not assigned is waited for until metadata read after the cut came
+ * says its topic lacks it: then it holds nothing back (a cut cannot hold the
+ * job at a partition that is not there).  One the job does not own is
+ * another subtask's.  A cut is judged when its partitions are first held:
+ * the last checkpoint past any marker makes it a cut the job cannot take;
+ * else records read past one make it a cut the job takes only after going
+ * back to that checkpoint.  A held partition whose position jumped past
+ * its marker (retention deleted what it had not read) cannot be at the cut
+ * either.
  */
 static CutHold
 kafka_hold_at_cut(Source *src, const BarrierCut *cut)
@@ -1313,14 +1322,7 @@ kafka_hold_at_cut(Source *src, const BarrierCut *cut)
 			p = find_partition(kafka, marker->topic, marker->partition);
 			if (p < 0)
 			{
-				if (pass == 1 && kafka->topic_known[marker->topic] && kafka->missing_logged != cut->epoch)
-				{
-					ereport(LOG,
-							(errmsg("barrier cut " INT64_FORMAT " names partition %d of topic \"%s\", which the topic does not have: it holds nothing back",
-									cut->epoch, marker->partition, kafka->base.topic_names[marker->topic])));
-					kafka->missing_logged = cut->epoch;
-				}
-				if (pass == 1 && !kafka->topic_known[marker->topic])
+				if (pass == 1 && !partition_missing(kafka, cut, marker))
 					waiting = true;
 				continue;
 			}
@@ -1332,6 +1334,8 @@ kafka_hold_at_cut(Source *src, const BarrierCut *cut)
 					return CUT_HOLD_BEHIND;
 				if (kp->hold < 0 && kp->next > marker->offset)
 					read_past = true;
+				if (kp->hold >= 0 && kp->next > kp->hold)
+					return CUT_HOLD_BEHIND;
 				continue;
 			}
 			if (kp->hold < 0)
@@ -1345,6 +1349,32 @@ kafka_hold_at_cut(Source *src, const BarrierCut *cut)
 			return CUT_HOLD_READ_PAST;
 	}
 	return waiting ? CUT_HOLD_WAITING : CUT_HOLD_REACHED;
+}
+
+/*
+ * Whether the partition a cut names is missing from its topic: not known
+ * at a metadata refresh that began after the cut named it.  The first
+ * call for a cut asks for that refresh at once.
+ */
+static bool
+partition_missing(KafkaSource *kafka, const BarrierCut *cut, const CutMarker *marker)
+{
+	if (kafka->missing_epoch != cut->epoch)
+	{
+		kafka->missing_epoch = cut->epoch;
+		kafka->missing_after = kafka->refreshes;
+		kafka->next_refresh = 0;
+		return false;
+	}
+	/* Refreshes run in the poll: one that ended since began after the cut named it. */
+	if (kafka->refreshes <= kafka->missing_after || !kafka->topic_known[marker->topic])
+		return false;
+	if (kafka->missing_logged != cut->epoch)
+		ereport(LOG,
+			(errmsg("barrier cut " INT64_FORMAT " names partition %d of topic \"%s\", which the topic does not have: it holds nothing back",
+						cut->epoch, marker->partition, kafka->base.topic_names[marker->topic])));
+	kafka->missing_logged = cut->epoch;
+	return true;
 }
 
 /* Read on past the markers: from next where a message past one was dropped. */
