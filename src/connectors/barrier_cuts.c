@@ -122,17 +122,6 @@ topic_index(char **topics, int ntopics, const char *name, int len)
 	return -1;
 }
 
-static TimestampTz
-time_from_ms(int64 ms)
-{
-	TimestampTz t;
-
-	if (ms < 0 || ms > PG_INT64_MAX / 1000)
-		return DT_NOBEGIN;
-	t = ms * 1000 - ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
-	return IS_VALID_TIMESTAMP(t) ? t : DT_NOBEGIN;
-}
-
 static int
 marker_cmp(const void *a, const void *b)
 {
@@ -160,8 +149,8 @@ decode_cut_value(Cursor *c, char **topics, int ntopics, BarrierCut *cut, char *w
 	int64		ntopic_entries;
 	int64		nmissed;
 
-	cut->triggered_at = time_from_ms(read_int(c, 8));
-	cut->completed_at = time_from_ms(read_int(c, 8));
+	cut->triggered_at = kafka_timestamp(read_int(c, 8));
+	cut->completed_at = kafka_timestamp(read_int(c, 8));
 	status = read_int(c, 1);
 	ntopic_entries = read_int(c, 4);
 	if (!c->ok)

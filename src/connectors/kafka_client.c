@@ -7,6 +7,7 @@
 #include "nodes/parsenodes.h"
 #include "utils/memutils.h"
 
+#include "base/mailer.h"
 #include "base/signals.h"
 #include "connectors/kafka_client.h"
 #include "plan/spec.h"
@@ -136,4 +137,15 @@ kafka_client_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size
 	rk = rd_kafka_new(type, conf, errstr, errstr_size);
 	mailer_restore_signals(&saved);
 	return rk;
+}
+
+TimestampTz
+kafka_timestamp(int64 ms)
+{
+	TimestampTz t;
+
+	if (ms < 0 || ms > PG_INT64_MAX / 1000)
+		return DT_NOBEGIN;
+	t = ms * 1000 - UNIX_OFFSET_US;
+	return IS_VALID_TIMESTAMP(t) ? t : DT_NOBEGIN;
 }

@@ -10,6 +10,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
 typedef struct KafkaSecrets
@@ -27,6 +28,13 @@ extern void kafka_secrets_mask(const KafkaSecrets *secrets, char *text, size_t s
 
 /* Write the log lines queued on logs into the server log, masked. */
 extern void kafka_drain_logs(rd_kafka_queue_t *logs, const KafkaSecrets *secrets);
+
+/*
+ * A Kafka timestamp (milliseconds since 1970) as a timestamptz; a negative
+ * one (none) or one outside timestamptz's range (a producer's garbage) is
+ * no timestamp: DT_NOBEGIN.
+ */
+extern TimestampTz kafka_timestamp(int64 ms);
 
 /* rd_kafka_new with every signal blocked, so that its threads take none. */
 extern rd_kafka_t *kafka_client_new(rd_kafka_type_t type, rd_kafka_conf_t *conf,

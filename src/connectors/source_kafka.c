@@ -141,7 +141,6 @@ static void reassign(KafkaSource *kafka, KafkaPartition *kp);
 static void release_batch(KafkaSource *kafka);
 static void update_metrics(KafkaSource *kafka);
 static int64 known_end(KafkaSource *kafka, KafkaPartition *kp);
-static TimestampTz kafka_time(int64 ms);
 static void kafka_exit(int code, Datum arg);
 static void pause_partition(KafkaSource *kafka, KafkaPartition *kp, bool pause);
 static void kafka_release_cut(Source *src);
@@ -740,7 +739,7 @@ hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out)
 	out->topic = t;
 	out->partition = m->partition;
 	out->offset = m->offset;
-	out->timestamp = ms >= 0 ? kafka_time(ms) : DT_NOBEGIN;
+	out->timestamp = kafka_timestamp(ms);
 	out->opaque = m;
 	if (kafka->parts[p].metrics >= 0)
 		kafka->base.slot->partitions[kafka->parts[p].metrics].records_in++;
@@ -1262,21 +1261,6 @@ known_end(KafkaSource *kafka, KafkaPartition *kp)
 									   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR || high < 0)
 		high = kp->assigned_end;
 	return high;
-}
-
-/*
- * A producer's timestamp (milliseconds since 1970) as a timestamptz; one
- * outside timestamptz's range (a producer's garbage) is no timestamp.
- */
-static TimestampTz
-kafka_time(int64 ms)
-{
-	TimestampTz t;
-
-	if (ms > PG_INT64_MAX / 1000)
-		return DT_NOBEGIN;
-	t = ms * 1000 - UNIX_OFFSET_US;
-	return IS_VALID_TIMESTAMP(t) ? t : DT_NOBEGIN;
 }
 
 static const BarrierCut *
