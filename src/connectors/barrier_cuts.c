@@ -64,6 +64,9 @@ struct BarrierReader
 	BarrierCut *cuts;			/* by epoch, ascending */
 	int			ncuts;
 	int			cuts_capacity;
+	int64	   *withdrawn;		/* epochs whose newest record is partial or a tombstone, ascending */
+	int			nwithdrawn;
+	int			withdrawn_capacity;
 	uint64		partial;
 	uint64		malformed;
 	uint64		late;
@@ -381,12 +384,64 @@ find_cut(BarrierReader *reader, int64 epoch, bool *found)
 	return lo;
 }
 
+static int
+find_withdrawn(BarrierReader *reader, int64 epoch, bool *found)
+{
+	int			lo = 0,
+				hi = reader->nwithdrawn;
+
+	while (lo < hi)
+	{
+		int			mid = (lo + hi) / 2;
+
+		if (reader->withdrawn[mid] < epoch)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = lo < reader->nwithdrawn && reader->withdrawn[lo] == epoch;
+	return lo;
+}
+
+/*
+ * Whether an epoch's newest record withdrew it: a parallel job's subtask
+ * told to align on a cut its own reader has seen withdrawn says so, and
+ * the cut is skipped rather than waited for.
+ */
+static void
+note_withdrawn(BarrierReader *reader, int64 epoch, bool withdrawn)
+{
+	bool		found;
+	int			i = find_withdrawn(reader, epoch, &found);
+
+	if (found && !withdrawn)
+	{
+		memmove(&reader->withdrawn[i], &reader->withdrawn[i + 1],
+				sizeof(int64) * (reader->nwithdrawn - i - 1));
+		reader->nwithdrawn--;
+	}
+	if (found || !withdrawn)
+		return;
+	if (reader->nwithdrawn == reader->withdrawn_capacity)
+	{
+		reader->withdrawn_capacity = Max(16, reader->withdrawn_capacity * 2);
+		reader->withdrawn = reader->withdrawn ?
+			repalloc(reader->withdrawn, sizeof(int64) * reader->withdrawn_capacity) :
+			MemoryContextAlloc(reader->ctx, sizeof(int64) * reader->withdrawn_capacity);
+	}
+	memmove(&reader->withdrawn[i + 1], &reader->withdrawn[i], sizeof(int64) * (reader->nwithdrawn - i));
+	reader->withdrawn[i] = epoch;
+	reader->nwithdrawn++;
+}
+
 /* The latest record of an epoch stands: a complete cut replaces, a partial one removes. */
 static void
 note_cut(BarrierReader *reader, BarrierCut *cut, bool complete)
 {
 	bool		found;
 	int			i = find_cut(reader, cut->epoch, &found);
+
+	note_withdrawn(reader, cut->epoch, !complete);
 
 	if (found)
 	{
@@ -549,7 +604,24 @@ barrier_reader_next(BarrierReader *reader, int64 above)
 		memmove(&reader->cuts[0], &reader->cuts[drop], sizeof(BarrierCut) * (reader->ncuts - drop));
 		reader->ncuts -= drop;
 	}
+	for (drop = 0; drop < reader->nwithdrawn && reader->withdrawn[drop] <= above; drop++)
+		;
+	if (drop > 0)
+	{
+		memmove(&reader->withdrawn[0], &reader->withdrawn[drop], sizeof(int64) * (reader->nwithdrawn - drop));
+		reader->nwithdrawn -= drop;
+	}
 	return reader->ncuts > 0 ? &reader->cuts[0] : NULL;
+}
+
+const BarrierCut *
+barrier_reader_find(BarrierReader *reader, int64 epoch, bool *withdrawn)
+{
+	bool		found;
+	int			i = find_cut(reader, epoch, &found);
+
+	(void) find_withdrawn(reader, epoch, withdrawn);
+	return found ? &reader->cuts[i] : NULL;
 }
 
 void

@@ -78,6 +78,12 @@ extern bool barrier_reader_caught_up(BarrierReader *reader);
 extern const BarrierCut *barrier_reader_next(BarrierReader *reader, int64 above);
 
 /*
+ * The complete cut of epoch seen so far, or NULL; *withdrawn: the epoch's
+ * newest record is a partial cut or a tombstone.
+ */
+extern const BarrierCut *barrier_reader_find(BarrierReader *reader, int64 epoch, bool *withdrawn);
+
+/*
  * Partial cuts and malformed records seen since the reader opened, and
  * complete cuts that came after a later one was decided on (late).
  */

@@ -1274,6 +1274,19 @@ kafka_next_cut(Source *src, int64 above)
 	return barrier_reader_next(kafka->barrier, above);
 }
 
+static const BarrierCut *
+kafka_cut_of(Source *src, int64 epoch, int64 decided, bool *withdrawn)
+{
+	KafkaSource *kafka = (KafkaSource *) src;
+
+	*withdrawn = false;
+	barrier_reader_poll(kafka->barrier, decided);
+	if (!barrier_reader_caught_up(kafka->barrier))
+		return NULL;
+	(void) barrier_reader_next(kafka->barrier, decided);
+	return barrier_reader_find(kafka->barrier, epoch, withdrawn);
+}
+
 /*
  * Hold each partition the cut names at its marker.  A partition the job
  * has not assigned is waited for until metadata read after the cut came
@@ -1419,6 +1432,7 @@ static const SourceOps kafka_ops = {
 	.reached_end = kafka_reached_end,
 	.backlog = kafka_backlog,
 	.next_cut = kafka_next_cut,
+	.cut_of = kafka_cut_of,
 	.hold_at_cut = kafka_hold_at_cut,
 	.release_cut = kafka_release_cut,
 	.cut_counts = kafka_cut_counts,

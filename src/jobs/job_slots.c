@@ -159,6 +159,7 @@ job_slot_reset_run(JobSlot *slot)
 	pg_atomic_write_u32(&slot->final_wanted, 0);
 	slot->final_finished = false;
 	slot->source_finished = false;
+	memset(&slot->cuts, 0, sizeof(slot->cuts));
 	/* A worker's histograms count since it started (Prometheus sees a reset). */
 	job_histogram_reset(&slot->checkpoint_duration);
 	job_histogram_reset(&slot->produce_to_commit);

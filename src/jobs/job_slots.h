@@ -78,6 +78,24 @@ typedef struct PartitionMetrics
 	int64		offsets_skipped;	/* deleted (retention) before this worker read them */
 } PartitionMetrics;
 
+/*
+ * A parallel job at barrier cuts (docs/ARCHITECTURE.md, "Barrier cuts"):
+ * what subtask 0 decides, in its slot, and how each subtask stands to the
+ * cut it holds at, in its own.
+ */
+typedef struct SlotCuts
+{
+	/* In the coordinator's slot, written by subtask 0. */
+	bool		known;			/* decided is this run's: the subtasks may read */
+	int64		decided;		/* the last cut checkpointed at or skipped */
+	int64		target;			/* the cut all subtasks align on, 0 none */
+	int64		barrier_epoch;	/* the epoch raised last ... */
+	int64		barrier_cut;	/* ... is at this cut, 0 at none */
+	/* In every subtask's slot, written by it. */
+	int64		judged;			/* the cut it holds at, 0 none */
+	int			judgement;		/* how far it is there (cut_align.c) */
+} SlotCuts;
+
 /* A running job as the launcher, its worker and the SQL functions share it. */
 typedef struct JobSlot
 {
@@ -121,6 +139,7 @@ typedef struct JobSlot
 	bool		registered;		/* a worker was started and has not exited yet */
 	char		error[JOB_SLOT_ERROR_LEN];	/* why it waits or waited, errs or failed */
 	TimestampTz error_at;
+	SlotCuts	cuts;
 
 	/* wait_job: requests counted up by callers, answered by the worker */
 	uint64		wait_requested;

@@ -190,15 +190,6 @@ spec_parse(Jsonb *jb)
 							spec->key_groups),
 				   "parallelism %d is more than the job's %d key groups", spec->parallelism, spec->key_groups);
 
-	/*
-	 * Aligning on cuts is done by one worker: its subtasks would each have
-	 * to agree on every cut and on skipping one (docs/ARCHITECTURE.md,
-	 * "Barrier cuts").
-	 */
-	if (spec->source.type == SOURCE_KAFKA && spec->source.kafka.barrier_group && spec->parallelism > 1)
-		spec_error("parallelism", ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "Use \"parallelism\": 1 for a job with a \"barrier_group\", or leave the group out.",
-				   "a job that checkpoints at barrier cuts runs as one worker");
 	return spec;
 }
 

@@ -50,7 +50,8 @@ static bool finish(BatchLoop *loop);
 static bool checkpoint_due(BatchLoop *loop, long since);
 static void wait_for_input(BatchLoop *loop, long since);
 static bool waiting_for_lock(JobSlot *slot);
-static bool rewind_to_cut(BatchLoop *loop);
+static void rewind_to_cut(BatchLoop *loop);
+static bool stop_between_cuts(Job *job);
 
 void
 batch_loop_run(Job *job)
@@ -67,9 +68,10 @@ batch_loop_run(Job *job)
 
 	for (;;)
 	{
-		int			n;
+		int			n = 0;
 		bool		finished;
 		long		since;
+		CutRound	cut_round;
 
 		/* Whatever one round allocates in passing goes with it. */
 		MemoryContextSwitchTo(loop_context);
@@ -82,7 +84,7 @@ batch_loop_run(Job *job)
 		}
 		if (job_stop_requested(job->slot))
 		{
-			if (job->shuffle == NULL)
+			if (job->shuffle == NULL || stop_between_cuts(job))
 			{
 				stop(&loop);
 				return;
@@ -109,10 +111,15 @@ batch_loop_run(Job *job)
 		}
 
 		/* Hold at a barrier cut before reading: a batch could pass its markers. */
-		if (rewind_to_cut(&loop))
+		cut_round = cut_align_round(job);
+		if (cut_round == CUT_ROUND_REWIND)
+		{
+			rewind_to_cut(&loop);
 			return;
+		}
 		finished = job->source->ops->finished(job->source);
-		n = read_batch(&loop, finished);
+		if (cut_round == CUT_ROUND_GO_ON)
+			n = read_batch(&loop, finished);
 		if (job->shuffle)
 		{
 			since = TimestampDifferenceMilliseconds(job->last_checkpoint, GetCurrentTimestamp());
@@ -131,8 +138,11 @@ batch_loop_run(Job *job)
 		}
 
 		/* The batch may have brought the partitions to the cut's markers. */
-		if (rewind_to_cut(&loop))
+		if (cut_align_round(job) == CUT_ROUND_REWIND)
+		{
+			rewind_to_cut(&loop);
 			return;
+		}
 		since = TimestampDifferenceMilliseconds(job->last_checkpoint, GetCurrentTimestamp());
 		if (checkpoint_due(&loop, since) && !checkpoint_take(job, false))
 		{
@@ -162,7 +172,7 @@ stop(BatchLoop *loop)
 	 * checkpoint, unless it is at a cut now.
 	 */
 	if ((!loop->sink_waiting || !waiting_for_lock(job->slot)) &&
-		(cut_align_interval_applies(job) || cut_align_checkpoint_cut(job) != 0))
+		(cut_align_interval_applies(job) || cut_align_due(job)) && job->shuffle == NULL)
 		checkpoint_take(job, true);
 	wait_marks_answer(job);
 	SpinLockAcquire(&job->slot->mutex);
@@ -292,7 +302,7 @@ checkpoint_due(BatchLoop *loop, long since)
 	due = (job->uncommitted > 0 || (job->keyed && keyed_pending(job->keyed) > 0)) &&
 		since >= loop->interval_ms && cut_align_interval_applies(job);
 	/* At a barrier cut: its checkpoint, at once. */
-	if (cut_align_checkpoint_cut(job) != 0)
+	if (cut_align_due(job))
 		due = true;
 	if (sink_buffer_rows(job->sink) + dead_letter_count(job->dead_letters) +
 		(job->keyed ? keyed_pending(job->keyed) : 0) >= mailer_max_buffered_rows ||
@@ -330,21 +340,30 @@ wait_for_input(BatchLoop *loop, long since)
 }
 
 /*
- * A round's work on barrier cuts.  True when the worker is to end, to
- * start again at once from its checkpoint (the job read past a cut's
- * markers before it learned of the cut).
+ * The job read past a cut's markers before it learned of the cut: the
+ * worker ends, to start again at once from its checkpoint (a parallel
+ * job's subtasks end with subtask 0).
  */
-static bool
+static void
 rewind_to_cut(BatchLoop *loop)
 {
 	Job		   *job = loop->job;
 
-	if (cut_align_round(job) != CUT_ROUND_REWIND)
-		return false;
 	SpinLockAcquire(&job->slot->mutex);
 	job->slot->exit_kind = JOB_EXIT_REWIND;
 	SpinLockRelease(&job->slot->mutex);
-	return true;
+}
+
+/*
+ * A parallel job that checkpoints only at barrier cuts, and is not at one:
+ * subtask 0 stops without a last epoch (as one worker stops without a last
+ * checkpoint), once no epoch is being cut, and its subtasks end with it.
+ */
+static bool
+stop_between_cuts(Job *job)
+{
+	return job->subtask == 0 && !cut_align_interval_applies(job) && !cut_align_due(job) &&
+		pg_atomic_read_u64(&job->slot->barrier_epoch) <= (uint64) job->epoch;
 }
 
 static bool

@@ -436,8 +436,7 @@ insert_checkpoint_row(CheckpointRun *run)
 
 	SPI_connect();
 	/* Before the counters are stored: a cut's checkpoint counts it. */
-	run->cut_epoch = cut_align_checkpoint_cut(job);
-	cut_align_record(job, run->epoch);
+	run->cut_epoch = cut_align_record(job, run->epoch);
 	values[0] = Int64GetDatum(job->job_id);
 	values[1] = Int64GetDatum(run->epoch);
 	values[2] = JsonbPGetDatum(job->source->ops->positions(job->source));
@@ -472,8 +471,8 @@ insert_checkpoint_row(CheckpointRun *run)
 	 * subtask deletes its own rows, so that no two subtasks' transactions
 	 * touch the same row (one of them is prepared, and would hold the
 	 * other until the epoch commits); subtask 0 also deletes the rows of
-	 * subtasks a rescale left behind.  A job at barrier cuts (one worker)
-	 * keeps the newest checkpoint.retain_cuts at cuts apart.
+	 * subtasks a rescale left behind.  A job at barrier cuts keeps the
+	 * newest checkpoint.retain_cuts at cuts apart.
 	 */
 	if (job->cut_align)
 		retain_cut_checkpoints(run);
@@ -506,24 +505,37 @@ insert_checkpoint_row(CheckpointRun *run)
 static void
 retain_cut_checkpoints(CheckpointRun *run)
 {
-	Oid			types[4] = {INT8OID, INT8OID, INT4OID, INT4OID};
-	Datum		values[4];
+	Oid			types[6] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT4OID};
+	Datum		values[6];
 
 	values[0] = Int64GetDatum(run->job->job_id);
 	values[1] = Int64GetDatum(run->epoch);
 	values[2] = Int32GetDatum(run->job->spec->checkpoint_retain);
 	values[3] = Int32GetDatum(run->job->spec->checkpoint_retain_cuts);
+	values[4] = Int32GetDatum(run->job->subtask);
+	values[5] = Int32GetDatum(run->job->parallelism);
+
+	/*
+	 * Each subtask's rows of an epoch carry the same cut, so each keeps the
+	 * same epochs judging by its own rows alone; subtask 0 keeps those
+	 * epochs of the subtasks a rescale retired too, so that a cut taken at
+	 * another parallelism stays restorable.
+	 */
 	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
 				 "AND epoch OPERATOR(pg_catalog.<) $2 "
+				 "AND (subtask OPERATOR(pg_catalog.=) $5 "
+				 "  OR ($5 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $6)) "
 				 "AND epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
 				 "  SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "  AND subtask OPERATOR(pg_catalog.=) $5 "
 				 "  AND cut_epoch IS NULL ORDER BY epoch DESC LIMIT $3)) "
 				 "AND epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
 				 "  SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "  AND subtask OPERATOR(pg_catalog.=) $5 "
 				 "  AND cut_epoch IS NOT NULL ORDER BY epoch DESC LIMIT $4))",
-				 4, types, values, NULL, false);
+				 6, types, values, NULL, false);
 	catalog_exec("SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "ORDER BY epoch", 1, types, values, NULL, true);
+				 "AND subtask OPERATOR(pg_catalog.=) $5 ORDER BY epoch", 6, types, values, NULL, true);
 	run->nretained = (int) SPI_processed;
 	run->retained = MemoryContextAlloc(run->job->job_context, sizeof(int64) * Max(run->nretained, 1));
 	for (int i = 0; i < run->nretained; i++)

@@ -13,6 +13,15 @@
  * the worker exits, the launcher starts it again at once, and it holds at
  * the markers before it reads anything.
  *
+ * In a parallel job subtask 0 decides for all.  It picks the cut and says
+ * so in its slot; every subtask holds its own partitions at that cut's
+ * markers and says in its own slot how far it is.  Subtask 0 judges the
+ * cut on all of them as one job would: skipped if any subtask is past it
+ * (or its reader saw the cut withdrawn), a rewind of the whole job if any
+ * read past it, and once all are there, the next epoch it raises is at the
+ * cut.  Subtasks let go of a cut once subtask 0 says it is decided, after
+ * the epoch at it committed.
+ *
  * Design: docs/ARCHITECTURE.md, "Barrier cuts".
  */
 #include "postgres.h"
@@ -26,6 +35,7 @@
 #include "base/mailer.h"
 #include "base/test_point.h"
 #include "jobs/catalog.h"
+#include "jobs/job_slots.h"
 #include "runtime/accounting.h"
 #include "runtime/cut_align.h"
 
@@ -41,11 +51,15 @@ typedef struct DecidedCut
 	bool		checkpointed;	/* false: skipped */
 } DecidedCut;
 
+/* A subtask's judgement in its slot: a CutHold, or this. */
+#define CUT_JUDGED_WITHDRAWN	(-1)	/* its reader saw the cut withdrawn */
+
 typedef struct CutAlign
 {
 	BarrierCut	cut;			/* the cut held at, copied; epoch 0: none */
-	bool		reached;		/* every named partition is at its marker */
+	bool		reached;		/* every named partition (of every subtask) is at its marker */
 	TimestampTz held_since;		/* when the job learned of the cut */
+	int64		recorded;		/* the cut of the checkpoint being taken, 0 none */
 	DecidedCut *decided;
 	int			ndecided;
 	int			capacity;
@@ -55,6 +69,11 @@ typedef struct CutAlign
 static void take_cut(Job *job, CutAlign *align, const BarrierCut *cut);
 static void decide(Job *job, CutAlign *align, bool checkpointed);
 static void drop_cut(Job *job, CutAlign *align);
+static bool is_other_subtask(Job *job);
+static CutRound other_subtask_round(Job *job, CutAlign *align);
+static CutHold judge_all(Job *job, CutAlign *align, CutHold own, const char **why);
+static void publish_decision(Job *job, CutAlign *align);
+static void wake_subtasks(Job *job);
 
 bool
 cut_align_enabled(Job *job)
@@ -75,6 +94,9 @@ cut_align_start(Job *job)
 	rewinds = job->slot->cut_rewinds_unsaved;
 	SpinLockRelease(&job->slot->mutex);
 	job->counters[JC_CUT_REWINDS] += rewinds;
+	/* The subtasks read nothing until they know the last cut decided on. */
+	if (job->parallelism > 1 && job->subtask == 0)
+		publish_decision(job, job->cut_align);
 }
 
 CutRound
@@ -88,8 +110,13 @@ cut_align_round(Job *job)
 
 	if (align == NULL)
 		return CUT_ROUND_GO_ON;
+	if (is_other_subtask(job))
+		return other_subtask_round(job, align);
 	for (;;)
 	{
+		CutHold		hold;
+		const char *why = "its last checkpoint is past the cut's markers";
+
 		if (align->cut.epoch == 0)
 		{
 			const BarrierCut *next = src->ops->next_cut(src, job->counters[JC_CUT_DECIDED_EPOCH]);
@@ -97,8 +124,13 @@ cut_align_round(Job *job)
 			if (next == NULL)
 				break;
 			take_cut(job, align, next);
+			if (job->parallelism > 1)
+				publish_decision(job, align);
 		}
-		switch (src->ops->hold_at_cut(src, &align->cut))
+		hold = src->ops->hold_at_cut(src, &align->cut);
+		if (job->parallelism > 1)
+			hold = judge_all(job, align, hold, &why);
+		switch (hold)
 		{
 			case CUT_HOLD_WAITING:
 				align->reached = false;
@@ -110,11 +142,13 @@ cut_align_round(Job *job)
 				break;
 			case CUT_HOLD_BEHIND:
 				ereport(LOG,
-						(errmsg("job \"%s\" skips barrier cut " INT64_FORMAT " of group \"%s\": its last checkpoint is past the cut's markers",
-								job->name, align->cut.epoch, job->spec->source.kafka.barrier_group)));
+						(errmsg("job \"%s\" skips barrier cut " INT64_FORMAT " of group \"%s\": %s",
+								job->name, align->cut.epoch, job->spec->source.kafka.barrier_group, why)));
 				job->counters[JC_CUTS_SKIPPED]++;
 				decide(job, align, false);
 				drop_cut(job, align);
+				if (job->parallelism > 1)
+					publish_decision(job, align);
 				continue;
 			case CUT_HOLD_READ_PAST:
 				ereport(LOG,
@@ -145,25 +179,67 @@ cut_align_interval_applies(Job *job)
 	return job->cut_align == NULL || job->spec->checkpoint_between_cuts;
 }
 
-int64
-cut_align_checkpoint_cut(Job *job)
+bool
+cut_align_due(Job *job)
 {
 	CutAlign   *align = job->cut_align;
 
-	return align && align->reached ? align->cut.epoch : 0;
+	return align && align->reached && !is_other_subtask(job);
 }
 
 void
+cut_align_mark_epoch(Job *job, int64 epoch)
+{
+	CutAlign   *align = job->cut_align;
+
+	if (align == NULL)
+		return;
+	SpinLockAcquire(&job->slot->mutex);
+	job->slot->cuts.barrier_epoch = epoch;
+	job->slot->cuts.barrier_cut = align->reached ? align->cut.epoch : 0;
+	SpinLockRelease(&job->slot->mutex);
+}
+
+/* The cut the checkpoint of the job's next epoch is at, or 0. */
+static int64
+checkpoint_cut(Job *job)
+{
+	CutAlign   *align = job->cut_align;
+	int64		cut = 0;
+
+	if (job->parallelism == 1)
+		return align->reached ? align->cut.epoch : 0;
+	/* Subtask 0 said so when it raised the epoch. */
+	SpinLockAcquire(&job->coordinator->mutex);
+	if (job->coordinator->cuts.barrier_epoch == job->epoch + 1)
+		cut = job->coordinator->cuts.barrier_cut;
+	SpinLockRelease(&job->coordinator->mutex);
+	return cut;
+}
+
+int64
 cut_align_record(Job *job, int64 epoch)
 {
 	CutAlign   *align = job->cut_align;
 	Oid			types[6] = {INT8OID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	int64		at;
 
 	if (align == NULL)
-		return;
-	if (align->reached)
+		return 0;
+	at = checkpoint_cut(job);
+	/* Every subtask holds at the cut it reached until the epoch at it commits. */
+	if (at != 0 && (align->cut.epoch != at || !align->reached))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("subtask %d is not at the markers of barrier cut " INT64_FORMAT " its epoch " INT64_FORMAT " is to be at",
+						job->subtask, at, epoch)));
+	/* Subtask 0 counts and lists the cuts for the job. */
+	if (is_other_subtask(job))
+		return at;
+	align->recorded = at;
+	if (at != 0)
 	{
 		job->counters[JC_LAST_CUT_EPOCH] = align->cut.epoch;
 		job->counters[JC_CUT_HELD_MS] += TimestampDifferenceMilliseconds(align->held_since,
@@ -198,6 +274,7 @@ cut_align_record(Job *job, int64 epoch)
 					 "WHERE k.job_id OPERATOR(pg_catalog.=) $1 ORDER BY k.cut_epoch DESC OFFSET $2 LIMIT 1)",
 					 2, types, values, nulls, false);
 	}
+	return at;
 }
 
 void
@@ -205,14 +282,17 @@ cut_align_committed(Job *job)
 {
 	CutAlign   *align = job->cut_align;
 
-	if (align == NULL)
+	if (align == NULL || is_other_subtask(job))
 		return;
 	align->ndecided = 0;
 	SpinLockAcquire(&job->slot->mutex);
 	job->slot->cut_rewinds_unsaved = 0;
 	SpinLockRelease(&job->slot->mutex);
-	if (align->reached)
+	if (align->recorded != 0 && align->recorded == align->cut.epoch)
 		drop_cut(job, align);
+	align->recorded = 0;
+	if (job->parallelism > 1)
+		publish_decision(job, align);
 }
 
 /* Hold at cut from now on; its markers are copied (the reader may forget it). */
@@ -256,4 +336,154 @@ drop_cut(Job *job, CutAlign *align)
 	memset(&align->cut, 0, sizeof(align->cut));
 	align->reached = false;
 	job->counters[JC_CUT_HOLDING_EPOCH] = 0;
+}
+
+/* A parallel job's subtask 1..P-1: it follows subtask 0's decisions. */
+static bool
+is_other_subtask(Job *job)
+{
+	return job->parallelism > 1 && job->subtask > 0;
+}
+
+/*
+ * Subtask 1..P-1's round: hold at the cut subtask 0 aligns on (before it
+ * says, at the lowest this subtask's reader knows, which is usually the
+ * same), say how far this subtask is there, and let go once subtask 0 has
+ * decided on it.  Nothing is read before subtask 0 has said which cut it
+ * decided on last, nor while this subtask's reader has yet to see the cut
+ * subtask 0 aligns on.
+ */
+static CutRound
+other_subtask_round(Job *job, CutAlign *align)
+{
+	Source	   *src = job->source;
+	SlotCuts	coordinator;
+	CutHold		hold;
+	bool		changed;
+
+	SpinLockAcquire(&job->coordinator->mutex);
+	coordinator = job->coordinator->cuts;
+	SpinLockRelease(&job->coordinator->mutex);
+	if (!coordinator.known)
+		return CUT_ROUND_WAIT;
+	if (align->cut.epoch != 0 &&
+		(align->cut.epoch <= coordinator.decided ||
+		 (coordinator.target > coordinator.decided && align->cut.epoch != coordinator.target)))
+		drop_cut(job, align);
+	if (align->cut.epoch == 0)
+	{
+		const BarrierCut *cut;
+		bool		withdrawn = false;
+
+		if (coordinator.target > coordinator.decided)
+		{
+			cut = src->ops->cut_of(src, coordinator.target, coordinator.decided, &withdrawn);
+			if (cut == NULL)
+			{
+				SpinLockAcquire(&job->slot->mutex);
+				changed = withdrawn && job->slot->cuts.judged != coordinator.target;
+				if (withdrawn)
+				{
+					job->slot->cuts.judged = coordinator.target;
+					job->slot->cuts.judgement = CUT_JUDGED_WITHDRAWN;
+				}
+				SpinLockRelease(&job->slot->mutex);
+				if (changed)
+					job_slot_wake(job->coordinator);
+				return withdrawn ? CUT_ROUND_GO_ON : CUT_ROUND_WAIT;
+			}
+		}
+		else
+			cut = src->ops->next_cut(src, coordinator.decided);
+		if (cut == NULL)
+			return CUT_ROUND_GO_ON;
+		take_cut(job, align, cut);
+	}
+	hold = src->ops->hold_at_cut(src, &align->cut);
+	align->reached = hold == CUT_HOLD_REACHED;
+	SpinLockAcquire(&job->slot->mutex);
+	changed = job->slot->cuts.judged != align->cut.epoch || job->slot->cuts.judgement != (int) hold;
+	job->slot->cuts.judged = align->cut.epoch;
+	job->slot->cuts.judgement = (int) hold;
+	SpinLockRelease(&job->slot->mutex);
+	if (changed)
+		job_slot_wake(job->coordinator);
+	return CUT_ROUND_GO_ON;
+}
+
+/*
+ * Subtask 0: the cut judged on every subtask, as a job of one worker
+ * judges it on its partitions.  Skipped if any subtask is past it or saw
+ * it withdrawn; else waiting while any has yet to say; else a rewind if
+ * any read past it; else reached once all are there.
+ */
+static CutHold
+judge_all(Job *job, CutAlign *align, CutHold own, const char **why)
+{
+	bool		pending = false;
+	bool		read_past = own == CUT_HOLD_READ_PAST;
+	bool		waiting = own == CUT_HOLD_WAITING;
+
+	if (own == CUT_HOLD_BEHIND)
+		return own;
+	for (int k = 1; k < job->parallelism; k++)
+	{
+		JobSlot    *slot = job_slots_subtask(job->slot, k);
+		int64		judged = 0;
+		int			judgement = 0;
+
+		if (slot)
+		{
+			SpinLockAcquire(&slot->mutex);
+			judged = slot->cuts.judged;
+			judgement = slot->cuts.judgement;
+			SpinLockRelease(&slot->mutex);
+		}
+		if (judged != align->cut.epoch)
+		{
+			pending = true;
+			continue;
+		}
+		if (judgement == CUT_JUDGED_WITHDRAWN)
+		{
+			*why = "a subtask's reader saw the cut withdrawn by a later record";
+			return CUT_HOLD_BEHIND;
+		}
+		if (judgement == CUT_HOLD_BEHIND)
+		{
+			*why = "a subtask's last checkpoint is past the cut's markers";
+			return CUT_HOLD_BEHIND;
+		}
+		read_past |= judgement == CUT_HOLD_READ_PAST;
+		waiting |= judgement == CUT_HOLD_WAITING;
+	}
+	if (pending)
+		return CUT_HOLD_WAITING;
+	if (read_past)
+		return CUT_HOLD_READ_PAST;
+	return waiting ? CUT_HOLD_WAITING : CUT_HOLD_REACHED;
+}
+
+/* Subtask 0: the last cut decided on and the one aligned on, to every subtask. */
+static void
+publish_decision(Job *job, CutAlign *align)
+{
+	SpinLockAcquire(&job->slot->mutex);
+	job->slot->cuts.known = true;
+	job->slot->cuts.decided = job->counters[JC_CUT_DECIDED_EPOCH];
+	job->slot->cuts.target = align->cut.epoch;
+	SpinLockRelease(&job->slot->mutex);
+	wake_subtasks(job);
+}
+
+static void
+wake_subtasks(Job *job)
+{
+	for (int k = 1; k < job->parallelism; k++)
+	{
+		JobSlot    *slot = job_slots_subtask(job->slot, k);
+
+		if (slot)
+			job_slot_wake(slot);
+	}
 }

@@ -13,7 +13,8 @@
 
 typedef enum CutRound
 {
-	CUT_ROUND_GO_ON,			/* no cut reached: read and go on */
+	CUT_ROUND_GO_ON,			/* read and go on */
+	CUT_ROUND_WAIT,				/* read nothing now (a parallel job's subtask waits on subtask 0) */
 	CUT_ROUND_REWIND			/* read past a cut's marker: the worker restarts from its checkpoint */
 } CutRound;
 
@@ -29,14 +30,18 @@ extern CutRound cut_align_round(Job *job);
 /* Whether interval checkpoints apply: not between cuts unless the spec asks. */
 extern bool cut_align_interval_applies(Job *job);
 
-/* The cut the checkpoint being taken is at (every named partition at its marker), or 0. */
-extern int64 cut_align_checkpoint_cut(Job *job);
+/* Every named partition is at its cut's marker: the checkpoint at the cut is due (subtask 0 asks for it). */
+extern bool cut_align_due(Job *job);
+
+/* Subtask 0, before it raises the barrier of epoch: whether that epoch is at the cut. */
+extern void cut_align_mark_epoch(Job *job, int64 epoch);
 
 /*
- * Inside the checkpoint's transaction, before its row: count the cut it is
- * at and write the cuts decided since the last one into mailer.job_cuts.
+ * Inside the checkpoint's transaction, before its row: the cut it is at
+ * (0: none), counted, and the cuts decided since the last one written into
+ * mailer.job_cuts.
  */
-extern void cut_align_record(Job *job, int64 epoch);
+extern int64 cut_align_record(Job *job, int64 epoch);
 
 /* The checkpoint committed: read on past the cut's markers. */
 extern void cut_align_committed(Job *job);

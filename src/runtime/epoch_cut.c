@@ -34,6 +34,7 @@
 #include "operators/keyed.h"
 #include "operators/watermark.h"
 #include "runtime/checkpoint.h"
+#include "runtime/cut_align.h"
 #include "runtime/epoch_cut.h"
 #include "runtime/shuffle.h"
 #include "runtime/subtasks.h"
@@ -59,6 +60,8 @@ request_epoch(Job *job)
 
 	if (pg_atomic_read_u64(&job->slot->barrier_epoch) >= next)
 		return;
+	/* Before the barrier is raised: whether the epoch is at a barrier cut. */
+	cut_align_mark_epoch(job, next);
 	pg_atomic_write_u64(&job->slot->barrier_epoch, next);
 	wake_all(job);
 }
