@@ -365,42 +365,64 @@ refresh(BarrierReader *reader)
 	reader->next_refresh = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REFRESH_MS);
 }
 
+/*
+ * The index of the first of n items (stride bytes apart, their int64 key
+ * at offset) whose key is not below key; *found: that item's key is key.
+ */
 static int
-find_cut(BarrierReader *reader, int64 epoch, bool *found)
+lower_bound(const void *items, int n, size_t stride, size_t offset, int64 key, bool *found)
 {
 	int			lo = 0,
-				hi = reader->ncuts;
+				hi = n;
 
+#define KEY_AT(i) (*(const int64 *) ((const char *) items + (size_t) (i) * stride + offset))
 	while (lo < hi)
 	{
 		int			mid = (lo + hi) / 2;
 
-		if (reader->cuts[mid].epoch < epoch)
+		if (KEY_AT(mid) < key)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	*found = lo < reader->ncuts && reader->cuts[lo].epoch == epoch;
+	*found = lo < n && KEY_AT(lo) == key;
+#undef KEY_AT
 	return lo;
+}
+
+static int
+find_cut(BarrierReader *reader, int64 epoch, bool *found)
+{
+	return lower_bound(reader->cuts, reader->ncuts, sizeof(BarrierCut), offsetof(BarrierCut, epoch),
+					   epoch, found);
 }
 
 static int
 find_withdrawn(BarrierReader *reader, int64 epoch, bool *found)
 {
-	int			lo = 0,
-				hi = reader->nwithdrawn;
+	return lower_bound(reader->withdrawn, reader->nwithdrawn, sizeof(int64), 0, epoch, found);
+}
 
-	while (lo < hi)
+/* Put item at index i of an array of *n items of size bytes, growing it in ctx. */
+static void
+insert_at(void **items, int *n, int *capacity, size_t size, int i, const void *item, MemoryContext ctx)
+{
+	if (*n == *capacity)
 	{
-		int			mid = (lo + hi) / 2;
-
-		if (reader->withdrawn[mid] < epoch)
-			lo = mid + 1;
-		else
-			hi = mid;
+		*capacity = Max(16, *capacity * 2);
+		*items = *items ? repalloc(*items, size * *capacity) : MemoryContextAlloc(ctx, size * *capacity);
 	}
-	*found = lo < reader->nwithdrawn && reader->withdrawn[lo] == epoch;
-	return lo;
+	memmove((char *) *items + size * (i + 1), (char *) *items + size * i, size * (*n - i));
+	memcpy((char *) *items + size * i, item, size);
+	(*n)++;
+}
+
+/* Take out the item at index i. */
+static void
+remove_at(void *items, int *n, size_t size, int i)
+{
+	memmove((char *) items + size * i, (char *) items + size * (i + 1), size * (*n - i - 1));
+	(*n)--;
 }
 
 /*
@@ -415,23 +437,10 @@ note_withdrawn(BarrierReader *reader, int64 epoch, bool withdrawn)
 	int			i = find_withdrawn(reader, epoch, &found);
 
 	if (found && !withdrawn)
-	{
-		memmove(&reader->withdrawn[i], &reader->withdrawn[i + 1],
-				sizeof(int64) * (reader->nwithdrawn - i - 1));
-		reader->nwithdrawn--;
-	}
-	if (found || !withdrawn)
-		return;
-	if (reader->nwithdrawn == reader->withdrawn_capacity)
-	{
-		reader->withdrawn_capacity = Max(16, reader->withdrawn_capacity * 2);
-		reader->withdrawn = reader->withdrawn ?
-			repalloc(reader->withdrawn, sizeof(int64) * reader->withdrawn_capacity) :
-			MemoryContextAlloc(reader->ctx, sizeof(int64) * reader->withdrawn_capacity);
-	}
-	memmove(&reader->withdrawn[i + 1], &reader->withdrawn[i], sizeof(int64) * (reader->nwithdrawn - i));
-	reader->withdrawn[i] = epoch;
-	reader->nwithdrawn++;
+		remove_at(reader->withdrawn, &reader->nwithdrawn, sizeof(int64), i);
+	else if (!found && withdrawn)
+		insert_at((void **) &reader->withdrawn, &reader->nwithdrawn, &reader->withdrawn_capacity,
+				  sizeof(int64), i, &epoch, reader->ctx);
 }
 
 /* The latest record of an epoch stands: a complete cut replaces, a partial one removes. */
@@ -452,22 +461,12 @@ note_cut(BarrierReader *reader, BarrierCut *cut, bool complete)
 			reader->cuts[i] = *cut;
 			return;
 		}
-		memmove(&reader->cuts[i], &reader->cuts[i + 1], sizeof(BarrierCut) * (reader->ncuts - i - 1));
-		reader->ncuts--;
+		remove_at(reader->cuts, &reader->ncuts, sizeof(BarrierCut), i);
 		return;
 	}
-	if (!complete)
-		return;
-	if (reader->ncuts == reader->cuts_capacity)
-	{
-		reader->cuts_capacity = Max(16, reader->cuts_capacity * 2);
-		reader->cuts = reader->cuts ?
-			repalloc(reader->cuts, sizeof(BarrierCut) * reader->cuts_capacity) :
-			MemoryContextAlloc(reader->ctx, sizeof(BarrierCut) * reader->cuts_capacity);
-	}
-	memmove(&reader->cuts[i + 1], &reader->cuts[i], sizeof(BarrierCut) * (reader->ncuts - i));
-	reader->cuts[i] = *cut;
-	reader->ncuts++;
+	if (complete)
+		insert_at((void **) &reader->cuts, &reader->ncuts, &reader->cuts_capacity, sizeof(BarrierCut), i,
+				  cut, reader->ctx);
 }
 
 static void

@@ -38,6 +38,7 @@
 #include "jobs/job_slots.h"
 #include "runtime/accounting.h"
 #include "runtime/cut_align.h"
+#include "runtime/subtasks.h"
 
 /* mailer.job_cuts keeps the decisions on this many cuts more than checkpoint.retain_cuts. */
 #define CUTS_LISTED_BEYOND_RETAINED 1000
@@ -73,7 +74,6 @@ static bool is_other_subtask(Job *job);
 static CutRound other_subtask_round(Job *job, CutAlign *align);
 static CutHold judge_all(Job *job, CutAlign *align, CutHold own, const char **why);
 static void publish_decision(Job *job, CutAlign *align);
-static void wake_subtasks(Job *job);
 
 bool
 cut_align_enabled(Job *job)
@@ -473,17 +473,5 @@ publish_decision(Job *job, CutAlign *align)
 	job->slot->cuts.decided = job->counters[JC_CUT_DECIDED_EPOCH];
 	job->slot->cuts.target = align->cut.epoch;
 	SpinLockRelease(&job->slot->mutex);
-	wake_subtasks(job);
-}
-
-static void
-wake_subtasks(Job *job)
-{
-	for (int k = 1; k < job->parallelism; k++)
-	{
-		JobSlot    *slot = job_slots_subtask(job->slot, k);
-
-		if (slot)
-			job_slot_wake(slot);
-	}
+	subtasks_wake_all(job);
 }

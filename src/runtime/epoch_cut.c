@@ -40,18 +40,6 @@
 #include "runtime/subtasks.h"
 #include "runtime/wait_marks.h"
 
-static void
-wake_all(Job *job)
-{
-	for (int k = 0; k < job->parallelism; k++)
-	{
-		JobSlot    *slot = job_slots_subtask(job->coordinator, k);
-
-		if (slot)
-			job_slot_wake(slot);
-	}
-}
-
 /* Subtask 0: ask every subtask to cut the next epoch. */
 static void
 request_epoch(Job *job)
@@ -63,7 +51,7 @@ request_epoch(Job *job)
 	/* Before the barrier is raised: whether the epoch is at a barrier cut. */
 	cut_align_mark_epoch(job, next);
 	pg_atomic_write_u64(&job->slot->barrier_epoch, next);
-	wake_all(job);
+	subtasks_wake_all(job);
 }
 
 void

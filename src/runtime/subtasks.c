@@ -136,6 +136,18 @@ subtasks_coordinator_alive(Job *job)
 }
 
 void
+subtasks_wake_all(Job *job)
+{
+	for (int k = 0; k < job->parallelism; k++)
+	{
+		JobSlot    *slot = job_slots_subtask(job->coordinator, k);
+
+		if (slot)
+			job_slot_wake(slot);
+	}
+}
+
+void
 subtasks_check(Job *job)
 {
 	if (job->subtask != 0)

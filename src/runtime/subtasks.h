@@ -21,6 +21,9 @@ extern void subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle excha
 /* A subtask 1..P-1: subtask 0 of its run still runs. */
 extern bool subtasks_coordinator_alive(Job *job);
 
+/* Set the latch of every subtask of the run, subtask 0's too. */
+extern void subtasks_wake_all(Job *job);
+
 /* ERROR when a subtask (or subtask 0) of the run has stopped. */
 extern void subtasks_check(Job *job);
 
