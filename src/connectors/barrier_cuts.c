@@ -19,6 +19,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -260,6 +261,20 @@ barrier_record_decode(const char *key, size_t key_len, const char *value, size_t
 	if (value == NULL || value_len == 0)
 		return BARRIER_RECORD_DELETED;
 	return decode_cut_value(&v, topics, ntopics, cut, why, why_size);
+}
+
+uint64
+barrier_cut_digest(const BarrierCut *cut)
+{
+	uint64		h;
+
+	/* CutMarker has no padding: its bytes are its fields. */
+	StaticAssertStmt(sizeof(CutMarker) == sizeof(int) + sizeof(int32) + sizeof(int64),
+					 "CutMarker has padding");
+	h = hash_bytes_extended((const unsigned char *) cut->markers, sizeof(CutMarker) * cut->nmarkers,
+							(uint64) cut->epoch);
+	h = hash_combine64(h, (uint64) cut->triggered_at);
+	return hash_combine64(h, (uint64) cut->completed_at);
 }
 
 BarrierReader *

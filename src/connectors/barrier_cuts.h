@@ -52,6 +52,13 @@ extern BarrierRecordKind barrier_record_decode(const char *key, size_t key_len,
 											   BarrierCut *cut, int64 *epoch,
 											   char *why, size_t why_size);
 
+/*
+ * A digest of a cut's contents: two readers of one record get the same
+ * digest, and a record that replaced it (another version of the epoch)
+ * almost surely another.
+ */
+extern uint64 barrier_cut_digest(const BarrierCut *cut);
+
 typedef struct BarrierReader BarrierReader;
 
 /*

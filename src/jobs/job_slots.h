@@ -88,11 +88,13 @@ typedef struct SlotCuts
 	/* In the coordinator's slot, written by subtask 0. */
 	bool		known;			/* decided is this run's: the subtasks may read */
 	int64		decided;		/* the last cut checkpointed at or skipped */
-	int64		target;			/* the cut all subtasks align on, 0 none */
+	int64		target;			/* the cut all subtasks align on, 0 none ... */
+	uint64		target_digest;	/* ... as subtask 0 read it (barrier_cut_digest) */
 	int64		barrier_epoch;	/* the epoch raised last ... */
 	int64		barrier_cut;	/* ... is at this cut, 0 at none */
 	/* In every subtask's slot, written by it. */
-	int64		judged;			/* the cut it holds at, 0 none */
+	int64		judged;			/* the cut it holds at, 0 none ... */
+	uint64		judged_digest;	/* ... as it read it */
 	int			judgement;		/* how far it is there (cut_align.c) */
 } SlotCuts;
 

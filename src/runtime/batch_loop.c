@@ -82,15 +82,25 @@ batch_loop_run(Job *job)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		if (stop_between_cuts(job))
+		{
+			stop(&loop);
+			return;
+		}
 		if (job_stop_requested(job->slot))
 		{
-			if (job->shuffle == NULL || stop_between_cuts(job))
+			if (job->shuffle == NULL)
 			{
 				stop(&loop);
 				return;
 			}
-			/* All subtasks stop with one last epoch: cut in a round below. */
-			epoch_cut_request_stop(job);
+			/*
+			 * All subtasks stop with one last epoch, cut in a round below;
+			 * between barrier cuts, subtask 0 stops without one once the
+			 * epoch being cut is committed (stop_between_cuts).
+			 */
+			if (job->subtask > 0 || cut_align_stop_checkpoints(job))
+				epoch_cut_request_stop(job);
 		}
 		wait_marks_take(job);
 		/*
@@ -171,8 +181,8 @@ stop(BatchLoop *loop)
 	 * A job that checkpoints only at barrier cuts keeps its last cut's
 	 * checkpoint, unless it is at a cut now.
 	 */
-	if ((!loop->sink_waiting || !waiting_for_lock(job->slot)) &&
-		(cut_align_interval_applies(job) || cut_align_due(job)) && job->shuffle == NULL)
+	if ((!loop->sink_waiting || !waiting_for_lock(job->slot)) && cut_align_stop_checkpoints(job) &&
+		job->shuffle == NULL)
 		checkpoint_take(job, true);
 	wait_marks_answer(job);
 	SpinLockAcquire(&job->slot->mutex);
@@ -355,15 +365,17 @@ rewind_to_cut(BatchLoop *loop)
 }
 
 /*
- * A parallel job that checkpoints only at barrier cuts, and is not at one:
- * subtask 0 stops without a last epoch (as one worker stops without a last
+ * Subtask 0 of a parallel job that checkpoints only at barrier cuts, and
+ * is not at one, asked to stop (itself, or by another subtask's SIGTERM):
+ * it stops without a last epoch (as one worker stops without a last
  * checkpoint), once no epoch is being cut, and its subtasks end with it.
  */
 static bool
 stop_between_cuts(Job *job)
 {
-	return job->subtask == 0 && !cut_align_interval_applies(job) && !cut_align_due(job) &&
-		pg_atomic_read_u64(&job->slot->barrier_epoch) <= (uint64) job->epoch;
+	return job->shuffle && job->subtask == 0 && !cut_align_stop_checkpoints(job) &&
+		pg_atomic_read_u64(&job->slot->barrier_epoch) <= (uint64) job->epoch &&
+		(job_stop_requested(job->slot) || pg_atomic_read_u32(&job->slot->final_wanted) != 0);
 }
 
 static bool

@@ -19,6 +19,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -505,8 +506,10 @@ insert_checkpoint_row(CheckpointRun *run)
 static void
 retain_cut_checkpoints(CheckpointRun *run)
 {
-	Oid			types[6] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT4OID};
-	Datum		values[6];
+	Oid			types[7] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT4OID, BOOLOID};
+	Datum		values[7];
+	ArrayType  *kept;
+	Datum	   *epochs;
 
 	values[0] = Int64GetDatum(run->job->job_id);
 	values[1] = Int64GetDatum(run->epoch);
@@ -514,32 +517,42 @@ retain_cut_checkpoints(CheckpointRun *run)
 	values[3] = Int32GetDatum(run->job->spec->checkpoint_retain_cuts);
 	values[4] = Int32GetDatum(run->job->subtask);
 	values[5] = Int32GetDatum(run->job->parallelism);
+	values[6] = BoolGetDatum(run->cut_epoch != 0);
 
 	/*
-	 * Each subtask's rows of an epoch carry the same cut, so each keeps the
-	 * same epochs judging by its own rows alone; subtask 0 keeps those
-	 * epochs of the subtasks a rescale retired too, so that a cut taken at
-	 * another parallelism stays restorable.
+	 * The epochs the job keeps, judged by subtask 0's rows (the epochs'
+	 * decisions; this epoch's is not visible to the other subtasks yet):
+	 * every subtask keeps the same ones, and its state keeps their
+	 * snapshots even where it has no row of its own (a subtask a rescale
+	 * added shares key groups' memory-state undo with older epochs).
 	 */
-	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND epoch OPERATOR(pg_catalog.<) $2 "
-				 "AND (subtask OPERATOR(pg_catalog.=) $5 "
-				 "  OR ($5 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $6)) "
-				 "AND epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
-				 "  SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "  AND subtask OPERATOR(pg_catalog.=) $5 "
-				 "  AND cut_epoch IS NULL ORDER BY epoch DESC LIMIT $3)) "
-				 "AND epoch OPERATOR(pg_catalog.<>) ALL (ARRAY("
-				 "  SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "  AND subtask OPERATOR(pg_catalog.=) $5 "
-				 "  AND cut_epoch IS NOT NULL ORDER BY epoch DESC LIMIT $4))",
-				 6, types, values, NULL, false);
-	catalog_exec("SELECT epoch FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND subtask OPERATOR(pg_catalog.=) $5 ORDER BY epoch", 6, types, values, NULL, true);
-	run->nretained = (int) SPI_processed;
+	catalog_exec("WITH e AS (SELECT epoch, cut_epoch IS NOT NULL AS at_cut FROM " MAILER_SCHEMA ".checkpoints "
+				 "  WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) 0 "
+				 "  AND epoch OPERATOR(pg_catalog.<) $2 UNION ALL SELECT $2, $7) "
+				 "SELECT pg_catalog.array_agg(epoch ORDER BY epoch) FROM ("
+				 "  (SELECT epoch FROM e WHERE NOT at_cut ORDER BY epoch DESC LIMIT $3) UNION "
+				 "  (SELECT epoch FROM e WHERE at_cut ORDER BY epoch DESC LIMIT $4)) k",
+				 7, types, values, NULL, true);
+	kept = DatumGetArrayTypePCopy(catalog_value(0, 1, NULL));
+	deconstruct_array(kept, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &epochs, NULL, &run->nretained);
 	run->retained = MemoryContextAlloc(run->job->job_context, sizeof(int64) * Max(run->nretained, 1));
 	for (int i = 0; i < run->nretained; i++)
-		run->retained[i] = DatumGetInt64(catalog_value(i, 1, NULL));
+		run->retained[i] = DatumGetInt64(epochs[i]);
+
+	/*
+	 * Each subtask deletes its own rows (and subtask 0 those of subtasks a
+	 * rescale retired), so that no two subtasks' transactions touch a row.
+	 */
+	values[1] = PointerGetDatum(kept);
+	types[1] = INT8ARRAYOID;
+	values[2] = Int64GetDatum(run->epoch);
+	types[2] = INT8OID;
+	catalog_exec("DELETE FROM " MAILER_SCHEMA ".checkpoints WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.<) $3 AND epoch OPERATOR(pg_catalog.<>) ALL ($2) "
+				 "AND (subtask OPERATOR(pg_catalog.=) $5 "
+				 "  OR ($5 OPERATOR(pg_catalog.=) 0 AND subtask OPERATOR(pg_catalog.>=) $6))",
+				 6, types, values, NULL, false);
 }
 
 /*

@@ -53,11 +53,12 @@ typedef struct DecidedCut
 } DecidedCut;
 
 /* A subtask's judgement in its slot: a CutHold, or this. */
-#define CUT_JUDGED_WITHDRAWN	(-1)	/* its reader saw the cut withdrawn */
+#define CUT_JUDGED_WITHDRAWN	(-1)	/* its reader saw the cut withdrawn or replaced */
 
 typedef struct CutAlign
 {
 	BarrierCut	cut;			/* the cut held at, copied; epoch 0: none */
+	uint64		digest;			/* its barrier_cut_digest */
 	bool		reached;		/* every named partition (of every subtask) is at its marker */
 	TimestampTz held_since;		/* when the job learned of the cut */
 	int64		recorded;		/* the cut of the checkpoint being taken, 0 none */
@@ -74,6 +75,7 @@ static bool is_other_subtask(Job *job);
 static CutRound other_subtask_round(Job *job, CutAlign *align);
 static CutHold judge_all(Job *job, CutAlign *align, CutHold own, const char **why);
 static void publish_decision(Job *job, CutAlign *align);
+static void publish_judgement(Job *job, int64 epoch, uint64 digest, int judgement);
 
 bool
 cut_align_enabled(Job *job)
@@ -107,6 +109,7 @@ cut_align_round(Job *job)
 	uint64		partial,
 				malformed,
 				late;
+	bool		read_past = false;
 
 	if (align == NULL)
 		return CUT_ROUND_GO_ON;
@@ -117,6 +120,7 @@ cut_align_round(Job *job)
 		CutHold		hold;
 		const char *why = "its last checkpoint is past the cut's markers";
 
+		read_past = false;
 		if (align->cut.epoch == 0)
 		{
 			const BarrierCut *next = src->ops->next_cut(src, job->counters[JC_CUT_DECIDED_EPOCH]);
@@ -128,6 +132,8 @@ cut_align_round(Job *job)
 				publish_decision(job, align);
 		}
 		hold = src->ops->hold_at_cut(src, &align->cut);
+		/* Past a marker: read no further while the other subtasks judge the cut. */
+		read_past = hold == CUT_HOLD_READ_PAST;
 		if (job->parallelism > 1)
 			hold = judge_all(job, align, hold, &why);
 		switch (hold)
@@ -170,13 +176,19 @@ cut_align_round(Job *job)
 	job->counters[JC_CUT_RECORDS_MALFORMED] = malformed;
 	job->counters[JC_CUT_HOLDING_EPOCH] = align->cut.epoch;
 	job_publish_counters(job);
-	return CUT_ROUND_GO_ON;
+	return read_past ? CUT_ROUND_WAIT : CUT_ROUND_GO_ON;
 }
 
 bool
 cut_align_interval_applies(Job *job)
 {
 	return job->cut_align == NULL || job->spec->checkpoint_between_cuts;
+}
+
+bool
+cut_align_stop_checkpoints(Job *job)
+{
+	return cut_align_interval_applies(job) || cut_align_due(job);
 }
 
 bool
@@ -200,19 +212,21 @@ cut_align_mark_epoch(Job *job, int64 epoch)
 	SpinLockRelease(&job->slot->mutex);
 }
 
-/* The cut the checkpoint of the job's next epoch is at, or 0. */
+/* The cut the checkpoint of the job's next epoch is at, or 0; *digest: subtask 0's version of it. */
 static int64
-checkpoint_cut(Job *job)
+checkpoint_cut(Job *job, uint64 *digest)
 {
 	CutAlign   *align = job->cut_align;
 	int64		cut = 0;
 
+	*digest = align->digest;
 	if (job->parallelism == 1)
 		return align->reached ? align->cut.epoch : 0;
 	/* Subtask 0 said so when it raised the epoch. */
 	SpinLockAcquire(&job->coordinator->mutex);
 	if (job->coordinator->cuts.barrier_epoch == job->epoch + 1)
 		cut = job->coordinator->cuts.barrier_cut;
+	*digest = job->coordinator->cuts.target_digest;
 	SpinLockRelease(&job->coordinator->mutex);
 	return cut;
 }
@@ -225,16 +239,18 @@ cut_align_record(Job *job, int64 epoch)
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	int64		at;
+	uint64		digest;
 
 	if (align == NULL)
 		return 0;
-	at = checkpoint_cut(job);
+	at = checkpoint_cut(job, &digest);
 	/* Every subtask holds at the cut it reached until the epoch at it commits. */
-	if (at != 0 && (align->cut.epoch != at || !align->reached))
+	if (at != 0 && (align->cut.epoch != at || align->digest != digest || !align->reached))
 		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("subtask %d is not at the markers of barrier cut " INT64_FORMAT " its epoch " INT64_FORMAT " is to be at",
-						job->subtask, at, epoch)));
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("subtask %d is not at the markers of barrier cut " INT64_FORMAT ", which its epoch " INT64_FORMAT " is to be at",
+						job->subtask, at, epoch),
+				 errhint("A partition's position moved past its marker (retention deleted records not read yet); the job restarts from its last checkpoint and judges the cut again.")));
 	/* Subtask 0 counts and lists the cuts for the job. */
 	if (is_other_subtask(job))
 		return at;
@@ -302,6 +318,7 @@ take_cut(Job *job, CutAlign *align, const BarrierCut *cut)
 	align->cut = *cut;
 	align->cut.markers = MemoryContextAlloc(job->job_context, sizeof(CutMarker) * Max(cut->nmarkers, 1));
 	memcpy(align->cut.markers, cut->markers, sizeof(CutMarker) * cut->nmarkers);
+	align->digest = barrier_cut_digest(cut);
 	align->reached = false;
 	align->held_since = GetCurrentTimestamp();
 }
@@ -358,38 +375,37 @@ other_subtask_round(Job *job, CutAlign *align)
 {
 	Source	   *src = job->source;
 	SlotCuts	coordinator;
+	bool		named;
 	CutHold		hold;
-	bool		changed;
 
 	SpinLockAcquire(&job->coordinator->mutex);
 	coordinator = job->coordinator->cuts;
 	SpinLockRelease(&job->coordinator->mutex);
 	if (!coordinator.known)
 		return CUT_ROUND_WAIT;
+	named = coordinator.target > coordinator.decided;
 	if (align->cut.epoch != 0 &&
 		(align->cut.epoch <= coordinator.decided ||
-		 (coordinator.target > coordinator.decided && align->cut.epoch != coordinator.target)))
+		 (named && (align->cut.epoch != coordinator.target || align->digest != coordinator.target_digest))))
 		drop_cut(job, align);
 	if (align->cut.epoch == 0)
 	{
 		const BarrierCut *cut;
 		bool		withdrawn = false;
 
-		if (coordinator.target > coordinator.decided)
+		if (named)
 		{
 			cut = src->ops->cut_of(src, coordinator.target, coordinator.decided, &withdrawn);
+			/* Another version of the cut than subtask 0's: as if withdrawn, so all skip it. */
+			if (cut && barrier_cut_digest(cut) != coordinator.target_digest)
+			{
+				cut = NULL;
+				withdrawn = true;
+			}
 			if (cut == NULL)
 			{
-				SpinLockAcquire(&job->slot->mutex);
-				changed = withdrawn && job->slot->cuts.judged != coordinator.target;
 				if (withdrawn)
-				{
-					job->slot->cuts.judged = coordinator.target;
-					job->slot->cuts.judgement = CUT_JUDGED_WITHDRAWN;
-				}
-				SpinLockRelease(&job->slot->mutex);
-				if (changed)
-					job_slot_wake(job->coordinator);
+					publish_judgement(job, coordinator.target, coordinator.target_digest, CUT_JUDGED_WITHDRAWN);
 				return withdrawn ? CUT_ROUND_GO_ON : CUT_ROUND_WAIT;
 			}
 		}
@@ -401,14 +417,26 @@ other_subtask_round(Job *job, CutAlign *align)
 	}
 	hold = src->ops->hold_at_cut(src, &align->cut);
 	align->reached = hold == CUT_HOLD_REACHED;
+	publish_judgement(job, align->cut.epoch, align->digest, (int) hold);
+	/* Past a marker: read no further until subtask 0 decides. */
+	return hold == CUT_HOLD_READ_PAST ? CUT_ROUND_WAIT : CUT_ROUND_GO_ON;
+}
+
+/* Subtask 1..P-1: how far it is on the way to the cut (epoch, digest), for subtask 0. */
+static void
+publish_judgement(Job *job, int64 epoch, uint64 digest, int judgement)
+{
+	bool		changed;
+
 	SpinLockAcquire(&job->slot->mutex);
-	changed = job->slot->cuts.judged != align->cut.epoch || job->slot->cuts.judgement != (int) hold;
-	job->slot->cuts.judged = align->cut.epoch;
-	job->slot->cuts.judgement = (int) hold;
+	changed = job->slot->cuts.judged != epoch || job->slot->cuts.judged_digest != digest ||
+		job->slot->cuts.judgement != judgement;
+	job->slot->cuts.judged = epoch;
+	job->slot->cuts.judged_digest = digest;
+	job->slot->cuts.judgement = judgement;
 	SpinLockRelease(&job->slot->mutex);
 	if (changed)
 		job_slot_wake(job->coordinator);
-	return CUT_ROUND_GO_ON;
 }
 
 /*
@@ -430,23 +458,26 @@ judge_all(Job *job, CutAlign *align, CutHold own, const char **why)
 	{
 		JobSlot    *slot = job_slots_subtask(job->slot, k);
 		int64		judged = 0;
+		uint64		digest = 0;
 		int			judgement = 0;
 
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
 			judged = slot->cuts.judged;
+			digest = slot->cuts.judged_digest;
 			judgement = slot->cuts.judgement;
 			SpinLockRelease(&slot->mutex);
 		}
-		if (judged != align->cut.epoch)
+		/* Said of this cut as subtask 0 read it, not of an earlier pick or version. */
+		if (judged != align->cut.epoch || digest != align->digest)
 		{
 			pending = true;
 			continue;
 		}
 		if (judgement == CUT_JUDGED_WITHDRAWN)
 		{
-			*why = "a subtask's reader saw the cut withdrawn by a later record";
+			*why = "a subtask's reader saw the cut withdrawn or replaced by a later record";
 			return CUT_HOLD_BEHIND;
 		}
 		if (judgement == CUT_HOLD_BEHIND)
@@ -472,6 +503,7 @@ publish_decision(Job *job, CutAlign *align)
 	job->slot->cuts.known = true;
 	job->slot->cuts.decided = job->counters[JC_CUT_DECIDED_EPOCH];
 	job->slot->cuts.target = align->cut.epoch;
+	job->slot->cuts.target_digest = align->digest;
 	SpinLockRelease(&job->slot->mutex);
 	subtasks_wake_all(job);
 }

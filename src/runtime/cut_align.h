@@ -30,6 +30,13 @@ extern CutRound cut_align_round(Job *job);
 /* Whether interval checkpoints apply: not between cuts unless the spec asks. */
 extern bool cut_align_interval_applies(Job *job);
 
+/*
+ * Whether a stop takes a last checkpoint: not between cuts, unless the
+ * spec asks for checkpoints there (a stop there would pass the markers of
+ * a cut not learned of yet).
+ */
+extern bool cut_align_stop_checkpoints(Job *job);
+
 /* Every named partition is at its cut's marker: the checkpoint at the cut is due (subtask 0 asks for it). */
 extern bool cut_align_due(Job *job);
 

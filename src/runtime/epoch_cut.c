@@ -60,8 +60,7 @@ epoch_cut_request_stop(Job *job)
 	if (job->subtask > 0)
 	{
 		/* Subtask 0 decides when: it stops every subtask with one last epoch. */
-		if (pg_atomic_exchange_u32(&job->coordinator->final_wanted, 1) == 0)
-			job_slot_wake(job->coordinator);
+		subtasks_ask_to_stop(job);
 		return;
 	}
 	if (pg_atomic_read_u64(&job->slot->final_epoch) <= (uint64) job->epoch)
@@ -185,7 +184,12 @@ epoch_cut_round(Job *job, bool finished, bool checkpoint_due)
 		/* Known now: once cut, the others exit and free their slots. */
 		if (!job->all_finished && all_finished(job))
 			job->all_finished = true;
-		if (pg_atomic_read_u32(&job->slot->final_wanted) != 0 || job->all_finished)
+		/*
+		 * A job at barrier cuts between cuts stops without a last epoch:
+		 * the batch loop's next round ends it (cut_align_stop_checkpoints).
+		 */
+		if ((pg_atomic_read_u32(&job->slot->final_wanted) != 0 && cut_align_stop_checkpoints(job)) ||
+			job->all_finished)
 			epoch_cut_request_stop(job);
 		else if (checkpoint_due)
 			request_epoch(job);

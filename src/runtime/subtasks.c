@@ -136,6 +136,22 @@ subtasks_coordinator_alive(Job *job)
 }
 
 void
+subtasks_ask_to_stop(Job *job)
+{
+	JobSlot    *coordinator = job->coordinator;
+	bool		first = false;
+
+	/* Under the slot's lock a new run's subtask 0 resets it with: never into another run's. */
+	SpinLockAcquire(&coordinator->mutex);
+	if (coordinator->pid == job->coordinator_pid && coordinator->job_id == job->job_id &&
+		coordinator->generation == job->generation)
+		first = pg_atomic_exchange_u32(&coordinator->final_wanted, 1) == 0;
+	SpinLockRelease(&coordinator->mutex);
+	if (first)
+		job_slot_wake(coordinator);
+}
+
+void
 subtasks_wake_all(Job *job)
 {
 	for (int k = 0; k < job->parallelism; k++)

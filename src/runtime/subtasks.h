@@ -21,6 +21,9 @@ extern void subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle excha
 /* A subtask 1..P-1: subtask 0 of its run still runs. */
 extern bool subtasks_coordinator_alive(Job *job);
 
+/* A subtask 1..P-1 told to stop: ask subtask 0 of its run (not a later run's) to stop the job. */
+extern void subtasks_ask_to_stop(Job *job);
+
 /* Set the latch of every subtask of the run, subtask 0's too. */
 extern void subtasks_wake_all(Job *job);
 
