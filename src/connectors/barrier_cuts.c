@@ -65,9 +65,6 @@ struct BarrierReader
 	BarrierCut *cuts;			/* by epoch, ascending */
 	int			ncuts;
 	int			cuts_capacity;
-	int64	   *withdrawn;		/* epochs whose newest record is partial or a tombstone, ascending */
-	int			nwithdrawn;
-	int			withdrawn_capacity;
 	uint64		partial;
 	uint64		malformed;
 	uint64		late;
@@ -266,15 +263,11 @@ barrier_record_decode(const char *key, size_t key_len, const char *value, size_t
 uint64
 barrier_cut_digest(const BarrierCut *cut)
 {
-	uint64		h;
-
-	/* CutMarker has no padding: its bytes are its fields. */
+	/* CutMarker has no padding: its bytes are its fields, sorted. */
 	StaticAssertStmt(sizeof(CutMarker) == sizeof(int) + sizeof(int32) + sizeof(int64),
 					 "CutMarker has padding");
-	h = hash_bytes_extended((const unsigned char *) cut->markers, sizeof(CutMarker) * cut->nmarkers,
-							(uint64) cut->epoch);
-	h = hash_combine64(h, (uint64) cut->triggered_at);
-	return hash_combine64(h, (uint64) cut->completed_at);
+	return hash_bytes_extended((const unsigned char *) cut->markers, sizeof(CutMarker) * cut->nmarkers,
+							   (uint64) cut->epoch);
 }
 
 BarrierReader *
@@ -412,11 +405,6 @@ find_cut(BarrierReader *reader, int64 epoch, bool *found)
 					   epoch, found);
 }
 
-static int
-find_withdrawn(BarrierReader *reader, int64 epoch, bool *found)
-{
-	return lower_bound(reader->withdrawn, reader->nwithdrawn, sizeof(int64), 0, epoch, found);
-}
 
 /* Put item at index i of an array of *n items of size bytes, growing it in ctx. */
 static void
@@ -440,32 +428,12 @@ remove_at(void *items, int *n, size_t size, int i)
 	(*n)--;
 }
 
-/*
- * Whether an epoch's newest record withdrew it: a parallel job's subtask
- * told to align on a cut its own reader has seen withdrawn says so, and
- * the cut is skipped rather than waited for.
- */
-static void
-note_withdrawn(BarrierReader *reader, int64 epoch, bool withdrawn)
-{
-	bool		found;
-	int			i = find_withdrawn(reader, epoch, &found);
-
-	if (found && !withdrawn)
-		remove_at(reader->withdrawn, &reader->nwithdrawn, sizeof(int64), i);
-	else if (!found && withdrawn)
-		insert_at((void **) &reader->withdrawn, &reader->nwithdrawn, &reader->withdrawn_capacity,
-				  sizeof(int64), i, &epoch, reader->ctx);
-}
-
 /* The latest record of an epoch stands: a complete cut replaces, a partial one removes. */
 static void
 note_cut(BarrierReader *reader, BarrierCut *cut, bool complete)
 {
 	bool		found;
 	int			i = find_cut(reader, cut->epoch, &found);
-
-	note_withdrawn(reader, cut->epoch, !complete);
 
 	if (found)
 	{
@@ -544,6 +512,8 @@ take_record(BarrierReader *reader, rd_kafka_message_t *m)
 					pfree(cut.markers);
 				break;
 			}
+			cut.record_partition = m->partition;
+			cut.record_offset = m->offset;
 			note_cut(reader, &cut, true);
 			break;
 	}
@@ -618,23 +588,29 @@ barrier_reader_next(BarrierReader *reader, int64 above)
 		memmove(&reader->cuts[0], &reader->cuts[drop], sizeof(BarrierCut) * (reader->ncuts - drop));
 		reader->ncuts -= drop;
 	}
-	for (drop = 0; drop < reader->nwithdrawn && reader->withdrawn[drop] <= above; drop++)
-		;
-	if (drop > 0)
-	{
-		memmove(&reader->withdrawn[0], &reader->withdrawn[drop], sizeof(int64) * (reader->nwithdrawn - drop));
-		reader->nwithdrawn -= drop;
-	}
 	return reader->ncuts > 0 ? &reader->cuts[0] : NULL;
 }
 
 const BarrierCut *
-barrier_reader_find(BarrierReader *reader, int64 epoch, bool *withdrawn)
+barrier_reader_find(BarrierReader *reader, int64 epoch, int32 partition, int64 offset, bool *withdrawn)
 {
+	rd_kafka_topic_partition_list_t *list;
+	bool		read = false;
 	bool		found;
-	int			i = find_cut(reader, epoch, &found);
+	int			i;
 
-	(void) find_withdrawn(reader, epoch, withdrawn);
+	*withdrawn = false;
+	if (partition < 0 || partition >= reader->nassigned)
+		return NULL;
+	list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(list, reader->topic, partition);
+	if (rd_kafka_position(reader->rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		read = list->elems[0].offset > offset;
+	rd_kafka_topic_partition_list_destroy(list);
+	if (!read)
+		return NULL;
+	i = find_cut(reader, epoch, &found);
+	*withdrawn = !found;
 	return found ? &reader->cuts[i] : NULL;
 }
 

@@ -25,6 +25,8 @@ typedef struct CutMarker
 typedef struct BarrierCut
 {
 	int64		epoch;			/* positive */
+	int32		record_partition;	/* where its record is in the barrier topic */
+	int64		record_offset;
 	TimestampTz triggered_at;
 	TimestampTz completed_at;
 	int			nmarkers;
@@ -53,9 +55,8 @@ extern BarrierRecordKind barrier_record_decode(const char *key, size_t key_len,
 											   char *why, size_t why_size);
 
 /*
- * A digest of a cut's contents: two readers of one record get the same
- * digest, and a record that replaced it (another version of the epoch)
- * almost surely another.
+ * A digest of a cut's markers: two records of an epoch with the same
+ * markers (a coordinator's retry, new times) hold a job at the same place.
  */
 extern uint64 barrier_cut_digest(const BarrierCut *cut);
 
@@ -85,10 +86,13 @@ extern bool barrier_reader_caught_up(BarrierReader *reader);
 extern const BarrierCut *barrier_reader_next(BarrierReader *reader, int64 above);
 
 /*
- * The complete cut of epoch seen so far, or NULL; *withdrawn: the epoch's
- * newest record is a partial cut or a tombstone.
+ * The complete cut of epoch the reader holds once it has read the barrier
+ * topic's partition past offset (where another reader found a record of
+ * it): NULL before (*withdrawn false), or when a later record withdrew it
+ * (*withdrawn true).
  */
-extern const BarrierCut *barrier_reader_find(BarrierReader *reader, int64 epoch, bool *withdrawn);
+extern const BarrierCut *barrier_reader_find(BarrierReader *reader, int64 epoch, int32 partition,
+											 int64 offset, bool *withdrawn);
 
 /*
  * Partial cuts and malformed records seen since the reader opened, and

@@ -98,12 +98,14 @@ typedef struct SourceOps
 	 * far they are; at CUT_HOLD_REACHED the positions are the markers.
 	 * release_cut: read on past them.  cut_counts: partial cuts, malformed
 	 * records and cuts that came too late, seen since the source opened.
-	 * cut_of: the complete cut of an epoch read so far, or NULL, and
-	 * whether a later record withdrew it (a parallel job's subtask asked
-	 * to align on a cut subtask 0 chose).
+	 * cut_of: the complete cut of an epoch once the barrier topic's
+	 * partition is read past offset (where subtask 0 read it), or NULL,
+	 * and whether a later record withdrew it (a parallel job's subtask
+	 * asked to align on the cut subtask 0 read).
 	 */
 	const BarrierCut *(*next_cut) (Source *src, int64 above);
-	const BarrierCut *(*cut_of) (Source *src, int64 epoch, int64 decided, bool *withdrawn);
+	const BarrierCut *(*cut_of) (Source *src, int64 epoch, int32 partition, int64 offset, int64 decided,
+								 bool *withdrawn);
 	CutHold		(*hold_at_cut) (Source *src, const BarrierCut *cut);
 	void		(*release_cut) (Source *src);
 	void		(*cut_counts) (Source *src, uint64 *partial, uint64 *malformed, uint64 *late);

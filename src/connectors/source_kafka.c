@@ -1275,7 +1275,7 @@ kafka_next_cut(Source *src, int64 above)
 }
 
 static const BarrierCut *
-kafka_cut_of(Source *src, int64 epoch, int64 decided, bool *withdrawn)
+kafka_cut_of(Source *src, int64 epoch, int32 partition, int64 offset, int64 decided, bool *withdrawn)
 {
 	KafkaSource *kafka = (KafkaSource *) src;
 
@@ -1284,7 +1284,7 @@ kafka_cut_of(Source *src, int64 epoch, int64 decided, bool *withdrawn)
 	if (!barrier_reader_caught_up(kafka->barrier))
 		return NULL;
 	(void) barrier_reader_next(kafka->barrier, decided);
-	return barrier_reader_find(kafka->barrier, epoch, withdrawn);
+	return barrier_reader_find(kafka->barrier, epoch, partition, offset, withdrawn);
 }
 
 /*

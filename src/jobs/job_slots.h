@@ -89,12 +89,15 @@ typedef struct SlotCuts
 	bool		known;			/* decided is this run's: the subtasks may read */
 	int64		decided;		/* the last cut checkpointed at or skipped */
 	int64		target;			/* the cut all subtasks align on, 0 none ... */
-	uint64		target_digest;	/* ... as subtask 0 read it (barrier_cut_digest) */
+	uint64		target_digest;	/* ... with these markers (barrier_cut_digest) ... */
+	int32		target_partition;	/* ... whose record subtask 0 read at this */
+	int64		target_offset;	/* partition and offset of the barrier topic */
 	int64		barrier_epoch;	/* the epoch raised last ... */
 	int64		barrier_cut;	/* ... is at this cut, 0 at none */
+	bool		ended;			/* subtask 0 ended the run without an epoch: the others end quietly */
 	/* In every subtask's slot, written by it. */
 	int64		judged;			/* the cut it holds at, 0 none ... */
-	uint64		judged_digest;	/* ... as it read it */
+	uint64		judged_digest;	/* ... with these markers */
 	int			judgement;		/* how far it is there (cut_align.c) */
 } SlotCuts;
 

@@ -33,6 +33,9 @@
 #include "runtime/termination.h"
 #include "runtime/wait_marks.h"
 
+/* A round that read nothing on purpose looks again after this long at most. */
+#define CUT_WAIT_MS 50
+
 typedef struct BatchLoop
 {
 	Job		   *job;
@@ -48,7 +51,7 @@ static int	read_batch(BatchLoop *loop, bool finished);
 static void advance_watermark(Job *job, bool finished);
 static bool finish(BatchLoop *loop);
 static bool checkpoint_due(BatchLoop *loop, long since);
-static void wait_for_input(BatchLoop *loop, long since);
+static void wait_for_input(BatchLoop *loop, long since, bool cut_wait);
 static bool waiting_for_lock(JobSlot *slot);
 static void rewind_to_cut(BatchLoop *loop);
 static bool stop_between_cuts(Job *job);
@@ -136,7 +139,7 @@ batch_loop_run(Job *job)
 			if (epoch_cut_round(job, finished, checkpoint_due(&loop, since)))
 				return;
 			if (n == 0)
-				wait_for_input(&loop, since);
+				wait_for_input(&loop, since, cut_round == CUT_ROUND_WAIT);
 			continue;
 		}
 		advance_watermark(job, finished);
@@ -161,7 +164,7 @@ batch_loop_run(Job *job)
 		}
 		wait_marks_answer(job);
 		if (n == 0)
-			wait_for_input(&loop, since);
+			wait_for_input(&loop, since, false);
 	}
 }
 
@@ -187,6 +190,8 @@ stop(BatchLoop *loop)
 	wait_marks_answer(job);
 	SpinLockAcquire(&job->slot->mutex);
 	job->slot->exit_kind = JOB_EXIT_STOPPED;
+	/* A parallel job's subtask 0 between cuts: its subtasks end with it, quietly. */
+	job->slot->cuts.ended = job->shuffle != NULL;
 	SpinLockRelease(&job->slot->mutex);
 }
 
@@ -327,9 +332,13 @@ checkpoint_due(BatchLoop *loop, long since)
 /*
  * Nothing was read: sleep until the source has input, the next checkpoint
  * is due, or the latch is set (a stop request, a wait_job ticket).
+ * cut_wait: the round read nothing on purpose (cut_align_round said WAIT),
+ * so the source's unread input would wake it at once: sleep on the latch
+ * (subtask 0's word sets it) and look again shortly for the barrier
+ * reader's progress.
  */
 static void
-wait_for_input(BatchLoop *loop, long since)
+wait_for_input(BatchLoop *loop, long since, bool cut_wait)
 {
 	Job		   *job = loop->job;
 	long		timeout = 1000;
@@ -342,7 +351,9 @@ wait_for_input(BatchLoop *loop, long since)
 	/* A parallel job's subtask whose part of a bounded source is read waits for the others. */
 	if (source_wait >= 0 && !job->source->ops->finished(job->source))
 		timeout = Min(timeout, source_wait);
-	if (fd != PGINVALID_SOCKET)
+	if (cut_wait)
+		timeout = Min(timeout, CUT_WAIT_MS);
+	else if (fd != PGINVALID_SOCKET)
 		events |= WL_SOCKET_READABLE;
 	if (timeout > 0)
 		(void) WaitLatchOrSocket(MyLatch, events, fd, timeout, PG_WAIT_EXTENSION);
@@ -361,6 +372,7 @@ rewind_to_cut(BatchLoop *loop)
 
 	SpinLockAcquire(&job->slot->mutex);
 	job->slot->exit_kind = JOB_EXIT_REWIND;
+	job->slot->cuts.ended = job->shuffle != NULL;
 	SpinLockRelease(&job->slot->mutex);
 }
 

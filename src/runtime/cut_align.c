@@ -58,7 +58,7 @@ typedef struct DecidedCut
 typedef struct CutAlign
 {
 	BarrierCut	cut;			/* the cut held at, copied; epoch 0: none */
-	uint64		digest;			/* its barrier_cut_digest */
+	uint64		digest;			/* barrier_cut_digest of its markers */
 	bool		reached;		/* every named partition (of every subtask) is at its marker */
 	TimestampTz held_since;		/* when the job learned of the cut */
 	int64		recorded;		/* the cut of the checkpoint being taken, 0 none */
@@ -212,23 +212,25 @@ cut_align_mark_epoch(Job *job, int64 epoch)
 	SpinLockRelease(&job->slot->mutex);
 }
 
-/* The cut the checkpoint of the job's next epoch is at, or 0; *digest: subtask 0's version of it. */
+/*
+ * The cut the checkpoint of the job's next epoch is at, or 0; *as_read:
+ * false when this subtask holds at other markers of it than subtask 0.
+ */
 static int64
-checkpoint_cut(Job *job, uint64 *digest)
+checkpoint_cut(Job *job, bool *as_read)
 {
 	CutAlign   *align = job->cut_align;
-	int64		cut = 0;
+	SlotCuts	coordinator;
 
-	*digest = align->digest;
+	*as_read = true;
 	if (job->parallelism == 1)
 		return align->reached ? align->cut.epoch : 0;
 	/* Subtask 0 said so when it raised the epoch. */
 	SpinLockAcquire(&job->coordinator->mutex);
-	if (job->coordinator->cuts.barrier_epoch == job->epoch + 1)
-		cut = job->coordinator->cuts.barrier_cut;
-	*digest = job->coordinator->cuts.target_digest;
+	coordinator = job->coordinator->cuts;
 	SpinLockRelease(&job->coordinator->mutex);
-	return cut;
+	*as_read = align->digest == coordinator.target_digest;
+	return coordinator.barrier_epoch == job->epoch + 1 ? coordinator.barrier_cut : 0;
 }
 
 int64
@@ -239,13 +241,13 @@ cut_align_record(Job *job, int64 epoch)
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	int64		at;
-	uint64		digest;
+	bool		as_read;
 
 	if (align == NULL)
 		return 0;
-	at = checkpoint_cut(job, &digest);
+	at = checkpoint_cut(job, &as_read);
 	/* Every subtask holds at the cut it reached until the epoch at it commits. */
-	if (at != 0 && (align->cut.epoch != at || align->digest != digest || !align->reached))
+	if (at != 0 && (align->cut.epoch != at || !as_read || !align->reached))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("subtask %d is not at the markers of barrier cut " INT64_FORMAT ", which its epoch " INT64_FORMAT " is to be at",
@@ -395,8 +397,14 @@ other_subtask_round(Job *job, CutAlign *align)
 
 		if (named)
 		{
-			cut = src->ops->cut_of(src, coordinator.target, coordinator.decided, &withdrawn);
-			/* Another version of the cut than subtask 0's: as if withdrawn, so all skip it. */
+			/*
+			 * The cut as this subtask's reader has it once it has read as
+			 * far as the record subtask 0 read.  A later record of the
+			 * epoch that withdrew it, or moved its markers, makes it a cut
+			 * all skip.
+			 */
+			cut = src->ops->cut_of(src, coordinator.target, coordinator.target_partition,
+								   coordinator.target_offset, coordinator.decided, &withdrawn);
 			if (cut && barrier_cut_digest(cut) != coordinator.target_digest)
 			{
 				cut = NULL;
@@ -422,18 +430,18 @@ other_subtask_round(Job *job, CutAlign *align)
 	return hold == CUT_HOLD_READ_PAST ? CUT_ROUND_WAIT : CUT_ROUND_GO_ON;
 }
 
-/* Subtask 1..P-1: how far it is on the way to the cut (epoch, digest), for subtask 0. */
+/* Subtask 1..P-1: how far it is on the way to the cut (epoch, markers), for subtask 0. */
 static void
 publish_judgement(Job *job, int64 epoch, uint64 digest, int judgement)
 {
+	SlotCuts   *mine = &job->slot->cuts;
 	bool		changed;
 
 	SpinLockAcquire(&job->slot->mutex);
-	changed = job->slot->cuts.judged != epoch || job->slot->cuts.judged_digest != digest ||
-		job->slot->cuts.judgement != judgement;
-	job->slot->cuts.judged = epoch;
-	job->slot->cuts.judged_digest = digest;
-	job->slot->cuts.judgement = judgement;
+	changed = mine->judged != epoch || mine->judged_digest != digest || mine->judgement != judgement;
+	mine->judged = epoch;
+	mine->judged_digest = digest;
+	mine->judgement = judgement;
 	SpinLockRelease(&job->slot->mutex);
 	if (changed)
 		job_slot_wake(job->coordinator);
@@ -457,36 +465,32 @@ judge_all(Job *job, CutAlign *align, CutHold own, const char **why)
 	for (int k = 1; k < job->parallelism; k++)
 	{
 		JobSlot    *slot = job_slots_subtask(job->slot, k);
-		int64		judged = 0;
-		uint64		digest = 0;
-		int			judgement = 0;
+		SlotCuts	word = {0};
 
 		if (slot)
 		{
 			SpinLockAcquire(&slot->mutex);
-			judged = slot->cuts.judged;
-			digest = slot->cuts.judged_digest;
-			judgement = slot->cuts.judgement;
+			word = slot->cuts;
 			SpinLockRelease(&slot->mutex);
 		}
-		/* Said of this cut as subtask 0 read it, not of an earlier pick or version. */
-		if (judged != align->cut.epoch || digest != align->digest)
+		/* Said of this cut as subtask 0 read it, not of an earlier pick or other markers. */
+		if (word.judged != align->cut.epoch || word.judged_digest != align->digest)
 		{
 			pending = true;
 			continue;
 		}
-		if (judgement == CUT_JUDGED_WITHDRAWN)
+		if (word.judgement == CUT_JUDGED_WITHDRAWN)
 		{
 			*why = "a subtask's reader saw the cut withdrawn or replaced by a later record";
 			return CUT_HOLD_BEHIND;
 		}
-		if (judgement == CUT_HOLD_BEHIND)
+		if (word.judgement == CUT_HOLD_BEHIND)
 		{
 			*why = "a subtask's last checkpoint is past the cut's markers";
 			return CUT_HOLD_BEHIND;
 		}
-		read_past |= judgement == CUT_HOLD_READ_PAST;
-		waiting |= judgement == CUT_HOLD_WAITING;
+		read_past |= word.judgement == CUT_HOLD_READ_PAST;
+		waiting |= word.judgement == CUT_HOLD_WAITING;
 	}
 	if (pending)
 		return CUT_HOLD_WAITING;
@@ -504,6 +508,8 @@ publish_decision(Job *job, CutAlign *align)
 	job->slot->cuts.decided = job->counters[JC_CUT_DECIDED_EPOCH];
 	job->slot->cuts.target = align->cut.epoch;
 	job->slot->cuts.target_digest = align->digest;
+	job->slot->cuts.target_partition = align->cut.record_partition;
+	job->slot->cuts.target_offset = align->cut.record_offset;
 	SpinLockRelease(&job->slot->mutex);
 	subtasks_wake_all(job);
 }

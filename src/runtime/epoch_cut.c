@@ -60,7 +60,7 @@ epoch_cut_request_stop(Job *job)
 	if (job->subtask > 0)
 	{
 		/* Subtask 0 decides when: it stops every subtask with one last epoch. */
-		subtasks_ask_to_stop(job);
+		subtasks_ask(job, true);
 		return;
 	}
 	if (pg_atomic_read_u64(&job->slot->final_epoch) <= (uint64) job->epoch)
@@ -194,9 +194,8 @@ epoch_cut_round(Job *job, bool finished, bool checkpoint_due)
 		else if (checkpoint_due)
 			request_epoch(job);
 	}
-	else if (checkpoint_due && pg_atomic_read_u64(&coordinator->barrier_epoch) < (uint64) next &&
-			 pg_atomic_exchange_u32(&coordinator->checkpoint_wanted, 1) == 0)
-		job_slot_wake(coordinator);
+	else if (checkpoint_due && pg_atomic_read_u64(&coordinator->barrier_epoch) < (uint64) next)
+		subtasks_ask(job, false);
 
 	wait_marks_answer(job);
 	if (pg_atomic_read_u64(&coordinator->barrier_epoch) >= (uint64) next ||

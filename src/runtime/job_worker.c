@@ -119,6 +119,15 @@ job_worker_main(Datum main_arg)
 	}
 	PG_CATCH();
 	{
+		/* Its subtask 0 ended the run on purpose: end with it, no error. */
+		if (job && subtasks_run_ended(job))
+		{
+			FlushErrorState();
+			ereport(LOG,
+					(errmsg("subtask %d of job \"%s\" ends with subtask 0, which ended the run (a stop between barrier cuts, or a rewind to one)",
+							job->subtask, job->name)));
+			proc_exit(0);
+		}
 		record_error(slot, job);
 		PG_RE_THROW();
 	}

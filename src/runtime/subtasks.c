@@ -136,19 +136,34 @@ subtasks_coordinator_alive(Job *job)
 }
 
 void
-subtasks_ask_to_stop(Job *job)
+subtasks_ask(Job *job, bool stop)
 {
 	JobSlot    *coordinator = job->coordinator;
+	pg_atomic_uint32 *flag = stop ? &coordinator->final_wanted : &coordinator->checkpoint_wanted;
 	bool		first = false;
 
 	/* Under the slot's lock a new run's subtask 0 resets it with: never into another run's. */
 	SpinLockAcquire(&coordinator->mutex);
 	if (coordinator->pid == job->coordinator_pid && coordinator->job_id == job->job_id &&
 		coordinator->generation == job->generation)
-		first = pg_atomic_exchange_u32(&coordinator->final_wanted, 1) == 0;
+		first = pg_atomic_exchange_u32(flag, 1) == 0;
 	SpinLockRelease(&coordinator->mutex);
 	if (first)
 		job_slot_wake(coordinator);
+}
+
+bool
+subtasks_run_ended(Job *job)
+{
+	bool		ended;
+
+	if (job->subtask == 0)
+		return false;
+	SpinLockAcquire(&job->coordinator->mutex);
+	ended = job->coordinator->job_id == job->job_id && job->coordinator->generation == job->generation &&
+		job->coordinator->cuts.ended;
+	SpinLockRelease(&job->coordinator->mutex);
+	return ended;
 }
 
 void

@@ -21,8 +21,18 @@ extern void subtasks_start(const JobWorkerArgs *args, Job *job, dsm_handle excha
 /* A subtask 1..P-1: subtask 0 of its run still runs. */
 extern bool subtasks_coordinator_alive(Job *job);
 
-/* A subtask 1..P-1 told to stop: ask subtask 0 of its run (not a later run's) to stop the job. */
-extern void subtasks_ask_to_stop(Job *job);
+/*
+ * A subtask 1..P-1: ask subtask 0 of its run (not a later run's) to stop
+ * the job (stop), or for an epoch (its buffers are full).
+ */
+extern void subtasks_ask(Job *job, bool stop);
+
+/*
+ * A subtask 1..P-1: subtask 0 ended the run on purpose without a last
+ * epoch (a stop between barrier cuts, a rewind to one), so that what fails
+ * now for want of it is no error.
+ */
+extern bool subtasks_run_ended(Job *job);
 
 /* Set the latch of every subtask of the run, subtask 0's too. */
 extern void subtasks_wake_all(Job *job);
