@@ -33,7 +33,7 @@ our @EXPORT = qw(bt_topic bt_fresh bt_key bt_cut_value bt_cut bt_raw bt_ends bt_
   wait_read_past
   bt_load_records bt_below bt_producer bt_producer_stop bt_order_lines
   cut_checkpoint wait_cut_checkpoint cut_epochs cut_positions_ok cut_totals_check
-  cut_metrics wait_holding cuts_of);
+  cut_metrics wait_holding cuts_of bt_rescaled_cuts bt_restore_replay);
 
 use constant { KIND_GROUP => 0, KIND_INJECTION => 1, KIND_CUT => 2 };
 push @EXPORT, qw(KIND_GROUP KIND_INJECTION KIND_CUT);
@@ -379,6 +379,64 @@ sub cuts_of
 	my ($job) = @_;
 	return psql("SELECT coalesce(string_agg(cut_epoch || ':' || outcome || ':' || "
 		  . "CASE WHEN restorable THEN 'r' ELSE '-' END, ' ' ORDER BY cut_epoch), '') FROM mailer.cuts('$job')");
+}
+
+# The rescale tests' run: keyed totals jobs of every backend (named
+# "${prefix}_<backend>") on a fresh barrier group take cuts 1 to 6, 400
+# orders before each, and are stopped, set to the next parallelism of
+# @$parallelisms and started again before cuts 1, 3 and 5.  Returns the
+# jobs, the topic and each cut's markers ({cut => {partition => offset}});
+# the records read back are in the table "${prefix}_rec_orders".
+sub bt_rescaled_cuts
+{
+	my ($prefix, $parallelisms, %spec) = @_;
+	my $fresh = bt_fresh($prefix, 6);
+	my $topic = $fresh->{topics}[0];
+	my $job = MailerKafkaTest::backend_jobs($topic, $prefix, start => 'earliest',
+		interval => '200 milliseconds', source => $fresh->{source}, %spec);
+	my @jobs = map { $job->{$_} } @MailerKafkaTest::BACKENDS;
+	MailerKafkaTest::wait_job_running($_) for @jobs;
+	my (%markers, $n);
+	for my $cut (1 .. 6)
+	{
+		if ($cut % 2)
+		{
+			my $p = $parallelisms->[ ($cut - 1) / 2 ];
+			for my $j (@jobs)
+			{
+				Test::More::is(psql("SELECT mailer.stop_job('$j')"), 'stopped', "$j stopped");
+				psql("SELECT mailer.alter_job('$j', jsonb_set(spec, '{parallelism}', '$p')) FROM mailer.jobs WHERE name = '$j'");
+				psql("SELECT mailer.start_job('$j')");
+				MailerKafkaTest::wait_job_running($j);
+			}
+		}
+		$n //= 0;
+		kcat_produce($topic, bt_order_lines($n + 1, $n + 400, 60));
+		$n += 400;
+		$markers{$cut} = bt_cut_at_ends($fresh->{barrier}, $fresh->{group}, $cut, [$topic])->{$topic};
+		wait_cut_checkpoint($_, $cut, 90) for @jobs;
+	}
+	bt_load_records($topic, "${prefix}_rec");
+	return { jobs => \@jobs, topic => $topic, barrier => $fresh->{barrier}, markers => \%markers };
+}
+
+# restore_job($job, cut_epoch => $back) on the job, stopped first, then a replay
+# until it checkpoints at cut $upto again: its table is then the GROUP BY
+# of the orders below cut $upto's markers.
+sub bt_restore_replay
+{
+	my ($job, $back, $upto, $run, $what) = @_;
+	Test::More::is(psql("SELECT mailer.stop_job('$job')"), 'stopped', "$job stopped");
+	my $at = cut_checkpoint($job, $back);
+	my $kept = join(',', grep { $_ <= $back } split /,/, cut_epochs($job));
+	Test::More::is(psql("SELECT mailer.restore_job('$job', cut_epoch => $back)"), $at,
+		"$job: restore_job to cut $back");
+	Test::More::is(cut_epochs($job), $kept, "$job: the checkpoints at cuts after $back are gone, the others kept");
+	psql("SELECT mailer.start_job('$job')");
+	# Epochs after the restored one are numbered again from it.
+	wait_cut_checkpoint($job, $upto, 120, $at);
+	my ($prefix) = $job =~ /^(.*)_[^_]+$/;
+	MailerKafkaTest::totals_check("${prefix}_rec_orders", $job, "$job, $what", bt_below($run->{markers}{$upto}));
 }
 
 1;

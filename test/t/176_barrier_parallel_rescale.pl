@@ -14,65 +14,17 @@ use MailerKafkaTest;
 use MailerBarrierTest;
 use Test::More;
 
-my $fresh = bt_fresh('t176', 6);
-my $topic = $fresh->{topics}[0];
-my ($bt, $group) = @$fresh{qw(barrier group)};
-my %job = %{ backend_jobs($topic, 't176', start => 'earliest', interval => '200 milliseconds',
-	source => $fresh->{source}) };
-my @jobs = map { $job{$_} } @BACKENDS;
-wait_job_running($_) for @jobs;
-
-my %markers;
-my $n = 0;
-sub cut
-{
-	my ($cut) = @_;
-	kcat_produce($topic, bt_order_lines($n + 1, $n + 400, 60));
-	$n += 400;
-	$markers{$cut} = bt_cut_at_ends($bt, $group, $cut, [$topic])->{$topic};
-	wait_cut_checkpoint($_, $cut, 90) for @jobs;
-}
-
-sub rescale
-{
-	my ($p) = @_;
-	for my $j (@jobs)
-	{
-		is(psql("SELECT mailer.stop_job('$j')"), 'stopped', "$j stopped");
-		psql("SELECT mailer.alter_job('$j', jsonb_set(spec, '{parallelism}', '$p')) FROM mailer.jobs WHERE name = '$j'");
-		psql("SELECT mailer.start_job('$j')");
-		wait_job_running($j);
-	}
-}
-
-cut(1);
-cut(2);
-rescale(2);
-cut(3);
-cut(4);
-rescale(3);
-cut(5);
-cut(6);
-bt_load_records($topic, 't176_rec');
-
+my $run = bt_rescaled_cuts('t176', [ 1, 2, 3 ]);
 for my $back (1, 3)
 {
-	for my $j (@jobs)
+	for my $j (@{ $run->{jobs} })
 	{
-		is(psql("SELECT mailer.stop_job('$j')"), 'stopped', "$j stopped");
-		my $at = cut_checkpoint($j, $back);
-		is(psql("SELECT mailer.restore_job('$j', cut_epoch => $back)"), $at,
-			"$j: restore_job to cut $back, taken at parallelism " . ($back < 3 ? 1 : 2));
-		is(cut_epochs($j), join(',', 1 .. $back), "$j: the checkpoints after cut $back are gone");
-		psql("SELECT mailer.start_job('$j')");
-		# Epochs after the restored one are numbered again from it.
-		wait_cut_checkpoint($j, 6, 120, $at);
-		totals_check('t176_rec_orders', $j, "$j, back to cut $back and replayed at parallelism 3: its table at cut 6",
-			bt_below($markers{6}));
+		bt_restore_replay($j, $back, 6, $run,
+			"back to cut $back (taken at parallelism " . ($back < 3 ? 1 : 2) . ") and replayed at parallelism 3: its table at cut 6");
 		is(cut_epochs($j), '1,2,3,4,5,6', "$j: checkpoints at cuts 1 to 6 again");
 	}
 }
 
-psql("SELECT mailer.drop_job('$_')") for @jobs;
-kafka('delete-topic', $_) for $topic, $bt;
+psql("SELECT mailer.drop_job('$_')") for @{ $run->{jobs} };
+kafka('delete-topic', $_) for @$run{qw(topic barrier)};
 done_testing();
