@@ -115,13 +115,19 @@ keyed_add_group(KeyedStage *stage, const char *group, int group_len, TimestampTz
 }
 
 uint32
-keyed_prefetch(KeyedStage *stage, const char *group, int group_len, TimestampTz event_time)
+keyed_slot_hash(KeyedStage *stage, const char *group, int group_len, TimestampTz event_time)
 {
 	if (stage->plan->window)
 		window_first_key(stage, event_time, group, group_len);
 	else
 		running_total_key(stage, group, group_len);
-	return keyed_cache_prefetch(stage, stage->key.data, stage->key.len);
+	return keyed_cache_hash(stage->key.data, stage->key.len);
+}
+
+void
+keyed_prefetch_slot(KeyedStage *stage, uint32 hash)
+{
+	keyed_cache_prefetch_slot(stage, hash);
 }
 
 void

@@ -56,13 +56,14 @@ extern bool keyed_add_group(KeyedStage *stage, const char *group, int group_len,
 
 /*
  * Hints, for a caller that knows the next records' group keys before it
- * adds them: keyed_prefetch has the CPU fetch the cache slot of the first
- * entry keyed_add_group will look up for (group, event_time), and returns
- * the slot's hash (0: none); keyed_prefetch_entry, a while later, fetches
- * the entry that slot points to.  Neither changes anything nor fails.
+ * adds them: keyed_slot_hash is the cache hash of the first entry
+ * keyed_add_group will look up for (group, event_time); keyed_prefetch_slot
+ * has the CPU fetch that hash's cache slot, and keyed_prefetch_entry, once
+ * the slot is in, the entry it points to.  None changes anything or fails.
  */
-extern uint32 keyed_prefetch(KeyedStage *stage, const char *group, int group_len,
-							 TimestampTz event_time);
+extern uint32 keyed_slot_hash(KeyedStage *stage, const char *group, int group_len,
+							  TimestampTz event_time);
+extern void keyed_prefetch_slot(KeyedStage *stage, uint32 hash);
 extern void keyed_prefetch_entry(KeyedStage *stage, uint32 hash);
 
 /* The aggregates' argument types, to carry arguments between subtasks. */

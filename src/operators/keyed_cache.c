@@ -67,7 +67,7 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
 #define SH_ELEMENT_TYPE CacheSlot
 #define SH_KEY_TYPE CacheKey
 #define SH_KEY key
-#define SH_HASH_KEY(tb, k) hash_bytes((const unsigned char *) (k).data, (k).len)
+#define SH_HASH_KEY(tb, k) keyed_cache_hash((k).data, (k).len)
 #define SH_EQUAL(tb, a, b) cache_key_equal(&(a), &(b))
 #define SH_STORE_HASH
 #define SH_GET_HASH(tb, a) a->hash
@@ -163,6 +163,13 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
 	return e;
 }
 
+/* As SH_HASH_KEY: the hash simplehash keeps in the key's slot. */
+uint32
+keyed_cache_hash(const char *key, int klen)
+{
+	return hash_bytes((const unsigned char *) key, klen);
+}
+
 /*
  * With 100k keys' windows the table is megabytes: the probe's first load of
  * the slot missed the CPU's caches for almost every record, and the load
@@ -170,21 +177,19 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
  * A slot is 56 bytes, so it and the next (a collision's) may take two
  * cache lines; the entry is one chunk with its values (lookup).
  */
-uint32
-keyed_cache_prefetch(KeyedStage *stage, const char *key, int klen)
+void
+keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash)
 {
-	uint32		hash = hash_bytes((const unsigned char *) key, klen);
 	CacheSlot  *slot = &stage->cache->data[hash & stage->cache->sizemask];
 
 	__builtin_prefetch(slot);
 	__builtin_prefetch((char *) (slot + 2) - 1);
-	return hash;
 }
 
 /*
  * The first slot of that hash in the probe's order: another key of the same
  * hash only makes the hint useless.  The table may have grown or changed
- * since keyed_cache_prefetch; the hash still finds where the key is now.
+ * since the hash was taken; the hash still finds where the key is now.
  */
 #define PREFETCH_PROBES 8
 

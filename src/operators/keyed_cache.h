@@ -103,10 +103,11 @@ extern KeyedEntry *keyed_lookup_known(KeyedStage *stage, const char *key, int kl
 extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
 
 /*
- * keyed_prefetch's halves (keyed.h): the slot of a key fetched, its hash
- * returned; then, by that hash, the entry its slot points to.
+ * For keyed.h's hints: a key's hash in the cache; the slot of a hash
+ * fetched; then, by that hash, the entry its slot points to.
  */
-extern uint32 keyed_cache_prefetch(KeyedStage *stage, const char *key, int klen);
+extern uint32 keyed_cache_hash(const char *key, int klen);
+extern void keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash);
 extern void keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash);
 
 /* Scratch arrays for a record that goes into nwindows windows. */

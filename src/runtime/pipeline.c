@@ -70,7 +70,7 @@ typedef struct Prepared
 	/* The keyed stage's share, per output: */
 	OutputRows	args;			/* the aggregates' arguments */
 	StringInfoData *groups;		/* group keys (a parallel job's shuffle makes its own) */
-	uint32		slot_hash;		/* the first output's cache slot (keyed_prefetch), 0: none */
+	uint32		slot_hash;		/* the first output's cache hash (keyed_slot_hash), 0: none */
 } Prepared;
 
 typedef struct BatchRun
@@ -108,6 +108,26 @@ item_message(BatchRun *run, int i, bool *first_pass, int *chunk_start)
 	return start + (*first_pass ? o : o - len);
 }
 
+/*
+ * Before the second pass adds the chunk's record o: the cache slot of the
+ * record 2 * PREFETCH_AHEAD ahead, and the entry of the one PREFETCH_AHEAD
+ * ahead, whose slot has come in meanwhile.  The first record of a chunk
+ * asks for those before them too.  (Slots asked for in the first pass were
+ * gone from the CPU's caches again by the second.)
+ */
+static void
+prefetch_ahead(BatchRun *run, int o, int len)
+{
+	Prepared   *prepared = run->prepared;
+
+	for (int k = o == 0 ? 0 : o + 2 * PREFETCH_AHEAD; k <= o + 2 * PREFETCH_AHEAD && k < len; k++)
+		if (prepared[k].slot_hash != 0 && prepared[k].error == NULL)
+			keyed_prefetch_slot(run->job->keyed, prepared[k].slot_hash);
+	for (int k = o == 0 ? 0 : o + PREFETCH_AHEAD; k <= o + PREFETCH_AHEAD && k < len; k++)
+		if (prepared[k].slot_hash != 0 && prepared[k].error == NULL)
+			keyed_prefetch_entry(run->job->keyed, prepared[k].slot_hash);
+}
+
 static void
 run_item(void *arg, int i)
 {
@@ -133,13 +153,8 @@ run_item(void *arg, int i)
 		prepare_message(run->job, &run->msgs[m], p);
 	else
 	{
-		int			ahead = m + PREFETCH_AHEAD - start;
-		int			len = Min(PIPELINE_CHUNK, run->n - start);
-
-		/* The first of a chunk fetches the entries of those before ahead too. */
-		for (int k = m == start ? 0 : ahead; k <= ahead && k < len; k++)
-			if (run->prepared[k].slot_hash != 0 && run->prepared[k].error == NULL)
-				keyed_prefetch_entry(run->job->keyed, run->prepared[k].slot_hash);
+		if (run->job->keyed)
+			prefetch_ahead(run, m - start, Min(PIPELINE_CHUNK, run->n - start));
 		finish_message(run->job, &run->msgs[m], p);
 	}
 	MemoryContextSwitchTo(old);
@@ -356,7 +371,7 @@ prepare_keyed(Job *job, Prepared *p)
 		initStringInfo(&p->groups[i]);
 		keyed_group_key(job->keyed, list_nth(p->outputs, i), &p->groups[i]);
 	}
-	p->slot_hash = keyed_prefetch(job->keyed, p->groups[0].data, p->groups[0].len,
+	p->slot_hash = keyed_slot_hash(job->keyed, p->groups[0].data, p->groups[0].len,
 								  ((Record *) linitial(p->outputs))->event_time);
 }
 
