@@ -57,7 +57,7 @@ typedef struct OutputRows
  * each message went through whole.
  */
 #define PIPELINE_CHUNK 64
-#define PREFETCH_AHEAD 8
+#define PREFETCH_AHEAD 4
 
 /* What the first pass made of a message, for the second. */
 typedef struct Prepared
