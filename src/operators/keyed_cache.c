@@ -151,6 +151,16 @@ release_table(void *arg)
 	kcache_free(stage->cache, stage->cache->data);
 }
 
+/* The chunk of an entry of kind with a key of klen bytes: entry, values, key. */
+static inline Size
+entry_size(KeyedStage *stage, char kind, int klen)
+{
+	Size		vsize = (kind == 'A' || kind == 'W' || kind == 'L') ?
+		MAXALIGN(sizeof(AggValue) * stage->naggs) : 0;
+
+	return MAXALIGN(sizeof(KeyedEntry)) + vsize + klen;
+}
+
 static void undo_save(KeyedStage *stage, KeyedEntry *e);
 static KeyedEntry *lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read,
 						  const char *val, int vlen);
@@ -220,8 +230,8 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
 		return NULL;
 
 	/* One chunk for the entry, its aggregates and its key: keeps many entries small. */
-	vsize = (kind == 'A' || kind == 'W' || kind == 'L') ? MAXALIGN(sizeof(AggValue) * stage->naggs) : 0;
-	chunk = MemoryContextAllocZero(stage->cache_context, MAXALIGN(sizeof(KeyedEntry)) + vsize + klen);
+	vsize = entry_size(stage, kind, 0) - MAXALIGN(sizeof(KeyedEntry));
+	chunk = MemoryContextAllocZero(stage->cache_context, entry_size(stage, kind, klen));
 	e = (KeyedEntry *) chunk;
 	if (vsize > 0)
 		e->values = (AggValue *) (chunk + MAXALIGN(sizeof(KeyedEntry)));
@@ -254,17 +264,21 @@ keyed_cache_hash(const char *key, int klen)
 /*
  * With 100k keys' windows the table is megabytes: the probe's first load of
  * the slot missed the CPU's caches for almost every record, and the load
- * of the entry it points to again.  The caller asks for both ahead of use.
- * A slot is 56 bytes, so it and the next (a collision's) may take two
- * cache lines; the entry is one chunk with its values (lookup).
+ * of the entry it points to again.  The caller asks for both ahead of use:
+ * every cache line of the slot (56 bytes: one or two lines), then every
+ * line of the entry's chunk, with its values (lookup).
  */
+static inline void
+prefetch_lines(const void *p, Size len)
+{
+	for (uintptr_t line = (uintptr_t) p & ~(uintptr_t) 63; line < (uintptr_t) p + len; line += 64)
+		__builtin_prefetch((const void *) line);
+}
+
 void
 keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash)
 {
-	CacheSlot  *slot = &stage->cache->data[hash & stage->cache->sizemask];
-
-	__builtin_prefetch(slot);
-	__builtin_prefetch((char *) (slot + 2) - 1);
+	prefetch_lines(&stage->cache->data[hash & stage->cache->sizemask], sizeof(CacheSlot));
 }
 
 /*
@@ -288,9 +302,8 @@ keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash)
 			return;
 		if (slot->status == kcache_SH_IN_USE && slot->hash == hash)
 		{
-			__builtin_prefetch(slot->entry);
-			__builtin_prefetch((char *) slot->entry + 64);
-			__builtin_prefetch((char *) slot->entry + 128);
+			/* A session's entry ('S') is smaller: a line too many does no harm. */
+			prefetch_lines(slot->entry, entry_size(stage, 'W', 0));
 			return;
 		}
 	}
