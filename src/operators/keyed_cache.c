@@ -11,8 +11,6 @@
  */
 #include "postgres.h"
 
-#include <sys/mman.h>
-
 #include "common/hashfn.h"
 #include "utils/memutils.h"
 
@@ -74,82 +72,9 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
 #define SH_STORE_HASH
 #define SH_GET_HASH(tb, a) a->hash
 #define SH_SCOPE static inline
-#define SH_USE_NONDEFAULT_ALLOCATOR
 #define SH_DECLARE
 #define SH_DEFINE
 #include "lib/simplehash.h"
-
-/*
- * A large slot table in huge pages of its own, where the kernel gives them
- * (transparent huge pages on madvise).  Records reach the slots at random:
- * with 4 kB pages, the table of 100k keys' windows (7 MB) spans more pages
- * than the CPU's TLB covers, and a TLB miss (in a virtual machine, a walk
- * of two page tables) cost as much as the cache miss it came with, prefetch
- * or not.  Each table has a header before it: where its mapping begins
- * (NULL when palloc'd) and how long it is.
- */
-#define HUGE_PAGE ((Size) 2 * 1024 * 1024)
-
-typedef struct TableHeader
-{
-	char	   *map;			/* the mapping, or NULL: palloc'd */
-	Size		map_len;
-} TableHeader;
-
-#define TABLE_HEADER MAXALIGN(sizeof(TableHeader))
-
-static inline void *
-kcache_allocate(struct kcache_hash *tb, Size size)
-{
-	char	   *map;
-	Size		map_len;
-	char	   *table;
-
-	if (size < HUGE_PAGE)
-	{
-		table = (char *) MemoryContextAllocExtended(tb->ctx, TABLE_HEADER + size,
-													MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO) + TABLE_HEADER;
-		((TableHeader *) (table - TABLE_HEADER))->map = NULL;
-		return table;
-	}
-	/* A huge page more, to align the table and put the header before it. */
-	map_len = TYPEALIGN(HUGE_PAGE, size) + HUGE_PAGE;
-	map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (map == MAP_FAILED)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory"),
-				 errdetail("Failed on a request of size %zu for the keyed stage's cache.", size)));
-	table = (char *) TYPEALIGN(HUGE_PAGE, map + TABLE_HEADER);
-	/* Only a hint: without huge pages the table works as well, slower. */
-	(void) madvise(table, TYPEALIGN(HUGE_PAGE, size), MADV_HUGEPAGE);
-	((TableHeader *) (table - TABLE_HEADER))->map = map;
-	((TableHeader *) (table - TABLE_HEADER))->map_len = map_len;
-	return table;
-}
-
-static inline void
-kcache_free(struct kcache_hash *tb, void *pointer)
-{
-	TableHeader *h = (TableHeader *) ((char *) pointer - TABLE_HEADER);
-
-	if (h->map == NULL)
-		pfree(h);
-	else if (munmap(h->map, h->map_len) != 0)
-		elog(WARNING, "munmap of the keyed cache's table failed: %m");
-}
-
-/*
- * The cache's context is reset (or deleted) with the table in it: a mapped
- * table goes with it.
- */
-static void
-release_table(void *arg)
-{
-	KeyedStage *stage = (KeyedStage *) arg;
-
-	kcache_free(stage->cache, stage->cache->data);
-}
 
 /* The chunk of an entry of kind with a key of klen bytes: entry, values, key. */
 static inline Size
@@ -168,13 +93,7 @@ static KeyedEntry *lookup(KeyedStage *stage, const char *key, int klen, bool cre
 void
 keyed_cache_create(KeyedStage *stage)
 {
-	MemoryContextCallback *release = MemoryContextAlloc(stage->cache_context,
-														sizeof(MemoryContextCallback));
-
 	stage->cache = kcache_create(stage->cache_context, 1024, NULL);
-	release->func = release_table;
-	release->arg = stage;
-	MemoryContextRegisterResetCallback(stage->cache_context, release);
 	stage->dirty = NULL;
 	stage->dirty_capacity = 0;
 }
@@ -268,10 +187,13 @@ keyed_cache_hash(const char *key, int klen)
  * every cache line of the slot (56 bytes: one or two lines), then every
  * line of the entry's chunk, with its values (lookup).
  */
+#define CPU_CACHE_LINE 64		/* x86-64's, and most arm64's */
+
 static inline void
 prefetch_lines(const void *p, Size len)
 {
-	for (uintptr_t line = (uintptr_t) p & ~(uintptr_t) 63; line < (uintptr_t) p + len; line += 64)
+	for (uintptr_t line = (uintptr_t) p & ~(uintptr_t) (CPU_CACHE_LINE - 1);
+		 line < (uintptr_t) p + len; line += CPU_CACHE_LINE)
 		__builtin_prefetch((const void *) line);
 }
 
