@@ -45,16 +45,15 @@ typedef struct OutputRows
  * A batch runs in chunks of PIPELINE_CHUNK messages, in two passes over
  * each.  The first (prepare_message) decodes a message, takes its event
  * time and runs its stateless steps; for the keyed stage it also evaluates
- * the aggregates' arguments and makes the group keys, and tells the stage
- * which cache slot each record will use, so that the CPU fetches it while
- * the next records are decoded.  The second (finish_message) hands the
- * results to the keyed stage, the shuffle or the sink, fetching the cache
- * entry of the record PREFETCH_AHEAD ahead.  A keyed job had a cache miss
- * on the slot and another on the entry for every record, about a sixth of
- * its CPU (BENCHMARKS.md, issue 16).  The first pass changes no state,
- * so its failures are kept and reported by the second, in the messages'
- * order: dead letters, counters and on_error "fail" see the same as when
- * each message went through whole.
+ * the aggregates' arguments, makes the group keys and takes the hash of the
+ * cache slot each record will use.  The second (finish_message) hands the
+ * results to the keyed stage, the shuffle or the sink, having the CPU fetch
+ * the cache slots and entries of the records a few ahead (prefetch_ahead).
+ * A keyed job had a cache miss on the slot and another on the entry for
+ * every record, about a sixth of its CPU (BENCHMARKS.md, issue 16).  The
+ * first pass changes no state, so its failures are kept and reported by
+ * the second, in the messages' order: dead letters, counters and on_error
+ * "fail" see the same as when each message went through whole.
  */
 #define PIPELINE_CHUNK 64
 #define PREFETCH_AHEAD 4
@@ -352,7 +351,7 @@ output_rows_alloc(int n, int width)
 /*
  * The keyed stage's share of a record that changes nothing: every output's
  * aggregate arguments (so that one that fails changes no state) and group
- * key, and the first one's cache slot fetched ahead.
+ * key, and the first one's cache hash (for prefetch_ahead).
  */
 static void
 prepare_keyed(Job *job, Prepared *p)
