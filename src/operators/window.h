@@ -13,7 +13,7 @@ extern bool window_add(KeyedStage *stage, TimestampTz t, const char *group, int 
 
 /*
  * stage->key := the state key window_add looks up first for (t, group): a
- * hint's (keyed_prefetch), so it fails on nothing; a t out of range gives
+ * hint's (keyed_slot_hash), so it fails on nothing; a t out of range gives
  * some key.
  */
 extern void window_first_key(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
