@@ -42,18 +42,26 @@ typedef struct OutputRows
 } OutputRows;
 
 /*
- * A batch runs in chunks of PIPELINE_CHUNK messages, in two passes over
- * each.  The first (prepare_message) decodes a message, takes its event
- * time and runs its stateless steps; for the keyed stage it also evaluates
- * the aggregates' arguments, makes the group keys and takes the hash of the
- * cache slot each record will use.  The second (finish_message) hands the
- * results to the keyed stage, the shuffle or the sink, having the CPU fetch
- * the cache slots and entries of the records a few ahead (prefetch_ahead).
- * A keyed job had a cache miss on the slot and another on the entry for
- * every record, about a sixth of its CPU (BENCHMARKS.md, issue 16).  The
- * first pass changes no state, so its failures are kept and reported by
- * the second, in the messages' order: dead letters, counters and on_error
- * "fail" see the same as when each message went through whole.
+ * A batch runs in chunks of up to PIPELINE_CHUNK messages, in two passes
+ * over each.  The first (prepare_message) decodes a message, takes its
+ * event time and runs its stateless steps; for the keyed stage it also
+ * evaluates the aggregates' arguments, makes the group keys and takes the
+ * hash of the cache slot each record will use.  The second
+ * (finish_message) hands the results to the keyed stage, the shuffle or the
+ * sink, having the CPU fetch the cache slots and entries of the records a
+ * few ahead (prefetch_ahead).  A keyed job had a cache miss on the slot and
+ * another on the entry for every record, about a sixth of its CPU
+ * (BENCHMARKS.md, issue 16).  The first pass changes no state, so its
+ * failures are kept and reported by the second, in the messages' order:
+ * dead letters, counters and on_error "fail" see the same as when each
+ * message went through whole.
+ *
+ * A chunk ends early (next_item) after a message whose first pass failed,
+ * so that no later message's first pass runs before that failure is
+ * reported: an error that is not the record's, which fails the batch at
+ * once, must not overtake it.  It also ends once its messages have made
+ * PIPELINE_CHUNK outputs (flat_map), so that a chunk holds no more records
+ * than one message may make (mailer.max_outputs_per_record) plus a chunk.
  */
 #define PIPELINE_CHUNK 64
 #define PREFETCH_AHEAD 4
@@ -78,6 +86,12 @@ typedef struct BatchRun
 	SourceMessage *msgs;
 	int			n;
 	int			current;		/* the message being processed, -1 when none */
+	/* guard_each's items, message by message (next_item): */
+	int			item;			/* the item being run, -1 before the first */
+	int			chunk_start;	/* the current chunk's first message */
+	int			chunk_len;		/* its messages through the first pass */
+	int			chunk_outputs;	/* the outputs they made */
+	int			finished;		/* -1: in the first pass; else its messages through the second */
 	Prepared	prepared[PIPELINE_CHUNK];	/* of the current chunk */
 } BatchRun;
 
@@ -92,19 +106,40 @@ static void run_steps(Job *job, Record *rec, int from, List **outputs, bool *fil
 					  int *made);
 
 /*
- * guard_each's item i of a run: chunk after chunk, each chunk's messages
- * for the first pass, then the same messages for the second.
+ * The message of guard_each's item i, which follows item i - 1 (done or
+ * failed): a chunk's messages for the first pass, then the same messages
+ * for the second, chunk after chunk.  Every message is an item in each
+ * pass, so a run has 2 * n items however its chunks end.
  */
 static int
-item_message(BatchRun *run, int i, bool *first_pass, int *chunk_start)
+next_item(BatchRun *run, int i, bool *first_pass)
 {
-	int			start = i / (2 * PIPELINE_CHUNK) * PIPELINE_CHUNK;
-	int			len = Min(PIPELINE_CHUNK, run->n - start);
-	int			o = i - 2 * start;
+	if (i != run->item)
+	{
+		Assert(i == run->item + 1);
+		run->item = i;
+		if (run->finished < 0 && run->chunk_len > 0)
+		{
+			Prepared   *last = &run->prepared[run->chunk_len - 1];
 
-	*first_pass = o < len;
-	*chunk_start = start;
-	return start + (*first_pass ? o : o - len);
+			run->chunk_outputs += list_length(last->outputs);
+			if (last->error || run->chunk_len == PIPELINE_CHUNK ||
+				run->chunk_outputs >= PIPELINE_CHUNK ||
+				run->chunk_start + run->chunk_len == run->n)
+				run->finished = 0;
+		}
+		else if (run->finished >= 0 && ++run->finished == run->chunk_len)
+		{
+			run->chunk_start += run->chunk_len;
+			run->chunk_len = 0;
+			run->chunk_outputs = 0;
+			run->finished = -1;
+		}
+		if (run->finished < 0)
+			run->chunk_len++;
+	}
+	*first_pass = run->finished < 0;
+	return run->chunk_start + (*first_pass ? run->chunk_len - 1 : run->finished);
 }
 
 /*
@@ -132,8 +167,8 @@ run_item(void *arg, int i)
 {
 	BatchRun   *run = (BatchRun *) arg;
 	bool		first_pass;
-	int			start;
-	int			m = item_message(run, i, &first_pass, &start);
+	int			m = next_item(run, i, &first_pass);
+	int			start = run->chunk_start;
 	Prepared   *p = &run->prepared[m - start];
 	MemoryContext old;
 
@@ -153,7 +188,7 @@ run_item(void *arg, int i)
 	else
 	{
 		if (run->job->keyed)
-			prefetch_ahead(run, m - start, Min(PIPELINE_CHUNK, run->n - start));
+			prefetch_ahead(run, m - start, run->chunk_len);
 		finish_message(run->job, &run->msgs[m], p);
 	}
 	MemoryContextSwitchTo(old);
@@ -164,8 +199,8 @@ item_failed(void *arg, int i, ErrorData *edata)
 {
 	BatchRun   *run = (BatchRun *) arg;
 	bool		first_pass;
-	int			start;
-	int			m = item_message(run, i, &first_pass, &start);
+	int			m = next_item(run, i, &first_pass);
+	int			start = run->chunk_start;
 
 	/* A set-returning function may have been left mid-set. */
 	ReScanExprContext(run->job->rt->econtext);
@@ -206,6 +241,9 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 		{
 			run->msgs = msgs + start;
 			run->n = Min(chunk, n - start);
+			run->item = -1;
+			run->chunk_start = run->chunk_len = run->chunk_outputs = 0;
+			run->finished = -1;
 			guard_each(2 * run->n, run_item, item_failed, run, job->batch_context);
 			run->current = -1;
 			if (job->shuffle)
@@ -357,6 +395,7 @@ static void
 prepare_keyed(Job *job, Prepared *p)
 {
 	int			n = list_length(p->outputs);
+	StringInfoData key;
 
 	job->stage = "aggregate";
 	p->args = output_rows_alloc(n, Max(job->plan->naggs, 1));
@@ -364,11 +403,26 @@ prepare_keyed(Job *job, Prepared *p)
 		keyed_eval_args(job->keyed, list_nth(p->outputs, i), p->args.values[i], p->args.nulls[i]);
 	if (job->shuffle)
 		return;
+	/*
+	 * One buffer makes the keys; each but a lone one is copied out at its
+	 * size: a flat_map's many outputs would otherwise hold a buffer's 1 kB
+	 * each.
+	 */
 	p->groups = palloc(sizeof(StringInfoData) * n);
+	initStringInfo(&key);
 	for (int i = 0; i < n; i++)
 	{
-		initStringInfo(&p->groups[i]);
-		keyed_group_key(job->keyed, list_nth(p->outputs, i), &p->groups[i]);
+		keyed_group_key(job->keyed, list_nth(p->outputs, i), &key);
+		if (n == 1)
+			p->groups[0] = key;
+		else
+		{
+			p->groups[i].data = palloc(key.len + 1);
+			memcpy(p->groups[i].data, key.data, key.len + 1);
+			p->groups[i].len = key.len;
+			p->groups[i].maxlen = key.len + 1;
+			p->groups[i].cursor = 0;
+		}
 	}
 	p->slot_hash = keyed_slot_hash(job->keyed, p->groups[0].data, p->groups[0].len,
 								  ((Record *) linitial(p->outputs))->event_time);

@@ -1,12 +1,10 @@
-# The two-pass pipeline promises (pipeline.c, ARCHITECTURE "the batch's two
-# passes") that on_error sees the messages in their order, "as if each went
-# through whole".  A data error is kept from the first pass until the
-# second, but an error that is not the record's (internal, XX000) is thrown
-# at once from the first pass: a later record's environment error overtakes
-# an earlier record's data error in the same chunk of 64.
-# With on_error "fail", record 5 (a data error) must fail the job, naming
-# offset 5, as it did when each message went through whole; record 10
-# (internal error) must never be reached.
+# on_error sees the messages in their order, as if each went through whole
+# (pipeline.c, ARCHITECTURE "the batch's two passes"; from the hostile
+# review of issue 16's two passes): a data error of the first pass ends
+# its chunk, so a later record's error that is not the record's (XX000,
+# which fails the batch at once) cannot overtake it.  With on_error
+# "fail", record 5 (a data error) fails the job, naming offset 5; record
+# 10 is never reached.
 use strict;
 use warnings;
 use FindBin;
