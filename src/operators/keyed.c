@@ -22,6 +22,7 @@
 #include "state/serial.h"
 
 static void encode_group(KeyedStage *stage, Record *rec, StringInfo buf);
+static void running_total_key(KeyedStage *stage, const char *group, int group_len);
 
 KeyedStage *
 keyed_create(const KeyedStageArgs *args)
@@ -57,7 +58,6 @@ keyed_create(const KeyedStageArgs *args)
 	stage->codec.aggs = stage->aggs;
 	stage->codec.ctx = stage->cache_context;
 	keyed_cache_create(stage);
-	initStringInfo(&stage->group);
 	initStringInfo(&stage->key);
 	initStringInfo(&stage->value);
 	n = Max(stage->naggs, 1);
@@ -87,15 +87,6 @@ keyed_eval_args(KeyedStage *stage, Record *rec, Datum *args, bool *nulls)
 	}
 }
 
-bool
-keyed_add(KeyedStage *stage, Record *rec, const Datum *args, const bool *nulls)
-{
-	resetStringInfo(&stage->group);
-	encode_group(stage, rec, &stage->group);
-	return keyed_add_group(stage, stage->group.data, stage->group.len, rec->event_time,
-						   args, nulls);
-}
-
 void
 keyed_group_key(KeyedStage *stage, Record *rec, StringInfo out)
 {
@@ -114,14 +105,43 @@ keyed_add_group(KeyedStage *stage, const char *group, int group_len, TimestampTz
 	if (stage->plan->window)
 		return window_add(stage, event_time, group, group_len);
 
-	keyed_key_begin(stage, 'A');
-	appendBinaryStringInfo(&stage->key, group, group_len);
+	running_total_key(stage, group, group_len);
 	e = keyed_lookup(stage, stage->key.data, stage->key.len, true);
 	keyed_compute(stage, e->values, stage->next);
 	keyed_store(stage, e->values, stage->next);
 	e->unemitted = true;
 	keyed_mark_dirty(stage, e);
 	return true;
+}
+
+uint32
+keyed_slot_hash(KeyedStage *stage, const char *group, int group_len, TimestampTz event_time)
+{
+	if (stage->plan->window)
+		window_first_key(stage, event_time, group, group_len);
+	else
+		running_total_key(stage, group, group_len);
+	return keyed_cache_hash(stage->key.data, stage->key.len);
+}
+
+void
+keyed_prefetch_slot(KeyedStage *stage, uint32 hash)
+{
+	keyed_cache_prefetch_slot(stage, hash);
+}
+
+void
+keyed_prefetch_entry(KeyedStage *stage, uint32 hash)
+{
+	keyed_cache_prefetch_entry(stage, hash);
+}
+
+/* stage->key := the state key of a group's running totals (no window). */
+static void
+running_total_key(KeyedStage *stage, const char *group, int group_len)
+{
+	keyed_key_begin(stage, 'A');
+	appendBinaryStringInfo(&stage->key, group, group_len);
 }
 
 /* The due timers are listed in work_context, which is the stage's to reset. */

@@ -44,20 +44,27 @@ extern KeyedStage *keyed_create(const KeyedStageArgs *args);
 extern void keyed_eval_args(KeyedStage *stage, Record *rec, Datum *args, bool *nulls);
 
 /*
- * Fold one record, with its arguments, into its key's (and windows')
- * aggregates.  false: the record is late (every window it belongs to is
- * past its allowed lateness).
- */
-extern bool keyed_add(KeyedStage *stage, Record *rec, const Datum *args, const bool *nulls);
-
-/*
- * The same in two halves, for a parallel job whose records may be another
- * subtask's: the record's group key (docs/ARCHITECTURE.md, "Parallel
- * jobs"), and the addition of arguments under a group key already made.
+ * Fold one record into its key's (and windows') aggregates, in two halves:
+ * the record's group key (what a parallel job routes by, docs/ARCHITECTURE.md,
+ * "Parallel jobs"), and the addition of its arguments under that key.
+ * false: the record is late (every window it belongs to is past its
+ * allowed lateness).
  */
 extern void keyed_group_key(KeyedStage *stage, Record *rec, StringInfo out);
 extern bool keyed_add_group(KeyedStage *stage, const char *group, int group_len,
 							TimestampTz event_time, const Datum *args, const bool *nulls);
+
+/*
+ * Hints, for a caller that knows the next records' group keys before it
+ * adds them: keyed_slot_hash is the cache hash of the first entry
+ * keyed_add_group will look up for (group, event_time); keyed_prefetch_slot
+ * has the CPU fetch that hash's cache slot, and keyed_prefetch_entry, once
+ * the slot is in, the entry it points to.  None changes anything or fails.
+ */
+extern uint32 keyed_slot_hash(KeyedStage *stage, const char *group, int group_len,
+							  TimestampTz event_time);
+extern void keyed_prefetch_slot(KeyedStage *stage, uint32 hash);
+extern void keyed_prefetch_entry(KeyedStage *stage, uint32 hash);
 
 /* The aggregates' argument types, to carry arguments between subtasks. */
 extern int	keyed_naggs(KeyedStage *stage);
@@ -65,9 +72,9 @@ extern void keyed_arg_type(KeyedStage *stage, int a, int16 *typlen, bool *typbyv
 
 /*
  * A record a flat_map made into several outputs is folded in whole or not
- * at all: keyed_add's between keyed_begin_record and keyed_end_record are
- * undone by keyed_abort_record (after an error; a no-op outside a record).
- * A record of one output needs none of it: keyed_add itself changes
+ * at all: keyed_add_group's between keyed_begin_record and keyed_end_record
+ * are undone by keyed_abort_record (after an error; a no-op outside a record).
+ * A record of one output needs none of it: keyed_add_group itself changes
  * nothing when it fails.
  */
 extern void keyed_begin_record(KeyedStage *stage);

@@ -67,7 +67,7 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
 #define SH_ELEMENT_TYPE CacheSlot
 #define SH_KEY_TYPE CacheKey
 #define SH_KEY key
-#define SH_HASH_KEY(tb, k) hash_bytes((const unsigned char *) (k).data, (k).len)
+#define SH_HASH_KEY(tb, k) keyed_cache_hash((k).data, (k).len)
 #define SH_EQUAL(tb, a, b) cache_key_equal(&(a), &(b))
 #define SH_STORE_HASH
 #define SH_GET_HASH(tb, a) a->hash
@@ -75,6 +75,16 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
 #define SH_DECLARE
 #define SH_DEFINE
 #include "lib/simplehash.h"
+
+/* The chunk of an entry of kind with a key of klen bytes: entry, values, key. */
+static inline Size
+entry_size(KeyedStage *stage, char kind, int klen)
+{
+	Size		vsize = (kind == 'A' || kind == 'W' || kind == 'L') ?
+		MAXALIGN(sizeof(AggValue) * stage->naggs) : 0;
+
+	return MAXALIGN(sizeof(KeyedEntry)) + vsize + klen;
+}
 
 static void undo_save(KeyedStage *stage, KeyedEntry *e);
 static KeyedEntry *lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read,
@@ -139,8 +149,8 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
 		return NULL;
 
 	/* One chunk for the entry, its aggregates and its key: keeps many entries small. */
-	vsize = (kind == 'A' || kind == 'W' || kind == 'L') ? MAXALIGN(sizeof(AggValue) * stage->naggs) : 0;
-	chunk = MemoryContextAllocZero(stage->cache_context, MAXALIGN(sizeof(KeyedEntry)) + vsize + klen);
+	vsize = entry_size(stage, kind, 0) - MAXALIGN(sizeof(KeyedEntry));
+	chunk = MemoryContextAllocZero(stage->cache_context, entry_size(stage, kind, klen));
 	e = (KeyedEntry *) chunk;
 	if (vsize > 0)
 		e->values = (AggValue *) (chunk + MAXALIGN(sizeof(KeyedEntry)));
@@ -161,6 +171,64 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
 	if (stage->undo_active)
 		undo_save(stage, e);
 	return e;
+}
+
+/* As SH_HASH_KEY: the hash simplehash keeps in the key's slot. */
+uint32
+keyed_cache_hash(const char *key, int klen)
+{
+	return hash_bytes((const unsigned char *) key, klen);
+}
+
+/*
+ * With 100k keys' windows the table is megabytes: the probe's first load of
+ * the slot missed the CPU's caches for almost every record, and the load
+ * of the entry it points to again.  The caller asks for both ahead of use:
+ * every cache line of the slot (56 bytes: one or two lines), then every
+ * line of the entry's chunk, with its values (lookup).
+ */
+#define CPU_CACHE_LINE 64		/* x86-64's, and most arm64's */
+
+static inline void
+prefetch_lines(const void *p, Size len)
+{
+	for (uintptr_t line = (uintptr_t) p & ~(uintptr_t) (CPU_CACHE_LINE - 1);
+		 line < (uintptr_t) p + len; line += CPU_CACHE_LINE)
+		__builtin_prefetch((const void *) line);
+}
+
+void
+keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash)
+{
+	prefetch_lines(&stage->cache->data[hash & stage->cache->sizemask], sizeof(CacheSlot));
+}
+
+/*
+ * The first slot of that hash in the probe's order: another key of the same
+ * hash only makes the hint useless.  The table may have grown or changed
+ * since the hash was taken; the hash still finds where the key is now.
+ */
+#define PREFETCH_PROBES 8
+
+void
+keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash)
+{
+	struct kcache_hash *tb = stage->cache;
+	uint32		i = hash & tb->sizemask;
+
+	for (int n = 0; n < PREFETCH_PROBES; n++, i = (i + 1) & tb->sizemask)
+	{
+		CacheSlot  *slot = &tb->data[i];
+
+		if (slot->status == kcache_SH_EMPTY)
+			return;
+		if (slot->status == kcache_SH_IN_USE && slot->hash == hash)
+		{
+			/* A session's entry ('S') is smaller: a line too many does no harm. */
+			prefetch_lines(slot->entry, entry_size(stage, 'W', 0));
+			return;
+		}
+	}
 }
 
 static void

@@ -43,7 +43,6 @@ struct KeyedStage
 	MemoryContext out_context;	/* rows waiting for the checkpoint */
 	List	   *out_rows;		/* Records of the output schema, in emission order */
 	List	   *out_deletes;	/* parallel to out_rows: 1 for a row to delete */
-	StringInfoData group;		/* scratch: the current record's group key */
 	StringInfoData key;			/* scratch */
 	StringInfoData value;		/* scratch */
 	Datum	   *args;			/* the current record's aggregate arguments */
@@ -102,6 +101,14 @@ extern KeyedEntry *keyed_lookup(KeyedStage *stage, const char *key, int klen, bo
 extern KeyedEntry *keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create,
 									  const char *val, int vlen);
 extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
+
+/*
+ * For keyed.h's hints: a key's hash in the cache; the slot of a hash
+ * fetched; then, by that hash, the entry its slot points to.
+ */
+extern uint32 keyed_cache_hash(const char *key, int klen);
+extern void keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash);
+extern void keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash);
 
 /* Scratch arrays for a record that goes into nwindows windows. */
 extern void keyed_scratch(KeyedStage *stage, int nwindows);

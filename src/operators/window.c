@@ -57,6 +57,8 @@ static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntr
 						 Session **session);
 static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
 								 TimestampTz start, bool create);
+static void window_key(KeyedStage *stage, char kind, const char *group, int group_len,
+					   TimestampTz start);
 static KeyedEntry *lookup_pane(KeyedStage *stage, const char *group, int group_len,
 							   TimestampTz start, bool make);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
@@ -85,6 +87,16 @@ floor_div(int128 a, int64 b)
 	if (a % b != 0 && (a < 0) != (b < 0))
 		q--;
 	return q;
+}
+
+/*
+ * The start of the latest window (or pane) holding t: aligned to slide.  In
+ * 128 bits, so that no sum wraps near the ends of the range.
+ */
+static int128
+latest_start(WindowSpec *w, TimestampTz t)
+{
+	return floor_div((int128) t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
 }
 
 /*
@@ -135,11 +147,10 @@ window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 	/*
 	 * Every window [start, start + size) holding t, start aligned to slide:
-	 * size/slide of them, from first down.  In 128 bits, so that no sum
-	 * wraps near the ends of the range.
+	 * size/slide of them, from first down.
 	 */
 	nwindows = (int) (w->size_us / w->slide_us);
-	first = floor_div((int128) t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
+	first = latest_start(w, t);
 	check_window_range(t, first - (int128) (nwindows - 1) * w->slide_us, first + w->size_us);
 	keyed_scratch(stage, nwindows);
 	for (int i = 0; i < nwindows; i++)
@@ -917,7 +928,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	bool		made;
 
 	/* The pane holding t begins where the latest window holding t does. */
-	first = floor_div((int128) t + UNIX_OFFSET_US, w->slide_us) * w->slide_us - UNIX_OFFSET_US;
+	first = latest_start(w, t);
 	check_window_range(t, first - (int128) (stage->npanes - 1) * w->slide_us, first + w->size_us);
 	if (purge_time(stage, (TimestampTz) first + w->size_us) <= stage->watermark)
 		return false;			/* every window holding t is purged, or would be */
@@ -1248,11 +1259,30 @@ static KeyedEntry *
 lookup_window(KeyedStage *stage, char kind, const char *group, int group_len, TimestampTz start,
 			  bool create)
 {
+	window_key(stage, kind, group, group_len, start);
+	return keyed_lookup(stage, stage->key.data, stage->key.len, create);
+}
+
+/* stage->key := the state key of a window, a pane or (kind 'S') a key's sessions. */
+static void
+window_key(KeyedStage *stage, char kind, const char *group, int group_len, TimestampTz start)
+{
 	keyed_key_begin(stage, kind);
 	appendBinaryStringInfo(&stage->key, group, group_len);
 	if (kind == 'W' || kind == 'L')
 		keyed_key_append_time(&stage->key, start);
-	return keyed_lookup(stage, stage->key.data, stage->key.len, create);
+}
+
+void
+window_first_key(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
+{
+	WindowSpec *w = stage->plan->window;
+
+	if (w->type == WINDOW_SESSION)
+		window_key(stage, 'S', group, group_len, 0);
+	else
+		window_key(stage, stage->panes ? 'L' : 'W', group, group_len,
+				   (TimestampTz) latest_start(w, t));
 }
 
 /*
@@ -1276,9 +1306,7 @@ lookup_pane(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 
 	if (end <= stage->watermark)
 		return lookup_window(stage, 'L', group, group_len, start, true);
-	keyed_key_begin(stage, 'L');
-	appendBinaryStringInfo(&stage->key, group, group_len);
-	keyed_key_append_time(&stage->key, start);
+	window_key(stage, 'L', group, group_len, start);
 	/* Cached (most lookups, and every one of a step's prefetched panes): no timer asked. */
 	e = keyed_lookup_known(stage, stage->key.data, stage->key.len, false, NULL, 0);
 	if (e != NULL)

@@ -12,6 +12,13 @@
 extern bool window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 
 /*
+ * stage->key := the state key window_add looks up first for (t, group): a
+ * hint's (keyed_slot_hash), so it fails on nothing; a t out of range gives
+ * some key.
+ */
+extern void window_first_key(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
+
+/*
  * The watermark moved to watermark: fire and purge what it passed.  Allocates in the current memory context, which the caller resets.
  */
 extern void window_fire(KeyedStage *stage, TimestampTz watermark);

@@ -50,7 +50,7 @@ typedef struct Job
 
 	MemoryContext job_context;	/* lives as long as the worker */
 	MemoryContext batch_context;	/* reset after every batch */
-	MemoryContext record_context;	/* reset before every message (pipeline.c) */
+	MemoryContext record_context;	/* reset before every chunk of messages (pipeline.c) */
 
 	int64		epoch;			/* last committed checkpoint, 0 before any */
 	TimestampTz last_checkpoint;
