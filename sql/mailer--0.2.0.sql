@@ -172,14 +172,16 @@ CREATE TABLE mailer.memory_state (
 
 -- The undo of the memory backend's checkpoints: each key an epoch changed,
 -- with its value before (NULL: absent), kept while a retained epoch may be
--- restored.
+-- restored.  A row holds many keys of one key group, keys[i] and
+-- old_values[i] together, up to about a page: toast_tuple_target at its
+-- largest keeps such a row as it is, neither compressed nor split.
 CREATE TABLE mailer.memory_undo (
 	job_id			bigint NOT NULL,
 	epoch			bigint NOT NULL,
-	key				bytea NOT NULL,
 	key_group		integer NOT NULL,
-	value			bytea
-);
+	keys			bytea[] NOT NULL,
+	old_values		bytea[] NOT NULL
+) WITH (toast_tuple_target = 8160);
 CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 
 SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');
