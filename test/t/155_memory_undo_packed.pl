@@ -2,8 +2,8 @@
 # group each (src/state/memory_undo.c).  Two jobs on the memory backend,
 # each beside the same job on RocksDB, which nothing interrupts:
 #
-#   - sliding windows over 3,000 keys in 2 key groups: an epoch's undo of a
-#     key group takes several rows.  The worker is killed after a
+#   - sliding windows over 3,000 keys in 2 key groups, about 1,000 records
+#     an epoch: an epoch's undo of a key group takes several rows.  The worker is killed after a
 #     checkpoint wrote its rows and undo (not committed), then the job is
 #     stopped and restored to its oldest retained epoch, after many epochs
 #     of packed undo, and again to a later one;
@@ -20,7 +20,6 @@ use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use Test::More;
 
-my $N = 40_000;
 
 fresh_extension();
 test_point_release();
@@ -35,8 +34,8 @@ SQL
 
 sub job
 {
-	my ($name, $backend, $keys, $rate, $steps) = @_;
-	psql(qq{SELECT mailer.create_job('$name', \$spec\${"source": {"type": "generator", "events": $N,
+	my ($name, $backend, $events, $keys, $rate, $steps) = @_;
+	psql(qq{SELECT mailer.create_job('$name', \$spec\${"source": {"type": "generator", "events": $events,
 			"keys": $keys, "seed": 155, "start_time": "2030-01-01 00:00:00+00", "step": "10 milliseconds",
 			"rate": $rate},
 		"key_groups": 2,
@@ -56,10 +55,10 @@ sub epochs
 # ones); then start it again.
 sub restore
 {
-	my ($name, $job_id, $plus) = @_;
+	my ($name, $job_id, $events, $plus) = @_;
 	is(psql("SELECT mailer.stop_job('$name')"), 'stopped', "$name stopped mid-run");
 	cmp_ok(psql("SELECT max((positions->>'next')::bigint) FROM mailer.checkpoints WHERE job_id = $job_id"),
-		'<', $N, "$name: stopped before the end");
+		'<', $events, "$name: stopped before the end");
 	my $epoch = psql("SELECT min(epoch) + $plus FROM mailer.checkpoints WHERE job_id = $job_id");
 	cmp_ok(psql("SELECT count(DISTINCT epoch) FROM mailer.memory_undo WHERE job_id = $job_id AND epoch > $epoch"),
 		'>=', 5, "$name: the undo of several epochs after $epoch is there");
@@ -79,8 +78,8 @@ sub finish
 
 my $win_steps = q{{"window": {"type": "sliding", "size": "1 minute", "slide": "20 seconds"}},
 	{"aggregate": {"n": "count(*)", "total": "sum((value->>'amount')::numeric)"}}};
-job('t155_win_ref', 'rocksdb', 3000, 100_000, $win_steps);
-my $win = job('t155_win_mem', 'memory', 3000, 2000, $win_steps);
+job('t155_win_ref', 'rocksdb', 100_000, 3000, 100_000, $win_steps);
+my $win = job('t155_win_mem', 'memory', 100_000, 3000, 10_000, $win_steps);
 wait_for_sql('t155_win_mem past its first retained epochs', "SELECT (" . epochs($win) . ") >= 22", 't', 120);
 cmp_ok(psql("SELECT count(*) FROM (SELECT 1 FROM mailer.memory_undo WHERE job_id = $win "
 		. "GROUP BY epoch, key_group HAVING count(*) > 1) g"), '>', 0,
@@ -103,23 +102,21 @@ is(psql("SELECT count(*) FROM (SELECT epoch, k FROM mailer.memory_undo, unnest(k
 	test_point_release();
 	wait_for_sql('the job checkpoints again', "SELECT (" . epochs($win) . ") > $before + 2", 't', 120);
 }
-restore('t155_win_mem', $win, 0);
-wait_for_sql('t155_win_mem past 25 more epochs',
-	"SELECT (" . epochs($win) . ") >= (SELECT min(epoch) + 25 FROM mailer.checkpoints WHERE job_id = $win)",
-	't', 120);
-restore('t155_win_mem', $win, 3);
+restore('t155_win_mem', $win, 100_000, 0);
+my $target = psql(epochs($win)) + 25;
+wait_for_sql('t155_win_mem past 25 more epochs', "SELECT (" . epochs($win) . ") >= $target", 't', 120);
+restore('t155_win_mem', $win, 100_000, 3);
 finish('t155_win_mem', 'customer_id, window_start, window_end, n, total');
 
 my $agg_steps = q{{"aggregate": {"n": "count(*)", "amounts": "string_agg(value->>'amount', ',')"}}};
-job('t155_agg_ref', 'rocksdb', 4, 100_000, $agg_steps);
-my $agg = job('t155_agg_mem', 'memory', 4, 4000, $agg_steps);
+job('t155_agg_ref', 'rocksdb', 20_000, 4, 100_000, $agg_steps);
+my $agg = job('t155_agg_mem', 'memory', 20_000, 4, 4000, $agg_steps);
 wait_for_sql('t155_agg_mem: an undo entry outgrew a row',
 	"SELECT count(*) > 0 FROM mailer.memory_undo WHERE job_id = $agg AND cardinality(keys) = 1 "
 	. "AND octet_length(old_values[1]) > 8160", 't', 120);
-wait_for_sql('t155_agg_mem: 10 epochs retained after it',
-	"SELECT (" . epochs($agg) . ") >= (SELECT min(epoch) + 10 FROM mailer.checkpoints WHERE job_id = $agg)",
-	't', 120);
-restore('t155_agg_mem', $agg, 0);
+$target = psql(epochs($agg)) + 10;
+wait_for_sql('t155_agg_mem: 10 epochs after it', "SELECT (" . epochs($agg) . ") >= $target", 't', 120);
+restore('t155_agg_mem', $agg, 20_000, 0);
 finish('t155_agg_mem', 'customer_id, n, amounts');
 
 for my $job_id ($win, $agg)
