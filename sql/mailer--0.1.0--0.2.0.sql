@@ -145,7 +145,7 @@ ALTER TABLE mailer.memory_state
 	ADD COLUMN key_group integer NOT NULL,
 	ALTER COLUMN value SET NOT NULL,
 	ADD PRIMARY KEY (job_id, key),
-	SET (fillfactor = 70);
+	SET (fillfactor = 40);
 CREATE TABLE mailer.memory_undo (
 	job_id			bigint NOT NULL,
 	epoch			bigint NOT NULL,
