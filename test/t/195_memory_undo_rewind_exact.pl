@@ -104,8 +104,12 @@ check('t195_agg', $agg, 40);
 # Undo written by SQL (a trigger on the table: not a plain heap table).
 psql(q{CREATE FUNCTION t195_noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
 	CREATE TRIGGER t195_noop BEFORE INSERT ON mailer.memory_undo FOR EACH ROW EXECUTE FUNCTION t195_noop()});
+psql("ALTER ROLE CURRENT_USER SET log_min_messages = 'debug1'");
+my $log_from = pg_log_size();
 my $sql = job('t195_sql', 200_000, 3000, 10_000, 2, $win_steps);
 check('t195_sql', $sql, 30);
+cmp_ok(memory_rows_written([$sql], $log_from)->{sql}, '>', 0, 't195_sql: its rows were written by SQL');
+psql('ALTER ROLE CURRENT_USER RESET log_min_messages');
 psql('DROP TRIGGER t195_noop ON mailer.memory_undo; DROP FUNCTION t195_noop()');
 
 # Parallel subtasks, each writing the undo of its key groups; restored
