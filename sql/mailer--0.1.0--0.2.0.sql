@@ -129,7 +129,9 @@ UPDATE mailer.job SET spec = spec OPERATOR(pg_catalog.||) '{"key_groups": 128}':
 -- The versions of 0.1.0 become both: a key's newest version at the job's
 -- last checkpoint is its row (none if it is a deletion), and each version
 -- is the undo of its epoch, holding the version before it (none: absent),
--- so that every retained epoch can still be restored.  Versions past the
+-- so that every retained epoch can still be restored (one row per job,
+-- epoch and key group: the workers' rows are of about a page, but any
+-- size reads the same).  Versions past the
 -- last checkpoint never committed as an epoch and go.  The key group comes
 -- from the key's bytes, as the workers find it, through a function of the
 -- library made for this script only.  The table itself stays (pg_dump's
@@ -143,14 +145,14 @@ ALTER TABLE mailer.memory_state
 	ADD COLUMN key_group integer NOT NULL,
 	ALTER COLUMN value SET NOT NULL,
 	ADD PRIMARY KEY (job_id, key),
-	SET (fillfactor = 70);
+	SET (fillfactor = 40);
 CREATE TABLE mailer.memory_undo (
 	job_id			bigint NOT NULL,
 	epoch			bigint NOT NULL,
-	key				bytea NOT NULL,
 	key_group		integer NOT NULL,
-	value			bytea
-);
+	keys			bytea[] NOT NULL,
+	old_values		bytea[] NOT NULL
+) WITH (toast_tuple_target = 8160);
 CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 CREATE FUNCTION mailer.upgrade_state_key_group(bytea, integer)
 RETURNS integer
@@ -168,8 +170,10 @@ WITH versions AS (
 	WINDOW older AS (PARTITION BY v.job_id, v.key ORDER BY v.epoch),
 		   newer AS (PARTITION BY v.job_id, v.key ORDER BY v.epoch DESC)
 ), undo AS (
-	INSERT INTO mailer.memory_undo (job_id, epoch, key, key_group, value)
-	SELECT job_id, epoch, key, key_group, before FROM versions
+	INSERT INTO mailer.memory_undo (job_id, epoch, key_group, keys, old_values)
+	SELECT job_id, epoch, key_group, pg_catalog.array_agg(key ORDER BY key),
+		   pg_catalog.array_agg(before ORDER BY key)
+	  FROM versions GROUP BY job_id, epoch, key_group
 )
 INSERT INTO mailer.memory_state (job_id, key, key_group, value)
 SELECT job_id, key, key_group, value FROM versions

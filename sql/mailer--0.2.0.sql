@@ -159,7 +159,8 @@ CREATE INDEX ON mailer.dead_letters (job_id, epoch);
 
 -- Keyed state of jobs on the memory backend: one row per key, its value as
 -- of the job's newest committed checkpoint, updated in place (the fillfactor
--- leaves room on each page for HOT updates).  No foreign key: a checkpoint
+-- leaves room on each page for HOT updates: at 40, for two or three versions
+-- of each row that a snapshot held by another session keeps from pruning).  No foreign key: a checkpoint
 -- writes many rows and its mailer.checkpoints row (which has one) already
 -- ties them to a live job; drop_job deletes them.
 CREATE TABLE mailer.memory_state (
@@ -168,18 +169,20 @@ CREATE TABLE mailer.memory_state (
 	value			bytea NOT NULL,
 	key_group		integer NOT NULL,	-- after value: as an update from 0.1.0 leaves it
 	PRIMARY KEY (job_id, key)
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 40);
 
 -- The undo of the memory backend's checkpoints: each key an epoch changed,
 -- with its value before (NULL: absent), kept while a retained epoch may be
--- restored.
+-- restored.  A row holds many keys of one key group, keys[i] and
+-- old_values[i] together, up to about a page: toast_tuple_target at its
+-- largest keeps such a row as it is, neither compressed nor split.
 CREATE TABLE mailer.memory_undo (
 	job_id			bigint NOT NULL,
 	epoch			bigint NOT NULL,
-	key				bytea NOT NULL,
 	key_group		integer NOT NULL,
-	value			bytea
-);
+	keys			bytea[] NOT NULL,
+	old_values		bytea[] NOT NULL
+) WITH (toast_tuple_target = 8160);
 CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 
 SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');

@@ -41,6 +41,7 @@
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
+#include "utils/datum.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -65,16 +66,15 @@ typedef struct ExpectedColumn
 {
 	const char *name;
 	Oid			type;
-	bool		null;			/* written NULL at times */
 } ExpectedColumn;
 
+/* None is ever written NULL: a NOT NULL constraint needs no check. */
 static const ExpectedColumn state_columns[] = {
-	{"job_id", INT8OID, false}, {"key", BYTEAOID, false}, {"key_group", INT4OID, false},
-	{"value", BYTEAOID, false},
+	{"job_id", INT8OID}, {"key", BYTEAOID}, {"key_group", INT4OID}, {"value", BYTEAOID},
 };
 static const ExpectedColumn undo_columns[] = {
-	{"job_id", INT8OID, false}, {"epoch", INT8OID, false}, {"key", BYTEAOID, false},
-	{"key_group", INT4OID, false}, {"value", BYTEAOID, true},
+	{"job_id", INT8OID}, {"epoch", INT8OID}, {"key_group", INT4OID},
+	{"keys", BYTEAARRAYOID}, {"old_values", BYTEAARRAYOID},
 };
 
 /* One of the two tables, and its inserts not yet written. */
@@ -89,9 +89,9 @@ typedef struct RowsTable
 	ItemPointer dest[ROWS_BATCH];	/* where a row's address goes; NULL: nowhere */
 	BulkInsertState bistate;
 	AttrNumber	att_job;
-	AttrNumber	att_key;
 	AttrNumber	att_group;
-	AttrNumber	att_value;
+	AttrNumber	att_key;		/* undo: keys */
+	AttrNumber	att_value;		/* undo: old_values */
 	AttrNumber	att_epoch;		/* undo only */
 } RowsTable;
 
@@ -142,8 +142,8 @@ memory_rows_node(Oid ext_oid)
  * Whether writing the table at the heap level does what the SQL would: a
  * plain heap table of exactly the columns the writes fill, nothing the
  * executor would add or check on top (a default or generated column, a
- * CHECK constraint, valid or not, NOT NULL on a column written NULL, row
- * security, a trigger, a rule, a child table).  The relcache has all of
+ * CHECK constraint, valid or not, row security, a trigger, a rule, a child
+ * table).  The relcache has all of
  * it: cheap enough for each checkpoint.
  */
 static bool
@@ -169,8 +169,7 @@ plain_heap(Relation rel, const ExpectedColumn *cols, int ncols)
 		for (c = 0; c < ncols; c++)
 			if (strcmp(NameStr(att->attname), cols[c].name) == 0)
 				break;
-		if (c == ncols || att->atttypid != cols[c].type || att->attgenerated || att->attidentity ||
-			(cols[c].null && att->attnotnull))
+		if (c == ncols || att->atttypid != cols[c].type || att->attgenerated || att->attidentity)
 			return false;
 		live++;
 	}
@@ -199,9 +198,9 @@ table_init(MemoryRows *mr, RowsTable *t, Index rti, bool undo)
 	t->bytes = 0;
 	t->bistate = NULL;
 	t->att_job = column(t->rel, "job_id");
-	t->att_key = column(t->rel, "key");
 	t->att_group = column(t->rel, "key_group");
-	t->att_value = column(t->rel, "value");
+	t->att_key = column(t->rel, undo ? "keys" : "key");
+	t->att_value = column(t->rel, undo ? "old_values" : "value");
 	t->att_epoch = undo ? column(t->rel, "epoch") : InvalidAttrNumber;
 }
 
@@ -265,10 +264,9 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	return mr;
 }
 
-/* The row's values, in the slot's arrays or in values/nulls. */
+/* A row's values, in the slot's arrays or in values/nulls: key and value are byteas (undo: bytea[]s). */
 static void
-fill_row(RowsTable *t, MemoryRows *mr, Datum *values, bool *nulls, const char *key, int klen,
-		 int group, const char *val, int vlen, bool val_null)
+fill_row(RowsTable *t, MemoryRows *mr, Datum *values, bool *nulls, Datum key, int group, Datum val)
 {
 	int			natts = RelationGetDescr(t->rel)->natts;
 
@@ -279,15 +277,12 @@ fill_row(RowsTable *t, MemoryRows *mr, Datum *values, bool *nulls, const char *k
 	}
 	values[t->att_job - 1] = Int64GetDatum(mr->job_id);
 	nulls[t->att_job - 1] = false;
-	values[t->att_key - 1] = PointerGetDatum(mailer_bytea(key, klen));
+	values[t->att_key - 1] = key;
 	nulls[t->att_key - 1] = false;
 	values[t->att_group - 1] = Int32GetDatum(group);
 	nulls[t->att_group - 1] = false;
-	if (!val_null)
-	{
-		values[t->att_value - 1] = PointerGetDatum(mailer_bytea(val, vlen));
-		nulls[t->att_value - 1] = false;
-	}
+	values[t->att_value - 1] = val;
+	nulls[t->att_value - 1] = false;
 }
 
 /* Write a table's buffered rows and their index entries. */
@@ -297,7 +292,13 @@ flush_inserts(MemoryRows *mr, RowsTable *t)
 	if (t->n == 0)
 		return;
 	if (t->bistate == NULL)
+	{
+		/* kept for the whole checkpoint: the caller's context may be a row's */
+		MemoryContext old = MemoryContextSwitchTo(mr->estate->es_query_cxt);
+
 		t->bistate = GetBulkInsertState();
+		MemoryContextSwitchTo(old);
+	}
 	table_multi_insert(t->rel, t->slots, t->n, mr->cid, 0, t->bistate);
 	for (int i = 0; i < t->n; i++)
 	{
@@ -315,30 +316,37 @@ flush_inserts(MemoryRows *mr, RowsTable *t)
 	MemoryContextReset(t->ctx);
 }
 
+/*
+ * Buffer a row of the table: key and value are in the table's context,
+ * which keeps them until the rows are written; bytes is their size.
+ */
 static void
-buffer_insert(MemoryRows *mr, RowsTable *t, int64 epoch, const char *key, int klen, int group,
-			  const char *val, int vlen, bool val_null, ItemPointer dest)
+buffer_insert(MemoryRows *mr, RowsTable *t, int64 epoch, Datum key, int group, Datum val,
+			  Size bytes, ItemPointer dest)
 {
 	TupleTableSlot *slot;
-	MemoryContext old;
 
 	CHECK_FOR_INTERRUPTS();
 	if (t->slots[t->n] == NULL)
+	{
+		/* kept for the whole checkpoint, whatever context the caller is in */
+		MemoryContext old = MemoryContextSwitchTo(mr->estate->es_query_cxt);
+
 		t->slots[t->n] = table_slot_create(t->rel, &mr->estate->es_tupleTable);
+		MemoryContextSwitchTo(old);
+	}
 	slot = t->slots[t->n];
 	ExecClearTuple(slot);
-	old = MemoryContextSwitchTo(t->ctx);
-	fill_row(t, mr, slot->tts_values, slot->tts_isnull, key, klen, group, val, vlen, val_null);
+	fill_row(t, mr, slot->tts_values, slot->tts_isnull, key, group, val);
 	if (t->att_epoch != InvalidAttrNumber)
 	{
 		slot->tts_values[t->att_epoch - 1] = Int64GetDatum(epoch);
 		slot->tts_isnull[t->att_epoch - 1] = false;
 	}
-	MemoryContextSwitchTo(old);
 	ExecStoreVirtualTuple(slot);
 	slot->tts_tableOid = RelationGetRelid(t->rel);
 	t->dest[t->n] = dest;
-	t->bytes += klen + (val_null ? 0 : vlen);
+	t->bytes += bytes;
 	if (++t->n == ROWS_BATCH || t->bytes >= ROWS_BATCH_BYTES)
 		flush_inserts(mr, t);
 }
@@ -347,14 +355,24 @@ void
 memory_rows_insert(MemoryRows *mr, const char *key, int klen, int group,
 				   const char *val, int vlen, ItemPointer dest)
 {
-	buffer_insert(mr, &mr->state, 0, key, klen, group, val, vlen, false, dest);
+	MemoryContext old = MemoryContextSwitchTo(mr->state.ctx);
+	Datum		k = PointerGetDatum(mailer_bytea(key, klen));
+	Datum		v = PointerGetDatum(mailer_bytea(val, vlen));
+
+	MemoryContextSwitchTo(old);
+	buffer_insert(mr, &mr->state, 0, k, group, v, klen + vlen, dest);
 }
 
 void
-memory_rows_undo(MemoryRows *mr, int64 epoch, const char *key, int klen, int group,
-				 const char *old, int oldlen)
+memory_rows_undo(MemoryRows *mr, int64 epoch, int group, Datum keys, Datum olds)
 {
-	buffer_insert(mr, &mr->undo, epoch, key, klen, group, old, oldlen, old == NULL, NULL);
+	MemoryContext old = MemoryContextSwitchTo(mr->undo.ctx);
+	Datum		k = datumCopy(keys, false, -1);
+	Datum		o = datumCopy(olds, false, -1);
+
+	MemoryContextSwitchTo(old);
+	buffer_insert(mr, &mr->undo, epoch, k, group, o,
+				  VARSIZE_ANY(DatumGetPointer(k)) + VARSIZE_ANY(DatumGetPointer(o)), NULL);
 }
 
 /*
@@ -468,7 +486,8 @@ memory_rows_update(MemoryRows *mr, ItemPointer tid, const char *key, int klen,
 		MemoryContextReset(mr->row_ctx);
 		return false;
 	}
-	fill_row(&mr->state, mr, values, nulls, key, klen, group, val, vlen, false);
+	fill_row(&mr->state, mr, values, nulls, PointerGetDatum(mailer_bytea(key, klen)), group,
+			 PointerGetDatum(mailer_bytea(val, vlen)));
 	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	result = heap_update(rel, tid, tup, mr->cid, InvalidSnapshot, true, &tmfd, &lockmode);
 	ReleaseBuffer(buf);

@@ -2,7 +2,7 @@
  * memory_rows.h
  *		The memory backend's checkpoint writes at the heap level: a key's row
  *		of mailer.memory_state updated or deleted at its address, new rows
- *		and the undo rows inserted many at a time.
+ *		and the undo's rows inserted many at a time.
  *
  * The backend keeps each key's row address (from the load and from the
  * writes after it); an address that no longer holds the key's live row
@@ -58,9 +58,11 @@ extern bool memory_rows_delete(MemoryRows *mr, ItemPointer tid, const char *key,
 extern void memory_rows_insert(MemoryRows *mr, const char *key, int klen, int group,
 							   const char *val, int vlen, ItemPointer dest);
 
-/* An undo row of epoch: the key's value before it (old NULL: absent). */
-extern void memory_rows_undo(MemoryRows *mr, int64 epoch, const char *key, int klen, int group,
-							 const char *old, int oldlen);
+/*
+ * An undo row of epoch (memory_undo.h): a key group's keys and their
+ * values before it, two bytea[]s, copied.
+ */
+extern void memory_rows_undo(MemoryRows *mr, int64 epoch, int group, Datum keys, Datum olds);
 
 /*
  * Write what is buffered and close the tables (their locks stay); *counts

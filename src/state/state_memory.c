@@ -10,7 +10,8 @@
  * index covers, and the table's fillfactor leaves room on each page, so an
  * update is a HOT update and the table does not grow with the checkpoints.
  * mailer.memory_undo holds, for each epoch still retained, each key that
- * epoch changed with its value before (NULL: the key was absent).  Opening
+ * epoch changed with its value before (NULL: the key was absent), packed
+ * into rows of about a page per key group (memory_undo.h).  Opening
  * at epoch E rewinds: a key changed after E gets back the undo value of the
  * oldest epoch after E that changed it, and those undo rows go.  Undo rows
  * only ever enter in the transaction that changes the keys, so whatever
@@ -44,13 +45,14 @@
 #include "base/work_xact.h"
 #include "jobs/catalog.h"
 #include "state/memory_rows.h"
+#include "state/memory_undo.h"
 #include "state/state.h"
 
 #define SKIP_MAX_LEVEL	24
 #define WRITE_CHUNK		20000	/* keys per statement of a checkpoint */
 #define WRITE_CHUNK_BYTES	(64 * 1024 * 1024)	/* and values per statement, at most about */
 #define LOAD_CHUNK		10000	/* rows per fetch of an open */
-#define CLEAN_SLICE		10000	/* undo rows per transaction of a cleanup */
+#define CLEAN_SLICE		1000	/* undo rows (of up to a page each) per transaction of a cleanup */
 #define CLEAN_SLICES	2		/* slices per call beyond what the checkpoint wrote */
 
 typedef struct SkipNode
@@ -142,16 +144,6 @@ seek(MemoryState *ms, const char *key, int klen, SkipNode **update)
 			update[i] = x;
 	}
 	return x->next[0];
-}
-
-/* A bytea[] of n values; nulls may be NULL when none is. */
-static Datum
-bytea_array(Datum *items, bool *nulls, int n)
-{
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-
-	return PointerGetDatum(construct_md_array(items, nulls, 1, dims, lbs, BYTEAOID, -1, false, TYPALIGN_INT));
 }
 
 static Datum
@@ -296,10 +288,12 @@ rewind_rows(MemoryState *ms, int64 epoch)
 					 4, types, values, NULL, false);
 		return;
 	}
-	catalog_exec("WITH u AS (SELECT DISTINCT ON (key) key, key_group, value FROM mailer.memory_undo "
-				 "  WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.>) $2 "
-				 "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-				 "  ORDER BY key, epoch), "
+	catalog_exec("WITH u AS (SELECT DISTINCT ON (e.key) e.key, c.key_group, e.value "
+				 "  FROM mailer.memory_undo c, "
+				 "  LATERAL ROWS FROM (pg_catalog.unnest(c.keys), pg_catalog.unnest(c.old_values)) AS e(key, value) "
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) $1 AND c.epoch OPERATOR(pg_catalog.>) $2 "
+				 "  AND c.key_group OPERATOR(pg_catalog.>=) $3 AND c.key_group OPERATOR(pg_catalog.<) $4 "
+				 "  ORDER BY e.key, c.epoch), "
 				 "d AS (DELETE FROM mailer.memory_state m USING u WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
 				 "  AND m.key OPERATOR(pg_catalog.=) u.key AND u.value IS NULL), "
 				 "i AS (INSERT INTO mailer.memory_state (job_id, key, key_group, value) "
@@ -580,11 +574,6 @@ typedef struct WriteChunk
 {
 	MemoryContext ctx;			/* the byteas and arrays; reset after each flush */
 	Size		bytes;			/* of the keys and values in it */
-	int			nundo;
-	Datum		undo_keys[WRITE_CHUNK];
-	Datum		undo_groups[WRITE_CHUNK];
-	Datum		undo_vals[WRITE_CHUNK];
-	bool		undo_nulls[WRITE_CHUNK];
 	int			nput;
 	Datum		put_keys[WRITE_CHUNK];
 	Datum		put_groups[WRITE_CHUNK];
@@ -594,16 +583,16 @@ typedef struct WriteChunk
 } WriteChunk;
 
 /*
- * Three statements, each of a whole chunk: the undo rows, the keys that
- * are there now (updated in place, or new), the keys deleted.  The SQL
- * writes what the heap-level writes could not (memory_rows.h), or all of
- * it when the tables are not plain heap tables; the upsert gives back the
- * rows' addresses for the next checkpoint's updates.
+ * Two statements, each of a whole chunk: the keys that are there now
+ * (updated in place, or new), the keys deleted.  The SQL writes what the
+ * heap-level writes could not (memory_rows.h), or all of it when the
+ * tables are not plain heap tables; the upsert gives back the rows'
+ * addresses for the next checkpoint's updates.
  */
 static void
-flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
+flush_chunk(MemoryState *ms, WriteChunk *w)
 {
-	Datum		values[5];
+	Datum		values[4];
 	MemoryContext old_ctx;
 
 	/*
@@ -613,25 +602,13 @@ flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
 	old_ctx = MemoryContextSwitchTo(w->ctx);
 
 	values[0] = Int64GetDatum(ms->base.job_id);
-	if (w->nundo > 0)
-	{
-		Oid			types[5] = {INT8OID, INT8OID, BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID};
-
-		values[1] = Int64GetDatum(epoch);
-		values[2] = bytea_array(w->undo_keys, NULL, w->nundo);
-		values[3] = int4_array(w->undo_groups, w->nundo);
-		values[4] = bytea_array(w->undo_vals, w->undo_nulls, w->nundo);
-		catalog_exec("INSERT INTO mailer.memory_undo (job_id, epoch, key, key_group, value) "
-					 "SELECT $1, $2, k, g, v FROM unnest($3, $4, $5) AS u(k, g, v)",
-					 5, types, values, NULL, false);
-	}
 	if (w->nput > 0)
 	{
 		Oid			types[4] = {INT8OID, BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID};
 
-		values[1] = bytea_array(w->put_keys, NULL, w->nput);
+		values[1] = mailer_bytea_array(w->put_keys, NULL, w->nput);
 		values[2] = int4_array(w->put_groups, w->nput);
-		values[3] = bytea_array(w->put_vals, NULL, w->nput);
+		values[3] = mailer_bytea_array(w->put_vals, NULL, w->nput);
 		catalog_exec("INSERT INTO mailer.memory_state AS m (job_id, key, key_group, value) "
 					 "SELECT $1, k, g, v FROM unnest($2, $3, $4) AS u(k, g, v) "
 					 "ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value "
@@ -651,47 +628,33 @@ flush_chunk(MemoryState *ms, WriteChunk *w, int64 epoch)
 	{
 		Oid			types[2] = {INT8OID, BYTEAARRAYOID};
 
-		values[1] = bytea_array(w->del_keys, NULL, w->ndel);
+		values[1] = mailer_bytea_array(w->del_keys, NULL, w->ndel);
 		catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
 					 "AND key OPERATOR(pg_catalog.=) ANY ($2)",
 					 2, types, values, NULL, false);
 	}
 	MemoryContextSwitchTo(old_ctx);
-	ms->undo_written += w->nundo;
-	w->nundo = w->nput = w->ndel = 0;
+	w->nput = w->ndel = 0;
 	w->bytes = 0;
 	MemoryContextReset(w->ctx);
 }
 
-/*
- * A changed key into the chunk: its undo (when undo), and its row now
- * (x, the key's node; NULL: deleted).
- */
+/* A changed key's row now into the chunk (x, the key's node; NULL: deleted). */
 static void
-chunk_add(MemoryState *ms, WriteChunk *w, int64 epoch, ChangedKey *ck, SkipNode *x, int group,
-		  bool undo)
+chunk_add(MemoryState *ms, WriteChunk *w, ChangedKey *ck, SkipNode *x, int group)
 {
 	/*
 	 * Cut by bytes too: 20000 large values (session windows, numeric
 	 * extremes) would make an array past the 1 GB a datum may have.
 	 */
-	Size		add = 2 * (Size) ck->key.len + (undo ? ck->oldlen : 0) + (x ? x->vlen : 0);
+	Size		add = (Size) ck->key.len + (x ? x->vlen : 0);
 	MemoryContext old_ctx;
 	Datum		key;
 
-	if (w->nundo + w->nput + w->ndel > 0 && w->bytes + add > WRITE_CHUNK_BYTES)
-		flush_chunk(ms, w, epoch);
+	if (w->nput + w->ndel > 0 && w->bytes + add > WRITE_CHUNK_BYTES)
+		flush_chunk(ms, w);
 	old_ctx = MemoryContextSwitchTo(w->ctx);
 	key = PointerGetDatum(mailer_bytea(ck->key.data, ck->key.len));
-	if (undo)
-	{
-		w->undo_keys[w->nundo] = key;
-		w->undo_groups[w->nundo] = Int32GetDatum(group);
-		w->undo_nulls[w->nundo] = !ck->existed;
-		if (ck->existed)
-			w->undo_vals[w->nundo] = PointerGetDatum(mailer_bytea(ck->old, ck->oldlen));
-		w->nundo++;
-	}
 	if (x)
 	{
 		w->put_keys[w->nput] = key;
@@ -703,8 +666,38 @@ chunk_add(MemoryState *ms, WriteChunk *w, int64 epoch, ChangedKey *ck, SkipNode 
 		w->del_keys[w->ndel++] = key;
 	MemoryContextSwitchTo(old_ctx);
 	w->bytes += add;
-	if (w->nundo == WRITE_CHUNK || w->nput == WRITE_CHUNK || w->ndel == WRITE_CHUNK)
-		flush_chunk(ms, w, epoch);
+	if (w->nput == WRITE_CHUNK || w->ndel == WRITE_CHUNK)
+		flush_chunk(ms, w);
+}
+
+/* Where a checkpoint's undo rows go: memory_rows, or SQL when it is NULL. */
+typedef struct UndoTarget
+{
+	MemoryState *ms;
+	MemoryRows *mr;
+	int64		epoch;
+} UndoTarget;
+
+static void
+write_undo_row(void *arg, int group, Datum keys, Datum olds)
+{
+	UndoTarget *t = arg;
+	Oid			types[5] = {INT8OID, INT8OID, INT4OID, BYTEAARRAYOID, BYTEAARRAYOID};
+	Datum		values[5];
+
+	if (t->mr)
+	{
+		memory_rows_undo(t->mr, t->epoch, group, keys, olds);
+		return;
+	}
+	values[0] = Int64GetDatum(t->ms->base.job_id);
+	values[1] = Int64GetDatum(t->epoch);
+	values[2] = Int32GetDatum(group);
+	values[3] = keys;
+	values[4] = olds;
+	catalog_exec("INSERT INTO mailer.memory_undo (job_id, epoch, key_group, keys, old_values) "
+				 "VALUES ($1, $2, $3, $4, $5)",
+				 5, types, values, NULL, false);
 }
 
 /*
@@ -769,8 +762,9 @@ typedef struct RowWrite
 } RowWrite;
 
 /*
- * The undo rows in key group order: with the epoch before it, each index
- * entry is then past the one before, on the same leaf page.
+ * The undo in key group order: it is packed a key group at a time
+ * (memory_undo.h), and with the epoch before it, each row's index entry is
+ * then past the one before, on the same leaf page.
  */
 static int
 undo_order(const void *a, const void *b)
@@ -818,9 +812,10 @@ free_old(MemoryState *ms, ChangedKey *ck)
  * state of the last committed epoch, so no checkpoint is retried with this
  * changed-key set.
  *
- * A key that existed has its row updated (or deleted) at its address, a
- * new key's row is inserted, both at the heap level (memory_rows.h), SQL
- * writing what that could not.
+ * The undo goes first, packed into rows of a key group each
+ * (memory_undo.h).  A key that existed has its row updated (or deleted) at
+ * its address, a new key's row is inserted, both at the heap level
+ * (memory_rows.h), SQL writing what that could not.
  */
 static char *
 mem_checkpoint(StateBackend *backend, int64 epoch)
@@ -835,9 +830,11 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	MemoryRows *mr;
 	MemoryRowsCounts counts = {0};
 	RelFileNode node;
+	UndoTarget	undo;
+	UndoPacker *packer;
 
 	w->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory checkpoint", ALLOCSET_DEFAULT_SIZES);
-	w->nundo = w->nput = w->ndel = 0;
+	w->nput = w->ndel = 0;
 	w->bytes = 0;
 	SPI_connect();
 	if (ms->changed->members == 0)
@@ -879,35 +876,38 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("a key of key group %d was changed in the memory state of key groups %d to %d of job " INT64_FORMAT,
 							group, ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
-		if (mr == NULL)
-		{
-			chunk_add(ms, w, epoch, ck, x, group, true);
-			free_old(ms, ck);
-			by_sql++;
-			continue;
-		}
 		writes[nwrites].ck = ck;
 		writes[nwrites].x = x;
 		writes[nwrites].group = group;
 		nwrites++;
 	}
 	qsort(writes, nwrites, sizeof(RowWrite), undo_order);
+	undo.ms = ms;
+	undo.mr = mr;
+	undo.epoch = epoch;
+	packer = undo_packer_create(write_undo_row, &undo);
 	for (int64 i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
 
-		memory_rows_undo(mr, epoch, c->key.data, c->key.len, writes[i].group,
-						 c->existed ? c->old : NULL, c->oldlen);
-		ms->undo_written++;
+		undo_packer_add(packer, writes[i].group, c->key.data, c->key.len,
+						c->existed ? c->old : NULL, c->oldlen);
 		free_old(ms, c);
 	}
-	qsort(writes, nwrites, sizeof(RowWrite), row_order);
+	ms->undo_written += undo_packer_finish(packer);
+	if (mr)
+		qsort(writes, nwrites, sizeof(RowWrite), row_order);
 	for (int64 i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
 		SkipNode   *x = writes[i].x;
 
-		if (!c->existed)
+		if (mr == NULL)
+		{
+			chunk_add(ms, w, c, x, writes[i].group);
+			by_sql++;
+		}
+		else if (!c->existed)
 			memory_rows_insert(mr, c->key.data, c->key.len, writes[i].group, x->val, x->vlen, &x->tid);
 		else if (x ? memory_rows_update(mr, &c->tid, c->key.data, c->key.len, writes[i].group,
 										x->val, x->vlen)
@@ -918,13 +918,13 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		}
 		else
 		{
-			chunk_add(ms, w, epoch, c, x, writes[i].group, false);
+			chunk_add(ms, w, c, x, writes[i].group);
 			by_sql++;
 		}
 	}
 	if (mr)
 		memory_rows_end(mr, &counts);
-	flush_chunk(ms, w, epoch);
+	flush_chunk(ms, w);
 	pfree(writes);
 	/* what went which way: tests read it (159, 160) */
 	elog(DEBUG1, "mailer memory checkpoint of job " INT64_FORMAT " epoch " INT64_FORMAT ": "
