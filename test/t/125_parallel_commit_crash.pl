@@ -50,6 +50,10 @@ for my $s (@steps)
 {
 	my ($point, $how, $decided) = @$s;
 	my $to = $from + 1999;
+	# The run after a crash replays what the last one had not committed
+	# and checkpoints it: wait for that, or its epoch could be the one held
+	# below and the epoch named in the share would be one later.
+	is(wait_job('t125', 120), 'running', "$point ($how): the job has committed what it read");
 	my $before = decided_epoch();
 	my $log = test_point_hold($point);
 	par_produce('t125_orders', $topic, $from, $to);
