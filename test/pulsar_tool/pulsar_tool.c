@@ -11,7 +11,7 @@
  *       or, for a message the broker dropped as already stored,
  *           SEQUENCE_ID <TAB> duplicate
  *       PULSAR_TOOL_KEY gives every message that key, PULSAR_TOOL_PROPERTY
- *       (NAME=VALUE) that property.
+ *       (NAME=VALUE) that property; unset or empty, none.
  *   pulsar_tool URL read TOPIC FROM COUNT
  *       read COUNT messages after FROM (a base64 message id; earliest;
  *       latest), one line each:
@@ -124,6 +124,8 @@ produce(PulsarWs *ws, const char *url, const char *topic, const char *name,
 	int			acked = 0;
 	const char *why;
 
+	if (key && *key == '\0')
+		key = NULL;				/* unset and empty alike: no key */
 	if (property && *property)
 	{
 		const char *eq = strchr(property, '=');
@@ -217,7 +219,8 @@ static int
 read_topic(PulsarWs *ws, const char *url, const char *topic, const char *from, int count)
 {
 	double		deadline = now() + env_int("PULSAR_TOOL_TIMEOUT", 30);
-	double		linger_end = 0;
+	int			linger_ms = env_int("PULSAR_TOOL_LINGER_MS", 500);
+	double		linger_end = now() + linger_ms / 1000.0;	/* COUNT 0: linger at once */
 	int			got = 0;
 	PulsarWsConn *conn;
 	const char *why;
@@ -265,7 +268,7 @@ read_topic(PulsarWs *ws, const char *url, const char *topic, const char *from, i
 			free(ack);
 			pulsar_ws_frame_free(frame);
 			if (++got == count)
-				linger_end = now() + env_int("PULSAR_TOOL_LINGER_MS", 500) / 1000.0;
+				linger_end = now() + linger_ms / 1000.0;
 		}
 		if (got > count)
 		{
@@ -291,33 +294,23 @@ read_topic(PulsarWs *ws, const char *url, const char *topic, const char *from, i
 int
 main(int argc, char **argv)
 {
+	bool		producing = argc >= 6 && strcmp(argv[2], "produce") == 0;
+	bool		reading = argc == 6 && strcmp(argv[2], "read") == 0;
 	PulsarWs   *ws;
 	int			rc;
 
-	if (argc >= 7 && strcmp(argv[2], "produce") == 0)
-	{
-		if ((ws = pulsar_ws_new(err, sizeof(err))) == NULL)
-			die("libwebsockets", err);
-		rc = produce(ws, argv[1], argv[3], argv[4], atoll(argv[5]) , argc - 6, argv + 6);
-	}
-	else if (argc == 6 && strcmp(argv[2], "produce") == 0)
-	{
-		if ((ws = pulsar_ws_new(err, sizeof(err))) == NULL)
-			die("libwebsockets", err);
-		rc = produce(ws, argv[1], argv[3], argv[4], atoll(argv[5]), 0, NULL);
-	}
-	else if (argc == 6 && strcmp(argv[2], "read") == 0)
-	{
-		if ((ws = pulsar_ws_new(err, sizeof(err))) == NULL)
-			die("libwebsockets", err);
-		rc = read_topic(ws, argv[1], argv[3], argv[4], atoi(argv[5]));
-	}
-	else
+	if (!producing && !reading)
 	{
 		fprintf(stderr, "usage: pulsar_tool URL produce TOPIC PRODUCER INITIAL_SEQUENCE_ID [PAYLOAD ...]\n"
 				"       pulsar_tool URL read TOPIC FROM COUNT\n");
 		return 2;
 	}
+	if ((ws = pulsar_ws_new(err, sizeof(err))) == NULL)
+		die("libwebsockets", err);
+	if (producing)
+		rc = produce(ws, argv[1], argv[3], argv[4], atoll(argv[5]), argc - 6, argv + 6);
+	else
+		rc = read_topic(ws, argv[1], argv[3], argv[4], atoi(argv[5]));
 	/* Let the close frames go out before the context goes. */
 	pulsar_ws_service(ws, 0);
 	pulsar_ws_free(ws);
