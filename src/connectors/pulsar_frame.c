@@ -177,7 +177,25 @@ parse_string(Cursor *c, char **out)
 	return true;
 }
 
-/* A number, true, false or null: its text copied into buf (cut to size). */
+/* The digits at c->p: how many (none is no error here). */
+static int
+digits(Cursor *c)
+{
+	int			n = 0;
+
+	while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
+	{
+		c->p++;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * A number, true, false or null: its text copied into buf (cut to size).
+ * Numbers follow JSON's grammar exactly (no leading zeros, no bare '.'), so
+ * that what this accepts is what PostgreSQL's json accepts.
+ */
 static bool
 parse_scalar(Cursor *c, char *buf, size_t size)
 {
@@ -186,17 +204,43 @@ parse_scalar(Cursor *c, char *buf, size_t size)
 
 	skip_ws(c);
 	start = c->p;
-	while (c->p < c->end && (strchr("+-.eE", *c->p) ||
-							 (*c->p >= '0' && *c->p <= '9') ||
-							 (*c->p >= 'a' && *c->p <= 'z')))
-		c->p++;
+	if (c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')))
+	{
+		if (*c->p == '-')
+			c->p++;
+		if (c->p < c->end && *c->p == '0')
+			c->p++;
+		else if (digits(c) == 0)
+			return fail(c, "a bad number");
+		if (c->p < c->end && *c->p == '.')
+		{
+			c->p++;
+			if (digits(c) == 0)
+				return fail(c, "a bad number");
+		}
+		if (c->p < c->end && (*c->p == 'e' || *c->p == 'E'))
+		{
+			c->p++;
+			if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
+				c->p++;
+			if (digits(c) == 0)
+				return fail(c, "a bad number");
+		}
+	}
+	else
+	{
+		while (c->p < c->end && *c->p >= 'a' && *c->p <= 'z')
+			c->p++;
+	}
 	n = c->p - start;
 	if (n == 0)
 		return fail(c, "a value expected");
-	if (!((*start >= '0' && *start <= '9') || *start == '-' ||
-		  (n == 4 && memcmp(start, "true", 4) == 0) ||
+	/* A literal, or a number not run into letters ("1x"). */
+	if ((*start >= 'a' && *start <= 'z') ?
+		!((n == 4 && memcmp(start, "true", 4) == 0) ||
 		  (n == 5 && memcmp(start, "false", 5) == 0) ||
-		  (n == 4 && memcmp(start, "null", 4) == 0)))
+		  (n == 4 && memcmp(start, "null", 4) == 0)) :
+		(c->p < c->end && ((*c->p >= 'a' && *c->p <= 'z') || (*c->p >= 'A' && *c->p <= 'Z'))))
 		return fail(c, "a bad literal");
 	if (buf != NULL && size > 0)
 	{
@@ -292,6 +336,8 @@ parse_text(Cursor *c, char *buf, size_t size)
 static bool
 parse_properties(Cursor *c, PulsarMessage *msg)
 {
+	/* A member named twice: the last one counts, as in PostgreSQL's jsonb. */
+	msg->nproperties = 0;
 	if (!expect(c, '{'))
 	{
 		char		lit[8];
@@ -309,6 +355,14 @@ parse_properties(Cursor *c, PulsarMessage *msg)
 
 		if (!parse_string(c, &name) || !expect(c, ':') || !parse_string_or_null(c, &value))
 			return false;
+		/* A name given twice: the last value counts, as in jsonb. */
+		for (int i = 0; i < msg->nproperties; i++)
+			if (strcmp(msg->property_names[i], name) == 0)
+			{
+				msg->property_names[i] = msg->property_names[--msg->nproperties];
+				msg->property_values[i] = msg->property_values[msg->nproperties];
+				break;
+			}
 		if (value != NULL)
 		{
 			if (msg->nproperties == PULSAR_MAX_PROPERTIES)
@@ -350,8 +404,11 @@ base64_decode(const char *src, size_t n, unsigned char *dst)
 	int			bits = 0;
 	size_t		i;
 
-	while (n > 0 && src[n - 1] == '=')
-		n--;
+	/* Whole groups of four, as Java's encoder writes, at most two of them '='. */
+	if (n % 4 != 0)
+		return -1;
+	if (n > 0 && src[n - 1] == '=')
+		n -= (n > 1 && src[n - 2] == '=') ? 2 : 1;
 	for (i = 0; i < n; i++)
 	{
 		int			v = b64_value[(unsigned char) src[i]];

@@ -21,6 +21,14 @@
  *       is escaped (\\, \t, \n, \xNN for other bytes below 0x20 or 0x7f).
  *       Then it waits PULSAR_TOOL_LINGER_MS (default 500) for more.
  *
+ *   pulsar_tool parse < frames
+ *       parse each line of stdin as a reader's message frame, as the
+ *       source will (no broker involved); one line each:
+ *           ok <TAB> MESSAGE_ID <TAB> KEY <TAB> PROPERTIES <TAB> PAYLOAD
+ *       every text in hex (KEY \N when there is none, PROPERTIES
+ *       NAME=VALUE;...), or "error <TAB> why". Test 181 compares these
+ *       with PostgreSQL's jsonb reading the same frames.
+ *
  * URL is the broker's http://host:port; TOPIC is tenant/ns/topic or a
  * partition, tenant/ns/topic-partition-N. Exit status: 0; 1 on an error or
  * when fewer than COUNT messages arrive within PULSAR_TOOL_TIMEOUT seconds
@@ -94,6 +102,41 @@ print_escaped(const unsigned char *s, size_t n)
 		else
 			putchar(s[i]);
 	}
+}
+
+static void
+print_hex(const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		printf("%02x", s[i]);
+}
+
+static void
+print_text(void (*print) (const unsigned char *, size_t), const char *s)
+{
+	print((const unsigned char *) s, strlen(s));
+}
+
+/* KEY <TAB> PROPERTIES <TAB> PAYLOAD, each text written by print. */
+static void
+print_fields(const PulsarMessage *msg, void (*print) (const unsigned char *, size_t))
+{
+	if (msg->key)
+		print_text(print, msg->key);
+	else
+		fputs("\\N", stdout);
+	putchar('\t');
+	for (int i = 0; i < msg->nproperties; i++)
+	{
+		if (i > 0)
+			putchar(';');
+		print_text(print, msg->property_names[i]);
+		putchar('=');
+		print_text(print, msg->property_values[i]);
+	}
+	putchar('\t');
+	print(msg->payload, msg->payload_len);
+	putchar('\n');
 }
 
 static void
@@ -245,22 +288,7 @@ read_topic(PulsarWs *ws, const char *url, const char *topic, const char *from, i
 			printf("%s\t", msg.message_id);
 			print_id(msg.message_id);
 			putchar('\t');
-			if (msg.key)
-				print_escaped((const unsigned char *) msg.key, strlen(msg.key));
-			else
-				fputs("\\N", stdout);
-			putchar('\t');
-			for (int i = 0; i < msg.nproperties; i++)
-			{
-				if (i > 0)
-					putchar(';');
-				print_escaped((const unsigned char *) msg.property_names[i], strlen(msg.property_names[i]));
-				putchar('=');
-				print_escaped((const unsigned char *) msg.property_values[i], strlen(msg.property_values[i]));
-			}
-			putchar('\t');
-			print_escaped(msg.payload, msg.payload_len);
-			putchar('\n');
+			print_fields(&msg, print_escaped);
 			fflush(stdout);
 			if ((ack = pulsar_frame_ack(msg.message_id, &ack_len)) == NULL ||
 				!pulsar_ws_send(conn, ack, ack_len))
@@ -291,6 +319,33 @@ read_topic(PulsarWs *ws, const char *url, const char *topic, const char *from, i
 	return 0;
 }
 
+static int
+parse_frames(void)
+{
+	size_t		cap = 0;
+	char	   *line = NULL;
+	ssize_t		len;
+
+	while ((len = getline(&line, &cap, stdin)) >= 0)
+	{
+		PulsarMessage msg;
+
+		if (len > 0 && line[len - 1] == '\n')
+			line[--len] = '\0';
+		if (!pulsar_parse_message(line, (size_t) len, &msg, err, sizeof(err)))
+		{
+			printf("error\t%s\n", err);
+			continue;
+		}
+		fputs("ok\t", stdout);
+		print_text(print_hex, msg.message_id);
+		putchar('\t');
+		print_fields(&msg, print_hex);
+	}
+	free(line);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -299,10 +354,13 @@ main(int argc, char **argv)
 	PulsarWs   *ws;
 	int			rc;
 
+	if (argc == 2 && strcmp(argv[1], "parse") == 0)
+		return parse_frames();
 	if (!producing && !reading)
 	{
 		fprintf(stderr, "usage: pulsar_tool URL produce TOPIC PRODUCER INITIAL_SEQUENCE_ID [PAYLOAD ...]\n"
-				"       pulsar_tool URL read TOPIC FROM COUNT\n");
+				"       pulsar_tool URL read TOPIC FROM COUNT\n"
+				"       pulsar_tool parse < frames\n");
 		return 2;
 	}
 	if ((ws = pulsar_ws_new(err, sizeof(err))) == NULL)
