@@ -257,8 +257,11 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 				const unsigned char *p = in;
 				int			code = len >= 2 ? (p[0] << 8) | p[1] : 0;
 
-				snprintf(why, sizeof(why), "the broker closed the session (code %d): %.*s",
-						 code, len > 2 ? (int) (len - 2) : 0, len > 2 ? (const char *) p + 2 : "");
+				if (len < 2)
+					snprintf(why, sizeof(why), "the broker closed the session, giving no reason (shutting down?)");
+				else
+					snprintf(why, sizeof(why), "the broker closed the session (code %d): %.*s",
+							 code, (int) (len - 2), (const char *) p + 2);
 				set_closed(conn, why);
 				break;
 			}
