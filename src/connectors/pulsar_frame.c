@@ -661,6 +661,49 @@ pulsar_message_id_decode(const char *base64, PulsarMessageId *id)
 	return have_ledger && have_entry;
 }
 
+/* One protobuf varint field (wire type 0) of the given number. */
+static size_t
+put_varint_field(unsigned char *dst, int field, uint64_t v)
+{
+	size_t		n = 0;
+
+	dst[n++] = (unsigned char) (field << 3);
+	do
+	{
+		dst[n] = v & 0x7f;
+		v >>= 7;
+		if (v)
+			dst[n] |= 0x80;
+		n++;
+	} while (v);
+	return n;
+}
+
+/*
+ * The MessageIdData a reader's messageId parameter takes, as
+ * pulsar_message_id_decode reads it: ledger and entry, the partition and
+ * the batch index only when not -1 (an int32's -1 is ten bytes of varint).
+ */
+bool
+pulsar_message_id_encode(const PulsarMessageId *id, char *out, size_t outsize)
+{
+	unsigned char buf[48];
+	size_t		n = 0;
+
+	if (id->ledger < 0 || id->entry < 0)
+		return false;
+	n += put_varint_field(buf + n, 1, (uint64_t) id->ledger);
+	n += put_varint_field(buf + n, 2, (uint64_t) id->entry);
+	if (id->partition >= 0)
+		n += put_varint_field(buf + n, 3, (uint64_t) id->partition);
+	if (id->batch_index >= 0)
+		n += put_varint_field(buf + n, 4, (uint64_t) id->batch_index);
+	if (outsize < (n + 2) / 3 * 4 + 1)
+		return false;
+	out[base64_encode(buf, n, out)] = '\0';
+	return true;
+}
+
 bool
 pulsar_message_id_is_duplicate(const PulsarMessageId *id)
 {

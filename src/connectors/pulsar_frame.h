@@ -72,6 +72,12 @@ extern bool pulsar_parse_ack(char *text, size_t len, PulsarAck *ack,
 extern bool pulsar_message_id_decode(const char *base64, PulsarMessageId *id);
 
 /*
+ * Encode an id (ledger and entry >= 0) as the base64 a reader's messageId
+ * takes, NUL-terminated; false if out (outsize bytes) is too small.
+ */
+extern bool pulsar_message_id_encode(const PulsarMessageId *id, char *out, size_t outsize);
+
+/*
  * The id the broker gives a re-sent message it dropped as a duplicate:
  * ledger and entry -1.
  */

@@ -555,7 +555,7 @@ find_partition(KafkaSource *kafka, int topic, int32 partition)
 static bool
 owns(KafkaSource *kafka, int topic, int32 partition)
 {
-	return ((int64) partition + topic) % kafka->parallelism == kafka->subtask;
+	return source_owns(topic, partition, kafka->subtask, kafka->parallelism);
 }
 
 /*

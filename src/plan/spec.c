@@ -38,7 +38,7 @@ StaticAssertDecl(lengthof(step_kind_names) == STEP_AGGREGATE + 1,
 				 "every step kind has a name");
 
 const SpecChoice spec_source_types[] = {
-	{"kafka", SOURCE_KAFKA}, {"generator", SOURCE_GENERATOR}, {NULL}
+	{"kafka", SOURCE_KAFKA}, {"generator", SOURCE_GENERATOR}, {"pulsar", SOURCE_PULSAR}, {NULL}
 };
 const SpecChoice spec_formats[] = {
 	{"json", FORMAT_JSON}, {"text", FORMAT_TEXT}, {"bytes", FORMAT_BYTES}, {NULL}
@@ -82,6 +82,9 @@ static const char *const top_fields[] = {
 static const char *const kafka_fields[] = {
 	"type", "brokers", "topic", "topics", "start", "format", "options", "group_id",
 	"barrier_group", "barrier_topic", NULL
+};
+static const char *const pulsar_fields[] = {
+	"type", "service_url", "topic", "start", "format", NULL
 };
 static const char *const generator_fields[] = {
 	"type", "events", "rate", "keys", "seed", "start_time", "step", "partitions", "format", NULL
@@ -143,6 +146,7 @@ static void parse_state(JsonObject *top, JobSpec *spec);
 static void parse_source(JsonObject *top, SourceSpec *source);
 static void parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka);
 static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
+static void parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar);
 static List *parse_steps(JsonObject *top);
 static StepSpec *parse_step(JsonbValue *v, const char *path);
 static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates);
@@ -288,7 +292,7 @@ static void
 parse_source(JsonObject *top, SourceSpec *source)
 {
 	JsonObject	obj = required_object(top, "source",
-									  "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.");
+									  "An object such as {\"type\": \"generator\", \"events\": 1000}, {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"} or {\"type\": \"pulsar\", \"service_url\": \"http://localhost:8080\", \"topic\": \"persistent://public/default/orders\"}.");
 
 	source->type = get_choice(&obj, "type", spec_source_types, -1);
 	source->format = get_choice(&obj, "format", spec_formats, FORMAT_JSON);
@@ -296,6 +300,11 @@ parse_source(JsonObject *top, SourceSpec *source)
 	{
 		check_fields(&obj, kafka_fields);
 		parse_kafka(&obj, &source->kafka);
+	}
+	else if (source->type == SOURCE_PULSAR)
+	{
+		check_fields(&obj, pulsar_fields);
+		parse_pulsar(&obj, &source->pulsar);
 	}
 	else
 	{
@@ -338,6 +347,51 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 		kafka->barrier_topic = pstrdup("__barrier_state");
 
 	kafka->options = parse_options(obj);
+}
+
+/*
+ * A Pulsar source.  The service URL is the broker's plain-HTTP web service
+ * (its WebSocket API and REST admin API share it); the topic must be
+ * persistent, since a non-persistent topic keeps no message a restart could
+ * resume from.
+ */
+static void
+parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar)
+{
+	const char *url_hint = "The broker's web service, such as \"http://127.0.0.1:8080\".";
+	const char *topic_hint = "A persistent topic, \"persistent://tenant/namespace/topic\", of letters, digits, '.', '_', '-', '=' and ':'.";
+	char	   *url = get_string(obj, "service_url", true, url_hint);
+	char	   *topic = get_string(obj, "topic", true, topic_hint);
+	const char *rest;
+	int			slashes = 0;
+	size_t		hostlen;
+
+	if (strncmp(url, "http://", 7) != 0)
+		spec_error(child_path(obj->path, "service_url"), ERRCODE_INVALID_PARAMETER_VALUE,
+				   strncmp(url, "https://", 8) == 0 ? "TLS to Pulsar is not supported yet: give the broker's plain http:// service URL." : url_hint,
+				   "\"%s\" is not an http:// URL", url);
+	hostlen = strcspn(url + 7, "/?#@ ");
+	if (hostlen == 0 || strlen(url) > 512 ||
+		(url[7 + hostlen] != '\0' && strcmp(url + 7 + hostlen, "/") != 0))
+		spec_error(child_path(obj->path, "service_url"), ERRCODE_INVALID_PARAMETER_VALUE, url_hint,
+				   "\"%s\" is not a service URL: give http://host:port and nothing after it", url);
+	pulsar->service_url = pnstrdup(url, 7 + hostlen);
+
+	if (strncmp(topic, "persistent://", 13) != 0)
+		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME, topic_hint,
+				   "\"%s\" is not a persistent Pulsar topic", topic);
+	rest = topic + 13;
+	for (const char *c = rest; *c; c++)
+		if (*c == '/')
+			slashes++;
+	if (slashes != 2 || strlen(rest) > 512 || strstr(rest, "//") != NULL || rest[0] == '/' ||
+		rest[strlen(rest) - 1] == '/' ||
+		strspn(rest, TOPIC_CHARS "=:/") != strlen(rest) || strstr(rest, "-partition-") != NULL)
+		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME, topic_hint,
+				   strstr(rest, "-partition-") ? "\"%s\" names one partition: give the topic, whose partitions are all read"
+				   : "\"%s\" is not a Pulsar topic name", topic);
+	pulsar->topic = pstrdup(rest);
+	pulsar->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
 }
 
 /* librdkafka properties (DefElem, string values) of obj.options, or NIL. */

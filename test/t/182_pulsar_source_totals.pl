@@ -1,0 +1,226 @@
+# The Pulsar source, exactly once, against a real Pulsar standalone
+# (test/services/pulsar.sh): orders produced to a 4-partition topic, a keyed
+# totals job (orders = count(*), total = sum(amount) per customer) killed
+# with SIGKILL three times mid-stream (each a crash and restart of the
+# server's backends), and the table compared with SQL's GROUP BY over
+# exactly the orders produced. A second job over the same topic writes
+# each record's fields (key, topic, partition, offset, timestamp,
+# properties as headers). Then every bad field of the source's spec is
+# refused with its SQLSTATE, JSON path and hint.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use IPC::Run ();
+use MailerTest;
+use MailerKafkaTest;
+use MailerPulsarTest;
+use Test::More;
+
+pulsar_start_or_skip();
+
+my $N = 8000;
+my $CUSTOMERS = 400;
+my $PARTS = 4;
+my $url = pulsar_url();
+
+fresh_extension();
+my $name = unique_name('t182');
+my $topic = "public/default/$name";
+pulsar('create-topic', $topic, $PARTS);
+
+orders_source('orders_182');
+orders_insert('orders_182', 1, $N, $CUSTOMERS);
+
+# Start producing orders $from..$to, order_id % 4 to partition order_id % 4,
+# each message with key 'k182' and property src=t182, from a producer of
+# its own per partition, the four at once; returns the running producers.
+sub start_orders
+{
+	my ($from, $to) = @_;
+	my @running;
+	for my $p (0 .. $PARTS - 1)
+	{
+		my $sql = "SELECT json_build_object('order_id', order_id, 'customer_id', customer_id, "
+		  . "'amount', amount, 'ts', ts)::text FROM orders_182 "
+		  . "WHERE order_id BETWEEN $from AND $to AND order_id % $PARTS = $p ORDER BY order_id";
+		my ($out, $err) = ('', '');
+		local $ENV{PULSAR_TOOL_KEY} = 'k182';
+		local $ENV{PULSAR_TOOL_PROPERTY} = 'src=t182';
+		push @running, [ IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
+			'|', [ "$ROOT/test/services/pulsar.sh", 'produce', "$topic-partition-$p", "p182-$from-$p", 0 ],
+			'>', \$out, '2>', \$err), \$err, $p ];
+	}
+	return \@running;
+}
+
+sub finish_orders
+{
+	my ($running, $what) = @_;
+	for my $r (@$running)
+	{
+		my ($h, $err, $p) = @$r;
+		$h->finish or die "producing $what to partition $p failed: $$err\n";
+	}
+}
+
+totals_sink('totals_182');
+psql(qq{SELECT mailer.create_job('totals_182', \$\${
+  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$topic", "format": "json"},
+  "steps": [
+    {"key_by": {"customer_id": "value->>'customer_id'"}},
+    {"aggregate": {"orders": "count(*)", "total": "sum((value->>'amount')::numeric)"}}
+  ],
+  "sink": {"type": "table", "table": "totals_182"},
+  "checkpoint": {"interval": "2 seconds"}
+}\$\$)});
+
+psql("DROP TABLE IF EXISTS fields_182, latest_182, bad_182");
+psql('CREATE TABLE fields_182 (key text, topic text, partition int, "offset" bigint, ts timestamptz, '
+	  . 'headers jsonb, order_id bigint)');
+psql(qq{SELECT mailer.create_job('fields_182', \$\${
+  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$topic", "format": "json"},
+  "steps": [{"map": {"ts": "timestamp", "order_id": "(value->>'order_id')::bigint"}}],
+  "sink": {"type": "table", "table": "fields_182", "mode": "append"},
+  "state": {"backend": "memory"}
+}\$\$)});
+
+# Four quarters, each produced while the job reads. Before each, the job
+# has committed every earlier order (its checkpoint holds message ids
+# inside the partitions); during each of the first three, once it has read
+# some of the quarter and before its next checkpoint (2 s apart), a
+# SIGKILL of the totals worker (the server's backends restart): it must
+# resume after the stored ids, and replay exactly what it had not committed.
+my $q = $N / 4;
+my $mid_stream_kills = 0;
+for my $k (0 .. 3)
+{
+	wait_until("totals_182 to commit the first $k quarters", sub {
+		committed_records('totals_182') >= $k * $q;
+	}, 60);
+	my $running = start_orders($k * $q + 1, ($k + 1) * $q);
+	if ($k < 3)
+	{
+		wait_job_running('totals_182');
+		wait_until("totals_182 to read some of quarter " . ($k + 1), sub {
+			job_metric('totals_182', 'records_in') > $k * $q;
+		}, 60);
+		my $pid = job_worker_pid('totals_182');
+		my $read = job_metric('totals_182', 'records_in');
+		my $committed = committed_records('totals_182');
+		$mid_stream_kills++ if $committed > 0 && $read > $committed;
+		ok(defined $pid && kill('KILL', $pid) == 1,
+			"SIGKILL " . ($k + 1) . " of the totals worker, $read orders read, $committed committed");
+		wait_until('the server to restart after the crash', sub {
+			my $now = eval { job_worker_pid('totals_182') };
+			return defined $now && $now != $pid;
+		}, 60);
+	}
+	finish_orders($running, "quarter " . ($k + 1));
+}
+cmp_ok($mid_stream_kills, '>=', 2,
+	'at least 2 kills came after a checkpoint with message ids, with records read past it');
+
+for my $job (qw(totals_182 fields_182))
+{
+	wait_job_running($job);
+	is(psql("SELECT mailer.wait_job('$job', '2 minutes')"), 'running', "$job: wait_job returns, running");
+}
+totals_check('orders_182', 'totals_182', 'after 3 SIGKILLs');
+is(job_metric('totals_182', 'records_in'), $N, 'records_in counts every order once');
+is(psql("SELECT count(*), sum(records_in) FROM mailer.partition_metrics WHERE name = 'totals_182'"),
+	"$PARTS|$N", 'partition_metrics: the 4 partitions, their records_in adding up to the orders');
+is(psql("SELECT count(*) FROM mailer.dead_letters"), 0, 'no dead letters');
+
+# The fields: each order once, the key, the topic as the spec names it,
+# the partition it was produced to, offsets 0..n-1 per partition, the
+# publish time, the property as a header.
+is(psql("SELECT count(*), count(DISTINCT order_id) FROM fields_182"), "$N|$N", 'fields: each order once');
+is(psql("SELECT count(*) FROM fields_182 WHERE key IS DISTINCT FROM 'k182' "
+	  . "OR topic IS DISTINCT FROM 'persistent://$topic' OR partition IS DISTINCT FROM (order_id % $PARTS)::int "
+	  . "OR headers IS DISTINCT FROM '{\"src\": \"t182\"}' "
+	  . "OR ts NOT BETWEEN now() - interval '10 minutes' AND now() + interval '1 minute'"),
+	0, 'fields: key, topic, partition, publish time and property header of every record');
+is(psql("SELECT count(*) FROM (SELECT partition, min(\"offset\") AS lo, max(\"offset\") AS hi, count(*) AS n, "
+	  . "bool_and(rank = \"offset\") AS ordered FROM (SELECT *, rank() OVER (PARTITION BY partition ORDER BY order_id) - 1 AS rank "
+	  . "FROM fields_182) r GROUP BY partition) s WHERE lo = 0 AND hi = n - 1 AND ordered"),
+	$PARTS, 'fields: offsets 0..n-1 per partition, in the order produced');
+
+# A restart resumes after the stored message ids: nothing read twice.
+is(psql("SELECT mailer.stop_job('totals_182')"), 'stopped', 'stopped');
+psql("SELECT mailer.start_job('totals_182')");
+wait_job_running('totals_182');
+is(psql("SELECT mailer.wait_job('totals_182', '2 minutes')"), 'running', 'running again');
+totals_check('orders_182', 'totals_182', 'after a stop and start');
+is(job_metric('totals_182', 'records_in'), $N, 'records_in unchanged by the restart');
+like(psql("SELECT positions::text FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
+	  . "WHERE j.name = 'totals_182' ORDER BY epoch DESC LIMIT 1"),
+	qr/^\{"persistent:\/\/\Q$topic\E": \{"0": "[A-Za-z0-9+\/=]+", "1": "[A-Za-z0-9+\/=]+", "2": "[A-Za-z0-9+\/=]+", "3": "[A-Za-z0-9+\/=]+"\}\}$/,
+	'the checkpoint holds a message id per partition');
+
+# "start": "latest" reads only what is produced after the job started.
+my $latest = unique_name('t182l');
+pulsar('create-topic', "public/default/$latest", 2);
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', "public/default/$latest-partition-0" ],
+		'<', \"old1\nold2\n", '>', \$out, '2>', \$err) or die "produce: $err";
+}
+psql('CREATE TABLE latest_182 (value text)');
+psql(qq{SELECT mailer.create_job('latest_182', \$\${
+  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://public/default/$latest",
+             "format": "text", "start": "latest"},
+  "steps": [],
+  "sink": {"type": "table", "table": "latest_182", "mode": "append"}
+}\$\$)});
+wait_job_running('latest_182');
+wait_until('latest_182 to pin its positions', sub { job_epoch('latest_182') > 0 }, 60);
+for my $p (0, 1)
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', "public/default/$latest-partition-$p" ],
+		'<', \"new$p\n", '>', \$out, '2>', \$err) or die "produce: $err";
+}
+is(psql("SELECT mailer.wait_job('latest_182', '1 minute')"), 'running', 'latest_182: wait_job');
+is(psql("SELECT string_agg(value, ',' ORDER BY value) FROM latest_182"), 'new0,new1',
+	'start latest: only the messages produced after the start');
+
+for my $job (qw(totals_182 fields_182 latest_182))
+{
+	psql("SELECT mailer.drop_job('$job')");
+}
+
+# Spec validation: SQLSTATE, JSON path and hint for each bad field.
+my $ok_source = qq("type": "pulsar", "service_url": "$url", "topic": "persistent://$topic");
+my @bad = (
+	[ qq("type": "pulsar", "topic": "persistent://$topic"), '22023', 'source.service_url', 'required field is missing' ],
+	[ qq("type": "pulsar", "service_url": "$url"), '22023', 'source.topic', 'required field is missing' ],
+	[ qq("type": "pulsar", "service_url": "pulsar://127.0.0.1:6650", "topic": "persistent://$topic"),
+		'22023', 'source.service_url', 'is not an http:// URL' ],
+	[ qq("type": "pulsar", "service_url": "https://127.0.0.1:8443", "topic": "persistent://$topic"),
+		'22023', 'source.service_url', 'TLS to Pulsar is not supported yet' ],
+	[ qq("type": "pulsar", "service_url": "http://127.0.0.1:8080/admin", "topic": "persistent://$topic"),
+		'22023', 'source.service_url', 'nothing after it' ],
+	[ qq("type": "pulsar", "service_url": "$url", "topic": "non-persistent://$topic"),
+		'42602', 'source.topic', 'is not a persistent Pulsar topic' ],
+	[ qq("type": "pulsar", "service_url": "$url", "topic": "persistent://public/$name"),
+		'42602', 'source.topic', 'is not a Pulsar topic name' ],
+	[ qq("type": "pulsar", "service_url": "$url", "topic": "persistent://$topic-partition-1"),
+		'42602', 'source.topic', 'names one partition' ],
+	[ qq($ok_source, "start": "middle"), '22023', 'source.start', 'unknown value "middle"' ],
+	[ qq($ok_source, "brokers": "localhost:9092"), '22023', 'source.brokers', 'unknown field' ],
+	[ qq("type": "pulsar", "service_url": 8080, "topic": "persistent://$topic"),
+		'22023', 'source.service_url', 'expected a string' ],
+);
+psql('CREATE TABLE bad_182 (value text)');
+for my $b (@bad)
+{
+	my ($source, $state, $path, $msg) = @$b;
+	my $spec = '{"source": {' . $source . '}, "steps": [], '
+	  . '"sink": {"type": "table", "table": "bad_182", "mode": "append"}}';
+	my $err = psql_fails("SELECT mailer.create_job('bad_182', \$\$$spec\$\$)");
+	like($err, qr/ERROR:  $state:.*\Q$path\E.*\Q$msg\E/s, "refused: $path: $msg");
+	like($err, qr/HINT:  \S/, "  with a hint");
+}
+
+done_testing();
