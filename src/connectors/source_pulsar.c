@@ -112,6 +112,7 @@ static bool last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessage
 							char *why, size_t whysize);
 static const char *restored_string(PulsarSource *ps, int32 partition);
 static int64 restored_count(PulsarSource *ps, int32 partition);
+static JsonbValue *restored_value(PulsarSource *ps, Jsonb *obj, int32 partition);
 static void open_reader(PulsarSource *ps, PulsarPartition *pp);
 static bool hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out);
 static TimestampTz message_time(const char *text);
@@ -353,22 +354,29 @@ last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id, char
 	return true;
 }
 
-/* The checkpoint's position of a partition (a string), or NULL. */
-static const char *
-restored_string(PulsarSource *ps, int32 partition)
+/* A partition's value in a {"topic": {"partition": value}} object of a checkpoint, or NULL. */
+static JsonbValue *
+restored_value(PulsarSource *ps, Jsonb *obj, int32 partition)
 {
 	JsonbValue *topic;
-	JsonbValue *v;
 	char		key[16];
 
-	if (ps->restored == NULL)
+	if (obj == NULL)
 		return NULL;
-	topic = getKeyJsonValueFromContainer(&ps->restored->root, ps->base.topic_names[0],
+	topic = getKeyJsonValueFromContainer(&obj->root, ps->base.topic_names[0],
 										 strlen(ps->base.topic_names[0]), NULL);
 	if (topic == NULL || topic->type != jbvBinary)
 		return NULL;
 	snprintf(key, sizeof(key), "%d", partition);
-	v = getKeyJsonValueFromContainer(topic->val.binary.data, key, strlen(key), NULL);
+	return getKeyJsonValueFromContainer(topic->val.binary.data, key, strlen(key), NULL);
+}
+
+/* The checkpoint's position of a partition (a string), or NULL. */
+static const char *
+restored_string(PulsarSource *ps, int32 partition)
+{
+	JsonbValue *v = restored_value(ps, ps->restored, partition);
+
 	if (v == NULL)
 		return NULL;
 	if (v->type != jbvString || v->val.string.len >= ID_LEN)
@@ -384,18 +392,8 @@ restored_string(PulsarSource *ps, int32 partition)
 static int64
 restored_count(PulsarSource *ps, int32 partition)
 {
-	JsonbValue *topic;
-	JsonbValue *v;
-	char		key[16];
+	JsonbValue *v = restored_value(ps, ps->restored_records_in, partition);
 
-	if (ps->restored_records_in == NULL)
-		return -1;
-	topic = getKeyJsonValueFromContainer(&ps->restored_records_in->root, ps->base.topic_names[0],
-										 strlen(ps->base.topic_names[0]), NULL);
-	if (topic == NULL || topic->type != jbvBinary)
-		return -1;
-	snprintf(key, sizeof(key), "%d", partition);
-	v = getKeyJsonValueFromContainer(topic->val.binary.data, key, strlen(key), NULL);
 	if (v == NULL || v->type != jbvNumeric)
 		return -1;
 	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
