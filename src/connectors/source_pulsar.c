@@ -75,6 +75,14 @@ typedef struct PulsarPartition
 	char		why[600];		/* why the reader closed, while it is not open again */
 } PulsarPartition;
 
+/* A handed-out message's properties: pointers into its frame. */
+typedef struct MessageProperties
+{
+	int			n;
+	char	  **names;
+	char	  **values;
+} MessageProperties;
+
 typedef struct PulsarSource
 {
 	Source		base;
@@ -92,7 +100,8 @@ typedef struct PulsarSource
 	Jsonb	   *restored;		/* positions of the last checkpoint, or NULL */
 	Jsonb	   *restored_records_in;
 	char	  **frames;			/* handed out by the last poll, freed at the next */
-	PulsarMessage *msgs;		/* their parsed messages, for headers() */
+	MessageProperties *props;	/* their properties, for headers() */
+	MemoryContext batch_ctx;	/* the properties' arrays, reset at each poll */
 	int			nframes;
 	int			capacity;
 	int			next_part;		/* where the next poll starts: every partition gets its turn */
@@ -150,6 +159,7 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not start libcurl for Pulsar's admin API")));
+	ps->batch_ctx = AllocSetContextCreate(TopMemoryContext, "pulsar batch", ALLOCSET_SMALL_SIZES);
 	ps->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ps->epfd < 0)
 		ereport(ERROR,
@@ -428,12 +438,13 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 	for (int i = 0; i < ps->nframes; i++)
 		pulsar_ws_frame_free(ps->frames[i]);
 	ps->nframes = 0;
+	MemoryContextReset(ps->batch_ctx);
 	if (ps->capacity < max)
 	{
 		ps->frames = ps->frames ? repalloc(ps->frames, sizeof(char *) * max)
 			: MemoryContextAlloc(TopMemoryContext, sizeof(char *) * max);
-		ps->msgs = ps->msgs ? repalloc(ps->msgs, sizeof(PulsarMessage) * max)
-			: MemoryContextAlloc(TopMemoryContext, sizeof(PulsarMessage) * max);
+		ps->props = ps->props ? repalloc(ps->props, sizeof(MessageProperties) * max)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(MessageProperties) * max);
 		ps->capacity = max;
 	}
 	if (now >= ps->next_refresh)
@@ -497,7 +508,9 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 static bool
 hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out)
 {
-	PulsarMessage *msg = &ps->msgs[ps->nframes];
+	PulsarMessage msg_parsed;
+	PulsarMessage *msg = &msg_parsed;
+	MessageProperties *props = &ps->props[ps->nframes];
 	PulsarMessageId id;
 	char		err[256];
 	char	   *ack;
@@ -531,6 +544,15 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 	pp->last = id;
 	pp->handed = true;
 	ps->frames[ps->nframes++] = frame;
+	/* Only the pointers: a message's parse is 1 kB, a batch holds thousands. */
+	props->n = msg->nproperties;
+	if (props->n > 0)
+	{
+		props->names = MemoryContextAlloc(ps->batch_ctx, sizeof(char *) * props->n);
+		props->values = MemoryContextAlloc(ps->batch_ctx, sizeof(char *) * props->n);
+		memcpy(props->names, msg->property_names, sizeof(char *) * props->n);
+		memcpy(props->values, msg->property_values, sizeof(char *) * props->n);
+	}
 	out->key = msg->key;
 	out->key_len = msg->key ? (int) strlen(msg->key) : 0;
 	out->value = (const char *) msg->payload;
@@ -539,7 +561,7 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 	out->partition = pp->partition;
 	out->offset = pp->count++;
 	out->timestamp = message_time(msg->event_time[0] ? msg->event_time : msg->publish_time);
-	out->opaque = msg;
+	out->opaque = props;
 	if (pp->metrics >= 0)
 		ps->base.slot->partitions[pp->metrics].records_in++;
 	return true;
@@ -570,16 +592,16 @@ message_time(const char *text)
 static Jsonb *
 pulsar_headers(Source *src, SourceMessage *m)
 {
-	PulsarMessage *msg = (PulsarMessage *) m->opaque;
+	MessageProperties *props = (MessageProperties *) m->opaque;
 	JsonbParseState *state = NULL;
 
-	if (msg->nproperties == 0)
+	if (props->n == 0)
 		return NULL;
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	for (int i = 0; i < msg->nproperties; i++)
+	for (int i = 0; i < props->n; i++)
 	{
-		const char *name = msg->property_names[i];
-		const char *value = msg->property_values[i];
+		const char *name = props->names[i];
+		const char *value = props->values[i];
 		JsonbValue	v;
 
 		/* As for Kafka's headers: a bad name fails the record, a bad value shows as null. */
