@@ -51,6 +51,7 @@
 #include "connectors/pulsar_frame.h"
 #include "connectors/pulsar_ws.h"
 #include "connectors/source.h"
+#include "jobs/job_slots.h"
 
 #define METADATA_INTERVAL_MS	5000
 #define METADATA_RETRY_MS		1000
@@ -409,7 +410,56 @@ restored_count(PulsarSource *ps, int32 partition)
 	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
 }
 
-/* Start the partition's reader just after the last message handed out. */
+/*
+ * Whether the messages after the partition's position are still there.
+ * The broker's reader, started after an id in a ledger retention has
+ * deleted, goes on from the oldest message left without a word; so before
+ * a reader starts after an id, the partition's oldest ledger is read
+ * (internalStats: ledgers are listed in ascending order).  A position in
+ * an older ledger is reported, as a WARNING and the job's last error, and
+ * the job goes on, as it does for Kafka when retention deleted what it had
+ * not read.  The id's own ledger may have been read to its end, in which
+ * case nothing was lost: the broker cannot tell, so the report says "may".
+ * False when the broker does not answer (the reader is opened later).
+ */
+static bool
+check_position_kept(PulsarSource *ps, PulsarPartition *pp)
+{
+	char	   *path = psprintf("/admin/v2/persistent/%s/internalStats", pp->reader_topic);
+	char		why[400];
+	const char *ledgers;
+	int64		oldest;
+	bool		ok = http_get(ps, path, why, sizeof(why));
+
+	pfree(path);
+	if (!ok)
+	{
+		snprintf(pp->why, sizeof(pp->why), "waiting for Pulsar: reader of \"%s\": %s", pp->reader_topic, why);
+		return false;
+	}
+	if ((ledgers = strstr(ps->http_body, "\"ledgers\"")) == NULL ||
+		!json_number(ledgers, "ledgerId", &oldest) || pp->last.ledger >= oldest)
+		return true;
+	{
+		char	   *msg = psprintf("partition %d of Pulsar topic \"%s\": ledger " INT64_FORMAT
+								   " of the job's position " INT64_FORMAT ":" INT64_FORMAT
+								   " was deleted (retention) before the job read on; messages after it, up to ledger "
+								   INT64_FORMAT ", may have been deleted unread; it goes on from the oldest message left",
+								   pp->partition, ps->base.topic_names[0], pp->last.ledger, pp->last.ledger,
+								   pp->last.entry, oldest);
+
+		ereport(WARNING, (errmsg("%s", msg),
+						  errhint("Give the namespace a retention longer than a job may stop for.")));
+		job_slot_set_error(ps->base.slot, msg);
+	}
+	return true;
+}
+
+/*
+ * Start the partition's reader just after the last message handed out
+ * (or at its start); when the broker cannot say whether that position is
+ * still there, try again after REOPEN_MS.
+ */
 static void
 open_reader(PulsarSource *ps, PulsarPartition *pp)
 {
@@ -420,6 +470,11 @@ open_reader(PulsarSource *ps, PulsarPartition *pp)
 		strlcpy(from, pp->start, sizeof(from));
 	else if (!pulsar_message_id_encode(&pp->last, from, sizeof(from)))
 		elog(ERROR, "could not encode a Pulsar message id");
+	if (pp->last.ledger >= 0 && !check_position_kept(ps, pp))
+	{
+		pp->reopen_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REOPEN_MS);
+		return;
+	}
 	pp->conn = pulsar_ws_reader(ps->ws, ps->spec->service_url, pp->reader_topic, from,
 								RECEIVER_QUEUE, err, sizeof(err));
 	if (pp->conn == NULL)

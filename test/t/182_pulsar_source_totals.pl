@@ -12,6 +12,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
 use IPC::Run ();
+use MIME::Base64 ();
 use MailerTest;
 use MailerKafkaTest;
 use MailerPulsarTest;
@@ -72,10 +73,10 @@ psql(qq{SELECT mailer.create_job('totals_182', \$\${
     {"aggregate": {"orders": "count(*)", "total": "sum((value->>'amount')::numeric)"}}
   ],
   "sink": {"type": "table", "table": "totals_182"},
-  "checkpoint": {"interval": "3 seconds"}
+  "checkpoint": {"interval": "2 seconds"}
 }\$\$)});
 
-psql("DROP TABLE IF EXISTS fields_182, latest_182, bad_182");
+psql("DROP TABLE IF EXISTS fields_182, latest_182, bad_182, trim_182");
 psql('CREATE TABLE fields_182 (key text, topic text, partition int, "offset" bigint, ts timestamptz, '
 	  . 'headers jsonb, order_id bigint)');
 psql(qq{SELECT mailer.create_job('fields_182', \$\${
@@ -88,7 +89,7 @@ psql(qq{SELECT mailer.create_job('fields_182', \$\${
 # Four quarters, each produced while the job reads. Before each, the job
 # has committed every earlier order (its checkpoint holds message ids
 # inside the partitions); during each of the first three, once it has read
-# some of the quarter and before its next checkpoint (3 s apart), a
+# some of the quarter and before its next checkpoint (2 s apart), a
 # SIGKILL of the totals worker (the server's backends restart): it must
 # resume after the stored ids, and replay exactly what it had not committed.
 my $q = $N / 4;
@@ -199,7 +200,63 @@ is(psql("SELECT mailer.wait_job('latest_182', '1 minute')"), 'running', 'latest_
 is(psql("SELECT string_agg(value, ',' ORDER BY value) FROM latest_182"), 'new0,new1',
 	'start latest: only the messages produced after the start');
 
-for my $job (qw(totals_182 fields_182 latest_182))
+# A position whose ledger retention deleted is reported, not skipped in
+# silence: a namespace without retention or deduplication (whose cursor
+# would keep the ledgers), a job that read "a" and stopped, "b" and "c"
+# written to the same ledger, a new ledger (unload) with "d", and a trim
+# that deletes the first ledger, "b" and "c" unread.
+pulsar('admin', 'PUT', '/admin/v2/namespaces/public/trim182') unless pulsar('admin', 'GET', '/admin/v2/namespaces/public') =~ m{public/trim182};
+pulsar('admin', 'POST', '/admin/v2/namespaces/public/trim182/retention', '{"retentionTimeInMinutes":0,"retentionSizeInMB":0}');
+pulsar('admin', 'POST', '/admin/v2/namespaces/public/trim182/deduplication', 'false');
+my $trim = 'public/trim182/' . unique_name('t182t');
+pulsar('create-topic', $trim, 0);
+sub produce_text
+{
+	my ($t, $text) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', $t ], '<', \$text, '>', \$out, '2>', \$err)
+	  or die "produce to $t: $err";
+}
+produce_text($trim, "a\n");
+psql('CREATE TABLE trim_182 (value text)');
+psql(qq{SELECT mailer.create_job('trim_182', \$\${
+  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$trim", "format": "text"},
+  "steps": [],
+  "sink": {"type": "table", "table": "trim_182", "mode": "append"}
+}\$\$)});
+wait_job_running('trim_182');
+is(psql("SELECT mailer.wait_job('trim_182', '1 minute')"), 'running', 'trim_182 read "a"');
+is(psql("SELECT mailer.stop_job('trim_182')"), 'stopped', 'trim_182 stopped');
+produce_text($trim, "b\nc\n");
+pulsar('admin', 'PUT', "/admin/v2/persistent/$trim/unload");
+produce_text($trim, "d\n");
+pulsar('admin', 'POST', "/admin/v2/persistent/$trim/trim");
+wait_until('the trim to delete the first ledger', sub {
+	my ($first) = pulsar('stats', $trim) =~ /"ledgers":\[\{"ledgerId":(\d+)/;
+	my ($pos) = psql("SELECT positions::text FROM mailer.checkpoints c JOIN mailer.job j USING (job_id) "
+		  . "WHERE j.name = 'trim_182' ORDER BY epoch DESC LIMIT 1") =~ /"0": "([^"]+)"/;
+	return 0 unless defined $first && defined $pos;
+	# The id's first field: its ledger, a protobuf varint after the tag byte.
+	my @b = unpack('C*', MIME::Base64::decode_base64($pos));
+	my ($ledger, $shift) = (0, 0);
+	for my $c (@b[ 1 .. $#b ])
+	{
+		$ledger |= ($c & 0x7f) << $shift;
+		$shift += 7;
+		last unless $c & 0x80;
+	}
+	return $ledger < $first;
+}, 30);
+psql("SELECT mailer.start_job('trim_182')");
+wait_job_running('trim_182');
+is(psql("SELECT mailer.wait_job('trim_182', '1 minute')"), 'running', 'trim_182 started again');
+is(psql("SELECT string_agg(value, ',' ORDER BY value) FROM trim_182"), 'a,d',
+	'after the trim: "b" and "c" are gone, "d" read');
+like(psql("SELECT last_error FROM mailer.jobs WHERE name = 'trim_182'"),
+	qr/partition 0 of Pulsar topic "persistent:\/\/\Q$trim\E": ledger \d+ of the job's position \d+:0 was deleted \(retention\) before the job read on; messages after it, up to ledger \d+, may have been deleted unread/,
+	'last_error says the position\'s ledger was deleted, messages may be lost');
+
+for my $job (qw(totals_182 fields_182 latest_182 trim_182))
 {
 	psql("SELECT mailer.drop_job('$job')");
 }
