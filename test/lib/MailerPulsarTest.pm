@@ -12,7 +12,8 @@ use IPC::Run ();
 use Test::More ();
 use MailerTest;
 
-our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pt_produce pt_read);
+our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pt_produce pt_read pulsar_produce_lines
+  orders_produce_start orders_produce_finish);
 
 # pulsar.sh's URL, as env.sh derives it from PGPORT.
 sub pulsar_url
@@ -78,6 +79,51 @@ sub pt_read
 {
 	my ($topic, $from, $count) = @_;
 	return pt_run('read', $topic, $from, $count);
+}
+
+# Produce each line of $text to $topic (a topic or one partition) through
+# pulsar.sh, from a producer of its own; dies if that fails.
+sub pulsar_produce_lines
+{
+	my ($topic, $text) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', $topic ], '<', \$text, '>', \$out, '2>', \$err)
+	  or die "producing to $topic failed: $err\n";
+}
+
+# Start producing the orders $from..$to of $table (MailerKafkaTest's
+# orders_source) as JSON to partitions 0..$parts-1 of $topic, order_id
+# % $parts to its partition in order, a producer per partition, all at
+# once. %opt: key and property (NAME=VALUE) for every message. Returns the
+# running producers, for orders_produce_finish.
+sub orders_produce_start
+{
+	my ($table, $topic, $from, $to, $parts, %opt) = @_;
+	my @running;
+	local $ENV{PULSAR_TOOL_KEY} = $opt{key} // '';
+	local $ENV{PULSAR_TOOL_PROPERTY} = $opt{property} // '';
+	for my $p (0 .. $parts - 1)
+	{
+		my $sql = "SELECT json_build_object('order_id', order_id, 'customer_id', customer_id, "
+		  . "'amount', amount, 'ts', ts)::text FROM $table "
+		  . "WHERE order_id BETWEEN $from AND $to AND order_id % $parts = $p ORDER BY order_id";
+		my ($out, $err) = ('', '');
+		my $h = IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
+			'|', [ "$ROOT/test/services/pulsar.sh", 'produce', "$topic-partition-$p", "orders-$from-$to-$p", 0 ],
+			'>', \$out, '2>', \$err);
+		push @running, [ $h, \$err, "$topic-partition-$p" ];
+	}
+	return \@running;
+}
+
+sub orders_produce_finish
+{
+	my ($running) = @_;
+	for my $r (@$running)
+	{
+		my ($h, $err, $where) = @$r;
+		$h->finish or die "producing orders to $where failed: $$err\n";
+	}
 }
 
 1;

@@ -11,7 +11,6 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
-use IPC::Run ();
 use MIME::Base64 ();
 use MailerTest;
 use MailerKafkaTest;
@@ -32,38 +31,6 @@ pulsar('create-topic', $topic, $PARTS);
 
 orders_source('orders_182');
 orders_insert('orders_182', 1, $N, $CUSTOMERS);
-
-# Start producing orders $from..$to, order_id % 4 to partition order_id % 4,
-# each message with key 'k182' and property src=t182, from a producer of
-# its own per partition, the four at once; returns the running producers.
-sub start_orders
-{
-	my ($from, $to) = @_;
-	my @running;
-	for my $p (0 .. $PARTS - 1)
-	{
-		my $sql = "SELECT json_build_object('order_id', order_id, 'customer_id', customer_id, "
-		  . "'amount', amount, 'ts', ts)::text FROM orders_182 "
-		  . "WHERE order_id BETWEEN $from AND $to AND order_id % $PARTS = $p ORDER BY order_id";
-		my ($out, $err) = ('', '');
-		local $ENV{PULSAR_TOOL_KEY} = 'k182';
-		local $ENV{PULSAR_TOOL_PROPERTY} = 'src=t182';
-		push @running, [ IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
-			'|', [ "$ROOT/test/services/pulsar.sh", 'produce', "$topic-partition-$p", "p182-$from-$p", 0 ],
-			'>', \$out, '2>', \$err), \$err, $p ];
-	}
-	return \@running;
-}
-
-sub finish_orders
-{
-	my ($running, $what) = @_;
-	for my $r (@$running)
-	{
-		my ($h, $err, $p) = @$r;
-		$h->finish or die "producing $what to partition $p failed: $$err\n";
-	}
-}
 
 totals_sink('totals_182');
 psql(qq{SELECT mailer.create_job('totals_182', \$\${
@@ -99,7 +66,8 @@ for my $k (0 .. 3)
 	wait_until("totals_182 to commit the first $k quarters", sub {
 		committed_records('totals_182') >= $k * $q;
 	}, 60);
-	my $running = start_orders($k * $q + 1, ($k + 1) * $q);
+	my $running = orders_produce_start('orders_182', $topic, $k * $q + 1, ($k + 1) * $q, $PARTS,
+		key => 'k182', property => 'src=t182');
 	if ($k < 3)
 	{
 		wait_job_running('totals_182');
@@ -121,7 +89,7 @@ for my $k (0 .. 3)
 			return defined $now && $now != $pid;
 		}, 60);
 	}
-	finish_orders($running, "quarter " . ($k + 1));
+	orders_produce_finish($running);
 }
 cmp_ok($mid_stream_kills, '>=', 2,
 	'at least 2 kills came after a checkpoint with message ids, with records read past it');
@@ -176,11 +144,7 @@ like(psql("SELECT positions::text FROM mailer.checkpoints c JOIN mailer.job j US
 # "start": "latest" reads only what is produced after the job started.
 my $latest = unique_name('t182l');
 pulsar('create-topic', "public/default/$latest", 2);
-{
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', "public/default/$latest-partition-0" ],
-		'<', \"old1\nold2\n", '>', \$out, '2>', \$err) or die "produce: $err";
-}
+pulsar_produce_lines("public/default/$latest-partition-0", "old1\nold2\n");
 psql('CREATE TABLE latest_182 (value text)');
 psql(qq{SELECT mailer.create_job('latest_182', \$\${
   "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://public/default/$latest",
@@ -190,12 +154,7 @@ psql(qq{SELECT mailer.create_job('latest_182', \$\${
 }\$\$)});
 wait_job_running('latest_182');
 wait_until('latest_182 to pin its positions', sub { job_epoch('latest_182') > 0 }, 60);
-for my $p (0, 1)
-{
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', "public/default/$latest-partition-$p" ],
-		'<', \"new$p\n", '>', \$out, '2>', \$err) or die "produce: $err";
-}
+pulsar_produce_lines("public/default/$latest-partition-$_", "new$_\n") for 0, 1;
 is(psql("SELECT mailer.wait_job('latest_182', '1 minute')"), 'running', 'latest_182: wait_job');
 is(psql("SELECT string_agg(value, ',' ORDER BY value) FROM latest_182"), 'new0,new1',
 	'start latest: only the messages produced after the start');
@@ -210,14 +169,7 @@ pulsar('admin', 'POST', '/admin/v2/namespaces/public/trim182/retention', '{"rete
 pulsar('admin', 'POST', '/admin/v2/namespaces/public/trim182/deduplication', 'false');
 my $trim = 'public/trim182/' . unique_name('t182t');
 pulsar('create-topic', $trim, 0);
-sub produce_text
-{
-	my ($t, $text) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', $t ], '<', \$text, '>', \$out, '2>', \$err)
-	  or die "produce to $t: $err";
-}
-produce_text($trim, "a\n");
+pulsar_produce_lines($trim, "a\n");
 psql('CREATE TABLE trim_182 (value text)');
 psql(qq{SELECT mailer.create_job('trim_182', \$\${
   "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$trim", "format": "text"},
@@ -227,9 +179,9 @@ psql(qq{SELECT mailer.create_job('trim_182', \$\${
 wait_job_running('trim_182');
 is(psql("SELECT mailer.wait_job('trim_182', '1 minute')"), 'running', 'trim_182 read "a"');
 is(psql("SELECT mailer.stop_job('trim_182')"), 'stopped', 'trim_182 stopped');
-produce_text($trim, "b\nc\n");
+pulsar_produce_lines($trim, "b\nc\n");
 pulsar('admin', 'PUT', "/admin/v2/persistent/$trim/unload");
-produce_text($trim, "d\n");
+pulsar_produce_lines($trim, "d\n");
 pulsar('admin', 'POST', "/admin/v2/persistent/$trim/trim");
 wait_until('the trim to delete the first ledger', sub {
 	my ($first) = pulsar('stats', $trim) =~ /"ledgers":\[\{"ledgerId":(\d+)/;

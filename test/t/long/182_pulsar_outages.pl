@@ -9,7 +9,6 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../../lib";
-use IPC::Run ();
 use MailerTest;
 use MailerKafkaTest;
 use MailerPulsarTest;
@@ -29,35 +28,6 @@ pulsar('create-topic', $topic, 4);
 
 orders_source('orders_182o');
 orders_insert('orders_182o', 1, $N, $CUSTOMERS);
-
-# Produce orders $from..$to over $parts partitions (order_id % $parts), a
-# producer per partition, all at once; returns them running.
-sub start_orders
-{
-	my ($from, $to, $parts) = @_;
-	my @running;
-	for my $p (0 .. $parts - 1)
-	{
-		my $sql = "SELECT json_build_object('order_id', order_id, 'customer_id', customer_id, "
-		  . "'amount', amount)::text FROM orders_182o "
-		  . "WHERE order_id BETWEEN $from AND $to AND order_id % $parts = $p ORDER BY order_id";
-		my $err = '';
-		push @running, [ IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
-			'|', [ "$ROOT/test/services/pulsar.sh", 'produce', "$topic-partition-$p", "p182o-$from-$p", 0 ],
-			'>', \my $out, '2>', \$err), \$err, $p ];
-	}
-	return \@running;
-}
-
-sub finish_orders
-{
-	my ($running) = @_;
-	for my $r (@$running)
-	{
-		my ($h, $err, $p) = @$r;
-		$h->finish or die "producing to partition $p failed: $$err\n";
-	}
-}
 
 # The pid of the job's subtask 0 (the earliest of its workers).
 sub first_pid
@@ -94,27 +64,27 @@ for my $job (@jobs)
 # 1. The first 3,000 orders; the broker restarts as soon as the jobs have
 #    read some (their readers' sessions close and are opened again after
 #    the last message each handed out).
-finish_orders(start_orders(1, 3000, 4));
+orders_produce_finish(orders_produce_start('orders_182o', $topic, 1, 3000, 4));
 wait_until('the jobs to read some of the first orders', sub { read_so_far($jobs[0]) > 0 }, 60);
 pulsar('restart');
 ok(1, 'the broker restarted under the reading jobs');
 
 # 2. Two partitions more; 3,000 orders over the 6.
 is(pulsar('add-partitions', $topic, 6), "topic $topic has 6 partitions\n", 'the topic grows to 6 partitions');
-finish_orders(start_orders(3001, 6000, 6));
+orders_produce_finish(orders_produce_start('orders_182o', $topic, 3001, 6000, 6));
 
 # 3. 3,000 orders more, and an immediate stop of PostgreSQL while they are read.
-my $running = start_orders(6001, 9000, 6);
+my $running = orders_produce_start('orders_182o', $topic, 6001, 9000, 6);
 wait_until('the jobs to read past 6,000', sub { read_so_far($jobs[1]) > 6000 }, 120);
 pg_service('crash');
 pg_service('start');
 wait_server_up();
-finish_orders($running);
+orders_produce_finish($running);
 ok(1, 'PostgreSQL stopped immediately mid-stream and started again');
 
 # 4. The last 3,000, with a SIGKILL of each job's worker (subtask 0) while
 #    they are read.
-$running = start_orders(9001, 12000, 6);
+$running = orders_produce_start('orders_182o', $topic, 9001, 12000, 6);
 for my $job (@jobs)
 {
 	wait_job_running($job);
@@ -126,7 +96,7 @@ for my $job (@jobs)
 		return defined $now && $now != $pid;
 	}, 120);
 }
-finish_orders($running);
+orders_produce_finish($running);
 
 for my $job (@jobs)
 {
