@@ -43,7 +43,7 @@ psql(qq{SELECT mailer.create_job('totals_182', \$\${
   "checkpoint": {"interval": "2 seconds"}
 }\$\$)});
 
-psql("DROP TABLE IF EXISTS fields_182, latest_182, bad_182, trim_182");
+psql("DROP TABLE IF EXISTS fields_182, latest_182, later_182, bad_182, trim_182");
 psql('CREATE TABLE fields_182 (key text, topic text, partition int, "offset" bigint, ts timestamptz, '
 	  . 'headers jsonb, order_id bigint)');
 psql(qq{SELECT mailer.create_job('fields_182', \$\${
@@ -159,6 +159,23 @@ is(psql("SELECT mailer.wait_job('latest_182', '1 minute')"), 'running', 'latest_
 is(psql("SELECT string_agg(value, ',' ORDER BY value) FROM latest_182"), 'new0,new1',
 	'start latest: only the messages produced after the start');
 
+# A topic that does not exist yet: the job waits, saying why, and reads
+# it once it is created.
+my $later = 'public/default/' . unique_name('t182w');
+psql('CREATE TABLE later_182 (value text)');
+psql(qq{SELECT mailer.create_job('later_182', \$\${
+  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$later", "format": "text"},
+  "steps": [],
+  "sink": {"type": "table", "table": "later_182", "mode": "append"}
+}\$\$)});
+wait_for_sql('later_182 to wait for its topic',
+	"SELECT state || ': ' || (last_error LIKE '%waiting for Pulsar: topic \"persistent://$later\": GET %: HTTP 404: %not found%') "
+	  . "FROM mailer.jobs WHERE name = 'later_182'", 'waiting: true', 30);
+pulsar('create-topic', $later, 2);
+pulsar_produce_lines("$later-partition-1", "x\n");
+is(psql("SELECT mailer.wait_job('later_182', '1 minute')"), 'running', 'later_182 runs once the topic exists');
+is(psql('SELECT string_agg(value, \',\') FROM later_182'), 'x', 'and reads it');
+
 # A position whose ledger retention deleted is reported, not skipped in
 # silence: a namespace without retention or deduplication (whose cursor
 # would keep the ledgers), a job that read "a" and stopped, "b" and "c"
@@ -208,7 +225,7 @@ like(psql("SELECT last_error FROM mailer.jobs WHERE name = 'trim_182'"),
 	qr/partition 0 of Pulsar topic "persistent:\/\/\Q$trim\E": ledger \d+ of the job's position \d+:0 was deleted \(retention\) before the job read on; messages after it, up to ledger \d+, may have been deleted unread/,
 	'last_error says the position\'s ledger was deleted, messages may be lost');
 
-for my $job (qw(totals_182 fields_182 latest_182 trim_182))
+for my $job (qw(totals_182 fields_182 latest_182 later_182 trim_182))
 {
 	psql("SELECT mailer.drop_job('$job')");
 }
