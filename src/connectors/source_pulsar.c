@@ -98,6 +98,7 @@ typedef struct PulsarSource
 	PulsarPartition *parts;
 	int			nparts;
 	bool		partitioned;	/* read as <topic>-partition-N */
+	bool		topic_known;	/* metadata read once: partitions added since start at their beginning */
 	Jsonb	   *restored;		/* positions of the last checkpoint, or NULL */
 	Jsonb	   *restored_records_in;
 	char	  **frames;			/* handed out by the last poll, freed at the next */
@@ -256,7 +257,13 @@ refresh_partitions(PulsarSource *ps)
 	int64		n;
 	TimestampTz now = GetCurrentTimestamp();
 	int			first_new = ps->nparts;
-	bool		positioned = ps->nparts > 0 ||
+	/*
+	 * The topic starts per the spec only at this subtask's first answer of
+	 * the metadata, as for Kafka: after it, even with no partition of its
+	 * own (parallelism above the partition count), every partition is new
+	 * and read from its beginning, however late this subtask learns of it.
+	 */
+	bool		positioned = ps->topic_known || ps->nparts > 0 ||
 		(ps->restored != NULL &&
 		 getKeyJsonValueFromContainer(&ps->restored->root, ps->base.topic_names[0],
 									  strlen(ps->base.topic_names[0]), NULL) != NULL);
@@ -323,6 +330,7 @@ refresh_partitions(PulsarSource *ps)
 			ps->base.slot->partitions[pp->metrics].records_in = pp->count;
 		ps->nparts++;
 	}
+	ps->topic_known = true;
 	for (int i = first_new; i < ps->nparts; i++)
 		open_reader(ps, &ps->parts[i]);
 	ps->error[0] = '\0';
