@@ -355,7 +355,8 @@ last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id, char
 {
 	char	   *path = psprintf("/admin/v2/persistent/%s/lastMessageId", pp->reader_topic);
 	int64		ledger,
-				entry;
+				entry,
+				batch_index;
 	bool		ok = http_get(ps, path, why, whysize);
 
 	pfree(path);
@@ -369,7 +370,14 @@ last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id, char
 	id->ledger = ledger;
 	id->entry = entry;
 	id->partition = ps->partitioned ? pp->partition : -1;
-	id->batch_index = -1;
+	/*
+	 * The last message of a batched entry (any Java, Go or C++ producer's
+	 * default): a poll may hand out part of an entry, so the target of
+	 * wait_job, and a "latest" start, is that message, not the entry.
+	 */
+	if (!json_number(ps->http_body, "batchIndex", &batch_index) || batch_index < -1 || batch_index > PG_INT32_MAX)
+		batch_index = -1;
+	id->batch_index = (int32) batch_index;
 	return true;
 }
 
@@ -868,9 +876,10 @@ take_marks(PulsarSource *ps)
 }
 
 /*
- * Every partition has handed out its mark's entry, or had none (entry -1).
- * A batched entry counts as reached at its first message: the WebSocket
- * producer does not batch, and a batch arrives in one frame sequence.
+ * Every partition has handed out its mark's message, or had none (entry
+ * -1).  Within a batched entry, the batch index counts: a poll may stop
+ * mid-entry (its max, or the bytes a read brought).  A mark without one
+ * (-1, an entry not batched) is reached at its entry.
  */
 static bool
 pulsar_reached_end(Source *src)
@@ -886,7 +895,9 @@ pulsar_reached_end(Source *src)
 		if (pp->mark.ledger == -2 || pp->mark.entry < 0)
 			continue;
 		if (pp->last.ledger < pp->mark.ledger ||
-			(pp->last.ledger == pp->mark.ledger && pp->last.entry < pp->mark.entry))
+			(pp->last.ledger == pp->mark.ledger &&
+			 (pp->last.entry < pp->mark.entry ||
+			  (pp->last.entry == pp->mark.entry && pp->last.batch_index < pp->mark.batch_index))))
 			return false;
 	}
 	return true;

@@ -13,7 +13,7 @@ use Test::More ();
 use MailerTest;
 
 our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pt_produce pt_read pulsar_produce_lines
-  orders_produce_start orders_produce_finish);
+  orders_produce_start orders_produce_finish pulsar_java);
 
 # pulsar.sh's URL, as env.sh derives it from PGPORT.
 sub pulsar_url
@@ -89,6 +89,31 @@ sub pulsar_produce_lines
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', $topic ], '<', \$text, '>', \$out, '2>', \$err)
 	  or die "producing to $topic failed: $err\n";
+}
+
+# Run a producer of test/pulsar_java (Pulsar's own Java client, which
+# batches and sets what the WebSocket API cannot) as CLASS with the
+# broker's binary URL, then @args; compiled once per test file against
+# the jars pulsar.sh fetched. Dies if it fails.
+my $JAVA_DIR;
+
+sub pulsar_java
+{
+	my ($class, @args) = @_;
+	my $cache = $ENV{MAILER_CACHE_DIR} // (($ENV{XDG_CACHE_HOME} // "$ENV{HOME}/.cache") . '/mailer');
+	my $libs = "$cache/pulsar-" . ($ENV{PULSAR_VERSION} // '4.0.7') . '/libs/*';
+	my ($out, $err) = ('', '');
+	unless ($JAVA_DIR)
+	{
+		$JAVA_DIR = ($ENV{MAILER_RUN_DIR} // '/tmp') . "/pulsar_java.$$";
+		mkdir $JAVA_DIR;
+		IPC::Run::run([ 'javac', '-d', $JAVA_DIR, '-cp', $libs, glob("$ROOT/test/pulsar_java/*.java") ],
+			'>', \$out, '2>', \$err) or die "javac test/pulsar_java failed: $err$out\n";
+	}
+	my $binary = 'pulsar://127.0.0.1:' . ($ENV{PULSAR_PORT} // 26000 + ($ENV{PGPORT} // 54329) % 1000);
+	IPC::Run::run([ 'java', '-cp', "$libs:$JAVA_DIR", $class, $binary, @args ], '>', \$out, '2>', \$err,
+		IPC::Run::timeout(120)) or die "java $class @args failed: $err$out\n";
+	return $out;
 }
 
 # Start producing the orders $from..$to of $table (MailerKafkaTest's

@@ -1,6 +1,6 @@
 #!/bin/bash
 # exactly once through SIGKILLs with batched entries (restart from an id in the middle of a batch)
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" BatchProduce.java PropsProduce.java
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" "$ROOT"/test/pulsar_java/*.java
 T=kb_$RANDOM; L=~/.cache/mailer/pulsar-4.0.7/libs; N=${N:-3000}; B=${B:-100}
 curl -s -X PUT http://127.0.0.1:28343/admin/v2/persistent/public/default/$T
 psql -X -q -c "ALTER SYSTEM SET mailer.batch_size = ${BS:-37}" -c "SELECT pg_reload_conf()" >/dev/null

@@ -1,6 +1,6 @@
 #!/bin/bash
 # a legitimate message the frame parser refuses wedges the job (no dead letter, restarts forever)
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" BatchProduce.java PropsProduce.java
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" "$ROOT"/test/pulsar_java/*.java
 KIND=${1:-props}; T=po_${KIND}_$RANDOM; L=~/.cache/mailer/pulsar-4.0.7/libs
 curl -s -X PUT http://127.0.0.1:28343/admin/v2/persistent/public/default/$T
 java -cp "$L/*:." PropsProduce pulsar://127.0.0.1:26343 persistent://public/default/$T $KIND >/dev/null 2>&1 || echo produce failed

@@ -1,6 +1,6 @@
 #!/bin/bash
 # a plain role makes the server GET any host:port and reads the answer's body in last_error
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" BatchProduce.java PropsProduce.java
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" "$ROOT"/test/pulsar_java/*.java
 psql -X -q -c "DROP ROLE IF EXISTS plain_r" -c "CREATE ROLE plain_r LOGIN" -c "GRANT USAGE ON SCHEMA mailer TO plain_r" -c "GRANT CREATE ON SCHEMA public TO plain_r" 2>&1 | grep -v NOTICE
 psql -X -q -U plain_r -c "DROP TABLE IF EXISTS ssrf_t; CREATE TABLE ssrf_t (value jsonb)" -c "SELECT mailer.create_job('ssrf', \$\${
  \"source\": {\"type\": \"pulsar\", \"service_url\": \"http://127.0.0.1:28997\", \"topic\": \"persistent://a/b/c\"},

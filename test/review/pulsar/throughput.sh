@@ -1,6 +1,6 @@
 #!/bin/bash
 # how fast a job drains a backlog (acks go out one per lws_service: flow control throttles the reader?)
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" BatchProduce.java PropsProduce.java
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" "$ROOT"/test/pulsar_java/*.java
 T=tp_$RANDOM; L=~/.cache/mailer/pulsar-4.0.7/libs; N=${N:-50000}
 curl -s -X PUT http://127.0.0.1:28343/admin/v2/persistent/public/default/$T
 java -cp "$L/*:." BatchProduce pulsar://127.0.0.1:26343 persistent://public/default/$T 1 $N ${B:-1} >/dev/null 2>&1

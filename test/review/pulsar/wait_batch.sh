@@ -1,6 +1,6 @@
 #!/bin/bash
 # wait_job returns before a Java-batched entry is fully handed out
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" BatchProduce.java PropsProduce.java
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd); . /work/envs/pulsar.env; export PGUSER=postgres PGDATABASE=mailer PATH=/opt/pg-pulsar/usr/lib/postgresql/15/bin:$PATH; cd "$ROOT/test/review/pulsar"; [ -f BatchProduce.class ] && [ -f PropsProduce.class ] || javac -d . -cp "$HOME/.cache/mailer/pulsar-4.0.7/libs/*" "$ROOT"/test/pulsar_java/*.java
 T=rb_$RANDOM; L=~/.cache/mailer/pulsar-4.0.7/libs
 curl -s -X PUT http://127.0.0.1:28343/admin/v2/persistent/public/default/$T
 psql -X -q -c "ALTER SYSTEM SET mailer.batch_size = 7" -c "SELECT pg_reload_conf()" >/dev/null
