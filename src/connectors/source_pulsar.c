@@ -129,6 +129,7 @@ static bool hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t 
 static TimestampTz message_time(const char *text);
 static void take_marks(PulsarSource *ps);
 static void update_metrics(PulsarSource *ps);
+static void push_restored_not_open(PulsarSource *ps, Jsonb *obj, JsonbParseState **state);
 
 Source *
 pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
@@ -771,38 +772,57 @@ pulsar_positions(Source *src)
 			pushJsonbValue(&state, WJB_VALUE, jsonb_string_value(&v, pstrdup(id), strlen(id)));
 		}
 		/* An owned partition restored and not open yet (the broker was away) keeps its position. */
-		if (restored != NULL && restored->type == jbvBinary)
-		{
-			JsonbIterator *it = JsonbIteratorInit(restored->val.binary.data);
-			JsonbValue	k,
-						v;
-			JsonbIteratorToken tok;
-
-			while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
-			{
-				char	   *key;
-				int32		p;
-				bool		open = false;
-
-				if (tok != WJB_KEY)
-					continue;
-				key = pnstrdup(k.val.string.val, k.val.string.len);
-				(void) JsonbIteratorNext(&it, &v, true);
-				p = atoi(key);
-				for (int i = 0; i < ps->nparts && !open; i++)
-					open = ps->parts[i].partition == p;
-				if (open || !source_owns(0, p, ps->subtask, ps->parallelism))
-					continue;
-				jsonb_push_key(&state, key);
-				pushJsonbValue(&state, WJB_VALUE, &v);
-			}
-		}
+		push_restored_not_open(ps, ps->restored, &state);
 		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
 	}
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
-/* {"topic": {"partition": messages handed out}}: the offsets go on after a restart. */
+/*
+ * Push, into the topic's object being built, the values obj (restored
+ * positions or records_in) holds for partitions this subtask owns and has
+ * not open: the broker was away since the start, and what the checkpoint
+ * had must survive the next one.
+ */
+static void
+push_restored_not_open(PulsarSource *ps, Jsonb *obj, JsonbParseState **state)
+{
+	JsonbValue *topic = NULL;
+	JsonbIterator *it;
+	JsonbValue	k,
+				v;
+	JsonbIteratorToken tok;
+
+	if (obj != NULL)
+		topic = getKeyJsonValueFromContainer(&obj->root, ps->base.topic_names[0],
+											 strlen(ps->base.topic_names[0]), NULL);
+	if (topic == NULL || topic->type != jbvBinary)
+		return;
+	it = JsonbIteratorInit(topic->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		char	   *key;
+		int32		p;
+		bool		open = false;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(k.val.string.val, k.val.string.len);
+		(void) JsonbIteratorNext(&it, &v, true);
+		p = atoi(key);
+		for (int i = 0; i < ps->nparts && !open; i++)
+			open = ps->parts[i].partition == p;
+		if (open || !source_owns(0, p, ps->subtask, ps->parallelism))
+			continue;
+		jsonb_push_key(state, key);
+		pushJsonbValue(state, WJB_VALUE, &v);
+	}
+}
+
+/*
+ * {"topic": {"partition": messages handed out}}: the offsets go on after a
+ * restart, also through a run that never reached the broker.
+ */
 static Jsonb *
 pulsar_records_in(Source *src)
 {
@@ -821,6 +841,7 @@ pulsar_records_in(Source *src)
 		v.val.numeric = int64_to_numeric(ps->parts[i].count);
 		pushJsonbValue(&state, WJB_VALUE, &v);
 	}
+	push_restored_not_open(ps, ps->restored_records_in, &state);
 	pushJsonbValue(&state, WJB_END_OBJECT, NULL);
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }

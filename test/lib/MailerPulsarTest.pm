@@ -8,12 +8,13 @@ package MailerPulsarTest;
 use strict;
 use warnings;
 use Exporter 'import';
+use IO::Socket::INET ();
 use IPC::Run ();
 use Test::More ();
 use MailerTest;
 
 our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pt_produce pt_read pulsar_produce_lines
-  orders_produce_start orders_produce_finish pulsar_java);
+  orders_produce_start orders_produce_finish pulsar_java test_port fake_server_start fake_server_stop);
 
 # pulsar.sh's URL, as env.sh derives it from PGPORT.
 sub pulsar_url
@@ -89,6 +90,33 @@ sub pulsar_produce_lines
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ "$ROOT/test/services/pulsar.sh", 'produce', $topic ], '<', \$text, '>', \$out, '2>', \$err)
 	  or die "producing to $topic failed: $err\n";
+}
+
+# A private loopback port for a test's own server ($base 24000, 25000 or
+# 27000), following PGPORT as pulsar.sh's ports do.
+sub test_port
+{
+	my ($base) = @_;
+	return $base + ($ENV{PGPORT} // 54329) % 1000;
+}
+
+# Start a server of the tests' own (a Python script of test/lib and its
+# arguments) that listens on $port; returns its handle once the port
+# takes connections.
+sub fake_server_start
+{
+	my ($port, $script, @args) = @_;
+	my $h = IPC::Run::start([ 'python3', "$ROOT/test/lib/$script", @args ], '>', '/dev/null', '2>', '/dev/null');
+	MailerTest::wait_until("$script to listen on $port", sub {
+		return IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp') ? 1 : 0;
+	}, 30);
+	return $h;
+}
+
+sub fake_server_stop
+{
+	my ($h) = @_;
+	$h->kill_kill;
 }
 
 # Run a producer of test/pulsar_java (Pulsar's own Java client, which
