@@ -188,6 +188,30 @@ http_write(char *data, size_t size, size_t nmemb, void *arg)
 }
 
 /*
+ * What an HTTP status of the admin API means.  Never the reply's body:
+ * any role that may create a job names the service URL, so the server
+ * may be anything the database server reaches (README, "Security"), and
+ * what it answered is not for the job's owner to read in last_error.
+ */
+static const char *
+http_status_text(long status)
+{
+	switch (status)
+	{
+		case 401:
+		case 403:
+			return "not authorized";
+		case 404:
+			return "not found (the topic or its namespace does not exist, or this is not a Pulsar admin API)";
+		case 307:
+		case 308:
+			return "redirected to another broker, which is not followed (give the URL of the broker that owns the topic)";
+		default:
+			return status >= 500 ? "the broker failed" : "not an answer of Pulsar's admin API";
+	}
+}
+
+/*
  * GET service_url + path from the REST admin API into ps->http_body; false
  * with why when the broker does not answer 200.  Blocks for up to
  * BROKER_TIMEOUT_MS: interrupts are answered before it.
@@ -219,7 +243,7 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 	if (rc != CURLE_OK)
 		snprintf(why, whysize, "GET %s: %s", path, curl_easy_strerror(rc));
 	else if (status != 200)
-		snprintf(why, whysize, "GET %s: HTTP %ld: %.200s", path, status, ps->http_body);
+		snprintf(why, whysize, "GET %s: HTTP %ld: %s", path, status, http_status_text(status));
 	return rc == CURLE_OK && status == 200;
 }
 
@@ -273,7 +297,7 @@ refresh_partitions(PulsarSource *ps)
 		n < 0 || n > 100000)
 	{
 		if (why[0] == '\0')
-			snprintf(why, sizeof(why), "unexpected partition metadata: %.200s", ps->http_body);
+			snprintf(why, sizeof(why), "GET %s: not an answer of Pulsar's admin API (no \"partitions\" count)", path);
 		goto failed;
 	}
 	/* Not partitioned (0): the topic itself is partition 0. */
@@ -360,14 +384,14 @@ last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id, char
 				batch_index;
 	bool		ok = http_get(ps, path, why, whysize);
 
+	if (ok && (!json_number(ps->http_body, "ledgerId", &ledger) || !json_number(ps->http_body, "entryId", &entry)))
+	{
+		snprintf(why, whysize, "GET %s: not an answer of Pulsar's admin API (no \"ledgerId\" and \"entryId\")", path);
+		ok = false;
+	}
 	pfree(path);
 	if (!ok)
 		return false;
-	if (!json_number(ps->http_body, "ledgerId", &ledger) || !json_number(ps->http_body, "entryId", &entry))
-	{
-		snprintf(why, whysize, "unexpected lastMessageId of %s: %.200s", pp->reader_topic, ps->http_body);
-		return false;
-	}
 	id->ledger = ledger;
 	id->entry = entry;
 	id->partition = ps->partitioned ? pp->partition : -1;
