@@ -232,6 +232,8 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 	curl_easy_setopt(ps->curl, CURLOPT_TIMEOUT_MS, (long) BROKER_TIMEOUT_MS);
 	curl_easy_setopt(ps->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(ps->curl, CURLOPT_PROTOCOLS_STR, "http");
+	/* The path as built, never normalized into another (README, "Security"). */
+	curl_easy_setopt(ps->curl, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(ps->curl, CURLOPT_WRITEFUNCTION, http_write);
 	curl_easy_setopt(ps->curl, CURLOPT_WRITEDATA, ps);
 	mailer_block_signals(&saved);

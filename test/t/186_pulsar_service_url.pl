@@ -46,6 +46,49 @@ for my $status (403, 200, 500)
 		"HTTP $status: the server asked only for the topic's admin and reader paths");
 }
 unlink $log;
+
+# The URL and the topic are checked at create_job, with the JSON path and
+# a hint: a dot segment would make the admin API's path another (finding
+# 5), and a host or port the worker cannot use would leave the job waiting
+# forever (finding 6). A topic whose name merely contains "-partition-" is
+# a topic (finding 11).
+psql_as($role, 'DROP TABLE IF EXISTS t186_out; CREATE TABLE t186_out (value jsonb)');
+my $svc = "http://127.0.0.1:$port";
+my @bad = (
+	[ $svc, 'persistent://../../x', 'source.topic', 'a tenant, namespace or topic may not be "." or ".."' ],
+	[ $svc, 'persistent://public/./x', 'source.topic', 'may not be "." or ".."' ],
+	[ $svc, 'persistent://public/default/..', 'source.topic', 'may not be "." or ".."' ],
+	[ $svc, 'persistent://public/default', 'source.topic', 'give tenant, namespace and topic' ],
+	[ $svc, 'persistent://public/default/x-partition-3', 'source.topic', 'names one partition of a topic' ],
+	[ 'http://:8080', 'persistent://a/b/c', 'source.service_url', 'the host must be' ],
+	[ 'http://127.0.0.1:notaport', 'persistent://a/b/c', 'source.service_url', 'the port must be a number from 1 to 65535' ],
+	[ 'http://127.0.0.1:99999', 'persistent://a/b/c', 'source.service_url', 'the port must be a number from 1 to 65535' ],
+	[ 'http://127.0.0.1:0', 'persistent://a/b/c', 'source.service_url', 'the port must be a number from 1 to 65535' ],
+	[ "http://a\\tb:1", 'persistent://a/b/c', 'source.service_url', 'the host must be' ],
+	[ "http://127.0.0.1:28997\\\\x", 'persistent://a/b/c', 'source.service_url', 'the port must be' ],
+	[ 'http://[::1:8080', 'persistent://a/b/c', 'source.service_url', 'the host must be' ],
+);
+for my $b (@bad)
+{
+	my ($url, $topic, $path, $msg) = @$b;
+	my $err = psql_fails_as($role, qq{SELECT mailer.create_job('t186', \$\${
+	  "source": {"type": "pulsar", "service_url": "$url", "topic": "$topic"},
+	  "sink": {"type": "table", "table": "t186_out", "mode": "append"}}\$\$)});
+	like($err, qr/ERROR:  (22023|42602):.*\Q$path\E.*\Q$msg\E/s, "refused: $url $topic: $msg");
+	like($err, qr/HINT:  \S/, '  with a hint');
+}
+for my $ok ([ $svc, 'persistent://public/default/user-partition-events' ],
+	[ 'http://[::1]:8080/', 'persistent://public/default/x-partition-' ],
+	[ 'http://pulsar-1.example_net', 'persistent://t=1/n:2/x.y-partition-1a' ])
+{
+	my ($url, $topic) = @$ok;
+	psql_as($role, qq{SELECT mailer.create_job('t186', \$\${
+	  "source": {"type": "pulsar", "service_url": "$url", "topic": "$topic"},
+	  "sink": {"type": "table", "table": "t186_out", "mode": "append"}}\$\$)});
+	pass("accepted: $url $topic");
+	psql_as($role, "SELECT mailer.stop_job('t186')");
+	psql_as($role, "SELECT mailer.drop_job('t186')");
+}
 psql_as($role, 'DROP TABLE IF EXISTS t186_out');
 drop_roles($role);
 done_testing();
