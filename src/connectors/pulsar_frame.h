@@ -59,7 +59,10 @@ typedef struct PulsarMessageId
 
 /*
  * Parse a reader's frame (text, len bytes, NUL-terminated at len) in place.
- * False, with the reason in err, when it is not a message frame.
+ * False, with the reason in err, when it is not a message frame, or one
+ * this parser cannot hold (more than PULSAR_MAX_PROPERTIES properties, a
+ * \u0000 in a string); msg->message_id is then the message's id if the
+ * frame gave it before the fault (the broker sends it first), else NULL.
  */
 extern bool pulsar_parse_message(char *text, size_t len, PulsarMessage *msg,
 								 char *err, size_t errsize);

@@ -29,6 +29,8 @@ typedef struct SourceMessage
 	int64		offset;
 	TimestampTz timestamp;
 	void	   *opaque;			/* the source's own handle on the message */
+	const char *unreadable;		/* non-NULL: the source could not read the message, and why
+								 * (naming where it is); the record fails at decode */
 } SourceMessage;
 
 typedef struct Source Source;

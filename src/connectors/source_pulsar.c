@@ -600,8 +600,13 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 
 /*
  * Parse one frame of pp's reader into out; false (the frame freed) when it
- * repeats a message already handed out.  A frame that is not a message is
- * the broker's fault: the job fails, and goes on from its checkpoint.
+ * repeats a message already handed out.  A frame without a message id is
+ * the broker's fault: the job fails, and goes on from its checkpoint.  A
+ * message this source cannot read (a Pulsar message may have any number
+ * of properties, and a NUL in its key or a property, which the parser
+ * does not hold) is handed out all the same, unreadable: its record fails
+ * at decode, a dead letter naming its message id, and the job reads on,
+ * rather than meet it again at every restart.
  */
 static bool
 hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out)
@@ -614,14 +619,15 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 	char	   *ack;
 	size_t		ack_len;
 
-	if (!pulsar_parse_message(frame, len, msg, err, sizeof(err)) ||
-		!pulsar_message_id_decode(msg->message_id, &id))
+	bool		parsed = pulsar_parse_message(frame, len, msg, err, sizeof(err));
+
+	if (msg->message_id == NULL || !pulsar_message_id_decode(msg->message_id, &id))
 	{
 		pulsar_ws_frame_free(frame);
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("the Pulsar reader of \"%s\" received a frame that is not a message: %s",
-						pp->reader_topic, err),
+						pp->reader_topic, parsed ? "its messageId is not one" : err),
 				 errhint("The job starts again from its last checkpoint.")));
 	}
 	/* Flow control only: a reader's acknowledgement moves no position. */
@@ -642,6 +648,20 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 	pp->last = id;
 	pp->handed = true;
 	ps->frames[ps->nframes++] = frame;
+	out->unreadable = NULL;
+	if (!parsed)
+	{
+		out->unreadable = MemoryContextStrdup(ps->batch_ctx,
+											  psprintf("the Pulsar message %s (ledger " INT64_FORMAT ", entry " INT64_FORMAT
+													   ", batch index %d) of \"%s\" could not be read: %s",
+													   msg->message_id, id.ledger, id.entry, id.batch_index,
+													   pp->reader_topic, err));
+		msg->key = NULL;
+		msg->payload = NULL;
+		msg->payload_len = 0;
+		msg->nproperties = 0;
+		msg->event_time[0] = msg->publish_time[0] = '\0';
+	}
 	/* Only the pointers: a message's parse is 1 kB, a batch holds thousands. */
 	props->n = msg->nproperties;
 	if (props->n > 0)
