@@ -112,6 +112,7 @@ typedef struct PulsarSource
 	char		error[512];		/* what the source waits on, "" none */
 	char		http_body[8192];
 	size_t		http_len;
+	bool		broker_slow;	/* an admin call timed out in this round: no more of them in it */
 } PulsarSource;
 
 static const SourceOps pulsar_ops;
@@ -211,10 +212,22 @@ http_status_text(long status)
 	}
 }
 
+/* libcurl's progress callback: a stop request aborts the call (about once a second). */
+static int
+http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+	return job_stop_requested(((PulsarSource *) arg)->base.slot) ? 1 : 0;
+}
+
 /*
  * GET service_url + path from the REST admin API into ps->http_body; false
  * with why when the broker does not answer 200.  Blocks for up to
- * BROKER_TIMEOUT_MS: interrupts are answered before it.
+ * BROKER_TIMEOUT_MS, less if stop_job asks meanwhile: interrupts are
+ * answered before it.  A slow broker blocks a round of calls (a poll, the
+ * source's open, wait_job's marks) once, not once per partition: after a
+ * timeout, the round's other calls fail at once, and are made in a later
+ * round, so that the worker gets back to its loop (stop, checkpoints)
+ * within about BROKER_TIMEOUT_MS whatever the partition count.
  */
 static bool
 http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
@@ -225,6 +238,14 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 	sigset_t	saved;
 
 	CHECK_FOR_INTERRUPTS();
+	if (ps->broker_slow || job_stop_requested(ps->base.slot))
+	{
+		snprintf(why, whysize, "GET %s: %s", path,
+				 ps->broker_slow ? "not asked yet: the broker did not answer another admin request within "
+				 CppAsString2(BROKER_TIMEOUT_MS) " ms" : "not asked: the job is stopping");
+		pfree(url);
+		return false;
+	}
 	ps->http_len = 0;
 	ps->http_body[0] = '\0';
 	curl_easy_reset(ps->curl);
@@ -236,13 +257,20 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 	curl_easy_setopt(ps->curl, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(ps->curl, CURLOPT_WRITEFUNCTION, http_write);
 	curl_easy_setopt(ps->curl, CURLOPT_WRITEDATA, ps);
+	curl_easy_setopt(ps->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(ps->curl, CURLOPT_XFERINFOFUNCTION, http_progress);
+	curl_easy_setopt(ps->curl, CURLOPT_XFERINFODATA, ps);
 	mailer_block_signals(&saved);
 	rc = curl_easy_perform(ps->curl);
 	mailer_restore_signals(&saved);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(ps->curl, CURLINFO_RESPONSE_CODE, &status);
 	pfree(url);
-	if (rc != CURLE_OK)
+	if (rc == CURLE_OPERATION_TIMEDOUT)
+		ps->broker_slow = true;
+	if (rc == CURLE_ABORTED_BY_CALLBACK)
+		snprintf(why, whysize, "GET %s: given up: the job is stopping", path);
+	else if (rc != CURLE_OK)
 		snprintf(why, whysize, "GET %s: %s", path, curl_easy_strerror(rc));
 	else if (status != 200)
 		snprintf(why, whysize, "GET %s: HTTP %ld: %s", path, status, http_status_text(status));
@@ -545,6 +573,7 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 			: MemoryContextAlloc(TopMemoryContext, sizeof(MessageProperties) * max);
 		ps->capacity = max;
 	}
+	ps->broker_slow = false;
 	if (now >= ps->next_refresh)
 		refresh_partitions(ps);
 	if (pulsar_ws_service(ps->ws, 0) < 0)
@@ -925,6 +954,7 @@ pulsar_mark_end(Source *src)
 	PulsarSource *ps = (PulsarSource *) src;
 
 	ps->mark_pending = true;
+	ps->broker_slow = false;
 	refresh_partitions(ps);
 }
 

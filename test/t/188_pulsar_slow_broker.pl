@@ -1,0 +1,51 @@
+# A Pulsar broker whose admin API hangs (internalStats, before each of 16
+# readers opens) blocks the worker for one call's timeout (2 s) at a time,
+# not one per partition, and stop_job aborts a call under way: the job
+# stops within seconds, and last_error says what it waits on. The review's
+# finding 2: stop_job took 22 to 27 s, more than its default timeout with
+# 30 partitions. (test/lib/slow_broker.py; no Pulsar needed.)
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use Time::HiRes ();
+use MailerTest;
+use MailerKafkaTest;
+use MailerPulsarTest;
+use Test::More;
+
+my $port = test_port(25000);
+my $broker = fake_server_start($port, 'slow_broker.py', $port, 16);
+fresh_extension();
+psql('DROP TABLE IF EXISTS slow_188');
+psql('CREATE TABLE slow_188 (value jsonb)');
+
+for my $when ('starting', 'running')
+{
+	psql(qq{SELECT mailer.create_job('slow_188', \$\${
+	  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://public/default/slow", "start": "latest"},
+	  "sink": {"type": "table", "table": "slow_188", "mode": "append"}, "state": {"backend": "memory"}
+	}\$\$)});
+	if ($when eq 'running')
+	{
+		# It runs, waiting for the broker: its readers cannot open.
+		wait_for_sql('the job to wait for the broker', "SELECT state FROM mailer.jobs WHERE name = 'slow_188'", 'waiting', 60);
+		wait_until('last_error to say what the job waits on', sub {
+			psql("SELECT coalesce(last_error, '') FROM mailer.jobs WHERE name = 'slow_188'")
+			  =~ /internalStats: (Timeout was reached|Operation timed out)/;
+		}, 30);
+		pass('last_error names the admin call that timed out');
+		sleep 3;
+	}
+	else
+	{
+		wait_until('the worker to start', sub { psql("SELECT pid IS NOT NULL FROM mailer.jobs WHERE name = 'slow_188'") eq 't' }, 60);
+	}
+	my $t0 = Time::HiRes::time();
+	is(psql("SELECT mailer.stop_job('slow_188', '2 minutes')"), 'stopped', "$when: stopped");
+	my $took = Time::HiRes::time() - $t0;
+	cmp_ok($took, '<', 6, sprintf("$when: stop_job took %.1f s (16 partitions behind a hanging admin API)", $took));
+	psql("SELECT mailer.drop_job('slow_188')");
+}
+fake_server_stop($broker);
+done_testing();
