@@ -74,6 +74,13 @@ typedef struct PulsarPartition
 	int			metrics;		/* index in the slot's partition metrics, -1 none */
 	PulsarMessageId mark;		/* wait_job's target; ledger -2: none taken */
 	char		why[600];		/* why the reader closed, while it is not open again */
+	/* Retention (check_retention): what the reader may have skipped. */
+	int64		count_at_refresh;	/* count at the last metadata refresh */
+	PulsarMessageId checked;	/* the position a stalled reader was checked at; ledger -1 none */
+	PulsarMessageId switched_from;	/* the last message before a new ledger; ledger -1 none */
+	int64		end_ledger;		/* a ledger whose entry count is known, -1 none ... */
+	int64		end_entries;	/* ... and that count */
+	int64		reported_ledger;	/* the last ledger reported as deleted, -1 none */
 } PulsarPartition;
 
 /* A handed-out message's properties: pointers into its frame. */
@@ -126,6 +133,7 @@ static const char *restored_string(PulsarSource *ps, int32 partition);
 static int64 restored_count(PulsarSource *ps, int32 partition);
 static JsonbValue *restored_value(PulsarSource *ps, Jsonb *obj, int32 partition);
 static void open_reader(PulsarSource *ps, PulsarPartition *pp);
+static void check_retention(PulsarSource *ps, PulsarPartition *pp);
 static bool hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out);
 static TimestampTz message_time(const char *text);
 static void take_marks(PulsarSource *ps);
@@ -356,6 +364,8 @@ refresh_partitions(PulsarSource *ps)
 											   : ps->spec->topic);
 		pp->last.ledger = -1;
 		pp->mark.ledger = -2;
+		pp->checked.ledger = pp->switched_from.ledger = -1;
+		pp->end_ledger = pp->reported_ledger = -1;
 		pp->count = Max(restored_count(ps, p), 0);
 		start = restored_string(ps, p);
 		if (start == NULL && !positioned && ps->spec->start_latest)
@@ -388,6 +398,8 @@ refresh_partitions(PulsarSource *ps)
 	ps->topic_known = true;
 	for (int i = first_new; i < ps->nparts; i++)
 		open_reader(ps, &ps->parts[i]);
+	for (int i = 0; i < first_new; i++)
+		check_retention(ps, &ps->parts[i]);
 	ps->error[0] = '\0';
 	ps->next_refresh = TimestampTzPlusMilliseconds(now, METADATA_INTERVAL_MS);
 	update_metrics(ps);
@@ -482,54 +494,121 @@ restored_count(PulsarSource *ps, int32 partition)
 }
 
 /*
- * Whether the messages after the partition's position are still there.
- * The broker's reader, started after an id in a ledger retention has
- * deleted, goes on from the oldest message left without a word; so before
- * a reader starts after an id, the partition's oldest ledger is read
- * (internalStats: ledgers are listed in ascending order).  A position in
- * an older ledger is reported, as a WARNING and the job's last error, and
- * the job goes on, as it does for Kafka when retention deleted what it had
- * not read.  The id's own ledger may have been read to its end, in which
- * case nothing was lost: the broker cannot tell, so the report says "may".
- * False when the broker does not answer (the reader is opened later).
+ * The entry count of ledger in an internalStats answer's "ledgers" (listed
+ * in ascending order, the current ledger last): 1 found (*entries; -1 for
+ * the current ledger, still growing), 0 absent (deleted, or never the
+ * topic's), -1 when the answer does not say (*oldest: the first listed).
  */
-static bool
-check_position_kept(PulsarSource *ps, PulsarPartition *pp)
+static int
+stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest)
 {
-	char	   *path = psprintf("/admin/v2/persistent/%s/internalStats", pp->reader_topic);
-	char		why[400];
-	const char *ledgers;
-	int64		oldest;
-	bool		ok = http_get(ps, path, why, sizeof(why));
+	const char *p = strstr(body, "\"ledgers\"");
+	const char *end = p ? strchr(p, ']') : NULL;
+	bool		first = true;
 
+	if (p == NULL || end == NULL)
+		return -1;
+	*oldest = -1;
+	while ((p = strstr(p, "\"ledgerId\"")) != NULL && p < end)
+	{
+		int64		id,
+					n;
+		const char *next;
+
+		if (!json_number(p, "ledgerId", &id) || !json_number(p, "entries", &n))
+			return -1;
+		if (first)
+			*oldest = id;
+		first = false;
+		p += 10;
+		next = strstr(p, "\"ledgerId\"");
+		if (id == ledger)
+		{
+			*entries = (next == NULL || next > end) ? -1 : n;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Report messages that retention deleted before the reader handed them out.
+ * A reader holds nothing back: the broker deletes a ledger whatever a
+ * reader has read of it, and the reader, which cannot read on there, goes
+ * on from the next ledger (or waits, when there is none) without a word.
+ * So, at each metadata refresh, a partition whose reader moved to a new
+ * ledger since (switched_from), or handed out nothing since the last
+ * refresh (stalled: once per position), has its ledger looked up in
+ * internalStats: deleted, with messages after the position that were not
+ * handed out (or that cannot be known), is reported as a WARNING and the
+ * job's last error, once per ledger, and the job goes on, as it does for
+ * Kafka.  A ledger's entry count is noted while it is listed, so that a
+ * ledger read to its end and deleted after is no loss.  The same covers a
+ * restart after a deleted position: the first message comes from a later
+ * ledger.  The broker cannot say whether a ledger deleted before it was
+ * ever looked up had been read to its end: the report says "may".
+ */
+static void
+check_retention(PulsarSource *ps, PulsarPartition *pp)
+{
+	bool		stalled = pp->count == pp->count_at_refresh && pp->last.ledger >= 0 &&
+		(pp->checked.ledger != pp->last.ledger || pp->checked.entry != pp->last.entry ||
+		 pp->checked.batch_index != pp->last.batch_index);
+	PulsarMessageId from = pp->switched_from.ledger >= 0 ? pp->switched_from : pp->last;
+	char	   *path;
+	char		why[400];
+	int64		entries = -1,
+				oldest = -1;
+	int			found;
+	bool		ok;
+
+	pp->count_at_refresh = pp->count;
+	if ((!stalled && pp->switched_from.ledger < 0) || from.ledger == pp->reported_ledger)
+		return;
+	path = psprintf("/admin/v2/persistent/%s/internalStats", pp->reader_topic);
+	ok = http_get(ps, path, why, sizeof(why));
 	pfree(path);
 	if (!ok)
+		return;					/* asked again at the next refresh */
+	if ((found = stats_ledger(ps->http_body, from.ledger, &entries, &oldest)) < 0)
+		return;
+	if (stalled)
+		pp->checked = pp->last;
+	pp->switched_from.ledger = -1;
+	if (found == 1)
 	{
-		snprintf(pp->why, sizeof(pp->why), "waiting for Pulsar: reader of \"%s\": %s", pp->reader_topic, why);
-		return false;
+		/* Still there: note how long it is, should it be deleted later. */
+		pp->end_ledger = from.ledger;
+		pp->end_entries = entries;
+		return;
 	}
-	if ((ledgers = strstr(ps->http_body, "\"ledgers\"")) == NULL ||
-		!json_number(ledgers, "ledgerId", &oldest) || pp->last.ledger >= oldest)
-		return true;
+	if (oldest < 0 || from.ledger > oldest ||
+		(pp->end_ledger == from.ledger && pp->end_entries >= 0 && from.entry >= pp->end_entries - 1))
+		return;					/* another topic's id, or read to its end */
+	pp->reported_ledger = from.ledger;
 	{
 		char	   *msg = psprintf("partition %d of Pulsar topic \"%s\": ledger " INT64_FORMAT
 								   " of the job's position " INT64_FORMAT ":" INT64_FORMAT
 								   " was deleted (retention) before the job read on; messages after it, up to ledger "
-								   INT64_FORMAT ", may have been deleted unread; it goes on from the oldest message left",
-								   pp->partition, ps->base.topic_names[0], pp->last.ledger, pp->last.ledger,
-								   pp->last.entry, oldest);
+								   INT64_FORMAT ", %s deleted unread; it goes on from the oldest message left",
+								   pp->partition, ps->base.topic_names[0], from.ledger, from.ledger,
+								   from.entry, oldest,
+								   pp->end_ledger == from.ledger && pp->end_entries >= 0 ? "were" : "may have been");
 
-		ereport(WARNING, (errmsg("%s", msg),
-						  errhint("Give the namespace a retention longer than a job may stop for.")));
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("%s", msg),
+				 errhint("Give the namespace a retention longer than a job may stop or fall behind for.")));
 		job_slot_set_error(ps->base.slot, msg);
 	}
-	return true;
 }
 
 /*
  * Start the partition's reader just after the last message handed out
- * (or at its start); when the broker cannot say whether that position is
- * still there, try again after REOPEN_MS.
+ * (or at its start).  Whether that position is still there is learnt from
+ * where the reader goes on (check_retention), not asked before each open:
+ * a reader reopened every second through an outage would ask the broker's
+ * heaviest admin call as often.
  */
 static void
 open_reader(PulsarSource *ps, PulsarPartition *pp)
@@ -541,11 +620,6 @@ open_reader(PulsarSource *ps, PulsarPartition *pp)
 		strlcpy(from, pp->start, sizeof(from));
 	else if (!pulsar_message_id_encode(&pp->last, from, sizeof(from)))
 		elog(ERROR, "could not encode a Pulsar message id");
-	if (pp->last.ledger >= 0 && !check_position_kept(ps, pp))
-	{
-		pp->reopen_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REOPEN_MS);
-		return;
-	}
 	pp->conn = pulsar_ws_reader(ps->ws, ps->spec->service_url, pp->reader_topic, from,
 								RECEIVER_QUEUE, err, sizeof(err));
 	if (pp->conn == NULL)
@@ -674,6 +748,9 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 		pulsar_ws_frame_free(frame);
 		return false;
 	}
+	/* A new ledger: the rest of the last one may have been deleted (check_retention). */
+	if (pp->last.ledger >= 0 && id.ledger > pp->last.ledger && pp->switched_from.ledger < 0)
+		pp->switched_from = pp->last;
 	pp->last = id;
 	pp->handed = true;
 	ps->frames[ps->nframes++] = frame;
