@@ -70,6 +70,8 @@ struct PulsarWsConn
 	struct lws *wsi;			/* NULL once libwebsockets has let it go */
 	PulsarWsState state;
 	bool		close_requested;	/* free it when libwebsockets lets go */
+	bool		handshake_sent;	/* connected, the upgrade request written */
+	bool		established;	/* the broker accepted the upgrade */
 	char		why[512];		/* why it closed */
 	Frame	   *rx;				/* the frame being received */
 	Frame	   *in_head;		/* received, not yet taken */
@@ -224,8 +226,12 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 		return 0;
 	switch (reason)
 	{
+		case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+			conn->handshake_sent = true;
+			break;
 		case LWS_CALLBACK_CLIENT_ESTABLISHED:
 			conn->state = PULSAR_WS_OPEN;
+			conn->established = true;
 			if (conn->out_head || conn->close_requested)
 				lws_callback_on_writable(wsi);
 			break;
@@ -270,7 +276,10 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 			break;
 		case LWS_CALLBACK_WSI_DESTROY:
 			conn->wsi = NULL;
-			set_closed(conn, "the connection to the broker is gone");
+			/* Without an error callback: libwebsockets' own timeout, say. */
+			set_closed(conn, conn->established ? "the connection to the broker is gone"
+					   : conn->handshake_sent ? "the broker did not answer the WebSocket upgrade in time"
+					   : "could not connect to the broker in time");
 			if (conn->close_requested)
 				conn_free(conn);
 			break;
@@ -582,18 +591,22 @@ pulsar_ws_poll_set(PulsarWs *ws, struct pollfd *fds, int max, int *max_wait_ms)
 		if (conn->wsi == NULL)
 			continue;
 		fd = lws_get_socket_fd(conn->wsi);
-		/*
-		 * While a session connects and shakes hands, writability says
-		 * nothing (a connected socket is always writable): look again
-		 * soon rather than spin on it.
-		 */
-		if (fd < 0 || conn->state != PULSAR_WS_OPEN)
+		/* No socket yet: look again soon. */
+		if (fd < 0)
 			*max_wait_ms = 10;
 		if (fd < 0 || n == max)
 			continue;
 		fds[n].fd = fd;
 		fds[n].events = POLLIN;
-		if (conn->state == PULSAR_WS_OPEN && (conn->out_head || conn->close_requested))
+		/*
+		 * Writability says the TCP connection is up, until the upgrade
+		 * request is written; after it (a connected socket is always
+		 * writable) only the broker's answer counts, and a broker that
+		 * never answers costs a wake-up a second (the timers), not a
+		 * hundred.
+		 */
+		if ((conn->state == PULSAR_WS_OPEN && (conn->out_head || conn->close_requested)) ||
+			(conn->state == PULSAR_WS_CONNECTING && !conn->handshake_sent))
 			fds[n].events |= POLLOUT;
 		fds[n].revents = 0;
 		n++;

@@ -103,10 +103,13 @@ sub test_port
 # Start a server of the tests' own (a Python script of test/lib and its
 # arguments) that listens on $port; returns its handle once the port
 # takes connections.
+my @FAKE_SERVERS;
+
 sub fake_server_start
 {
 	my ($port, $script, @args) = @_;
 	my $h = IPC::Run::start([ 'python3', "$ROOT/test/lib/$script", @args ], '>', '/dev/null', '2>', '/dev/null');
+	push @FAKE_SERVERS, $h;
 	MailerTest::wait_until("$script to listen on $port", sub {
 		return IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp') ? 1 : 0;
 	}, 30);
@@ -116,7 +119,15 @@ sub fake_server_start
 sub fake_server_stop
 {
 	my ($h) = @_;
-	$h->kill_kill;
+	$h->kill_kill if $h->pumpable;
+	@FAKE_SERVERS = grep { $_ != $h } @FAKE_SERVERS;
+}
+
+# A test that dies leaves no server of its own behind on its port.
+END
+{
+	local $?;
+	fake_server_stop($_) for @FAKE_SERVERS;
 }
 
 # Run a producer of test/pulsar_java (Pulsar's own Java client, which
