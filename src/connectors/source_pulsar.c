@@ -55,7 +55,8 @@
 
 #define METADATA_INTERVAL_MS	5000
 #define METADATA_RETRY_MS		1000
-#define REOPEN_MS				1000
+#define REOPEN_MS				1000	/* a closed reader's first reopen ... */
+#define REOPEN_MAX_MS			8000	/* ... doubled while it fails, up to this */
 #define BROKER_TIMEOUT_MS		2000
 #define RECEIVER_QUEUE			1000
 #define ID_LEN					128		/* a base64 message id, with room */
@@ -70,6 +71,7 @@ typedef struct PulsarPartition
 	bool		handed;			/* last is a message this run handed out (else: start) */
 	PulsarWsConn *conn;			/* NULL: not open, reopened at reopen_at */
 	TimestampTz reopen_at;
+	int			reopen_ms;		/* the wait before the next reopen, 0: REOPEN_MS */
 	int64		count;			/* messages handed out: the next one's offset */
 	int			metrics;		/* index in the slot's partition metrics, -1 none */
 	PulsarMessageId mark;		/* wait_job's target; ledger -2: none taken */
@@ -671,6 +673,8 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 		while (n < max && (frame = pulsar_ws_take(pp->conn, &len)) != NULL)
 			if (hand_out(ps, pp, frame, len, &out[n]))
 				n++;
+		if (pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_OPEN)
+			pp->reopen_ms = 0;
 		/* Closed, and every frame it received handed out: open again after the last. */
 		if (n < max && pulsar_ws_state(pp->conn, &why) == PULSAR_WS_CLOSED)
 		{
@@ -678,7 +682,9 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 					 pp->reader_topic, why ? why : "closed");
 			pulsar_ws_close(pp->conn);
 			pp->conn = NULL;
-			pp->reopen_at = TimestampTzPlusMilliseconds(now, REOPEN_MS);
+			/* A broker that keeps refusing is asked less often, down to every REOPEN_MAX_MS. */
+			pp->reopen_ms = pp->reopen_ms == 0 ? REOPEN_MS : Min(pp->reopen_ms * 2, REOPEN_MAX_MS);
+			pp->reopen_at = TimestampTzPlusMilliseconds(now, pp->reopen_ms);
 		}
 	}
 	if (ps->nparts > 0)

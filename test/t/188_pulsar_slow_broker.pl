@@ -72,4 +72,25 @@ my $woken = $switches->() - $before;
 cmp_ok($woken, '<', 150, "a hung WebSocket upgrade: $woken context switches in 10 s");
 psql("SELECT mailer.drop_job('stall_188')");
 fake_server_stop($stall);
+
+# 64 partitions whose readers' upgrades are refused (test/lib/ws404_broker.py):
+# each reader is opened again less and less often (1, 2, 4, 8 s), and no
+# reopen asks for internalStats first (the review's finding 12: 64
+# internalStats a second, for as long as the outage lasts).
+my $log = ($ENV{MAILER_RUN_DIR} // '/tmp') . "/t188_requests.$$";
+unlink $log;
+my $refusing = fake_server_start($port, 'ws404_broker.py', $port, 64, $log);
+psql(qq{SELECT mailer.create_job('refused_188', \$\${
+  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://public/default/refused"},
+  "sink": {"type": "table", "table": "slow_188", "mode": "append"}, "state": {"backend": "memory"}
+}\$\$)});
+sleep 16;
+psql("SELECT mailer.drop_job('refused_188')");
+fake_server_stop($refusing);
+open my $f, '<', $log or die "$log: $!";
+my %asked;
+while (<$f>) { $asked{ m{^/ws/} ? 'upgrade' : m{/internalStats$} ? 'internalStats' : 'other' }++ }
+unlink $log;
+cmp_ok($asked{internalStats} // 0, '<', 64, 'an outage of the readers: internalStats asked ' . ($asked{internalStats} // 0) . ' times in 16 s');
+cmp_ok($asked{upgrade} // 0, '<', 64 * 8, 'the readers opened again ' . ($asked{upgrade} // 0) . ' times in 16 s (64 partitions)');
 done_testing();
