@@ -3,7 +3,7 @@
 # not one per partition, and stop_job aborts a call under way: the job
 # stops within seconds, and last_error says what it waits on. The review's
 # finding 2: stop_job took 22 to 27 s, more than its default timeout with
-# 30 partitions. (test/lib/slow_broker.py; no Pulsar needed.)
+# 30 partitions. (test/lib/fake_pulsar.py slow-admin; no Pulsar needed.)
 use strict;
 use warnings;
 use FindBin;
@@ -15,7 +15,7 @@ use MailerPulsarTest;
 use Test::More;
 
 my $port = test_port(25000);
-my $broker = fake_server_start($port, 'slow_broker.py', $port, 16);
+my $broker = fake_server_start($port, 'fake_pulsar.py', $port, 'slow-admin', 16);
 fresh_extension();
 psql('DROP TABLE IF EXISTS slow_188');
 psql('CREATE TABLE slow_188 (value jsonb)');
@@ -49,10 +49,10 @@ for my $when ('starting', 'running')
 fake_server_stop($broker);
 
 # A WebSocket service that takes the upgrade request and never answers
-# (test/lib/stall_ws.py): the worker waits on the socket, woken by the
+# (test/lib/fake_pulsar.py stall-ws): the worker waits on the socket, woken by the
 # timers about once a second, not every 10 ms (the review's finding 7:
 # 80 wake-ups a second, 1587 context switches in 20 s).
-my $stall = fake_server_start($port, 'stall_ws.py', $port);
+my $stall = fake_server_start($port, 'fake_pulsar.py', $port, 'stall-ws', 0);
 psql(qq{SELECT mailer.create_job('stall_188', \$\${
   "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://public/default/stall"},
   "sink": {"type": "table", "table": "slow_188", "mode": "append"}, "state": {"backend": "memory"}
@@ -73,13 +73,13 @@ cmp_ok($woken, '<', 150, "a hung WebSocket upgrade: $woken context switches in 1
 psql("SELECT mailer.drop_job('stall_188')");
 fake_server_stop($stall);
 
-# 64 partitions whose readers' upgrades are refused (test/lib/ws404_broker.py):
+# 64 partitions whose readers' upgrades are refused (test/lib/fake_pulsar.py refuse-ws):
 # each reader is opened again less and less often (1, 2, 4, 8 s), and no
 # reopen asks for internalStats first (the review's finding 12: 64
 # internalStats a second, for as long as the outage lasts).
 my $log = ($ENV{MAILER_RUN_DIR} // '/tmp') . "/t188_requests.$$";
 unlink $log;
-my $refusing = fake_server_start($port, 'ws404_broker.py', $port, 64, $log);
+my $refusing = fake_server_start($port, 'fake_pulsar.py', $port, 'refuse-ws', 64, $log);
 psql(qq{SELECT mailer.create_job('refused_188', \$\${
   "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://public/default/refused"},
   "sink": {"type": "table", "table": "slow_188", "mode": "append"}, "state": {"backend": "memory"}
