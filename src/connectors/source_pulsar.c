@@ -579,8 +579,21 @@ check_retention(PulsarSource *ps, PulsarPartition *pp)
 	pp->switched_from.ledger = -1;
 	if (found == 1)
 	{
-		/* Still there: note how long it is, should it be deleted later. */
-		pp->end_ledger = from.ledger;
+		/*
+		 * Still there: note how long it is, should it be deleted later.
+		 * The current ledger's length is its last confirmed entry, when
+		 * the reader has handed that out (caught up): hand_out forgets it
+		 * once the ledger grows.
+		 */
+		const char *lac = strstr(ps->http_body, "\"lastConfirmedEntry\":\"");	/* 22 bytes */
+		int64		lac_ledger,
+					lac_entry;
+
+		if (entries < 0 && lac != NULL &&
+			sscanf(lac + 22, INT64_FORMAT ":" INT64_FORMAT, &lac_ledger, &lac_entry) == 2 &&
+			lac_ledger == from.ledger && lac_entry == from.entry)
+			entries = lac_entry + 1;
+		pp->end_ledger = entries >= 0 ? from.ledger : -1;
 		pp->end_entries = entries;
 		return;
 	}
@@ -757,6 +770,8 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 	/* A new ledger: the rest of the last one may have been deleted (check_retention). */
 	if (pp->last.ledger >= 0 && id.ledger > pp->last.ledger && pp->switched_from.ledger < 0)
 		pp->switched_from = pp->last;
+	if (id.ledger == pp->end_ledger && id.entry >= pp->end_entries)
+		pp->end_ledger = -1;		/* it grew: its length is not known any more */
 	pp->last = id;
 	pp->handed = true;
 	ps->frames[ps->nframes++] = frame;

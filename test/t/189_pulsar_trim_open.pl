@@ -49,4 +49,37 @@ like(psql("SELECT last_error FROM mailer.jobs WHERE name = 'trim_189'"),
 	"last_error reports the deleted ledger ($rows of $N rows read)");
 is(psql("SELECT state FROM mailer.jobs WHERE name = 'trim_189'"), 'running', 'the job goes on');
 psql("SELECT mailer.drop_job('trim_189')");
+
+# No false alarm: a job that read its ledger to the end (caught up, and
+# idle past a metadata refresh) loses nothing when retention deletes that
+# ledger after, and the next message comes from a new one.
+my $read_all = 'public/default/' . unique_name('t189r');
+pulsar('create-topic', $read_all, 0);
+pulsar('admin', 'POST', "/admin/v2/persistent/$read_all/deduplicationEnabled", 'false');
+pulsar('admin', 'POST', "/admin/v2/persistent/$read_all/retention", '{"retentionTimeInMinutes":0,"retentionSizeInMB":0}');
+sleep 2;
+pulsar_produce_lines($read_all, join('', map { qq({"i":$_}\n) } 1 .. 5));
+psql('TRUNCATE trim_189');
+psql(qq{SELECT mailer.create_job('read_all_189', \$\${
+  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$read_all"},
+  "steps": [{"map": {"i": "(value->>'i')::int"}}],
+  "sink": {"type": "table", "table": "trim_189", "mode": "append"}, "state": {"backend": "memory"}
+}\$\$)});
+wait_job_running('read_all_189');
+is(psql("SELECT mailer.wait_job('read_all_189', '1 minute')"), 'running', 'read_all_189 read the 5');
+sleep 11;	# two metadata refreshes: the idle reader's ledger is looked up
+my ($first) = pulsar('stats', $read_all) =~ /"ledgers":\[\{"ledgerId":(\d+)/;
+pulsar('admin', 'PUT', "/admin/v2/persistent/$read_all/unload");
+wait_until('the read ledger to be deleted', sub {
+	eval { pulsar('admin', 'POST', "/admin/v2/persistent/$read_all/trim") };
+	my ($now) = pulsar('stats', $read_all) =~ /"ledgers":\[\{"ledgerId":(\d+)/;
+	return defined $now && $now != $first;
+}, 60);
+pulsar_produce_lines($read_all, qq({"i":6}\n));
+is(psql("SELECT mailer.wait_job('read_all_189', '1 minute')"), 'running', 'read_all_189 read the 6th');
+sleep 6;	# a refresh: the switch to the new ledger is looked at
+is(psql('SELECT count(*) FROM trim_189'), 6, 'all 6 read');
+is(psql("SELECT last_error FROM mailer.jobs WHERE name = 'read_all_189'"), '',
+	'no report: the deleted ledger had been read to its end');
+psql("SELECT mailer.drop_job('read_all_189')");
 done_testing();
