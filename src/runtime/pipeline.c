@@ -496,6 +496,11 @@ decode_message(Job *job, SourceMessage *msg, Record *rec)
 {
 	RecordSchema *schema = job->plan->schema;
 
+	if (msg->unreadable)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("%s", msg->unreadable),
+				 errhint("Read the message from its source at the position the error names.")));
 	if (msg->key)
 	{
 		check_text("message key", msg->key, msg->key_len);

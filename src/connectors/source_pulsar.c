@@ -1,0 +1,1133 @@
+/*
+ * source_pulsar.c
+ *		The Pulsar source: every partition of one persistent topic, each
+ *		read by a reader of Pulsar's WebSocket API (connectors/pulsar_ws.c).
+ *
+ * Positions are mailer's own, as for Kafka: a reader has no subscription,
+ * and starts after the message id the last checkpoint stored for its
+ * partition (base64, as the broker gives it), so a restart reads on just
+ * after the last message handed out, whatever the broker acknowledged.  A
+ * partition no checkpoint has seen starts at "earliest", or at "latest"
+ * resolved at once to the partition's last message id (REST admin API,
+ * lastMessageId), so that a checkpoint taken before any message arrives
+ * still pins where it resumes.  The partitions are those the REST admin
+ * API's partition metadata names (a topic that is not partitioned is read
+ * as partition 0); they are read again every few seconds, and partitions
+ * added later start at their beginning.
+ *
+ * The record's offset is the partition's message ordinal, counted from the
+ * job's start on the partition and kept with the checkpoint (records_in),
+ * so a replay gives each message the same offset.  Its timestamp is the
+ * message's event time when the producer set one, else its publish time;
+ * its headers are the message's properties.
+ *
+ * libwebsockets starts no thread; libcurl may (a resolver), so its calls
+ * run with signals blocked.  The worker waits on one descriptor: an epoll
+ * set that holds every reader's socket, for reading, and for writing while
+ * a session has frames to send (acknowledgements), kept in step with
+ * pulsar_ws_poll_set before each wait.
+ *
+ * Design: docs/ARCHITECTURE.md, "Source poll".
+ */
+#include "postgres.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/numeric.h"
+#include "utils/timestamp.h"
+
+#include "base/iso_time.h"
+#include "base/jsonb_build.h"
+#include "base/signals.h"
+#include "connectors/kafka_client.h"
+#include "connectors/pulsar_frame.h"
+#include "connectors/pulsar_ws.h"
+#include "connectors/source.h"
+#include "jobs/job_slots.h"
+
+#define METADATA_INTERVAL_MS	5000
+#define METADATA_RETRY_MS		1000
+#define REOPEN_MS				1000	/* a closed reader's first reopen ... */
+#define REOPEN_MAX_MS			8000	/* ... doubled while it fails, up to this */
+#define BROKER_TIMEOUT_MS		2000
+#define RECEIVER_QUEUE			1000
+#define ID_LEN					128		/* a base64 message id, with room */
+#define MAX_FDS					1024
+
+typedef struct PulsarPartition
+{
+	int32		partition;
+	char	   *reader_topic;	/* tenant/ns/topic, or its -partition-N */
+	char		start[ID_LEN];	/* where the reader starts: an id (after it) or "earliest" */
+	PulsarMessageId last;		/* the last message handed out, or the one start names; ledger -1: none */
+	bool		handed;			/* last is a message this run handed out (else: start) */
+	PulsarWsConn *conn;			/* NULL: not open, reopened at reopen_at */
+	TimestampTz reopen_at;
+	int			reopen_ms;		/* the wait before the next reopen, 0: REOPEN_MS */
+	int64		count;			/* messages handed out: the next one's offset */
+	int			metrics;		/* index in the slot's partition metrics, -1 none */
+	PulsarMessageId mark;		/* wait_job's target; ledger -2: none taken */
+	char		why[600];		/* why the reader closed, while it is not open again */
+	/* Retention (check_retention): what the reader may have skipped. */
+	int64		count_at_refresh;	/* count at the last metadata refresh */
+	PulsarMessageId checked;	/* the position a stalled reader was checked at; ledger -1 none */
+	PulsarMessageId switched_from;	/* the last message before a new ledger; ledger -1 none */
+	int64		end_ledger;		/* a ledger whose entry count is known, -1 none ... */
+	int64		end_entries;	/* ... and that count */
+	int64		reported_ledger;	/* the last ledger reported as deleted, -1 none */
+} PulsarPartition;
+
+/* A handed-out message's properties: pointers into its frame. */
+typedef struct MessageProperties
+{
+	int			n;
+	char	  **names;
+	char	  **values;
+} MessageProperties;
+
+typedef struct PulsarSource
+{
+	Source		base;
+	PulsarSourceSpec *spec;
+	int			subtask;
+	int			parallelism;
+	PulsarWs   *ws;
+	CURL	   *curl;
+	int			epfd;
+	int			registered[MAX_FDS];	/* the sockets in the epoll set */
+	int			nregistered;
+	PulsarPartition *parts;
+	int			nparts;
+	bool		partitioned;	/* read as <topic>-partition-N */
+	bool		topic_known;	/* metadata read once: partitions added since start at their beginning */
+	Jsonb	   *restored;		/* positions of the last checkpoint, or NULL */
+	Jsonb	   *restored_records_in;
+	char	  **frames;			/* handed out by the last poll, freed at the next */
+	MessageProperties *props;	/* their properties, for headers() */
+	MemoryContext batch_ctx;	/* the properties' arrays, reset at each poll */
+	int			nframes;
+	int			capacity;
+	int			next_part;		/* where the next poll starts: every partition gets its turn */
+	TimestampTz next_refresh;
+	bool		mark_pending;	/* wait_job asked; marks not taken yet */
+	char		error[512];		/* what the source waits on, "" none */
+	char		http_body[8192];
+	size_t		http_len;
+	bool		broker_slow;	/* an admin call timed out in this round: no more of them in it */
+} PulsarSource;
+
+static const SourceOps pulsar_ops;
+
+static void refresh_partitions(PulsarSource *ps);
+static bool http_get(PulsarSource *ps, const char *path, char *why, size_t whysize);
+static bool json_number(const char *body, const char *name, int64 *v);
+static bool last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id,
+							char *why, size_t whysize);
+static const char *restored_string(PulsarSource *ps, int32 partition);
+static int64 restored_count(PulsarSource *ps, int32 partition);
+static JsonbValue *restored_value(PulsarSource *ps, Jsonb *obj, int32 partition);
+static void open_reader(PulsarSource *ps, PulsarPartition *pp);
+static void check_retention(PulsarSource *ps, PulsarPartition *pp);
+static bool hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out);
+static TimestampTz message_time(const char *text);
+static void take_marks(PulsarSource *ps);
+static void update_metrics(PulsarSource *ps);
+static void push_restored_not_open(PulsarSource *ps, Jsonb *obj, JsonbParseState **state);
+
+Source *
+pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
+				   JobSlot *slot, int subtask, int parallelism)
+{
+	PulsarSource *ps = palloc0(sizeof(PulsarSource));
+	char		err[512];
+	sigset_t	saved;
+
+	ps->base.ops = &pulsar_ops;
+	ps->base.slot = slot;
+	ps->base.ntopics = 1;
+	ps->base.topic_names = palloc(sizeof(char *));
+	ps->base.topic_names[0] = psprintf("persistent://%s", spec->topic);
+	ps->spec = spec;
+	ps->subtask = subtask;
+	ps->parallelism = parallelism;
+	ps->restored = positions;
+	ps->restored_records_in = records_in;
+
+	ps->ws = pulsar_ws_new(err, sizeof(err));
+	if (ps->ws == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not start a Pulsar client: %s", err)));
+	mailer_block_signals(&saved);
+	ps->curl = curl_easy_init();
+	mailer_restore_signals(&saved);
+	if (ps->curl == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not start libcurl for Pulsar's admin API")));
+	ps->batch_ctx = AllocSetContextCreate(TopMemoryContext, "pulsar batch", ALLOCSET_SMALL_SIZES);
+	ps->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (ps->epfd < 0)
+		ereport(ERROR,
+				(errcode_for_socket_access(),
+				 errmsg("could not create an epoll set for Pulsar: %m")));
+	refresh_partitions(ps);
+	return &ps->base;
+}
+
+static size_t
+http_write(char *data, size_t size, size_t nmemb, void *arg)
+{
+	PulsarSource *ps = (PulsarSource *) arg;
+	size_t		n = size * nmemb;
+
+	/* A longer answer than any this source asks for is not one of them: cut. */
+	if (n > sizeof(ps->http_body) - 1 - ps->http_len)
+		n = sizeof(ps->http_body) - 1 - ps->http_len;
+	memcpy(ps->http_body + ps->http_len, data, n);
+	ps->http_len += n;
+	ps->http_body[ps->http_len] = '\0';
+	return size * nmemb;
+}
+
+/*
+ * What an HTTP status of the admin API means.  Never the reply's body:
+ * any role that may create a job names the service URL, so the server
+ * may be anything the database server reaches (README, "Security"), and
+ * what it answered is not for the job's owner to read in last_error.
+ */
+static const char *
+http_status_text(long status)
+{
+	switch (status)
+	{
+		case 401:
+		case 403:
+			return "not authorized";
+		case 404:
+			return "not found (the topic or its namespace does not exist, or this is not a Pulsar admin API)";
+		case 307:
+		case 308:
+			return "redirected to another broker, which is not followed (give the URL of the broker that owns the topic)";
+		default:
+			return status >= 500 ? "the broker failed" : "not an answer of Pulsar's admin API";
+	}
+}
+
+/* libcurl's progress callback: a stop request aborts the call (about once a second). */
+static int
+http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+	return job_stop_requested(((PulsarSource *) arg)->base.slot) ? 1 : 0;
+}
+
+/*
+ * GET service_url + path from the REST admin API into ps->http_body; false
+ * with why when the broker does not answer 200.  Blocks for up to
+ * BROKER_TIMEOUT_MS, less if stop_job asks meanwhile: interrupts are
+ * answered before it.  A slow broker blocks a round of calls (a poll, the
+ * source's open, wait_job's marks) once, not once per partition: after a
+ * timeout, the round's other calls fail at once, and are made in a later
+ * round, so that the worker gets back to its loop (stop, checkpoints)
+ * within about BROKER_TIMEOUT_MS whatever the partition count.
+ */
+static bool
+http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
+{
+	char	   *url = psprintf("%s%s", ps->spec->service_url, path);
+	long		status = 0;
+	CURLcode	rc;
+	sigset_t	saved;
+
+	CHECK_FOR_INTERRUPTS();
+	if (ps->broker_slow || job_stop_requested(ps->base.slot))
+	{
+		snprintf(why, whysize, "GET %s: %s", path,
+				 ps->broker_slow ? "not asked yet: the broker did not answer another admin request within "
+				 CppAsString2(BROKER_TIMEOUT_MS) " ms" : "not asked: the job is stopping");
+		pfree(url);
+		return false;
+	}
+	ps->http_len = 0;
+	ps->http_body[0] = '\0';
+	curl_easy_reset(ps->curl);
+	curl_easy_setopt(ps->curl, CURLOPT_URL, url);
+	curl_easy_setopt(ps->curl, CURLOPT_TIMEOUT_MS, (long) BROKER_TIMEOUT_MS);
+	curl_easy_setopt(ps->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(ps->curl, CURLOPT_PROTOCOLS_STR, "http");
+	/* The path as built, never normalized into another (README, "Security"). */
+	curl_easy_setopt(ps->curl, CURLOPT_PATH_AS_IS, 1L);
+	curl_easy_setopt(ps->curl, CURLOPT_WRITEFUNCTION, http_write);
+	curl_easy_setopt(ps->curl, CURLOPT_WRITEDATA, ps);
+	curl_easy_setopt(ps->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(ps->curl, CURLOPT_XFERINFOFUNCTION, http_progress);
+	curl_easy_setopt(ps->curl, CURLOPT_XFERINFODATA, ps);
+	mailer_block_signals(&saved);
+	rc = curl_easy_perform(ps->curl);
+	mailer_restore_signals(&saved);
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(ps->curl, CURLINFO_RESPONSE_CODE, &status);
+	pfree(url);
+	if (rc == CURLE_OPERATION_TIMEDOUT)
+		ps->broker_slow = true;
+	if (rc == CURLE_ABORTED_BY_CALLBACK)
+		snprintf(why, whysize, "GET %s: given up: the job is stopping", path);
+	else if (rc != CURLE_OK)
+		snprintf(why, whysize, "GET %s: %s", path, curl_easy_strerror(rc));
+	else if (status != 200)
+		snprintf(why, whysize, "GET %s: HTTP %ld: %s", path, status, http_status_text(status));
+	return rc == CURLE_OK && status == 200;
+}
+
+/* The integer member name of a flat JSON object the broker sent. */
+static bool
+json_number(const char *body, const char *name, int64 *v)
+{
+	char		quoted[64];
+	const char *p;
+	char	   *end;
+
+	snprintf(quoted, sizeof(quoted), "\"%s\"", name);
+	if ((p = strstr(body, quoted)) == NULL)
+		return false;
+	p += strlen(quoted);
+	while (*p == ' ' || *p == ':')
+		p++;
+	errno = 0;
+	*v = strtoll(p, &end, 10);
+	return end != p && errno == 0;
+}
+
+/*
+ * Learn the topic's partitions and start a reader on each new one this
+ * subtask owns.  A broker that does not answer is noted in ps->error and
+ * asked again soon; the readers already open go on.  New partitions are
+ * positioned all together or not at all, so that the topic is either
+ * unpositioned (it starts per the spec) or every partition of it has a
+ * position that checkpoints keep.
+ */
+static void
+refresh_partitions(PulsarSource *ps)
+{
+	char		why[400] = "";
+	char	   *path = psprintf("/admin/v2/persistent/%s/partitions", ps->spec->topic);
+	int64		n;
+	TimestampTz now = GetCurrentTimestamp();
+	int			first_new = ps->nparts;
+	/*
+	 * The topic starts per the spec only at this subtask's first answer of
+	 * the metadata, as for Kafka: after it, even with no partition of its
+	 * own (parallelism above the partition count), every partition is new
+	 * and read from its beginning, however late this subtask learns of it.
+	 */
+	bool		positioned = ps->topic_known || ps->nparts > 0 ||
+		(ps->restored != NULL &&
+		 getKeyJsonValueFromContainer(&ps->restored->root, ps->base.topic_names[0],
+									  strlen(ps->base.topic_names[0]), NULL) != NULL);
+
+	if (!http_get(ps, path, why, sizeof(why)) || !json_number(ps->http_body, "partitions", &n) ||
+		n < 0 || n > 100000)
+	{
+		if (why[0] == '\0')
+			snprintf(why, sizeof(why), "GET %s: not an answer of Pulsar's admin API (no \"partitions\" count)", path);
+		goto failed;
+	}
+	/* Not partitioned (0): the topic itself is partition 0. */
+	ps->partitioned = n > 0;
+	for (int32 p = 0; p < Max(n, 1); p++)
+	{
+		PulsarPartition *pp;
+		const char *start;
+		bool		found = false;
+
+		if (!source_owns(0, p, ps->subtask, ps->parallelism))
+			continue;
+		for (int i = 0; i < ps->nparts && !found; i++)
+			found = ps->parts[i].partition == p;
+		if (found)
+			continue;
+		if (ps->parts == NULL)
+			ps->parts = MemoryContextAllocZero(TopMemoryContext, sizeof(PulsarPartition) * 8);
+		else if (ps->nparts % 8 == 0)
+			ps->parts = repalloc(ps->parts, sizeof(PulsarPartition) * (ps->nparts + 8));
+		pp = &ps->parts[ps->nparts];
+		memset(pp, 0, sizeof(*pp));
+		pp->partition = p;
+		pp->reader_topic = MemoryContextStrdup(TopMemoryContext,
+											   ps->partitioned ? psprintf("%s-partition-%d", ps->spec->topic, p)
+											   : ps->spec->topic);
+		pp->last.ledger = -1;
+		pp->mark.ledger = -2;
+		pp->checked.ledger = pp->switched_from.ledger = -1;
+		pp->end_ledger = pp->reported_ledger = -1;
+		pp->count = Max(restored_count(ps, p), 0);
+		start = restored_string(ps, p);
+		if (start == NULL && !positioned && ps->spec->start_latest)
+		{
+			PulsarMessageId last;
+
+			/* Resolved now, so that a checkpoint before any message pins it. */
+			if (!last_message_id(ps, pp, &last, why, sizeof(why)))
+				goto failed;
+			/* An entry of -1: nothing written yet, so everything to come is after "latest". */
+			if (last.entry < 0 || !pulsar_message_id_encode(&last, pp->start, sizeof(pp->start)))
+				strlcpy(pp->start, "earliest", sizeof(pp->start));
+			ps->base.unpinned = true;
+		}
+		else
+			/* A partition added after the topic was positioned, or a start from the beginning. */
+			strlcpy(pp->start, start ? start : "earliest", sizeof(pp->start));
+		/* Messages up to the start are behind the partition's position (wait_job, repeats). */
+		if (strcmp(pp->start, "earliest") != 0 && !pulsar_message_id_decode(pp->start, &pp->last))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("the checkpoint's position of partition %d of Pulsar topic \"%s\" is not a message id: \"%s\"",
+							p, ps->base.topic_names[0], pp->start),
+					 errhint("Restore an earlier checkpoint with mailer.restore_job, or create the job again.")));
+		pp->metrics = ps->nparts < JOB_SLOT_MAX_PARTITIONS ? ps->nparts : -1;
+		if (pp->metrics >= 0)
+			ps->base.slot->partitions[pp->metrics].records_in = pp->count;
+		ps->nparts++;
+	}
+	ps->topic_known = true;
+	for (int i = first_new; i < ps->nparts; i++)
+		open_reader(ps, &ps->parts[i]);
+	for (int i = 0; i < first_new; i++)
+		check_retention(ps, &ps->parts[i]);
+	ps->error[0] = '\0';
+	ps->next_refresh = TimestampTzPlusMilliseconds(now, METADATA_INTERVAL_MS);
+	update_metrics(ps);
+	if (ps->mark_pending)
+		take_marks(ps);
+	return;
+
+failed:
+	/* Nothing of this refresh: the next one tries all of it again. */
+	for (int i = first_new; i < ps->nparts; i++)
+		pfree(ps->parts[i].reader_topic);
+	ps->nparts = first_new;
+	snprintf(ps->error, sizeof(ps->error), "waiting for Pulsar: topic \"%s\": %s",
+			 ps->base.topic_names[0], why);
+	ps->next_refresh = TimestampTzPlusMilliseconds(now, METADATA_RETRY_MS);
+}
+
+static bool
+last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id, char *why, size_t whysize)
+{
+	char	   *path = psprintf("/admin/v2/persistent/%s/lastMessageId", pp->reader_topic);
+	int64		ledger,
+				entry,
+				batch_index;
+	bool		ok = http_get(ps, path, why, whysize);
+
+	if (ok && (!json_number(ps->http_body, "ledgerId", &ledger) || !json_number(ps->http_body, "entryId", &entry)))
+	{
+		snprintf(why, whysize, "GET %s: not an answer of Pulsar's admin API (no \"ledgerId\" and \"entryId\")", path);
+		ok = false;
+	}
+	pfree(path);
+	if (!ok)
+		return false;
+	id->ledger = ledger;
+	id->entry = entry;
+	id->partition = ps->partitioned ? pp->partition : -1;
+	/*
+	 * The last message of a batched entry (any Java, Go or C++ producer's
+	 * default): a poll may hand out part of an entry, so the target of
+	 * wait_job, and a "latest" start, is that message, not the entry.
+	 */
+	if (!json_number(ps->http_body, "batchIndex", &batch_index) || batch_index < -1 || batch_index > PG_INT32_MAX)
+		batch_index = -1;
+	id->batch_index = (int32) batch_index;
+	return true;
+}
+
+/* A partition's value in a {"topic": {"partition": value}} object of a checkpoint, or NULL. */
+static JsonbValue *
+restored_value(PulsarSource *ps, Jsonb *obj, int32 partition)
+{
+	JsonbValue *topic;
+	char		key[16];
+
+	if (obj == NULL)
+		return NULL;
+	topic = getKeyJsonValueFromContainer(&obj->root, ps->base.topic_names[0],
+										 strlen(ps->base.topic_names[0]), NULL);
+	if (topic == NULL || topic->type != jbvBinary)
+		return NULL;
+	snprintf(key, sizeof(key), "%d", partition);
+	return getKeyJsonValueFromContainer(topic->val.binary.data, key, strlen(key), NULL);
+}
+
+/* The checkpoint's position of a partition (a string), or NULL. */
+static const char *
+restored_string(PulsarSource *ps, int32 partition)
+{
+	JsonbValue *v = restored_value(ps, ps->restored, partition);
+
+	if (v == NULL)
+		return NULL;
+	if (v->type != jbvString || v->val.string.len >= ID_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("the checkpoint's position of partition %d of Pulsar topic \"%s\" is not a message id",
+						partition, ps->base.topic_names[0]),
+				 errhint("Restore an earlier checkpoint with mailer.restore_job, or create the job again.")));
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* The checkpoint's records_in of a partition, or -1. */
+static int64
+restored_count(PulsarSource *ps, int32 partition)
+{
+	JsonbValue *v = restored_value(ps, ps->restored_records_in, partition);
+
+	if (v == NULL || v->type != jbvNumeric)
+		return -1;
+	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
+}
+
+/*
+ * The entry count of ledger in an internalStats answer's "ledgers" (listed
+ * in ascending order, the current ledger last): 1 found (*entries; -1 for
+ * the current ledger, still growing), 0 absent (deleted, or never the
+ * topic's), -1 when the answer does not say (*oldest: the first listed).
+ */
+static int
+stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest)
+{
+	const char *p = strstr(body, "\"ledgers\"");
+	const char *end = p ? strchr(p, ']') : NULL;
+	bool		first = true;
+
+	if (p == NULL || end == NULL)
+		return -1;
+	*oldest = -1;
+	while ((p = strstr(p, "\"ledgerId\"")) != NULL && p < end)
+	{
+		int64		id,
+					n;
+		const char *next;
+
+		if (!json_number(p, "ledgerId", &id) || !json_number(p, "entries", &n))
+			return -1;
+		if (first)
+			*oldest = id;
+		first = false;
+		p += 10;
+		next = strstr(p, "\"ledgerId\"");
+		if (id == ledger)
+		{
+			*entries = (next == NULL || next > end) ? -1 : n;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Report messages that retention deleted before the reader handed them out.
+ * A reader holds nothing back: the broker deletes a ledger whatever a
+ * reader has read of it, and the reader, which cannot read on there, goes
+ * on from the next ledger (or waits, when there is none) without a word.
+ * So, at each metadata refresh, a partition whose reader moved to a new
+ * ledger since (switched_from), or handed out nothing since the last
+ * refresh (stalled: once per position), has its ledger looked up in
+ * internalStats: deleted, with messages after the position that were not
+ * handed out (or that cannot be known), is reported as a WARNING and the
+ * job's last error, once per ledger, and the job goes on, as it does for
+ * Kafka.  A ledger's entry count is noted while it is listed, so that a
+ * ledger read to its end and deleted after is no loss.  The same covers a
+ * restart after a deleted position: the first message comes from a later
+ * ledger.  The broker cannot say whether a ledger deleted before it was
+ * ever looked up had been read to its end: the report says "may".
+ */
+static void
+check_retention(PulsarSource *ps, PulsarPartition *pp)
+{
+	bool		stalled = pp->count == pp->count_at_refresh && pp->last.ledger >= 0 &&
+		(pp->checked.ledger != pp->last.ledger || pp->checked.entry != pp->last.entry ||
+		 pp->checked.batch_index != pp->last.batch_index);
+	PulsarMessageId from = pp->switched_from.ledger >= 0 ? pp->switched_from : pp->last;
+	char	   *path;
+	char		why[400];
+	int64		entries = -1,
+				oldest = -1;
+	int			found;
+	bool		ok;
+
+	pp->count_at_refresh = pp->count;
+	if ((!stalled && pp->switched_from.ledger < 0) || from.ledger == pp->reported_ledger)
+		return;
+	path = psprintf("/admin/v2/persistent/%s/internalStats", pp->reader_topic);
+	ok = http_get(ps, path, why, sizeof(why));
+	pfree(path);
+	if (!ok)
+		return;					/* asked again at the next refresh */
+	if ((found = stats_ledger(ps->http_body, from.ledger, &entries, &oldest)) < 0)
+		return;
+	if (stalled)
+		pp->checked = pp->last;
+	pp->switched_from.ledger = -1;
+	if (found == 1)
+	{
+		/*
+		 * Still there: note how long it is, should it be deleted later.
+		 * The current ledger's length is its last confirmed entry, when
+		 * the reader has handed that out (caught up): hand_out forgets it
+		 * once the ledger grows.
+		 */
+		const char *lac = strstr(ps->http_body, "\"lastConfirmedEntry\":\"");	/* 22 bytes */
+		int64		lac_ledger,
+					lac_entry;
+
+		if (entries < 0 && lac != NULL &&
+			sscanf(lac + 22, INT64_FORMAT ":" INT64_FORMAT, &lac_ledger, &lac_entry) == 2 &&
+			lac_ledger == from.ledger && lac_entry == from.entry)
+			entries = lac_entry + 1;
+		pp->end_ledger = entries >= 0 ? from.ledger : -1;
+		pp->end_entries = entries;
+		return;
+	}
+	if (oldest < 0 || from.ledger > oldest ||
+		(pp->end_ledger == from.ledger && pp->end_entries >= 0 && from.entry >= pp->end_entries - 1))
+		return;					/* another topic's id, or read to its end */
+	pp->reported_ledger = from.ledger;
+	{
+		char	   *msg = psprintf("partition %d of Pulsar topic \"%s\": ledger " INT64_FORMAT
+								   " of the job's position " INT64_FORMAT ":" INT64_FORMAT
+								   " was deleted (retention) before the job read on; messages after it, up to ledger "
+								   INT64_FORMAT ", %s deleted unread; it goes on from the oldest message left",
+								   pp->partition, ps->base.topic_names[0], from.ledger, from.ledger,
+								   from.entry, oldest,
+								   pp->end_ledger == from.ledger && pp->end_entries >= 0 ? "were" : "may have been");
+
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("%s", msg),
+				 errhint("Give the namespace a retention longer than a job may stop or fall behind for.")));
+		job_slot_set_error(ps->base.slot, msg);
+	}
+}
+
+/*
+ * Start the partition's reader just after the last message handed out
+ * (or at its start).  Whether that position is still there is learnt from
+ * where the reader goes on (check_retention), not asked before each open:
+ * a reader reopened every second through an outage would ask the broker's
+ * heaviest admin call as often.
+ */
+static void
+open_reader(PulsarSource *ps, PulsarPartition *pp)
+{
+	char		err[512];
+	char		from[ID_LEN];
+
+	if (!pp->handed)
+		strlcpy(from, pp->start, sizeof(from));
+	else if (!pulsar_message_id_encode(&pp->last, from, sizeof(from)))
+		elog(ERROR, "could not encode a Pulsar message id");
+	pp->conn = pulsar_ws_reader(ps->ws, ps->spec->service_url, pp->reader_topic, from,
+								RECEIVER_QUEUE, err, sizeof(err));
+	if (pp->conn == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not start a Pulsar reader of \"%s\": %s", pp->reader_topic, err)));
+}
+
+static int
+pulsar_poll(Source *src, SourceMessage *out, int max)
+{
+	PulsarSource *ps = (PulsarSource *) src;
+	TimestampTz now = GetCurrentTimestamp();
+	int			n = 0;
+
+	for (int i = 0; i < ps->nframes; i++)
+		pulsar_ws_frame_free(ps->frames[i]);
+	ps->nframes = 0;
+	MemoryContextReset(ps->batch_ctx);
+	if (ps->capacity < max)
+	{
+		ps->frames = ps->frames ? repalloc(ps->frames, sizeof(char *) * max)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(char *) * max);
+		ps->props = ps->props ? repalloc(ps->props, sizeof(MessageProperties) * max)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(MessageProperties) * max);
+		ps->capacity = max;
+	}
+	ps->broker_slow = false;
+	if (now >= ps->next_refresh)
+		refresh_partitions(ps);
+	if (pulsar_ws_service(ps->ws, 0) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("libwebsockets failed while reading Pulsar")));
+
+	for (int k = 0; k < ps->nparts && n < max; k++)
+	{
+		PulsarPartition *pp = &ps->parts[(ps->next_part + k) % ps->nparts];
+		char	   *frame;
+		size_t		len;
+		const char *why;
+
+		if (pp->conn == NULL)
+		{
+			if (now >= pp->reopen_at)
+				open_reader(ps, pp);
+			continue;
+		}
+		while (n < max && (frame = pulsar_ws_take(pp->conn, &len)) != NULL)
+			if (hand_out(ps, pp, frame, len, &out[n]))
+				n++;
+		if (pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_OPEN)
+			pp->reopen_ms = 0;
+		/* Closed, and every frame it received handed out: open again after the last. */
+		if (n < max && pulsar_ws_state(pp->conn, &why) == PULSAR_WS_CLOSED)
+		{
+			snprintf(pp->why, sizeof(pp->why), "waiting for Pulsar: reader of \"%s\": %s",
+					 pp->reader_topic, why ? why : "closed");
+			pulsar_ws_close(pp->conn);
+			pp->conn = NULL;
+			/* A broker that keeps refusing is asked less often, down to every REOPEN_MAX_MS. */
+			pp->reopen_ms = pp->reopen_ms == 0 ? REOPEN_MS : Min(pp->reopen_ms * 2, REOPEN_MAX_MS);
+			pp->reopen_at = TimestampTzPlusMilliseconds(now, pp->reopen_ms);
+		}
+	}
+	if (ps->nparts > 0)
+		ps->next_part = (ps->next_part + 1) % ps->nparts;
+	/* The acknowledgements go out now, not after the wait. */
+	if (n > 0)
+		(void) pulsar_ws_service(ps->ws, 0);
+	update_metrics(ps);
+	/* What the source waits on: the metadata, else a reader that is not open. */
+	ps->base.error = ps->error[0] ? ps->error : NULL;
+	for (int i = 0; i < ps->nparts && ps->base.error == NULL; i++)
+	{
+		PulsarPartition *pp = &ps->parts[i];
+
+		if ((pp->conn == NULL || pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_CLOSED) && pp->why[0])
+			ps->base.error = pp->why;
+		else if (pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_OPEN)
+			pp->why[0] = '\0';
+	}
+	return n;
+}
+
+/*
+ * Parse one frame of pp's reader into out; false (the frame freed) when it
+ * repeats a message already handed out.  A frame without a message id is
+ * the broker's fault: the job fails, and goes on from its checkpoint.  A
+ * message this source cannot read (a Pulsar message may have any number
+ * of properties, and a NUL in its key or a property, which the parser
+ * does not hold) is handed out all the same, unreadable: its record fails
+ * at decode, a dead letter naming its message id, and the job reads on,
+ * rather than meet it again at every restart.
+ */
+static bool
+hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out)
+{
+	PulsarMessage msg_parsed;
+	PulsarMessage *msg = &msg_parsed;
+	MessageProperties *props = &ps->props[ps->nframes];
+	PulsarMessageId id;
+	char		err[256];
+	char	   *ack;
+	size_t		ack_len;
+
+	bool		parsed = pulsar_parse_message(frame, len, msg, err, sizeof(err));
+
+	if (msg->message_id == NULL || !pulsar_message_id_decode(msg->message_id, &id))
+	{
+		pulsar_ws_frame_free(frame);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("the Pulsar reader of \"%s\" received a frame that is not a message: %s",
+						pp->reader_topic, parsed ? "its messageId is not one" : err),
+				 errhint("The job starts again from its last checkpoint.")));
+	}
+	/* Flow control only: a reader's acknowledgement moves no position. */
+	if ((ack = pulsar_frame_ack(msg->message_id, &ack_len)) != NULL)
+	{
+		(void) pulsar_ws_send(pp->conn, ack, ack_len);
+		free(ack);
+	}
+	if (pp->last.ledger >= 0 &&
+		(id.ledger < pp->last.ledger ||
+		 (id.ledger == pp->last.ledger && (id.entry < pp->last.entry ||
+										   (id.entry == pp->last.entry && id.batch_index <= pp->last.batch_index)))))
+	{
+		/* Already handed out: never twice. */
+		pulsar_ws_frame_free(frame);
+		return false;
+	}
+	/* A new ledger: the rest of the last one may have been deleted (check_retention). */
+	if (pp->last.ledger >= 0 && id.ledger > pp->last.ledger && pp->switched_from.ledger < 0)
+		pp->switched_from = pp->last;
+	if (id.ledger == pp->end_ledger && id.entry >= pp->end_entries)
+		pp->end_ledger = -1;		/* it grew: its length is not known any more */
+	pp->last = id;
+	pp->handed = true;
+	ps->frames[ps->nframes++] = frame;
+	out->unreadable = NULL;
+	if (!parsed)
+	{
+		out->unreadable = MemoryContextStrdup(ps->batch_ctx,
+											  psprintf("the Pulsar message %s (ledger " INT64_FORMAT ", entry " INT64_FORMAT
+													   ", batch index %d) of \"%s\" could not be read: %s",
+													   msg->message_id, id.ledger, id.entry, id.batch_index,
+													   pp->reader_topic, err));
+		msg->key = NULL;
+		msg->payload = NULL;
+		msg->payload_len = 0;
+		msg->nproperties = 0;
+		msg->event_time[0] = msg->publish_time[0] = '\0';
+	}
+	/* Only the pointers: a message's parse is 1 kB, a batch holds thousands. */
+	props->n = msg->nproperties;
+	if (props->n > 0)
+	{
+		props->names = MemoryContextAlloc(ps->batch_ctx, sizeof(char *) * props->n);
+		props->values = MemoryContextAlloc(ps->batch_ctx, sizeof(char *) * props->n);
+		memcpy(props->names, msg->property_names, sizeof(char *) * props->n);
+		memcpy(props->values, msg->property_values, sizeof(char *) * props->n);
+	}
+	out->key = msg->key;
+	out->key_len = msg->key ? (int) strlen(msg->key) : 0;
+	out->value = (const char *) msg->payload;
+	out->value_len = (int) msg->payload_len;
+	out->topic = 0;
+	out->partition = pp->partition;
+	out->offset = pp->count++;
+	out->timestamp = message_time(msg->event_time[0] ? msg->event_time : msg->publish_time);
+	out->opaque = props;
+	if (pp->metrics >= 0)
+		ps->base.slot->partitions[pp->metrics].records_in++;
+	return true;
+}
+
+/*
+ * A time the broker sends: ISO 8601 with an offset, or milliseconds since
+ * the epoch; DT_NOBEGIN when absent or not understood, as a Kafka message
+ * without a timestamp.
+ */
+static TimestampTz
+message_time(const char *text)
+{
+	TimestampTz t;
+	int64		ms;
+	char	   *end;
+
+	if (text[0] == '\0')
+		return DT_NOBEGIN;
+	if (iso_time_parse(text, strlen(text), &t))
+		return t;
+	errno = 0;
+	ms = strtoll(text, &end, 10);
+	return *end == '\0' && errno == 0 ? kafka_timestamp(ms) : DT_NOBEGIN;
+}
+
+/* The message's properties as a jsonb object, or NULL when it has none. */
+static Jsonb *
+pulsar_headers(Source *src, SourceMessage *m)
+{
+	MessageProperties *props = (MessageProperties *) m->opaque;
+	JsonbParseState *state = NULL;
+
+	if (props->n == 0)
+		return NULL;
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int i = 0; i < props->n; i++)
+	{
+		const char *name = props->names[i];
+		const char *value = props->values[i];
+		JsonbValue	v;
+
+		/* As for Kafka's headers: a bad name fails the record, a bad value shows as null. */
+		if (!pg_verify_mbstr(GetDatabaseEncoding(), name, strlen(name), true))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+					 errmsg("a property name is not valid text in the database encoding"),
+					 errdetail("Property %d of the message.", i + 1)));
+		jsonb_push_key(&state, name);
+		if (value != NULL && pg_verify_mbstr(GetDatabaseEncoding(), value, strlen(value), true))
+			jsonb_string_value(&v, value, strlen(value));
+		else
+			v.type = jbvNull;
+		pushJsonbValue(&state, WJB_VALUE, &v);
+	}
+	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+}
+
+/*
+ * Bring the epoll set in step with the sockets libwebsockets wants watched,
+ * and say how long the worker may wait.
+ */
+static long
+pulsar_wait_ms(Source *src)
+{
+	PulsarSource *ps = (PulsarSource *) src;
+	struct pollfd fds[MAX_FDS];
+	int			max_wait;
+	int			n = pulsar_ws_poll_set(ps->ws, fds, MAX_FDS, &max_wait);
+	TimestampTz now = GetCurrentTimestamp();
+	long		wait = Min(max_wait, TimestampDifferenceMilliseconds(now, ps->next_refresh));
+
+	for (int i = 0; i < ps->nregistered; i++)
+	{
+		bool		kept = false;
+
+		for (int j = 0; j < n && !kept; j++)
+			kept = fds[j].fd == ps->registered[i];
+		/* A socket closed since left the set by itself: an error here is no matter. */
+		if (!kept)
+			(void) epoll_ctl(ps->epfd, EPOLL_CTL_DEL, ps->registered[i], NULL);
+	}
+	for (int j = 0; j < n; j++)
+	{
+		struct epoll_event ev = {0};
+
+		ev.events = ((fds[j].events & POLLIN) ? EPOLLIN : 0) | ((fds[j].events & POLLOUT) ? EPOLLOUT : 0);
+		ev.data.fd = fds[j].fd;
+		if (epoll_ctl(ps->epfd, EPOLL_CTL_MOD, fds[j].fd, &ev) != 0 &&
+			epoll_ctl(ps->epfd, EPOLL_CTL_ADD, fds[j].fd, &ev) != 0)
+			wait = 0;			/* cannot be watched: look again at once */
+		ps->registered[j] = fds[j].fd;
+	}
+	ps->nregistered = n;
+	for (int i = 0; i < ps->nparts; i++)
+		if (ps->parts[i].conn == NULL)
+			wait = Min(wait, TimestampDifferenceMilliseconds(now, ps->parts[i].reopen_at));
+	return Max(wait, 0);
+}
+
+static pgsocket
+pulsar_event_fd(Source *src)
+{
+	return ((PulsarSource *) src)->epfd;
+}
+
+/* {"persistent://t/ns/topic": {"partition": "last message id" | "earliest" | start id}}. */
+static Jsonb *
+pulsar_positions(Source *src)
+{
+	PulsarSource *ps = (PulsarSource *) src;
+	JsonbParseState *state = NULL;
+	JsonbValue *restored = NULL;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	if (ps->restored != NULL)
+		restored = getKeyJsonValueFromContainer(&ps->restored->root, ps->base.topic_names[0],
+												strlen(ps->base.topic_names[0]), NULL);
+	/* A topic never positioned is left out, so that the next start still starts it per the spec. */
+	if (ps->nparts > 0 || (restored != NULL && restored->type == jbvBinary))
+	{
+		jsonb_push_key(&state, ps->base.topic_names[0]);
+		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+		for (int i = 0; i < ps->nparts; i++)
+		{
+			PulsarPartition *pp = &ps->parts[i];
+			char		id[ID_LEN];
+			JsonbValue	v;
+
+			if (!pp->handed)
+				strlcpy(id, pp->start, sizeof(id));
+			else if (!pulsar_message_id_encode(&pp->last, id, sizeof(id)))
+				elog(ERROR, "could not encode a Pulsar message id");
+			jsonb_push_key(&state, psprintf("%d", pp->partition));
+			/* The value points to its text until the object is built: a copy per partition. */
+			pushJsonbValue(&state, WJB_VALUE, jsonb_string_value(&v, pstrdup(id), strlen(id)));
+		}
+		/* An owned partition restored and not open yet (the broker was away) keeps its position. */
+		push_restored_not_open(ps, ps->restored, &state);
+		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	}
+	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+}
+
+/*
+ * Push, into the topic's object being built, the values obj (restored
+ * positions or records_in) holds for partitions this subtask owns and has
+ * not open: the broker was away since the start, and what the checkpoint
+ * had must survive the next one.
+ */
+static void
+push_restored_not_open(PulsarSource *ps, Jsonb *obj, JsonbParseState **state)
+{
+	JsonbValue *topic = NULL;
+	JsonbIterator *it;
+	JsonbValue	k,
+				v;
+	JsonbIteratorToken tok;
+
+	if (obj != NULL)
+		topic = getKeyJsonValueFromContainer(&obj->root, ps->base.topic_names[0],
+											 strlen(ps->base.topic_names[0]), NULL);
+	if (topic == NULL || topic->type != jbvBinary)
+		return;
+	it = JsonbIteratorInit(topic->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		char	   *key;
+		int32		p;
+		bool		open = false;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(k.val.string.val, k.val.string.len);
+		(void) JsonbIteratorNext(&it, &v, true);
+		p = atoi(key);
+		for (int i = 0; i < ps->nparts && !open; i++)
+			open = ps->parts[i].partition == p;
+		if (open || !source_owns(0, p, ps->subtask, ps->parallelism))
+			continue;
+		jsonb_push_key(state, key);
+		pushJsonbValue(state, WJB_VALUE, &v);
+	}
+}
+
+/*
+ * {"topic": {"partition": messages handed out}}: the offsets go on after a
+ * restart, also through a run that never reached the broker.
+ */
+static Jsonb *
+pulsar_records_in(Source *src)
+{
+	PulsarSource *ps = (PulsarSource *) src;
+	JsonbParseState *state = NULL;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	jsonb_push_key(&state, ps->base.topic_names[0]);
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int i = 0; i < ps->nparts; i++)
+	{
+		JsonbValue	v;
+
+		jsonb_push_key(&state, psprintf("%d", ps->parts[i].partition));
+		v.type = jbvNumeric;
+		v.val.numeric = int64_to_numeric(ps->parts[i].count);
+		pushJsonbValue(&state, WJB_VALUE, &v);
+	}
+	push_restored_not_open(ps, ps->restored_records_in, &state);
+	pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+}
+
+static void
+pulsar_committed(Source *src)
+{
+	/* The positions a "latest" start took are in the checkpoint now. */
+	src->unpinned = false;
+}
+
+static bool
+pulsar_finished(Source *src)
+{
+	return false;				/* a topic has no end */
+}
+
+static int
+pulsar_partition_count(Source *src)
+{
+	return ((PulsarSource *) src)->nparts;
+}
+
+static void
+pulsar_partition_at(Source *src, int i, int *topic, int32 *partition)
+{
+	*topic = 0;
+	*partition = ((PulsarSource *) src)->parts[i].partition;
+}
+
+/* Note the input available now: partitions added since count too, so refresh first. */
+static void
+pulsar_mark_end(Source *src)
+{
+	PulsarSource *ps = (PulsarSource *) src;
+
+	ps->mark_pending = true;
+	ps->broker_slow = false;
+	refresh_partitions(ps);
+}
+
+/* Each partition's last message id now; until the broker answers, no mark. */
+static void
+take_marks(PulsarSource *ps)
+{
+	char		why[400];
+
+	if (ps->error[0] != '\0')
+		return;
+	for (int i = 0; i < ps->nparts; i++)
+		if (!last_message_id(ps, &ps->parts[i], &ps->parts[i].mark, why, sizeof(why)))
+			return;				/* asked again at the next refresh */
+	ps->mark_pending = false;
+}
+
+/*
+ * Every partition has handed out its mark's message, or had none (entry
+ * -1).  Within a batched entry, the batch index counts: a poll may stop
+ * mid-entry (its max, or the bytes a read brought).  A mark without one
+ * (-1, an entry not batched) is reached at its entry.
+ */
+static bool
+pulsar_reached_end(Source *src)
+{
+	PulsarSource *ps = (PulsarSource *) src;
+
+	if (ps->mark_pending)
+		return false;
+	for (int i = 0; i < ps->nparts; i++)
+	{
+		PulsarPartition *pp = &ps->parts[i];
+
+		if (pp->mark.ledger == -2 || pp->mark.entry < 0)
+			continue;
+		if (pp->last.ledger < pp->mark.ledger ||
+			(pp->last.ledger == pp->mark.ledger &&
+			 (pp->last.entry < pp->mark.entry ||
+			  (pp->last.entry == pp->mark.entry && pp->last.batch_index < pp->mark.batch_index))))
+			return false;
+	}
+	return true;
+}
+
+static void
+update_metrics(PulsarSource *ps)
+{
+	JobSlot    *slot = ps->base.slot;
+
+	for (int i = 0; i < ps->nparts; i++)
+	{
+		PulsarPartition *pp = &ps->parts[i];
+
+		if (pp->metrics < 0)
+			continue;
+		strlcpy(slot->partitions[pp->metrics].topic, ps->base.topic_names[0], JOB_SLOT_TOPIC_LEN);
+		slot->partitions[pp->metrics].partition = pp->partition;
+		slot->partitions[pp->metrics].position = pp->count;
+		slot->partitions[pp->metrics].end_offset = -1;	/* lag from lastMessageId: not yet */
+	}
+	slot->npartitions = Min(ps->nparts, JOB_SLOT_MAX_PARTITIONS);
+}
+
+static const SourceOps pulsar_ops = {
+	.poll = pulsar_poll,
+	.headers = pulsar_headers,
+	.wait_ms = pulsar_wait_ms,
+	.event_fd = pulsar_event_fd,
+	.positions = pulsar_positions,
+	.records_in = pulsar_records_in,
+	.committed = pulsar_committed,
+	.finished = pulsar_finished,
+	.partition_count = pulsar_partition_count,
+	.partition_at = pulsar_partition_at,
+	.mark_end = pulsar_mark_end,
+	.reached_end = pulsar_reached_end,
+};

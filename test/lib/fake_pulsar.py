@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+# fake_pulsar.py PORT MODE PARTITIONS [LOG]: a Pulsar broker that is not
+# one, for the Pulsar source's tests of a broker in trouble. Its admin API
+# answers the partition metadata (PARTITIONS: 0 for a topic that is not
+# partitioned), lastMessageId 5:3 and internalStats (ledger 5, 4 entries)
+# at once, but for what MODE says:
+#   slow-admin  internalStats and the WebSocket upgrade hang (a loaded broker)
+#   stall-ws    the WebSocket upgrade is taken and never answered
+#   refuse-ws   every WebSocket upgrade is refused at once (HTTP 404)
+# Each request's path is appended to LOG when given.
+import sys, time, json
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+
+PORT, MODE, PARTITIONS = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+LOG = sys.argv[4] if len(sys.argv) > 4 else None
+
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        if LOG:
+            with open(LOG, 'a') as f:
+                f.write(self.path + '\n')
+        upgrade = self.path.startswith('/ws/')
+        if upgrade and MODE == 'refuse-ws':
+            self.send_response(404)
+            self.send_header('Content-Length', '0')
+            self.end_headers()
+            return
+        if upgrade or (MODE == 'slow-admin' and self.path.endswith('/internalStats')):
+            time.sleep(3600)
+            return
+        if self.path.endswith('/partitions'):
+            body = {"partitions": PARTITIONS}
+        elif self.path.endswith('/lastMessageId'):
+            body = {"ledgerId": 5, "entryId": 3}
+        else:
+            body = {"ledgers": [{"ledgerId": 5, "entries": 4}]}
+        b = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+
+
+ThreadingHTTPServer(('127.0.0.1', PORT), H).serve_forever()
