@@ -1,8 +1,9 @@
-# MailerPulsarTest: what the Pulsar tests (test/t/18x_pulsar_*.pl) share, on
-# top of MailerTest. The standalone is started on demand (pulsar.sh start
-# is idempotent and a second start only waits until it is healthy); a test
-# that cannot start it skips, saying why, rather than fail on a machine
-# without Java or the jars. test/run-all.sh stops it at the end.
+# MailerPulsarTest: what the Pulsar tests (test/t/18x_pulsar_*.pl, also in
+# test/t/long) share, on top of MailerTest. The standalone is started on
+# demand (pulsar.sh start is idempotent and a second start only waits until
+# it is healthy); a test that cannot start it skips, saying why, rather than
+# fail on a machine without Java or the jars. test/run-all.sh stops it at
+# the end.
 package MailerPulsarTest;
 
 use strict;

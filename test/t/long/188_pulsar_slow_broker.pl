@@ -7,7 +7,7 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use Time::HiRes ();
 use MailerTest;
 use MailerKafkaTest;
