@@ -7,27 +7,13 @@
 # request's path, as a broker that does not own a topic answers (Pulsar
 # adds ?authoritative=false|true). Anything else, the partition metadata
 # and the WebSocket API (any broker serves them), passes through. Each
-# request line is appended to LOG when given.
+# request's path is appended to LOG when given.
 import socket, sys, threading
+from tcp_proxy import pipe
+
 PORT, TARGET, OTHER, LOCATION = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 LOG = sys.argv[5] if len(sys.argv) > 5 else None
 lock = threading.Lock()
-
-
-def pipe(a, b):
-    try:
-        while True:
-            d = a.recv(65536)
-            if not d:
-                break
-            b.sendall(d)
-    except OSError:
-        pass
-    for s in (a, b):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 def serve(c):
