@@ -249,11 +249,22 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 				int			status = lws_http_client_http_response(wsi);
 				char		status_text[32] = "";
 
-				if (status > 0)
-					snprintf(status_text, sizeof(status_text), " (HTTP status %d)", status);
-				snprintf(why, sizeof(why), "cannot open the WebSocket session: %s%s",
-						 in ? (const char *) in : (last_log[0] ? last_log : "no reason given"),
-						 status_text);
+				/*
+				 * A redirect is never followed (open_session): said as
+				 * such, without its Location, which is the server's.
+				 */
+				if (status == 301 || status == 302 || status == 303 || status == 307 || status == 308)
+					snprintf(why, sizeof(why), "cannot open the WebSocket session: the WebSocket upgrade was redirected (HTTP %d); "
+							 "mailer does not follow redirects: give service_url a broker that serves the WebSocket API or a Pulsar proxy",
+							 status);
+				else
+				{
+					if (status > 0)
+						snprintf(status_text, sizeof(status_text), " (HTTP status %d)", status);
+					snprintf(why, sizeof(why), "cannot open the WebSocket session: %s%s",
+							 in ? (const char *) in : (last_log[0] ? last_log : "no reason given"),
+							 status_text);
+				}
 				set_closed(conn, why);
 				break;
 			}
@@ -454,6 +465,15 @@ open_session(PulsarWs *ws, const char *service_url, const char *kind,
 	i.opaque_user_data = conn;
 	i.retry_and_idle_policy = &keepalive;
 	i.pwsi = &conn->wsi;
+
+	/*
+	 * Plain http (no TLS flag), and no redirect followed: libwebsockets
+	 * follows 301/302/303/307/308 of an upgrade by default, to any host,
+	 * port and path the server names, so a job would make the database
+	 * server GET a URL of the server's choosing; only the fixed paths are
+	 * ever asked (docs/ARCHITECTURE.md, "Source poll").
+	 */
+	i.ssl_connection = LCCSCF_HTTP_NO_FOLLOW_REDIRECT;
 	last_log[0] = '\0';
 	if (lws_client_connect_via_info(&i) == NULL)
 	{

@@ -58,6 +58,7 @@
 #define REOPEN_MS				1000	/* a closed reader's first reopen ... */
 #define REOPEN_MAX_MS			8000	/* ... doubled while it fails, up to this */
 #define BROKER_TIMEOUT_MS		2000
+#define MAX_REDIRECTS			3		/* an admin call's 307/308s followed (http_get) */
 #define RECEIVER_QUEUE			1000
 #define ID_LEN					128		/* a base64 message id, with room */
 #define MAX_FDS					1024
@@ -214,9 +215,13 @@ http_status_text(long status)
 			return "not authorized";
 		case 404:
 			return "not found (the topic or its namespace does not exist, or this is not a Pulsar admin API)";
+		case 301:
+		case 302:
+		case 303:
+			return "redirected, which is not followed (only a 307 or 308 to the same path on another broker is)";
 		case 307:
 		case 308:
-			return "redirected to another broker, which is not followed (give the URL of the broker that owns the topic)";
+			return "redirected elsewhere than the same path on another broker over http (another scheme, path or query, a user name), which is not followed";
 		default:
 			return status >= 500 ? "the broker failed" : "not an answer of Pulsar's admin API";
 	}
@@ -230,22 +235,112 @@ http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultota
 }
 
 /*
+ * The URL to follow a 307/308 of GET path to, or NULL: only the same
+ * request on another broker (docs/ARCHITECTURE.md, "Source poll").  A
+ * broker answers the topic-level admin calls for a partition another
+ * broker owns with a redirect to the owner, which adds only
+ * "authoritative=true|false" to the query; since any role may name any
+ * host:port as service_url, a redirect that keeps the scheme (http), the
+ * path and the query but moves to another host:port asks nothing more of
+ * the network than a job could ask already.  The URL followed is built
+ * from the checked parts, never the Location as sent.
+ */
+static char *
+same_request_elsewhere(const char *location, const char *path)
+{
+	CURLU	   *u = curl_url();
+	char	   *scheme = NULL,
+			   *user = NULL,
+			   *password = NULL,
+			   *host = NULL,
+			   *port = NULL,
+			   *zone = NULL,
+			   *upath = NULL,
+			   *query = NULL,
+			   *fragment = NULL;
+	const char *want_query = strchr(path, '?');
+	size_t		want_path_len = want_query ? (size_t) (want_query - path) : strlen(path);
+	char	   *next = NULL;
+	bool		ok;
+
+	if (u == NULL || location == NULL)
+	{
+		curl_url_cleanup(u);
+		return NULL;
+	}
+	ok = curl_url_set(u, CURLUPART_URL, location, CURLU_PATH_AS_IS) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_NO_USER &&
+		curl_url_get(u, CURLUPART_PASSWORD, &password, 0) == CURLUE_NO_PASSWORD &&
+		curl_url_get(u, CURLUPART_ZONEID, &zone, 0) == CURLUE_NO_ZONEID &&
+		curl_url_get(u, CURLUPART_FRAGMENT, &fragment, 0) == CURLUE_NO_FRAGMENT &&
+		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_PATH, &upath, 0) == CURLUE_OK;
+	if (ok)
+	{
+		CURLUcode	qrc = curl_url_get(u, CURLUPART_QUERY, &query, 0);
+
+		ok = (qrc == CURLUE_NO_QUERY || qrc == CURLUE_OK) &&
+			strcmp(scheme, "http") == 0 &&
+			strlen(upath) == want_path_len && strncmp(upath, path, want_path_len) == 0 &&
+			(query == NULL ? want_query == NULL :
+			 ((want_query != NULL && strcmp(query, want_query + 1) == 0) ||
+			  (want_query == NULL &&
+			   (strcmp(query, "authoritative=false") == 0 || strcmp(query, "authoritative=true") == 0))));
+	}
+	/* A host name or IPv4 address, or a bracketed IPv6 one; a port of 1 to 65535. */
+	if (ok)
+	{
+		size_t		hostlen = strlen(host);
+
+		if (host[0] == '[')
+			ok = hostlen > 2 && host[hostlen - 1] == ']' &&
+				strspn(host + 1, "0123456789abcdefABCDEF:.") == hostlen - 2;
+		else
+			ok = hostlen > 0 &&
+				strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == hostlen;
+		ok = ok && strspn(port, "0123456789") == strlen(port) && strlen(port) <= 5 &&
+			atoi(port) >= 1 && atoi(port) <= 65535;
+	}
+	if (ok)
+		next = psprintf("http://%s:%s%s%s%s", host, port, upath, query ? "?" : "", query ? query : "");
+	curl_free(scheme);
+	curl_free(user);
+	curl_free(password);
+	curl_free(zone);
+	curl_free(fragment);
+	curl_free(host);
+	curl_free(port);
+	curl_free(upath);
+	curl_free(query);
+	curl_url_cleanup(u);
+	return next;
+}
+
+/*
  * GET service_url + path from the REST admin API into ps->http_body; false
- * with why when the broker does not answer 200.  Blocks for up to
- * BROKER_TIMEOUT_MS, less if stop_job asks meanwhile: interrupts are
- * answered before it.  A slow broker blocks a round of calls (a poll, the
- * source's open, wait_job's marks) once, not once per partition: after a
- * timeout, the round's other calls fail at once, and are made in a later
- * round, so that the worker gets back to its loop (stop, checkpoints)
- * within about BROKER_TIMEOUT_MS whatever the partition count.
+ * with why when the broker does not answer 200.  A 307 or 308 to the same
+ * request on another broker (same_request_elsewhere) is followed, up to
+ * MAX_REDIRECTS times; any other redirect fails with its status.  Blocks
+ * for up to BROKER_TIMEOUT_MS in all, redirects included, less if stop_job
+ * asks meanwhile: interrupts are answered before it.  A slow broker blocks
+ * a round of calls (a poll, the source's open, wait_job's marks) once, not
+ * once per partition: after a timeout, the round's other calls fail at
+ * once, and are made in a later round, so that the worker gets back to its
+ * loop (stop, checkpoints) within about BROKER_TIMEOUT_MS whatever the
+ * partition count.
  */
 static bool
 http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 {
 	char	   *url = psprintf("%s%s", ps->spec->service_url, path);
 	long		status = 0;
-	CURLcode	rc;
+	CURLcode	rc = CURLE_OK;
 	sigset_t	saved;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), BROKER_TIMEOUT_MS);
+	int			hops;
+	bool		refused = false;
 
 	CHECK_FOR_INTERRUPTS();
 	if (ps->broker_slow || job_stop_requested(ps->base.slot))
@@ -256,34 +351,71 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 		pfree(url);
 		return false;
 	}
-	ps->http_len = 0;
-	ps->http_body[0] = '\0';
-	curl_easy_reset(ps->curl);
-	curl_easy_setopt(ps->curl, CURLOPT_URL, url);
-	curl_easy_setopt(ps->curl, CURLOPT_TIMEOUT_MS, (long) BROKER_TIMEOUT_MS);
-	curl_easy_setopt(ps->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(ps->curl, CURLOPT_PROTOCOLS_STR, "http");
-	/* The path as built, never normalized into another (README, "Security"). */
-	curl_easy_setopt(ps->curl, CURLOPT_PATH_AS_IS, 1L);
-	curl_easy_setopt(ps->curl, CURLOPT_WRITEFUNCTION, http_write);
-	curl_easy_setopt(ps->curl, CURLOPT_WRITEDATA, ps);
-	curl_easy_setopt(ps->curl, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(ps->curl, CURLOPT_XFERINFOFUNCTION, http_progress);
-	curl_easy_setopt(ps->curl, CURLOPT_XFERINFODATA, ps);
-	mailer_block_signals(&saved);
-	rc = curl_easy_perform(ps->curl);
-	mailer_restore_signals(&saved);
-	if (rc == CURLE_OK)
+	for (hops = 0;; hops++)
+	{
+		long		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		char	   *location = NULL;
+		char	   *next;
+
+		if (remaining <= 0)
+		{
+			rc = CURLE_OPERATION_TIMEDOUT;
+			break;
+		}
+		ps->http_len = 0;
+		ps->http_body[0] = '\0';
+		status = 0;
+		curl_easy_reset(ps->curl);
+		curl_easy_setopt(ps->curl, CURLOPT_URL, url);
+		curl_easy_setopt(ps->curl, CURLOPT_TIMEOUT_MS, remaining);
+		curl_easy_setopt(ps->curl, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(ps->curl, CURLOPT_PROTOCOLS_STR, "http");
+		/* The path as built, never normalized into another (README, "Security"). */
+		curl_easy_setopt(ps->curl, CURLOPT_PATH_AS_IS, 1L);
+		curl_easy_setopt(ps->curl, CURLOPT_WRITEFUNCTION, http_write);
+		curl_easy_setopt(ps->curl, CURLOPT_WRITEDATA, ps);
+		curl_easy_setopt(ps->curl, CURLOPT_NOPROGRESS, 0L);
+		curl_easy_setopt(ps->curl, CURLOPT_XFERINFOFUNCTION, http_progress);
+		curl_easy_setopt(ps->curl, CURLOPT_XFERINFODATA, ps);
+		mailer_block_signals(&saved);
+		rc = curl_easy_perform(ps->curl);
+		mailer_restore_signals(&saved);
+		if (rc != CURLE_OK)
+			break;
 		curl_easy_getinfo(ps->curl, CURLINFO_RESPONSE_CODE, &status);
-	pfree(url);
+		if (status != 307 && status != 308)
+			break;
+		if (hops == MAX_REDIRECTS)
+		{
+			snprintf(why, whysize, "GET %s: HTTP %ld: redirected more than %d times, not followed further",
+					 path, status, MAX_REDIRECTS);
+			refused = true;
+			break;
+		}
+		curl_easy_getinfo(ps->curl, CURLINFO_REDIRECT_URL, &location);
+		if ((next = same_request_elsewhere(location, path)) == NULL)
+			break;				/* said by http_status_text */
+		pfree(url);
+		url = next;
+	}
 	if (rc == CURLE_OPERATION_TIMEDOUT)
 		ps->broker_slow = true;
-	if (rc == CURLE_ABORTED_BY_CALLBACK)
+	if (!refused && rc == CURLE_ABORTED_BY_CALLBACK)
 		snprintf(why, whysize, "GET %s: given up: the job is stopping", path);
-	else if (rc != CURLE_OK)
-		snprintf(why, whysize, "GET %s: %s", path, curl_easy_strerror(rc));
-	else if (status != 200)
-		snprintf(why, whysize, "GET %s: HTTP %ld: %s", path, status, http_status_text(status));
+	else if (!refused)
+	{
+		/* After a redirect, the broker asked: its host:port, never the path (ours). */
+		char		at[300] = "";
+
+		if (hops > 0)
+			snprintf(at, sizeof(at), " (redirected to the broker at %.*s)",
+					 (int) strcspn(url + 7, "/"), url + 7);
+		if (rc != CURLE_OK)
+			snprintf(why, whysize, "GET %s%s: %s", path, at, curl_easy_strerror(rc));
+		else if (status != 200)
+			snprintf(why, whysize, "GET %s%s: HTTP %ld: %s", path, at, status, http_status_text(status));
+	}
+	pfree(url);
 	return rc == CURLE_OK && status == 200;
 }
 
@@ -1056,7 +1188,11 @@ pulsar_mark_end(Source *src)
 	refresh_partitions(ps);
 }
 
-/* Each partition's last message id now; until the broker answers, no mark. */
+/*
+ * Each partition's last message id now; until the broker answers, no mark,
+ * and why goes to last_error, where wait_job's timeout points (the
+ * metadata's own failure is there already, as ps->error).
+ */
 static void
 take_marks(PulsarSource *ps)
 {
@@ -1066,7 +1202,14 @@ take_marks(PulsarSource *ps)
 		return;
 	for (int i = 0; i < ps->nparts; i++)
 		if (!last_message_id(ps, &ps->parts[i], &ps->parts[i].mark, why, sizeof(why)))
+		{
+			char		msg[600];
+
+			snprintf(msg, sizeof(msg), "waiting for Pulsar: topic \"%s\": wait_job's mark of partition %d: %s",
+					 ps->base.topic_names[0], ps->parts[i].partition, why);
+			job_slot_set_error(ps->base.slot, msg);
 			return;				/* asked again at the next refresh */
+		}
 	ps->mark_pending = false;
 }
 

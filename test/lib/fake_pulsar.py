@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# fake_pulsar.py PORT MODE PARTITIONS [LOG]: a Pulsar broker that is not
+# fake_pulsar.py PORT MODE PARTITIONS [LOG [LOCATION]]: a Pulsar broker that is not
 # one, for the Pulsar source's tests of a broker in trouble. Its admin API
 # answers the partition metadata (PARTITIONS: 0 for a topic that is not
 # partitioned), lastMessageId 5:3 and internalStats (ledger 5, 4 entries)
@@ -7,12 +7,14 @@
 #   slow-admin  internalStats and the WebSocket upgrade hang (a loaded broker)
 #   stall-ws    the WebSocket upgrade is taken and never answered
 #   refuse-ws   every WebSocket upgrade is refused at once (HTTP 404)
+#   redirect-ws every WebSocket upgrade is answered 302 Location: LOCATION
 # Each request's path is appended to LOG when given.
 import sys, time, json
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
 PORT, MODE, PARTITIONS = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-LOG = sys.argv[4] if len(sys.argv) > 4 else None
+LOG = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
+LOCATION = sys.argv[5] if len(sys.argv) > 5 else None
 
 
 class H(BaseHTTPRequestHandler):
@@ -26,6 +28,12 @@ class H(BaseHTTPRequestHandler):
         upgrade = self.path.startswith('/ws/')
         if upgrade and MODE == 'refuse-ws':
             self.send_response(404)
+            self.send_header('Content-Length', '0')
+            self.end_headers()
+            return
+        if upgrade and MODE == 'redirect-ws':
+            self.send_response(302)
+            self.send_header('Location', LOCATION)
             self.send_header('Content-Length', '0')
             self.end_headers()
             return

@@ -44,4 +44,5 @@ def main():
             threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
 
-main()
+if __name__ == '__main__':
+    main()
