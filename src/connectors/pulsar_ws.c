@@ -270,15 +270,21 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 			}
 		case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
 			{
-				/* The payload: a 2-byte status code, then the reason's text. */
+				/*
+				 * The payload: a 2-byte status code, then the reason's text.
+				 * Only the code is kept: the text is the server's, and what a
+				 * server says never reaches the job's owner (README,
+				 * "Security"), since service_url may name any WebSocket
+				 * service.
+				 */
 				const unsigned char *p = in;
 				int			code = len >= 2 ? (p[0] << 8) | p[1] : 0;
 
 				if (len < 2)
 					snprintf(why, sizeof(why), "the broker closed the session, giving no reason (shutting down?)");
 				else
-					snprintf(why, sizeof(why), "the broker closed the session (code %d): %.*s",
-							 code, (int) (len - 2), (const char *) p + 2);
+					snprintf(why, sizeof(why), "the broker closed the session (WebSocket close code %d%s)",
+							 code, code == 1001 ? ": going away" : code == 1011 ? ": a server error" : "");
 				set_closed(conn, why);
 				break;
 			}

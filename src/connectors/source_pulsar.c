@@ -324,12 +324,15 @@ same_request_elsewhere(const char *location, const char *path)
  * request on another broker (same_request_elsewhere) is followed, up to
  * MAX_REDIRECTS times; any other redirect fails with its status.  Blocks
  * for up to BROKER_TIMEOUT_MS in all, redirects included, less if stop_job
- * asks meanwhile: interrupts are answered before it.  A slow broker blocks
- * a round of calls (a poll, the source's open, wait_job's marks) once, not
- * once per partition: after a timeout, the round's other calls fail at
- * once, and are made in a later round, so that the worker gets back to its
- * loop (stop, checkpoints) within about BROKER_TIMEOUT_MS whatever the
- * partition count.
+ * asks meanwhile: interrupts are answered before it.  A broker that stops
+ * answering blocks a round of calls (a poll, the source's open, wait_job's
+ * marks) once, not once per partition: after a timeout, the round's other
+ * calls fail at once, and are made in a later round, so that the worker
+ * gets back to its loop (stop, checkpoints) within about BROKER_TIMEOUT_MS
+ * whatever the partition count.  One that answers each call just within
+ * the timeout still takes a call's time per partition: a deadline per round
+ * would starve wait_job's marks, taken all in one round, on a topic with
+ * many partitions (docs/ARCHITECTURE.md, "Source poll").
  */
 static bool
 http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)

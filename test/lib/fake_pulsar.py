@@ -8,8 +8,10 @@
 #   stall-ws    the WebSocket upgrade is taken and never answered
 #   refuse-ws   every WebSocket upgrade is refused at once (HTTP 404)
 #   redirect-ws every WebSocket upgrade is answered 302 Location: LOCATION
+#   close-ws    every WebSocket upgrade is taken, then the session closed
+#               (code 1000) with LOCATION as the close frame's reason text
 # Each request's path is appended to LOG when given.
-import sys, time, json
+import sys, time, json, base64, hashlib
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
 PORT, MODE, PARTITIONS = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -36,6 +38,21 @@ class H(BaseHTTPRequestHandler):
             self.send_header('Location', LOCATION)
             self.send_header('Content-Length', '0')
             self.end_headers()
+            return
+        if upgrade and MODE == 'close-ws':
+            key = self.headers['Sec-WebSocket-Key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
+            self.protocol_version = 'HTTP/1.1'
+            self.send_response(101)
+            self.send_header('Upgrade', 'websocket')
+            self.send_header('Connection', 'Upgrade')
+            self.send_header('Sec-WebSocket-Accept',
+                             base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+            self.end_headers()
+            payload = b'\x03\xe8' + LOCATION.encode()[:120]
+            self.wfile.write(bytes([0x88, len(payload)]) + payload)
+            self.wfile.flush()
+            time.sleep(1)
+            self.close_connection = True
             return
         if upgrade or (MODE == 'slow-admin' and self.path.endswith('/internalStats')):
             time.sleep(3600)

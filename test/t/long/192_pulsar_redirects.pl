@@ -3,7 +3,8 @@
 #  - The reader's WebSocket upgrade never follows a redirect: the session
 #    fails with a last_error that says so, and the redirect's target is
 #    never contacted (libwebsockets follows by default: a plain role's job
-#    made the server GET any URL, the target's status in last_error).
+#    made the server GET any URL, the target's status in last_error). A
+#    session the server closes shows its close code, never its reason text.
 #  - The admin calls follow a 307/308 that asks the same path and query on
 #    another broker, over http, as a broker that does not own a partition
 #    answers (Pulsar adds ?authoritative=): on a cluster of more than one
@@ -67,6 +68,23 @@ unlike($error, qr/403|internal|delete|confirm/, 'WebSocket redirect: nothing of 
 sleep 3;						# a few reopens
 is(scalar(@{[ lines_of($target_log) ]}), 0, 'WebSocket redirect: the target was never contacted');
 psql_as($role, "SELECT mailer.drop_job('t192_ws')");
+fake_server_stop($fake);
+
+# --- A's kin: a WebSocket service that takes the upgrade and closes the
+# session with a reason of its own: last_error keeps the close code only.
+$fake = fake_server_start($front_port, 'fake_pulsar.py', $front_port, 'close-ws', 0, '',
+	'SECRET-of-the-internal-service');
+psql_as($role, qq{SELECT mailer.create_job('t192_close', \$\${
+  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$front_port", "topic": "persistent://a/b/c"},
+  "sink": {"type": "table", "table": "t192_ws", "mode": "append"}, "state": {"backend": "memory"}
+}\$\$)});
+wait_until('t192_close to say its session closed', sub {
+	$error = last_error('t192_close', user => $role);
+	return $error =~ /closed the session/;
+}, 30);
+like($error, qr/the broker closed the session \(WebSocket close code 1000\)/, "close frame: last_error has its code: $error");
+unlike($error, qr/SECRET/, 'close frame: nothing of its reason text in last_error');
+psql_as($role, "SELECT mailer.drop_job('t192_close')");
 fake_server_stop($fake);
 
 # --- E: a 2-partition topic; the front redirects partition 1's admin calls.
