@@ -61,6 +61,7 @@
 #define RECEIVER_QUEUE			1000
 #define ID_LEN					128		/* a base64 message id, with room */
 #define MAX_FDS					1024
+#define HTTP_BODY_MAX			(16 * 1024 * 1024)	/* internalStats of ~190000 ledgers */
 
 typedef struct PulsarPartition
 {
@@ -119,8 +120,10 @@ typedef struct PulsarSource
 	TimestampTz next_refresh;
 	bool		mark_pending;	/* wait_job asked; marks not taken yet */
 	char		error[512];		/* what the source waits on, "" none */
-	char		http_body[8192];
+	char	   *http_body;		/* the last admin reply, whole (malloc'd: grown in libcurl's callback) */
 	size_t		http_len;
+	size_t		http_cap;
+	bool		http_too_long;	/* the reply passed HTTP_BODY_MAX: the call failed */
 	bool		broker_slow;	/* an admin call timed out in this round: no more of them in it */
 } PulsarSource;
 
@@ -173,6 +176,11 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not start libcurl for Pulsar's admin API")));
+	ps->http_cap = 8192;
+	if ((ps->http_body = malloc(ps->http_cap)) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
 	ps->batch_ctx = AllocSetContextCreate(TopMemoryContext, "pulsar batch", ALLOCSET_SMALL_SIZES);
 	ps->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ps->epfd < 0)
@@ -183,19 +191,39 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 	return &ps->base;
 }
 
+/*
+ * Keep the whole reply: internalStats lists every ledger of the partition
+ * (~85 bytes each), and a busy topic has hundreds.  Grown with realloc, as
+ * libcurl's callback must not throw; a reply past HTTP_BODY_MAX fails the
+ * call (returning less than given aborts the transfer).
+ */
 static size_t
 http_write(char *data, size_t size, size_t nmemb, void *arg)
 {
 	PulsarSource *ps = (PulsarSource *) arg;
 	size_t		n = size * nmemb;
 
-	/* A longer answer than any this source asks for is not one of them: cut. */
-	if (n > sizeof(ps->http_body) - 1 - ps->http_len)
-		n = sizeof(ps->http_body) - 1 - ps->http_len;
+	if (n > HTTP_BODY_MAX - ps->http_len)
+	{
+		ps->http_too_long = true;
+		return 0;
+	}
+	if (ps->http_len + n + 1 > ps->http_cap)
+	{
+		size_t		cap = ps->http_cap;
+		char	   *grown;
+
+		while (cap < ps->http_len + n + 1)
+			cap *= 2;
+		if ((grown = realloc(ps->http_body, cap)) == NULL)
+			return 0;
+		ps->http_body = grown;
+		ps->http_cap = cap;
+	}
 	memcpy(ps->http_body + ps->http_len, data, n);
 	ps->http_len += n;
 	ps->http_body[ps->http_len] = '\0';
-	return size * nmemb;
+	return n;
 }
 
 /*
@@ -258,6 +286,7 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 	}
 	ps->http_len = 0;
 	ps->http_body[0] = '\0';
+	ps->http_too_long = false;
 	curl_easy_reset(ps->curl);
 	curl_easy_setopt(ps->curl, CURLOPT_URL, url);
 	curl_easy_setopt(ps->curl, CURLOPT_TIMEOUT_MS, (long) BROKER_TIMEOUT_MS);
@@ -280,6 +309,10 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 		ps->broker_slow = true;
 	if (rc == CURLE_ABORTED_BY_CALLBACK)
 		snprintf(why, whysize, "GET %s: given up: the job is stopping", path);
+	else if (rc == CURLE_WRITE_ERROR)
+		snprintf(why, whysize, "GET %s: %s", path, ps->http_too_long ?
+				 "the reply is longer than 16 MB, more than any this source asks for"
+				 : "out of memory for the reply");
 	else if (rc != CURLE_OK)
 		snprintf(why, whysize, "GET %s: %s", path, curl_easy_strerror(rc));
 	else if (status != 200)
