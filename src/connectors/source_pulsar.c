@@ -85,6 +85,7 @@ typedef struct PulsarPartition
 	TimestampTz held_retry_at;
 	int64		fits_ledger;	/* a ledger of last the broker was seen to hold, -1 none */
 	int64		asked_ledger;	/* the last ledger whose length internalStats was read for, -1 none */
+	int64		closed_ledger;	/* the ledger of last when its reader last closed, -1 none */
 	int64		end_ledger;		/* a ledger whose entry count is known, -1 none ... */
 	int64		end_entries;	/* ... and that count */
 	int64		reported_ledger;	/* the last ledger reported as deleted, -1 none */
@@ -408,7 +409,8 @@ refresh_partitions(PulsarSource *ps)
 		pp->last.ledger = -1;
 		pp->mark.ledger = -2;
 		pp->checked.ledger = -1;
-		pp->end_ledger = pp->reported_ledger = pp->fits_ledger = pp->asked_ledger = -1;
+		pp->end_ledger = pp->reported_ledger = pp->fits_ledger = pp->asked_ledger =
+			pp->closed_ledger = -1;
 		pp->count = Max(restored_count(ps, p), 0);
 		start = restored_string(ps, p);
 		if (start == NULL && !positioned && ps->spec->start_latest)
@@ -843,6 +845,27 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 					 pp->reader_topic, why ? why : "closed");
 			pulsar_ws_close(pp->conn);
 			pp->conn = NULL;
+			/*
+			 * A reader closes when its topic is unloaded (a bundle move, a
+			 * broker restart), which closes the ledger it reads: its
+			 * length is listed now, and may be deleted before the reader's
+			 * next message (retention trims at each new ledger), so a
+			 * caught-up reader would be reported at the switch.  Asked
+			 * once per ledger, not per reopen: an outage's reopens cost
+			 * the broker nothing more.
+			 */
+			if (pp->last.ledger >= 0 && pp->end_ledger != pp->last.ledger && pp->closed_ledger != pp->last.ledger)
+			{
+				int64		entries,
+							oldest,
+							newest;
+				int			found;
+				char		err[400];
+
+				pp->closed_ledger = pp->last.ledger;
+				if (get_stats(ps, pp, pp->last.ledger, &entries, &oldest, &newest, &found, err, sizeof(err)))
+					note_length(ps, pp, pp->last.ledger);
+			}
 			/* A broker that keeps refusing is asked less often, down to every REOPEN_MAX_MS. */
 			pp->reopen_ms = pp->reopen_ms == 0 ? REOPEN_MS : Min(pp->reopen_ms * 2, REOPEN_MAX_MS);
 			pp->reopen_at = TimestampTzPlusMilliseconds(now, pp->reopen_ms);
