@@ -849,12 +849,12 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 			 * A reader closes when its topic is unloaded (a bundle move, a
 			 * broker restart), which closes the ledger it reads: its
 			 * length is listed now, and may be deleted before the reader's
-			 * next message (retention trims at each new ledger), so a
+			 * next message (retention may trim at once), so a
 			 * caught-up reader would be reported at the switch.  Asked
-			 * once per ledger, not per reopen: an outage's reopens cost
-			 * the broker nothing more.
+			 * once per ledger, not per reopen, and only by a reader that
+			 * read: an outage's reopens cost the broker nothing more.
 			 */
-			if (pp->last.ledger >= 0 && pp->end_ledger != pp->last.ledger && pp->closed_ledger != pp->last.ledger)
+			if (pp->handed && pp->end_ledger != pp->last.ledger && pp->closed_ledger != pp->last.ledger)
 			{
 				int64		entries,
 							oldest,
