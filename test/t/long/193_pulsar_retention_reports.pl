@@ -109,10 +109,14 @@ for my $mode ('stop', 'kill')
 }
 
 # C: 130 ledgers (internalStats ~11 kB), the first one deleted under the
-# reader; a subscription on the second holds the rest.
+# reader.
 {
 	my $job = 'c193';
 	my $topic = bare_topic('t193c');
+	# A subscription at the start holds every ledger while the 130 roll
+	# (the broker's periodic trim would delete them, the first one too);
+	# moved to the second ledger, it lets the trim delete the first only.
+	pulsar('admin', 'PUT', "/admin/v2/persistent/$topic/subscription/hold", '{"ledgerId":-1,"entryId":-1,"partitionIndex":-1}');
 	pulsar_java('BatchProduce', "persistent://$topic", 1, $N, 1);
 	for my $l (1 .. 130)
 	{
@@ -126,7 +130,7 @@ for my $mode ('stop', 'kill')
 	slow_job($job, $topic);
 	wait_until("$job to read some of the first ledger", sub { psql("SELECT count(*) FROM r193 WHERE job = '$job'") >= 300 }, 60);
 	my ($second) = $stats =~ /"ledgers":\[\{"ledgerId":\d+[^}]*\},\{"ledgerId":(\d+)/;
-	pulsar('admin', 'PUT', "/admin/v2/persistent/$topic/subscription/hold", qq({"ledgerId":$second,"entryId":0,"partitionIndex":-1}));
+	pulsar('admin', 'POST', "/admin/v2/persistent/$topic/subscription/hold/resetcursor", qq({"ledgerId":$second,"entryId":0,"partitionIndex":-1}));
 	pulsar('admin', 'POST', "/admin/v2/persistent/$topic/trim");
 	wait_until("$job to read the 130 later ledgers", sub {
 		psql("SELECT count(*) FROM r193 WHERE job = '$job' AND i > 100000") >= 130;
