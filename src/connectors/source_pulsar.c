@@ -62,6 +62,7 @@
 #define RECEIVER_QUEUE			1000
 #define ID_LEN					128		/* a base64 message id, with room */
 #define MAX_FDS					1024
+#define HTTP_BODY_MAX			(16 * 1024 * 1024)	/* internalStats of ~190000 ledgers */
 
 typedef struct PulsarPartition
 {
@@ -77,10 +78,15 @@ typedef struct PulsarPartition
 	int			metrics;		/* index in the slot's partition metrics, -1 none */
 	PulsarMessageId mark;		/* wait_job's target; ledger -2: none taken */
 	char		why[600];		/* why the reader closed, while it is not open again */
-	/* Retention (check_retention): what the reader may have skipped. */
+	/* Retention (check_switch, check_retention): what the reader may have skipped. */
 	int64		count_at_refresh;	/* count at the last metadata refresh */
 	PulsarMessageId checked;	/* the position a stalled reader was checked at; ledger -1 none */
-	PulsarMessageId switched_from;	/* the last message before a new ledger; ledger -1 none */
+	char	   *held;			/* a new ledger's first message, until the switch is checked */
+	size_t		held_len;
+	TimestampTz held_retry_at;
+	int64		fits_ledger;	/* a ledger of last the broker was seen to hold, -1 none */
+	int64		asked_ledger;	/* the last ledger whose length internalStats was read for, -1 none */
+	int64		closed_ledger;	/* the ledger of last when its reader last closed, -1 none */
 	int64		end_ledger;		/* a ledger whose entry count is known, -1 none ... */
 	int64		end_entries;	/* ... and that count */
 	int64		reported_ledger;	/* the last ledger reported as deleted, -1 none */
@@ -120,8 +126,10 @@ typedef struct PulsarSource
 	TimestampTz next_refresh;
 	bool		mark_pending;	/* wait_job asked; marks not taken yet */
 	char		error[512];		/* what the source waits on, "" none */
-	char		http_body[8192];
+	char	   *http_body;		/* the last admin reply, whole (malloc'd: grown in libcurl's callback) */
 	size_t		http_len;
+	size_t		http_cap;
+	bool		http_too_long;	/* the reply passed HTTP_BODY_MAX: the call failed */
 	bool		broker_slow;	/* an admin call timed out in this round: no more of them in it */
 } PulsarSource;
 
@@ -137,6 +145,10 @@ static int64 restored_count(PulsarSource *ps, int32 partition);
 static JsonbValue *restored_value(PulsarSource *ps, Jsonb *obj, int32 partition);
 static void open_reader(PulsarSource *ps, PulsarPartition *pp);
 static void check_retention(PulsarSource *ps, PulsarPartition *pp);
+static bool check_switch(PulsarSource *ps, PulsarPartition *pp, const PulsarMessageId *id,
+						 char *why, size_t whysize);
+static void position_not_in_topic(PulsarSource *ps, PulsarPartition *pp, const char *end);
+static void note_length(PulsarSource *ps, PulsarPartition *pp, int64 ledger);
 static bool hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out);
 static TimestampTz message_time(const char *text);
 static void take_marks(PulsarSource *ps);
@@ -174,6 +186,11 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not start libcurl for Pulsar's admin API")));
+	ps->http_cap = 8192;
+	if ((ps->http_body = malloc(ps->http_cap)) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
 	ps->batch_ctx = AllocSetContextCreate(TopMemoryContext, "pulsar batch", ALLOCSET_SMALL_SIZES);
 	ps->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ps->epfd < 0)
@@ -184,19 +201,39 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 	return &ps->base;
 }
 
+/*
+ * Keep the whole reply: internalStats lists every ledger of the partition
+ * (~85 bytes each), and a busy topic has hundreds.  Grown with realloc, as
+ * libcurl's callback must not throw; a reply past HTTP_BODY_MAX fails the
+ * call (returning less than given aborts the transfer).
+ */
 static size_t
 http_write(char *data, size_t size, size_t nmemb, void *arg)
 {
 	PulsarSource *ps = (PulsarSource *) arg;
 	size_t		n = size * nmemb;
 
-	/* A longer answer than any this source asks for is not one of them: cut. */
-	if (n > sizeof(ps->http_body) - 1 - ps->http_len)
-		n = sizeof(ps->http_body) - 1 - ps->http_len;
+	if (n > HTTP_BODY_MAX - ps->http_len)
+	{
+		ps->http_too_long = true;
+		return 0;
+	}
+	if (ps->http_len + n + 1 > ps->http_cap)
+	{
+		size_t		cap = ps->http_cap;
+		char	   *grown;
+
+		while (cap < ps->http_len + n + 1)
+			cap *= 2;
+		if ((grown = realloc(ps->http_body, cap)) == NULL)
+			return 0;
+		ps->http_body = grown;
+		ps->http_cap = cap;
+	}
 	memcpy(ps->http_body + ps->http_len, data, n);
 	ps->http_len += n;
 	ps->http_body[ps->http_len] = '\0';
-	return size * nmemb;
+	return n;
 }
 
 /*
@@ -367,6 +404,7 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 		}
 		ps->http_len = 0;
 		ps->http_body[0] = '\0';
+		ps->http_too_long = false;
 		status = 0;
 		curl_easy_reset(ps->curl);
 		curl_easy_setopt(ps->curl, CURLOPT_URL, url);
@@ -413,7 +451,11 @@ http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
 		if (hops > 0)
 			snprintf(at, sizeof(at), " (redirected to the broker at %.*s)",
 					 (int) strcspn(url + 7, "/"), url + 7);
-		if (rc != CURLE_OK)
+		if (rc == CURLE_WRITE_ERROR)
+			snprintf(why, whysize, "GET %s%s: %s", path, at, ps->http_too_long ?
+					 "the reply is longer than 16 MB, more than any this source asks for"
+					 : "out of memory for the reply");
+		else if (rc != CURLE_OK)
 			snprintf(why, whysize, "GET %s%s: %s", path, at, curl_easy_strerror(rc));
 		else if (status != 200)
 			snprintf(why, whysize, "GET %s%s: HTTP %ld: %s", path, at, status, http_status_text(status));
@@ -501,8 +543,9 @@ refresh_partitions(PulsarSource *ps)
 											   : ps->spec->topic);
 		pp->last.ledger = -1;
 		pp->mark.ledger = -2;
-		pp->checked.ledger = pp->switched_from.ledger = -1;
-		pp->end_ledger = pp->reported_ledger = -1;
+		pp->checked.ledger = -1;
+		pp->end_ledger = pp->reported_ledger = pp->fits_ledger = pp->asked_ledger =
+			pp->closed_ledger = -1;
 		pp->count = Max(restored_count(ps, p), 0);
 		start = restored_string(ps, p);
 		if (start == NULL && !positioned && ps->spec->start_latest)
@@ -631,59 +674,182 @@ restored_count(PulsarSource *ps, int32 partition)
 }
 
 /*
- * The entry count of ledger in an internalStats answer's "ledgers" (listed
- * in ascending order, the current ledger last): 1 found (*entries; -1 for
- * the current ledger, still growing), 0 absent (deleted, or never the
- * topic's), -1 when the answer does not say (*oldest: the first listed).
+ * What an internalStats answer's "ledgers" (listed in ascending order, the
+ * current ledger last) says of ledger: 1 listed (*entries; -1 for the
+ * current ledger, still growing), 0 not listed (deleted, or never the
+ * topic's), -1 when the answer does not say.  *oldest and *newest: the
+ * first and the last listed, -1 when none is.
  */
 static int
-stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest)
+stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest, int64 *newest)
 {
 	const char *p = strstr(body, "\"ledgers\"");
 	const char *end = p ? strchr(p, ']') : NULL;
-	bool		first = true;
+	int			found = 0;
 
+	*oldest = *newest = -1;
 	if (p == NULL || end == NULL)
 		return -1;
-	*oldest = -1;
 	while ((p = strstr(p, "\"ledgerId\"")) != NULL && p < end)
 	{
 		int64		id,
 					n;
-		const char *next;
 
 		if (!json_number(p, "ledgerId", &id) || !json_number(p, "entries", &n))
 			return -1;
-		if (first)
+		if (*oldest < 0)
 			*oldest = id;
-		first = false;
-		p += 10;
-		next = strstr(p, "\"ledgerId\"");
+		*newest = id;
 		if (id == ledger)
 		{
-			*entries = (next == NULL || next > end) ? -1 : n;
-			return 1;
+			*entries = n;
+			found = 1;
 		}
+		p += 10;
 	}
-	return 0;
+	if (found && *newest == ledger)
+		*entries = -1;
+	return found;
+}
+
+/* GET pp's internalStats into ps->http_body, with its ledger list; false with why. */
+static bool
+get_stats(PulsarSource *ps, PulsarPartition *pp, int64 ledger, int64 *entries, int64 *oldest,
+		  int64 *newest, int *found, char *why, size_t whysize)
+{
+	char	   *path = psprintf("/admin/v2/persistent/%s/internalStats", pp->reader_topic);
+	bool		ok = http_get(ps, path, why, whysize);
+
+	if (ok && (*found = stats_ledger(ps->http_body, ledger, entries, oldest, newest)) < 0)
+	{
+		snprintf(why, whysize, "GET %s: not an answer of Pulsar's admin API (no \"ledgers\" list)", path);
+		ok = false;
+	}
+	pfree(path);
+	return ok;
 }
 
 /*
- * Report messages that retention deleted before the reader handed them out.
- * A reader holds nothing back: the broker deletes a ledger whatever a
- * reader has read of it, and the reader, which cannot read on there, goes
- * on from the next ledger (or waits, when there is none) without a word.
- * So, at each metadata refresh, a partition whose reader moved to a new
- * ledger since (switched_from), or handed out nothing since the last
- * refresh (stalled: once per position), has its ledger looked up in
- * internalStats: deleted, with messages after the position that were not
- * handed out (or that cannot be known), is reported as a WARNING and the
- * job's last error, once per ledger, and the job goes on, as it does for
- * Kafka.  A ledger's entry count is noted while it is listed, so that a
- * ledger read to its end and deleted after is no loss.  The same covers a
- * restart after a deleted position: the first message comes from a later
- * ledger.  The broker cannot say whether a ledger deleted before it was
- * ever looked up had been read to its end: the report says "may".
+ * Report that the ledger of from, the job's position, was deleted before
+ * the reader read on (up to ledger upto): a WARNING and the job's last
+ * error, once per ledger, and the job goes on, as it does for Kafka.  When
+ * the ledger's length was noted while it was listed, the entries after the
+ * position are known, and counted in offsets_skipped (a lower bound: a
+ * batched entry holds several messages, and ledgers of the topic between
+ * it and upto, deleted too, were never seen); none after it is no loss.
+ * Else how many is not known, and the message says so.
+ */
+static void
+report_deleted(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId from, int64 upto)
+{
+	bool		known = pp->end_ledger == from.ledger && pp->end_entries >= 0;
+	int64		lost = known ? pp->end_entries - 1 - from.entry : -1;
+	char	   *msg;
+
+	if (known && lost <= 0)
+		return;					/* read to its end */
+	pp->reported_ledger = from.ledger;
+	msg = psprintf("partition %d of Pulsar topic \"%s\": ledger " INT64_FORMAT
+				   " of the job's position " INT64_FORMAT ":" INT64_FORMAT
+				   " was deleted (retention) before the job read on; messages after it, up to ledger "
+				   INT64_FORMAT ", %s; it goes on from the oldest message left",
+				   pp->partition, ps->base.topic_names[0], from.ledger, from.ledger, from.entry, upto,
+				   known ? psprintf("were deleted unread: at least " INT64_FORMAT
+									" entries (counted in offsets_skipped; a batched entry holds several messages)", lost)
+				   : "may have been deleted unread: how many is not known (the ledger was deleted before its length was learnt)");
+	ereport(WARNING,
+			(errcode(ERRCODE_WARNING),
+			 errmsg("%s", msg),
+			 errhint("Give the namespace a retention longer than a job may stop or fall behind for.")));
+	job_slot_set_error(ps->base.slot, msg);
+	if (known && pp->metrics >= 0)
+		ps->base.slot->partitions[pp->metrics].offsets_skipped += lost;
+}
+
+/*
+ * The job's position of pp is not one of the partition's: its ledger is
+ * past the partition's end.  Ledger ids are those of the BookKeeper
+ * cluster behind the service URL, so this is another cluster (rebuilt, or
+ * a failover), and every message would be taken for one already handed
+ * out, for ever: the job fails, as for a Kafka position past the log's end.
+ */
+static void
+position_not_in_topic(PulsarSource *ps, PulsarPartition *pp, const char *end)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("partition %d of Pulsar topic \"%s\" ends at %s, before the job's position "
+					INT64_FORMAT ":" INT64_FORMAT,
+					pp->partition, ps->base.topic_names[0], end, pp->last.ledger, pp->last.entry),
+			 errdetail("Ledger ids are those of the cluster behind the service URL: it was rebuilt, or is "
+					   "another cluster, so the job's positions no longer fit the topic, and every message "
+					   "would be taken for one already read. To go on, restore a checkpoint whose positions "
+					   "the topic holds with mailer.restore_job, or drop the job and create it again to read "
+					   "the topic anew."),
+			 errhint("Retrying cannot help: the job stays failed until one of these.")));
+}
+
+/*
+ * The reader's first message in a new ledger, id: the rest of the last
+ * one may have been deleted under it.  A reader holds nothing back: the
+ * broker deletes a ledger whatever a reader has read of it, and the
+ * reader, which cannot read on there, goes on from the next ledger without
+ * a word.  Checked here, before the message is handed out, so that no
+ * checkpoint holds a position past the switch unchecked: a stop, a kill or
+ * a server restart right after the switch cannot lose the report (the next
+ * run meets the same switch).  The old ledger still listed was read to its
+ * end; deleted, it is reported.  The new ledger's length is noted when it
+ * is closed, should it be deleted under the reader in turn.  False, with
+ * why, when the broker could not be asked: the message waits.  The same
+ * covers a restart after a deleted position: the first message comes from
+ * a later ledger.
+ */
+static bool
+check_switch(PulsarSource *ps, PulsarPartition *pp, const PulsarMessageId *id, char *why, size_t whysize)
+{
+	int64		entries = -1,
+				oldest,
+				newest;
+	int			found;
+
+	if (pp->last.ledger == pp->reported_ledger)
+		return true;
+	if (!get_stats(ps, pp, pp->last.ledger, &entries, &oldest, &newest, &found, why, whysize))
+		return false;
+	if (found == 0)
+		report_deleted(ps, pp, pp->last, id->ledger);
+	note_length(ps, pp, id->ledger);
+	return true;
+}
+
+/*
+ * Note the length of ledger, the reader's now, from the internalStats
+ * answer in ps->http_body, when it is closed: should it be deleted under
+ * the reader, the loss is then known (report_deleted).
+ */
+static void
+note_length(PulsarSource *ps, PulsarPartition *pp, int64 ledger)
+{
+	int64		entries = -1,
+				oldest,
+				newest;
+
+	pp->asked_ledger = ledger;
+	if (stats_ledger(ps->http_body, ledger, &entries, &oldest, &newest) == 1 && entries >= 0)
+	{
+		pp->end_ledger = ledger;
+		pp->end_entries = entries;
+	}
+}
+
+/*
+ * A reader that handed out nothing since the last metadata refresh
+ * (stalled: once per position) has its ledger looked up in internalStats,
+ * at the refresh: deleted, it is reported now, not when a message comes
+ * (check_switch then says nothing more of it); past the partition's newest
+ * ledger, the position is not the topic's, and the job fails.  Still
+ * listed, a caught-up reader's ledger's length is its last confirmed
+ * entry, noted so that the ledger deleted after is no loss.
  */
 static void
 check_retention(PulsarSource *ps, PulsarPartition *pp)
@@ -691,39 +857,27 @@ check_retention(PulsarSource *ps, PulsarPartition *pp)
 	bool		stalled = pp->count == pp->count_at_refresh && pp->last.ledger >= 0 &&
 		(pp->checked.ledger != pp->last.ledger || pp->checked.entry != pp->last.entry ||
 		 pp->checked.batch_index != pp->last.batch_index);
-	PulsarMessageId from = pp->switched_from.ledger >= 0 ? pp->switched_from : pp->last;
-	char	   *path;
+	PulsarMessageId from = pp->last;
 	char		why[400];
 	int64		entries = -1,
-				oldest = -1;
+				oldest = -1,
+				newest = -1;
 	int			found;
-	bool		ok;
 
 	pp->count_at_refresh = pp->count;
-	if ((!stalled && pp->switched_from.ledger < 0) || from.ledger == pp->reported_ledger)
+	if (!stalled || pp->held != NULL || from.ledger == pp->reported_ledger)
 		return;
-	path = psprintf("/admin/v2/persistent/%s/internalStats", pp->reader_topic);
-	ok = http_get(ps, path, why, sizeof(why));
-	pfree(path);
-	if (!ok)
+	if (!get_stats(ps, pp, from.ledger, &entries, &oldest, &newest, &found, why, sizeof(why)))
 		return;					/* asked again at the next refresh */
-	if ((found = stats_ledger(ps->http_body, from.ledger, &entries, &oldest)) < 0)
-		return;
-	if (stalled)
-		pp->checked = pp->last;
-	pp->switched_from.ledger = -1;
+	pp->checked = pp->last;
 	if (found == 1)
 	{
-		/*
-		 * Still there: note how long it is, should it be deleted later.
-		 * The current ledger's length is its last confirmed entry, when
-		 * the reader has handed that out (caught up): hand_out forgets it
-		 * once the ledger grows.
-		 */
+		/* hand_out forgets the length once the ledger grows. */
 		const char *lac = strstr(ps->http_body, "\"lastConfirmedEntry\":\"");	/* 22 bytes */
 		int64		lac_ledger,
 					lac_entry;
 
+		pp->fits_ledger = from.ledger;
 		if (entries < 0 && lac != NULL &&
 			sscanf(lac + 22, INT64_FORMAT ":" INT64_FORMAT, &lac_ledger, &lac_entry) == 2 &&
 			lac_ledger == from.ledger && lac_entry == from.entry)
@@ -732,31 +886,16 @@ check_retention(PulsarSource *ps, PulsarPartition *pp)
 		pp->end_entries = entries;
 		return;
 	}
-	if (oldest < 0 || from.ledger > oldest ||
-		(pp->end_ledger == from.ledger && pp->end_entries >= 0 && from.entry >= pp->end_entries - 1))
-		return;					/* another topic's id, or read to its end */
-	pp->reported_ledger = from.ledger;
-	{
-		char	   *msg = psprintf("partition %d of Pulsar topic \"%s\": ledger " INT64_FORMAT
-								   " of the job's position " INT64_FORMAT ":" INT64_FORMAT
-								   " was deleted (retention) before the job read on; messages after it, up to ledger "
-								   INT64_FORMAT ", %s deleted unread; it goes on from the oldest message left",
-								   pp->partition, ps->base.topic_names[0], from.ledger, from.ledger,
-								   from.entry, oldest,
-								   pp->end_ledger == from.ledger && pp->end_entries >= 0 ? "were" : "may have been");
-
-		ereport(WARNING,
-				(errcode(ERRCODE_WARNING),
-				 errmsg("%s", msg),
-				 errhint("Give the namespace a retention longer than a job may stop or fall behind for.")));
-		job_slot_set_error(ps->base.slot, msg);
-	}
+	if (newest >= 0 && from.ledger > newest)
+		position_not_in_topic(ps, pp, psprintf("ledger " INT64_FORMAT " (its newest)", newest));
+	if (oldest >= 0 && from.ledger < oldest)
+		report_deleted(ps, pp, from, oldest);
 }
 
 /*
  * Start the partition's reader just after the last message handed out
  * (or at its start).  Whether that position is still there is learnt from
- * where the reader goes on (check_retention), not asked before each open:
+ * where the reader goes on (check_switch), not asked before each open:
  * a reader reopened every second through an outage would ask the broker's
  * heaviest admin call as often.
  */
@@ -818,18 +957,50 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 				open_reader(ps, pp);
 			continue;
 		}
-		while (n < max && (frame = pulsar_ws_take(pp->conn, &len)) != NULL)
+		/* A held message first: nothing of the partition goes before it. */
+		if (pp->held != NULL)
+		{
+			char	   *held = pp->held;
+
+			if (now < pp->held_retry_at)
+				continue;
+			pp->held = NULL;
+			if (hand_out(ps, pp, held, pp->held_len, &out[n]))
+				n++;
+		}
+		while (n < max && pp->held == NULL && (frame = pulsar_ws_take(pp->conn, &len)) != NULL)
 			if (hand_out(ps, pp, frame, len, &out[n]))
 				n++;
 		if (pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_OPEN)
 			pp->reopen_ms = 0;
 		/* Closed, and every frame it received handed out: open again after the last. */
-		if (n < max && pulsar_ws_state(pp->conn, &why) == PULSAR_WS_CLOSED)
+		if (n < max && pp->held == NULL && pulsar_ws_state(pp->conn, &why) == PULSAR_WS_CLOSED)
 		{
 			snprintf(pp->why, sizeof(pp->why), "waiting for Pulsar: reader of \"%s\": %s",
 					 pp->reader_topic, why ? why : "closed");
 			pulsar_ws_close(pp->conn);
 			pp->conn = NULL;
+			/*
+			 * A reader closes when its topic is unloaded (a bundle move, a
+			 * broker restart), which closes the ledger it reads: its
+			 * length is listed now, and may be deleted before the reader's
+			 * next message (retention may trim at once), so a
+			 * caught-up reader would be reported at the switch.  Asked
+			 * once per ledger, not per reopen, and only by a reader that
+			 * read: an outage's reopens cost the broker nothing more.
+			 */
+			if (pp->handed && pp->end_ledger != pp->last.ledger && pp->closed_ledger != pp->last.ledger)
+			{
+				int64		entries,
+							oldest,
+							newest;
+				int			found;
+				char		err[400];
+
+				pp->closed_ledger = pp->last.ledger;
+				if (get_stats(ps, pp, pp->last.ledger, &entries, &oldest, &newest, &found, err, sizeof(err)))
+					note_length(ps, pp, pp->last.ledger);
+			}
 			/* A broker that keeps refusing is asked less often, down to every REOPEN_MAX_MS. */
 			pp->reopen_ms = pp->reopen_ms == 0 ? REOPEN_MS : Min(pp->reopen_ms * 2, REOPEN_MAX_MS);
 			pp->reopen_at = TimestampTzPlusMilliseconds(now, pp->reopen_ms);
@@ -847,7 +1018,8 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 	{
 		PulsarPartition *pp = &ps->parts[i];
 
-		if ((pp->conn == NULL || pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_CLOSED) && pp->why[0])
+		if ((pp->held != NULL || pp->conn == NULL || pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_CLOSED) &&
+			pp->why[0])
 			ps->base.error = pp->why;
 		else if (pulsar_ws_state(pp->conn, NULL) == PULSAR_WS_OPEN)
 			pp->why[0] = '\0';
@@ -877,6 +1049,11 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 	size_t		ack_len;
 
 	bool		parsed = pulsar_parse_message(frame, len, msg, err, sizeof(err));
+	char		why[400];
+	int64		entries,
+				oldest,
+				newest;
+	int			found;
 
 	if (msg->message_id == NULL || !pulsar_message_id_decode(msg->message_id, &id))
 	{
@@ -886,6 +1063,52 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 				 errmsg("the Pulsar reader of \"%s\" received a frame that is not a message: %s",
 						pp->reader_topic, parsed ? "its messageId is not one" : err),
 				 errhint("The job starts again from its last checkpoint.")));
+	}
+	/*
+	 * A reader starts after last, so a message of an earlier ledger says
+	 * that last is not a position of this partition (position_not_in_topic)
+	 * when the broker's last message is before it too; asked once per
+	 * ledger of last, and again at the next such message if the broker did
+	 * not answer.
+	 */
+	if (pp->last.ledger >= 0 && id.ledger < pp->last.ledger && pp->fits_ledger != pp->last.ledger)
+	{
+		PulsarMessageId end;
+
+		if (last_message_id(ps, pp, &end, why, sizeof(why)))
+		{
+			if (end.ledger < pp->last.ledger)
+			{
+				pulsar_ws_frame_free(frame);
+				position_not_in_topic(ps, pp, psprintf("message " INT64_FORMAT ":" INT64_FORMAT,
+													   end.ledger, end.entry));
+			}
+			pp->fits_ledger = pp->last.ledger;
+		}
+	}
+	/* A new ledger: checked before its first message is handed out (check_switch). */
+	if (pp->last.ledger >= 0 && id.ledger > pp->last.ledger && !check_switch(ps, pp, &id, why, sizeof(why)))
+	{
+		snprintf(pp->why, sizeof(pp->why),
+				 "waiting for Pulsar: reader of \"%s\": its switch to ledger " INT64_FORMAT
+				 " is checked for deleted messages before it reads on: %s",
+				 pp->reader_topic, id.ledger, why);
+		pp->held = frame;
+		pp->held_len = len;
+		pp->held_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), METADATA_RETRY_MS);
+		return false;
+	}
+	/*
+	 * The first ledger a run reads in (no switch to it seen): its length,
+	 * once, for the same reason; a broker that does not answer holds
+	 * nothing back, the loss is then reported without its size.
+	 */
+	else if (id.ledger != pp->asked_ledger && id.ledger != pp->end_ledger &&
+			 (pp->last.ledger < 0 || id.ledger == pp->last.ledger))
+	{
+		pp->asked_ledger = id.ledger;
+		if (get_stats(ps, pp, id.ledger, &entries, &oldest, &newest, &found, why, sizeof(why)))
+			note_length(ps, pp, id.ledger);
 	}
 	/* Flow control only: a reader's acknowledgement moves no position. */
 	if ((ack = pulsar_frame_ack(msg->message_id, &ack_len)) != NULL)
@@ -902,9 +1125,6 @@ hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceM
 		pulsar_ws_frame_free(frame);
 		return false;
 	}
-	/* A new ledger: the rest of the last one may have been deleted (check_retention). */
-	if (pp->last.ledger >= 0 && id.ledger > pp->last.ledger && pp->switched_from.ledger < 0)
-		pp->switched_from = pp->last;
 	if (id.ledger == pp->end_ledger && id.entry >= pp->end_entries)
 		pp->end_ledger = -1;		/* it grew: its length is not known any more */
 	pp->last = id;
@@ -1037,8 +1257,12 @@ pulsar_wait_ms(Source *src)
 	}
 	ps->nregistered = n;
 	for (int i = 0; i < ps->nparts; i++)
+	{
 		if (ps->parts[i].conn == NULL)
 			wait = Min(wait, TimestampDifferenceMilliseconds(now, ps->parts[i].reopen_at));
+		if (ps->parts[i].held != NULL)
+			wait = Min(wait, TimestampDifferenceMilliseconds(now, ps->parts[i].held_retry_at));
+	}
 	return Max(wait, 0);
 }
 
@@ -1204,15 +1428,23 @@ take_marks(PulsarSource *ps)
 	if (ps->error[0] != '\0')
 		return;
 	for (int i = 0; i < ps->nparts; i++)
-		if (!last_message_id(ps, &ps->parts[i], &ps->parts[i].mark, why, sizeof(why)))
+	{
+		PulsarPartition *pp = &ps->parts[i];
+
+		if (!last_message_id(ps, pp, &pp->mark, why, sizeof(why)))
 		{
 			char		msg[600];
 
 			snprintf(msg, sizeof(msg), "waiting for Pulsar: topic \"%s\": wait_job's mark of partition %d: %s",
-					 ps->base.topic_names[0], ps->parts[i].partition, why);
+					 ps->base.topic_names[0], pp->partition, why);
 			job_slot_set_error(ps->base.slot, msg);
 			return;				/* asked again at the next refresh */
 		}
+		/* A position past the partition's last message would make wait_job's target one already reached. */
+		if (pp->mark.entry >= 0 && pp->last.ledger > pp->mark.ledger)
+			position_not_in_topic(ps, pp, psprintf("message " INT64_FORMAT ":" INT64_FORMAT,
+												   pp->mark.ledger, pp->mark.entry));
+	}
 	ps->mark_pending = false;
 }
 
