@@ -31,58 +31,24 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=env.sh
 . "$HERE/env.sh"
 
-PULSAR_HOME=$MAILER_CACHE_DIR/pulsar-$PULSAR_VERSION
-LIBS=$PULSAR_HOME/libs
+SERVICE=Pulsar
+SERVICE_VERSION=$PULSAR_VERSION
+SERVICE_DIR=$PULSAR_DIR
+SERVICE_ADDR=$PULSAR_URL
+SERVICE_POM_DIR=$HERE/pulsar
 PIDFILE=$PULSAR_DIR/pulsar.pid
 LOG=$PULSAR_DIR/server.log
-CONF=$PULSAR_DIR/standalone.conf
 START_TIMEOUT=${PULSAR_START_TIMEOUT:-120}
 STOP_TIMEOUT=${PULSAR_STOP_TIMEOUT:-30}
+READY_POLL=0.5
+# shellcheck source-path=SCRIPTDIR source=jvm_service.sh
+. "$HERE/jvm_service.sh"
+CONF=$PULSAR_DIR/standalone.conf
 # A small shared machine (2 cores): keep the standalone modest.
 PULSAR_MEM_OPTS=${PULSAR_MEM_OPTS:--Xms128m -Xmx512m -XX:MaxDirectMemorySize=256m}
 # The C client the produce and read helpers run (test/pulsar_tool).
 TOOL_DIR=$MAILER_ROOT/test/pulsar_tool
 TOOL=$TOOL_DIR/pulsar_tool
-
-die() { echo "ERROR: $*" >&2; exit 1; }
-
-# Serialise lifecycle commands: two concurrent starts must not both launch a
-# standalone on the same data directory.
-lock()
-{
-	mkdir -p "$(dirname "$PULSAR_DIR")"
-	exec 9>"$PULSAR_DIR.lock"
-	flock 9
-}
-
-fetch()
-{
-	# The marker holds the hash of the pom and settings, so editing either
-	# refetches.
-	local want
-	want=$(cat "$HERE/pulsar/pom.xml" "$HERE/pulsar/settings.xml" | sha256sum)
-	[ "$(cat "$LIBS/.fetched" 2>/dev/null)" = "$want" ] && return 0
-	command -v mvn >/dev/null || die "mvn not found (needed to fetch Pulsar $PULSAR_VERSION)"
-	mkdir -p "$PULSAR_HOME"
-	exec 8>"$PULSAR_HOME.lock"
-	flock 8
-	[ "$(cat "$LIBS/.fetched" 2>/dev/null)" = "$want" ] && return 0
-	echo "fetching Pulsar $PULSAR_VERSION jars into $LIBS ..."
-	# Into a temporary directory first, so an interrupted fetch never looks
-	# complete. The settings mirror every repository to Central: Pulsar's
-	# POMs name repositories that cannot be reached.
-	rm -rf "$LIBS.tmp"
-	mvn -B -q -s "$HERE/pulsar/settings.xml" -f "$HERE/pulsar/pom.xml" \
-		-Dmaven.repo.local="$MAILER_CACHE_DIR/m2" \
-		-Dpulsar.version="$PULSAR_VERSION" \
-		dependency:copy-dependencies \
-		-DincludeScope=runtime -DoutputDirectory="$LIBS.tmp" \
-		</dev/null >"$PULSAR_HOME/fetch.log" 2>&1 ||
-		die_with_log "mvn could not fetch Pulsar $PULSAR_VERSION" "$PULSAR_HOME/fetch.log"
-	echo "$want" >"$LIBS.tmp/.fetched"
-	rm -rf "$LIBS"
-	mv "$LIBS.tmp" "$LIBS"
-}
 
 # The pid of our standalone, if it is alive; checking the command line (the
 # class and our config file) guards against a recycled pid.
@@ -124,11 +90,6 @@ answers()
 {
 	[ "$(curl -sf --max-time 10 "$PULSAR_URL/admin/v2/brokers/health" 2>/dev/null)" = ok ] &&
 		curl -sf --max-time 10 -o /dev/null "$PULSAR_URL/admin/v2/namespaces/public/default" 2>/dev/null
-}
-
-port_in_use()
-{
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 write_config()
@@ -229,66 +190,12 @@ start()
 	wait_ready
 }
 
-wait_ready()
-{
-	local deadline=$((SECONDS + START_TIMEOUT))
-	until answers; do
-		broker_pid >/dev/null || die_with_log "Pulsar exited during startup" "$LOG"
-		[ $SECONDS -lt $deadline ] || die_with_log "Pulsar not ready on $PULSAR_URL after ${START_TIMEOUT}s" "$LOG"
-		sleep 0.5
-	done
-	echo "Pulsar is ready on $PULSAR_URL (pid $(broker_pid))"
-}
-
-# Send SIG to the standalone and wait up to SECS for it to go.
-signal_and_wait()
-{
-	local sig=$1 secs=$2 pid deadline
-	pid=$(broker_pid) || return 0
-	kill "-$sig" "$pid" 2>/dev/null || true
-	deadline=$((SECONDS + secs))
-	while kill -0 "$pid" 2>/dev/null; do
-		[ $SECONDS -lt $deadline ] || return 1
-		sleep 0.2
-	done
-}
-
-stop()
-{
-	lock
-	if broker_pid >/dev/null; then
-		echo "stopping Pulsar (pid $(broker_pid))"
-		# A clean shutdown closes the ledgers: the next start need not
-		# recover them.
-		signal_and_wait TERM "$STOP_TIMEOUT" || {
-			echo "Pulsar still up after ${STOP_TIMEOUT}s: SIGKILL" >&2
-			signal_and_wait KILL 10 || die "could not kill Pulsar"
-		}
-	fi
-	rm -f "$PIDFILE"
-}
-
-kill_broker()
-{
-	lock
-	if broker_pid >/dev/null; then
-		echo "killing Pulsar (pid $(broker_pid))"
-		signal_and_wait KILL 10 || die "could not kill Pulsar"
-	fi
-	rm -f "$PIDFILE"
-}
-
 status()
 {
 	local pid
 	pid=$(broker_pid) || { echo "Pulsar is not running"; return 1; }
 	answers || { echo "Pulsar (pid $pid) does not answer on $PULSAR_URL"; return 1; }
 	echo "Pulsar $PULSAR_VERSION is up on $PULSAR_URL (pid $pid, RSS $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status"))"
-}
-
-need_broker()
-{
-	answers || die "Pulsar does not answer on $PULSAR_URL (run: $0 start)"
 }
 
 # tenant/ns/topic, persistent://tenant/ns/topic or a bare topic, as the REST
@@ -396,13 +303,6 @@ read_topic()
 	local path
 	path=$(topic_path "$1")
 	tool read "${path#persistent/}" "$2" "$3"
-}
-
-clean()
-{
-	stop
-	rm -rf "$PULSAR_DIR"
-	echo "removed $PULSAR_DIR"
 }
 
 cmd=${1:-}
