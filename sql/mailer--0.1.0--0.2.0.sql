@@ -369,9 +369,12 @@ CREATE TABLE mailer.kafka_outbox (
 	PRIMARY KEY (job_id, subtask, epoch, seq)
 );
 
--- How far each subtask's Kafka sink has published.  The Kafka transaction's
--- own epoch marker decides; this row follows it, and holds the transactional
--- id and the generation that restore_job moves on.
+-- How far each subtask's Kafka or Pulsar sink has published.  For Kafka, the
+-- Kafka transaction's own epoch marker decides; this row follows it, and
+-- holds the transactional id and the generation that restore_job moves on.
+-- For Pulsar, this row decides: published_epoch with last_sequence_id, the
+-- sequence id of that epoch's last record under the producer of
+-- sequence_generation (docs/ARCHITECTURE.md, "The Pulsar sink").
 CREATE TABLE mailer.kafka_sink_progress (
 	job_id			bigint NOT NULL REFERENCES mailer.job ON DELETE CASCADE,
 	subtask			integer NOT NULL,
@@ -381,6 +384,8 @@ CREATE TABLE mailer.kafka_sink_progress (
 	published_at	timestamptz,
 	restored_to		bigint,					-- restore_job's epoch, until the next publish
 	marker_nonce	text NOT NULL,			-- in every marker: one another client commits is not believed
+	last_sequence_id bigint NOT NULL DEFAULT -1,	-- Pulsar: the broker holds every sequence id up to it
+	sequence_generation integer NOT NULL DEFAULT 1,	-- Pulsar: whose producer name last_sequence_id is
 	PRIMARY KEY (job_id, subtask)
 );
 

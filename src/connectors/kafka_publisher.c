@@ -49,6 +49,7 @@
 #include "base/work_xact.h"
 #include "connectors/kafka_client.h"
 #include "connectors/kafka_publisher.h"
+#include "connectors/sink_progress.h"
 #include "connectors/sink_kafka.h"
 #include "jobs/catalog.h"
 #include "plan/kafka_options.h"
@@ -127,9 +128,6 @@ static bool open_session(KafkaPublisher *pub, char **error);
 static int64 newest_epoch(KafkaPublisher *pub);
 static bool describe_topic(KafkaPublisher *pub, char **error);
 static void close_producer(KafkaPublisher *pub);
-static void make_progress_row(KafkaPublisher *pub);
-static void read_progress(KafkaPublisher *pub, int64 *published, int32 *generation,
-						  int64 *restored_to);
 static bool read_marker(KafkaPublisher *pub, int64 progress, int32 generation, int64 restored_to,
 						char **error);
 static int64 send_outbox(KafkaPublisher *pub, char **error);
@@ -159,10 +157,7 @@ kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, OnError on_e
 	 * and new for a job made anew after DROP EXTENSION (its id may repeat,
 	 * the extension's oid does not).
 	 */
-	pub->transactional_id = MemoryContextStrdup(parent,
-												psprintf("mailer." UINT64_FORMAT ".%u.%u." INT64_FORMAT ".%d",
-														 GetSystemIdentifier(), MyDatabaseId,
-														 owner->ext_oid, owner->job_id, owner->subtask));
+	pub->transactional_id = sink_producer_id(owner, parent);
 	pub->marker_group = MemoryContextStrdup(parent, psprintf("%s.epochs", pub->transactional_id));
 	kafka_secrets_collect(&pub->secrets, spec->options);
 	pub->row_ctx = AllocSetContextCreate(parent, "mailer kafka publish row", ALLOCSET_SMALL_SIZES);
@@ -200,7 +195,7 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 	{
 		/* In a transaction of its own: mailer.kafka_sinks shows a sink that waits too. */
 		work_xact_begin();
-		make_progress_row(pub);
+		sink_progress_make(&pub->owner, pub->transactional_id);
 		work_xact_end();
 		pub->progress_made = true;
 	}
@@ -218,17 +213,18 @@ kafka_publisher_publish(KafkaPublisher *pub, char **error)
 static bool
 prepare_round(KafkaPublisher *pub, char **error)
 {
+	SinkProgress row;
 	int64		progress;
-	int64		restored_to;
-	int32		generation;
 
 	if (pub->rk == NULL && !open_session(pub, error))
 		return false;
 	kafka_drain_logs(pub->logs, &pub->secrets);
 	work_xact_begin();
-	read_progress(pub, &progress, &generation, &restored_to);
-	if ((!pub->marker_known || generation != pub->generation) &&
-		!read_marker(pub, progress, generation, restored_to, error))
+	sink_progress_read(&pub->owner, &row);
+	strlcpy(pub->nonce, row.nonce, sizeof(pub->nonce));
+	progress = row.published;
+	if ((!pub->marker_known || row.generation != pub->generation) &&
+		!read_marker(pub, progress, row.generation, row.restored_to, error))
 	{
 		work_xact_abort();
 		return false;
@@ -380,61 +376,6 @@ close_producer(KafkaPublisher *pub)
 	pub->logs = pub->reader_logs = NULL;
 	pub->rk = pub->reader = NULL;
 	pub->marker_known = false;
-}
-
-#define Anum_progress_published		1
-#define Anum_progress_generation	2
-#define Anum_progress_restored_to	3
-#define Anum_progress_marker_nonce	4
-
-/* The subtask's progress row, made at its first publish. */
-static void
-make_progress_row(KafkaPublisher *pub)
-{
-	Oid			types[4] = {INT8OID, INT4OID, TEXTOID, TEXTOID};
-	Datum		values[4];
-	uint64		random;
-
-	/*
-	 * The nonce goes into every marker and is shown nowhere: a marker that
-	 * another Kafka client committed to the group is not believed.
-	 */
-	if (!pg_strong_random(&random, sizeof(random)))
-		elog(ERROR, "could not generate a nonce for the Kafka sink's epoch marker");
-	values[0] = Int64GetDatum(pub->owner.job_id);
-	values[1] = Int32GetDatum(pub->owner.subtask);
-	values[2] = CStringGetTextDatum(pub->transactional_id);
-	values[3] = CStringGetTextDatum(psprintf("%016" INT64_MODIFIER "x", random));
-	SPI_connect();
-	catalog_exec("INSERT INTO " MAILER_SCHEMA ".kafka_sink_progress (job_id, subtask, transactional_id, marker_nonce) "
-				 "VALUES ($1, $2, $3, $4) ON CONFLICT (job_id, subtask) DO UPDATE "
-				 "SET transactional_id = EXCLUDED.transactional_id", 4, types, values, NULL, false);
-	SPI_finish();
-}
-
-static void
-read_progress(KafkaPublisher *pub, int64 *published, int32 *generation, int64 *restored_to)
-{
-	Oid			types[2] = {INT8OID, INT4OID};
-	Datum		values[2];
-	bool		isnull;
-
-	values[0] = Int64GetDatum(pub->owner.job_id);
-	values[1] = Int32GetDatum(pub->owner.subtask);
-	SPI_connect();
-	catalog_exec("SELECT published_epoch, generation, restored_to, marker_nonce FROM " MAILER_SCHEMA ".kafka_sink_progress "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
-				 2, types, values, NULL, true);
-	if (SPI_processed != 1)
-		elog(ERROR, "the Kafka sink's progress row of job " INT64_FORMAT " subtask %d is missing",
-			 pub->owner.job_id, pub->owner.subtask);
-	*published = DatumGetInt64(catalog_value(0, Anum_progress_published, &isnull));
-	*generation = DatumGetInt32(catalog_value(0, Anum_progress_generation, &isnull));
-	*restored_to = DatumGetInt64(catalog_value(0, Anum_progress_restored_to, &isnull));
-	if (isnull)
-		*restored_to = -1;
-	strlcpy(pub->nonce, catalog_text(0, Anum_progress_marker_nonce), sizeof(pub->nonce));
-	SPI_finish();
 }
 
 /*
@@ -817,21 +758,7 @@ commit_kafka(KafkaPublisher *pub, int64 through, char **error)
 static void
 record_published(KafkaPublisher *pub, int64 through)
 {
-	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
-	Datum		values[3];
-
-	values[0] = Int64GetDatum(pub->owner.job_id);
-	values[1] = Int32GetDatum(pub->owner.subtask);
-	values[2] = Int64GetDatum(through);
-	SPI_connect();
-	catalog_exec("DELETE FROM " MAILER_SCHEMA ".kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND subtask OPERATOR(pg_catalog.=) $2 AND epoch OPERATOR(pg_catalog.<=) $3",
-				 3, types, values, NULL, false);
-	catalog_exec("UPDATE " MAILER_SCHEMA ".kafka_sink_progress SET published_epoch = $3, "
-				 "published_at = pg_catalog.now(), restored_to = NULL "
-				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
-				 3, types, values, NULL, false);
-	SPI_finish();
+	sink_progress_record(&pub->owner, through, -1, -1);
 }
 
 /*

@@ -7,9 +7,10 @@
  * topic is a changelog: no coalescing per key).  At the checkpoint they are
  * inserted into mailer.kafka_outbox under the epoch, in the checkpoint's
  * own transaction, with one statement per chunk; after the commit the
- * publisher sends them (kafka_publisher.c).
+ * publisher sends them (kafka_publisher.c; a Pulsar sink's,
+ * pulsar_publisher.c: the same records and outbox, another protocol).
  *
- * Design: docs/ARCHITECTURE.md, "The Kafka sink".
+ * Design: docs/ARCHITECTURE.md, "The Kafka sink" and "The Pulsar sink".
  */
 #include "postgres.h"
 
@@ -23,6 +24,7 @@
 #include "base/mailer.h"
 #include "base/test_point.h"
 #include "connectors/kafka_publisher.h"
+#include "connectors/pulsar_publisher.h"
 #include "connectors/sink_kafka.h"
 #include "jobs/catalog.h"
 #include "plan/kafka_options.h"
@@ -54,15 +56,16 @@ struct KafkaSink
 	int			capacity;
 	int64		max_bytes;		/* the producer's message.max.bytes */
 	bool	   *failing;
-	KafkaPublisher *publisher;
+	KafkaPublisher *publisher;	/* one of the two */
+	PulsarPublisher *pulsar;
 	SPIPlanPtr	insert_plan;
 };
 
 static void keep(KafkaSink *sink, Datum *values, bool *nulls, bool tombstone,
 				 const char *topic, int32 partition, int64 offset);
 static int64 record_bytes(KafkaSink *sink, KafkaRecord *r);
-static void refuse(KafkaSink *sink, KafkaRecord *r, int64 size, DeadLetterBuffer *dlq,
-				   OnError on_error);
+static void refuse(KafkaSink *sink, KafkaRecord *r, const char *message, const char *hint,
+				   DeadLetterBuffer *dlq, OnError on_error);
 static void insert_chunk(KafkaSink *sink, int64 epoch, int first_seq, KafkaRecord **chunk, int n);
 
 KafkaSink *
@@ -77,9 +80,17 @@ kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec, const
 	sink->failing = failing;
 	sink->ctx = AllocSetContextCreate(parent, "mailer kafka sink records", ALLOCSET_DEFAULT_SIZES);
 	sink->scratch = AllocSetContextCreate(parent, "mailer kafka sink row", ALLOCSET_DEFAULT_SIZES);
-	sink->max_bytes = kafka_producer_max_bytes(spec);
-	sink->publisher = kafka_publisher_create(sink->spec, owner, plan->spec->on_error, failing,
-											 parent);
+	if (spec->pulsar)
+	{
+		sink->max_bytes = PULSAR_SINK_MAX_RECORD_BYTES;
+		sink->pulsar = pulsar_publisher_create(sink->spec, owner, parent);
+	}
+	else
+	{
+		sink->max_bytes = kafka_producer_max_bytes(spec);
+		sink->publisher = kafka_publisher_create(sink->spec, owner, plan->spec->on_error, failing,
+												 parent);
+	}
 	return sink;
 }
 
@@ -203,11 +214,33 @@ kafka_sink_flush(KafkaSink *sink, DeadLetterBuffer *dlq, OnError on_error, int64
 	{
 		KafkaRecord *r = &sink->records[i];
 		int64		size = record_bytes(sink, r);
+		const char *why;
 
-		/* The producer would refuse it at every attempt: it never reaches the outbox. */
+		/*
+		 * The producer would refuse it at every attempt: it never reaches
+		 * the outbox.  (A Pulsar sink's outbox must never lose a record
+		 * later: that would renumber the records after it.)
+		 */
 		if (size > sink->max_bytes)
 		{
-			refuse(sink, r, size, dlq, on_error);
+			refuse(sink, r,
+				   sink->spec->pulsar ?
+				   psprintf("the record is " INT64_FORMAT " bytes, more than the Pulsar sink takes (" INT64_FORMAT ")",
+							size, sink->max_bytes) :
+				   psprintf("the record is " INT64_FORMAT " bytes, more than the producer's message.max.bytes (" INT64_FORMAT ")",
+							size, sink->max_bytes),
+				   sink->spec->pulsar ?
+				   "Make the record smaller (sink.value), or set on_error to dead_letter." :
+				   "Raise sink.options.message.max.bytes (and the topic's max.message.bytes), or set on_error to dead_letter.",
+				   dlq, on_error);
+			(*rejected)++;
+			continue;
+		}
+		if (sink->spec->pulsar && r->key &&
+			(why = pulsar_key_refusal(VARDATA_ANY(r->key), VARSIZE_ANY_EXHDR(r->key))) != NULL)
+		{
+			refuse(sink, r, why, "Give the Pulsar sink a key of text (sink.key, format json or text).",
+				   dlq, on_error);
 			(*rejected)++;
 			continue;
 		}
@@ -235,6 +268,8 @@ kafka_sink_flush(KafkaSink *sink, DeadLetterBuffer *dlq, OnError on_error, int64
 bool
 kafka_sink_publish(KafkaSink *sink, char **error)
 {
+	if (sink->pulsar)
+		return pulsar_publisher_publish(sink->pulsar, error);
 	return kafka_publisher_publish(sink->publisher, error);
 }
 
@@ -258,11 +293,9 @@ record_bytes(KafkaSink *sink, KafkaRecord *r)
 }
 
 static void
-refuse(KafkaSink *sink, KafkaRecord *r, int64 size, DeadLetterBuffer *dlq, OnError on_error)
+refuse(KafkaSink *sink, KafkaRecord *r, const char *message, const char *hint,
+	   DeadLetterBuffer *dlq, OnError on_error)
 {
-	char	   *message = psprintf("the record is " INT64_FORMAT " bytes, more than the producer's message.max.bytes (" INT64_FORMAT ")",
-								   size, sink->max_bytes);
-
 	if (on_error == ON_ERROR_FAIL)
 	{
 		*sink->failing = true;
@@ -270,7 +303,7 @@ refuse(KafkaSink *sink, KafkaRecord *r, int64 size, DeadLetterBuffer *dlq, OnErr
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("an output record could not be written to topic \"%s\": %s",
 						sink->spec->topic, message),
-				 errhint("Raise sink.options.message.max.bytes (and the topic's max.message.bytes), or set on_error to dead_letter.")));
+				 errhint("%s", hint)));
 	}
 	if (on_error == ON_ERROR_DEAD_LETTER)
 		dead_letter_add(dlq, r->topic, r->partition, r->offset,

@@ -217,15 +217,20 @@ static void
 describe_kafka_sink(StringInfo buf, JobPlan *plan, const char *title, KafkaSinkSpec *k,
 					KafkaSinkPlan *kp)
 {
-	appendStringInfo(buf, "\n%s: kafka, brokers %s, topic %s, %s, one transaction per checkpoint%s",
-					 title, k->brokers, k->topic, spec_choice_name(spec_sink_deliveries, k->exactly_once),
-					 k->exactly_once ? "" : " (none: records may repeat after a crash)");
+	if (k->pulsar)
+		appendStringInfo(buf, "\n%s: pulsar, service URL %s, topic persistent://%s, exactly_once, a deduplicating producer per subtask",
+						 title, k->service_url, k->topic);
+	else
+		appendStringInfo(buf, "\n%s: kafka, brokers %s, topic %s, %s, one transaction per checkpoint%s",
+						 title, k->brokers, k->topic, spec_choice_name(spec_sink_deliveries, k->exactly_once),
+						 k->exactly_once ? "" : " (none: records may repeat after a crash)");
 	appendStringInfo(buf, "\n  key <- %s", kp->key ? kp->key->text : "null");
 	appendStringInfo(buf, "\n  value <- %s", kp->value->text);
 	if (k->key || k->value)
 		appendStringInfo(buf, " (format %s)", spec_choice_name(spec_formats, k->format));
 	for (int h = 0; h < kp->nheaders; h++)
-		appendStringInfo(buf, "\n  header %s <- %s", kp->header_names[h], kp->headers[h]->text);
+		appendStringInfo(buf, "\n  %s %s <- %s", k->pulsar ? "property" : "header",
+						 kp->header_names[h], kp->headers[h]->text);
 	/* Only a merged session replaces a row. */
 	if (plan->window && plan->window->type == WINDOW_SESSION)
 		appendStringInfoString(buf, "\n  replaced rows: a tombstone (null value) under the key");

@@ -1,8 +1,9 @@
 /*
  * kafka_sink_plan.c
- *		Plan a Kafka sink (plan_kafka_sink in sink_plan.h): compile the
- *		expressions that make a record's key, value and headers from an
- *		output record, and judge the producer's options.
+ *		Plan a Kafka or Pulsar sink (plan_kafka_sink in sink_plan.h):
+ *		compile the expressions that make a record's key, value and headers
+ *		(a Pulsar message's properties) from an output record, and judge
+ *		the Kafka producer's options.
  *
  * The user's expressions are wrapped, as parse trees, in the conversion
  * sink.format names: json is to_jsonb(expr)::text, text is expr::text,
@@ -55,7 +56,9 @@ plan_kafka_sink(JobPlan *plan, KafkaSinkSpec *spec)
 	char	   *value_path = psprintf("%s.value", spec->path);
 	char	   *key_path = psprintf("%s.key", spec->path);
 
-	kafka_check_sink_options(spec);
+	/* A Pulsar sink has no options: nothing reaches a client library's configuration. */
+	if (!spec->pulsar)
+		kafka_check_sink_options(spec);
 	sink->kafka = kp;
 	sink->path = spec->path;
 	sink->ncolumns = KAFKA_SINK_COLUMNS;

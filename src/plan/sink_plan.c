@@ -63,7 +63,7 @@ plan_sink(JobPlan *plan, bool refuse_unhashable_keys)
 	List	   *keys;
 	char	   *colnames;
 
-	if (spec->type == SINK_KAFKA)
+	if (spec->type == SINK_KAFKA || spec->type == SINK_PULSAR)
 		return plan_kafka_sink(plan, &spec->kafka);
 	sink = palloc0(sizeof(SinkPlan));
 	sink->path = spec->path;
@@ -368,7 +368,7 @@ plan_pin_sink(Jsonb *doc, JobPlan *plan)
 	const char *mode_path[] = {"sinks", index, "mode"};
 	int			skip = spec->index < 0 ? 1 : 0;	/* "sink": {"sink", "table"} */
 
-	if (spec->type == SINK_KAFKA)
+	if (spec->type == SINK_KAFKA || spec->type == SINK_PULSAR)
 		return doc;				/* a topic's name resolves to nothing else later */
 	if (skip)
 		table_path[1] = mode_path[1] = "sink";

@@ -53,7 +53,7 @@ const SpecChoice spec_window_emits[] = {
 	{"final", false}, {"update", true}, {NULL}
 };
 const SpecChoice spec_sink_types[] = {
-	{"table", SINK_TABLE}, {"kafka", SINK_KAFKA}, {NULL}
+	{"table", SINK_TABLE}, {"kafka", SINK_KAFKA}, {"pulsar", SINK_PULSAR}, {NULL}
 };
 const SpecChoice spec_sink_modes[] = {
 	{"upsert", SINK_MODE_UPSERT}, {"append", SINK_MODE_APPEND}, {NULL}
@@ -104,9 +104,12 @@ static const char *const table_sink_fields[] = {
 static const char *const kafka_sink_fields[] = {
 	"type", "brokers", "topic", "key", "value", "format", "headers", "options", "delivery", NULL
 };
+static const char *const pulsar_sink_fields[] = {
+	"type", "service_url", "topic", "key", "value", "format", "properties", NULL
+};
 /* "sinks": a table and a topic */
 #define MAX_SINKS 2
-#define SINKS_HINT "An array of a table sink and a Kafka sink, such as [{\"type\": \"table\", \"table\": \"totals\"}, {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"totals\"}]."
+#define SINKS_HINT "An array of a table sink and a Kafka or Pulsar sink, such as [{\"type\": \"table\", \"table\": \"totals\"}, {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"totals\"}]."
 
 static const char *const checkpoint_fields[] = {"interval", "retain", "between_cuts", "retain_cuts", NULL};
 
@@ -147,6 +150,8 @@ static void parse_source(JsonObject *top, SourceSpec *source);
 static void parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka);
 static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
 static void parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar);
+static void parse_pulsar_address(JsonObject *obj, char **service_url, char **topic);
+static void parse_pulsar_sink(JsonObject *obj, KafkaSinkSpec *pulsar);
 static List *parse_steps(JsonObject *top);
 static StepSpec *parse_step(JsonbValue *v, const char *path);
 static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates);
@@ -387,6 +392,17 @@ check_service_host(const char *path, const char *url, const char *host, const ch
 static void
 parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar)
 {
+	parse_pulsar_address(obj, &pulsar->service_url, &pulsar->topic);
+	pulsar->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
+}
+
+/*
+ * A Pulsar source's or sink's service_url and topic: *topic gets
+ * "tenant/namespace/topic", without "persistent://".
+ */
+static void
+parse_pulsar_address(JsonObject *obj, char **service_url, char **topic_out)
+{
 	const char *url_hint = "The broker's web service, such as \"http://127.0.0.1:8080\".";
 	const char *topic_hint = "A persistent topic, \"persistent://tenant/namespace/topic\", of letters, digits, '.', '_', '-', '=' and ':'.";
 	char	   *url = get_string(obj, "service_url", true, url_hint);
@@ -406,7 +422,7 @@ parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar)
 		spec_error(child_path(obj->path, "service_url"), ERRCODE_INVALID_PARAMETER_VALUE, url_hint,
 				   "\"%s\" is not a service URL: give http://host:port and nothing after it", url);
 	check_service_host(child_path(obj->path, "service_url"), url, pnstrdup(url + 7, hostlen), url_hint);
-	pulsar->service_url = pnstrdup(url, 7 + hostlen);
+	*service_url = pnstrdup(url, 7 + hostlen);
 
 	if (strncmp(topic, "persistent://", 13) != 0)
 		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME, topic_hint,
@@ -445,8 +461,7 @@ parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar)
 					   "Give the partitioned topic without its \"-partition-N\" suffix: every partition of it is read.",
 					   "\"%s\" names one partition of a topic", topic);
 	}
-	pulsar->topic = pstrdup(rest);
-	pulsar->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
+	*topic_out = pstrdup(rest);
 }
 
 /* librdkafka properties (DefElem, string values) of obj.options, or NIL. */
@@ -739,15 +754,15 @@ parse_sinks(JsonObject *top, JobSpec *spec)
 	}
 	if (n == 0)
 		spec_error("sinks", ERRCODE_INVALID_PARAMETER_VALUE, SINKS_HINT, "no sink");
-	if (n == 2 && sinks[0].type == sinks[1].type)
-		spec_error("sinks[1].type", ERRCODE_FEATURE_NOT_SUPPORTED, SINKS_HINT, "two sinks of type %s",
-				   spec_choice_name(spec_sink_types, sinks[1].type));
+	if (n == 2 && (sinks[0].type == SINK_TABLE) == (sinks[1].type == SINK_TABLE))
+		spec_error("sinks[1].type", ERRCODE_FEATURE_NOT_SUPPORTED, SINKS_HINT, "%s",
+				   sinks[1].type == SINK_TABLE ? "two sinks of type table" : "two topic sinks (Kafka or Pulsar)");
 	/* The table first: it is the job's sink, the topic its changelog. */
 	spec->sink = sinks[n == 2 && sinks[1].type == SINK_TABLE ? 1 : 0];
 	if (n == 2)
 	{
 		spec->changelog = palloc(sizeof(SinkSpec));
-		*spec->changelog = sinks[sinks[1].type == SINK_KAFKA ? 1 : 0];
+		*spec->changelog = sinks[sinks[1].type != SINK_TABLE ? 1 : 0];
 	}
 }
 
@@ -762,6 +777,13 @@ parse_sink(JsonObject obj, SinkSpec *sink)
 		check_fields(&obj, kafka_sink_fields);
 		sink->kafka.path = sink->path;
 		parse_kafka_sink(&obj, &sink->kafka);
+		return;
+	}
+	if (sink->type == SINK_PULSAR)
+	{
+		check_fields(&obj, pulsar_sink_fields);
+		sink->kafka.path = sink->path;
+		parse_pulsar_sink(&obj, &sink->kafka);
 		return;
 	}
 	check_fields(&obj, table_sink_fields);
@@ -793,6 +815,28 @@ parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
 		kafka->headers = parse_named_exprs(&v, child_path(obj->path, "headers"), false);
 	kafka->options = parse_options(obj);
 	kafka->exactly_once = get_choice(obj, "delivery", spec_sink_deliveries, true);
+}
+
+/*
+ * A Pulsar sink: the Kafka sink's record (key, value, format), its headers
+ * named "properties" as Pulsar calls them, the source's address checks.
+ * Always exactly once: the deduplicating producer costs nothing more.
+ */
+static void
+parse_pulsar_sink(JsonObject *obj, KafkaSinkSpec *pulsar)
+{
+	JsonbValue	v;
+
+	pulsar->pulsar = true;
+	parse_pulsar_address(obj, &pulsar->service_url, &pulsar->topic);
+	pulsar->key = get_string(obj, "key", false,
+							 "An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
+	pulsar->value = get_string(obj, "value", false,
+							   "An SQL expression over the output fields; leave it out for the output row as a JSON object.");
+	pulsar->format = get_choice(obj, "format", spec_formats, FORMAT_JSON);
+	if (get_value(obj, "properties", &v))
+		pulsar->headers = parse_named_exprs(&v, child_path(obj->path, "properties"), false);
+	pulsar->exactly_once = true;
 }
 
 /*

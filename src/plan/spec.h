@@ -119,7 +119,8 @@ typedef struct StepSpec
 typedef enum SinkType
 {
 	SINK_TABLE,
-	SINK_KAFKA
+	SINK_KAFKA,
+	SINK_PULSAR					/* a KafkaSinkSpec with pulsar set: the same outbox */
 } SinkType;
 
 typedef enum SinkMode
@@ -129,12 +130,20 @@ typedef enum SinkMode
 	SINK_MODE_APPEND
 } SinkMode;
 
-/* A Kafka sink: one output topic, records made by expressions over the output. */
+/*
+ * A Kafka or Pulsar sink: one output topic, records made by expressions
+ * over the output.  Both share the record, the outbox and its planning
+ * (docs/ARCHITECTURE.md, "The Pulsar sink"); a Pulsar sink has service_url
+ * instead of brokers, properties as its headers, no options, and is
+ * always exactly once.
+ */
 typedef struct KafkaSinkSpec
 {
 	const char *path;			/* "sink" or "sinks[i]", for errors */
+	bool		pulsar;			/* a Pulsar sink */
+	char	   *service_url;	/* Pulsar: http://host:port */
 	char	   *brokers;
-	char	   *topic;
+	char	   *topic;			/* Pulsar: tenant/namespace/topic */
 	char	   *key;			/* expression; NULL: the default (see plan_kafka_sink) */
 	char	   *value;			/* expression; NULL: the output row as a JSON object */
 	ValueFormat format;			/* how key and value expressions become bytes */

@@ -1,0 +1,44 @@
+/*
+ * pulsar_publisher.h
+ *		The Pulsar sink's publisher: sends what the outbox
+ *		(mailer.kafka_outbox, the Kafka sink's) holds of committed epochs to
+ *		a Pulsar topic through a deduplicating producer whose name is fixed
+ *		per job, subtask and generation, and whose sequence ids follow the
+ *		outbox's durable (epoch, seq) order, so that whatever a crash makes
+ *		it send again the broker drops.
+ *
+ * Design: docs/ARCHITECTURE.md, "The Pulsar sink".
+ */
+#ifndef PULSAR_PUBLISHER_H
+#define PULSAR_PUBLISHER_H
+
+#include "connectors/sink.h"
+#include "plan/spec.h"
+
+/*
+ * The largest record (key, value and properties) the sink takes: the
+ * WebSocket service's frames are at most 1 MB by default
+ * (webSocketMaxTextFrameSize), and the payload travels in base64.  A larger
+ * record never enters the outbox: it follows on_error.
+ */
+#define PULSAR_SINK_MAX_RECORD_BYTES (512 * 1024)
+
+typedef struct PulsarPublisher PulsarPublisher;
+
+/* No connection yet: the producer is opened at the first publish. */
+extern PulsarPublisher *pulsar_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner,
+												MemoryContext parent);
+
+/*
+ * Outside any transaction: publish every outbox record past the published
+ * epoch, wait for every acknowledgement, then note it and delete them.
+ * false: not now; *error says why (the broker, the topic, a send error),
+ * and the records stay for the next call, which sends them again with the
+ * same sequence ids.
+ */
+extern bool pulsar_publisher_publish(PulsarPublisher *pub, char **error);
+
+/* NULL when the key can be a Pulsar message's key; else why it cannot. */
+extern const char *pulsar_key_refusal(const char *key, int len);
+
+#endif							/* PULSAR_PUBLISHER_H */
