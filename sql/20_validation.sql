@@ -155,6 +155,20 @@ SELECT mailer.describe_job('{"source": {"type": "generator", "format": "text"}, 
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": "val_orders"}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"table": "val_orders"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "kafka", "topic": "out"}}');
+-- The Pulsar sink: the source's address checks, the Kafka sink's record.
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "topic": "persistent://t/ns/out"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8080", "topic": "persistent://t/ns/out"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080/x", "topic": "persistent://t/ns/out"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "out"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/../out"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out-partition-1"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "options": {}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "delivery": "at_least_once"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "format": "xml"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "properties": [1]}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "value": "nosuch + 1"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sinks": [{"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out"}, {"type": "kafka", "brokers": "b:9092", "topic": "out"}]}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "key": "key", "value": "value", "format": "text", "properties": {"src": "''gen''"}}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": 42}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders", "columns": ["a"]}}');

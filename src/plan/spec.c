@@ -458,7 +458,7 @@ parse_pulsar_address(JsonObject *obj, char **service_url, char **topic_out)
 			suffix = strstr(suffix + 1, "-partition-");
 		if (suffix != NULL && suffix[11] != '\0' && strspn(suffix + 11, "0123456789") == strlen(suffix + 11))
 			spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME,
-					   "Give the partitioned topic without its \"-partition-N\" suffix: every partition of it is read.",
+					   "Give the partitioned topic without its \"-partition-N\" suffix: a source reads every partition, a sink takes a topic as a whole.",
 					   "\"%s\" names one partition of a topic", topic);
 	}
 	*topic_out = pstrdup(rest);
