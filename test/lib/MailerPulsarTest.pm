@@ -15,7 +15,8 @@ use Test::More ();
 use MailerTest;
 
 our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pt_produce pt_read pulsar_produce_lines
-  orders_produce_start orders_produce_finish pulsar_java test_port fake_server_start fake_server_stop);
+  orders_produce_start orders_produce_finish pulsar_java test_port fake_server_start fake_server_stop
+  psink_passthrough psink_read psink_wait_published psink_row);
 
 # pulsar.sh's URL, as env.sh derives it from PGPORT.
 sub pulsar_url
@@ -189,6 +190,50 @@ sub orders_produce_finish
 		my ($h, $err, $where) = @$r;
 		$h->finish or die "producing orders to $where failed: $$err\n";
 	}
+}
+
+# The Pulsar sink's tests (200-209): a passthrough job from Pulsar topic
+# $in to Pulsar topic $out (both tenant/ns/topic): each message's key,
+# payload (text) and property "src" as they came.
+sub psink_passthrough
+{
+	my ($job, $in, $out, %opt) = @_;
+	my $url = pulsar_url();
+	psql(qq{SELECT mailer.create_job('$job', \$\${
+	  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$in", "format": "text"},
+	  "sink": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$out",
+	           "key": "key", "value": "value", "format": "text", "properties": {"src": "headers->>'src'"}},
+	  "checkpoint": {"interval": "@{[ $opt{interval} // '500 milliseconds' ]}"}}\$\$)});
+}
+
+# Everything $out holds, read from its start: a reference to the lines
+# "MESSAGE_ID<TAB>L:E:P:B<TAB>KEY<TAB>PROPERTIES<TAB>PAYLOAD". Dies unless
+# it holds exactly $count (more: the surplus is read too, and reported).
+sub psink_read
+{
+	my ($out, $count) = @_;
+	my ($rc, $lines, $err) = pt_read($out, 'earliest', $count);
+	die "reading $out: " . scalar(@$lines) . " messages, not $count (status $rc): $err\n" if $rc != 0;
+	return $lines;
+}
+
+# The job's row of mailer.kafka_sinks (a hash).
+sub psink_row
+{
+	my ($job) = @_;
+	my @f = split /\|/, psql("SELECT published_epoch, pending_records, generation FROM mailer.kafka_sinks WHERE job = '$job'"), -1;
+	return { published_epoch => $f[0], pending_records => $f[1], generation => $f[2] };
+}
+
+# Wait until the job has committed $records input records and published
+# every one of its outbox's records.
+sub psink_wait_published
+{
+	my ($job, $records, $timeout) = @_;
+	MailerTest::wait_until("$job to commit $records records and publish them", sub {
+		return committed_records($job) == $records
+		  && psql("SELECT count(*) FROM mailer.kafka_sinks WHERE job = '$job' AND pending_records = 0") eq '1';
+	}, $timeout // 120);
 }
 
 1;

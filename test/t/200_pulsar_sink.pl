@@ -1,0 +1,140 @@
+# The Pulsar sink (issue 18) against a real Pulsar standalone: a passthrough
+# job from one Pulsar topic to another, read back whole (no loss, no
+# duplicate); a SIGKILL after the broker acknowledged an epoch and before
+# the progress row noted it (the epoch is sent again and the broker drops
+# every record of it); a real send error (the topic's maxMessageSize)
+# fails the publish, visibly, and loses nothing once it is lifted; a
+# partitioned output topic is refused; a key a Pulsar key cannot be is a
+# dead letter before it enters the outbox. The kill at every other step is
+# test/t/long/200_pulsar_sink_crash_sweep.pl.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use MailerKafkaTest;
+use MailerPulsarTest;
+use Test::More;
+
+pulsar_start_or_skip();
+fresh_extension();
+
+my $in = 'public/default/' . unique_name('t200_in');
+my $out = 'public/default/' . unique_name('t200_out');
+pulsar('create-topic', $in, 2);
+pulsar('create-topic', $out, 0);
+
+# $n messages from $from, half to each partition, keyed and with a property.
+my $produced = 0;
+sub produce
+{
+	my ($n) = @_;
+	for my $p (0, 1)
+	{
+		my @payloads = map { qq({"n": $_}) } grep { $_ % 2 == $p } $produced + 1 .. $produced + $n;
+		pt_produce("$in-partition-$p", "t200-$produced-$p", 0, \@payloads, key => "k$p", property => 'src=t200');
+	}
+	$produced += $n;
+}
+
+# The output holds each payload 1..$produced once, with its key and property.
+sub check_output
+{
+	my ($what) = @_;
+	my $lines = psink_read($out, $produced);
+	my (%seen, $bad);
+	for (@$lines)
+	{
+		my (undef, $id, $key, $props, $payload) = split /\t/;
+		my ($n) = $payload =~ /^\{"n": (\d+)\}$/;
+		$bad++ unless defined $n && $key eq 'k' . ($n % 2) && $props eq 'src=t200' && $id =~ /:-1:-1$/;
+		$seen{$n // ''}++;
+	}
+	is(scalar(keys %seen), $produced, "$what: each of the $produced records once");
+	is($bad // 0, 0, "$what: every record with its key and property, on the topic that is not partitioned");
+}
+
+psink_passthrough('j200', $in, $out);
+wait_job_running('j200');
+produce(400);
+psink_wait_published('j200', 400);
+check_output('passthrough');
+like(psql("SELECT transactional_id FROM mailer.kafka_sinks WHERE job = 'j200'"), qr/^mailer\.\d+\.\d+\.\d+\.\d+\.0$/,
+	'mailer.kafka_sinks shows the sink, its producer named by job and subtask');
+like(psql("SELECT mailer.describe_job(spec) FROM mailer.job WHERE name = 'j200'"), qr/Sink: pulsar, service URL http:.*property src <- /s,
+	'describe_job shows the Pulsar sink');
+
+# SIGKILL after the acknowledgements, before the progress row: the next
+# worker sends the epoch again under the same sequence ids.
+{
+	my $from = test_point_hold('pulsar_sink_after_acks');
+	produce(300);
+	my $pid = test_point_wait_reached('pulsar_sink_after_acks', $from, 60);
+	{
+		local $ENV{PULSAR_TOOL_TIMEOUT} = 5;
+		my (undef, $lines) = pt_read($out, 'earliest', $produced);
+		cmp_ok(scalar(@$lines), '>', $produced - 300, 'held after the acknowledgements: the broker has the epoch');
+	}
+	ok(kill('KILL', $pid) == 1, "SIGKILL of the worker ($pid) before the progress row notes the epoch");
+	wait_until('the server to restart after the crash', sub {
+		my $now = eval { job_worker_pid('j200') };
+		return defined $now && $now != $pid;
+	}, 60);
+	test_point_release();
+	psink_wait_published('j200', $produced);
+	check_output('after a kill between acknowledgements and progress');
+	like(pg_log_since($from), qr/the broker already held \d+ of the \d+ records sent again/,
+		'the records sent again were dropped by the broker (logged)');
+}
+
+# A send error: the topic takes no message over 50 bytes. The publish
+# fails, the job waits with the broker's error, the outbox keeps the epoch.
+{
+	pulsar('admin', 'POST', "/admin/v2/persistent/$out/maxMessageSize", '50');
+	my $published = psink_row('j200')->{published_epoch};
+	produce(100);
+	wait_until('the send error to show', sub {
+		psql("SELECT last_error FROM mailer.jobs WHERE name = 'j200'") =~ /Pulsar sink could not send a record for topic "persistent:\/\/\Q$out\E": send-error.*Exceed maximum message size/;
+	}, 60);
+	is(psql("SELECT state FROM mailer.jobs WHERE name = 'j200'"), 'waiting', 'a send error: the job waits (it is not swallowed)');
+	cmp_ok(psink_row('j200')->{pending_records}, '>', 0, '... the outbox keeps the records');
+	is(psink_row('j200')->{published_epoch}, $published, '... and nothing more is noted as published');
+	my ($rc, $lines) = pt_read($out, 'earliest', $produced - 100);
+	is($rc, 0, '... and the topic holds none of them');
+	pulsar('admin', 'DELETE', "/admin/v2/persistent/$out/maxMessageSize");
+	psink_wait_published('j200', $produced);
+	check_output('after the send error was lifted');
+	wait_job_running('j200');
+}
+
+# A partitioned output topic: refused at its first acknowledgement.
+{
+	my $parted = 'public/default/' . unique_name('t200_parted');
+	pulsar('create-topic', $parted, 2);
+	psink_passthrough('j200_parted', $in, $parted);
+	wait_until('the partitioned topic to be refused', sub {
+		psql("SELECT last_error FROM mailer.jobs WHERE name = 'j200_parted'") =~ /the topic is partitioned, which the Pulsar sink does not support yet/;
+	}, 60);
+	cmp_ok(psink_row('j200_parted')->{pending_records}, '>', 0, 'a partitioned topic: the outbox keeps the records');
+	psql("SELECT mailer.drop_job('j200_parted')");
+}
+
+# A key with a zero byte: a dead letter before the outbox, the rest published.
+{
+	my $keys = 'public/default/' . unique_name('t200_keys');
+	pulsar('create-topic', $keys, 0);
+	my $url = pulsar_url();
+	psql(qq{SELECT mailer.create_job('j200_keys', \$\${
+	  "source": {"type": "generator", "events": 10},
+	  "sink": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$keys", "format": "bytes",
+	           "key": "CASE WHEN \\"offset\\" % 2 = 0 THEN '\\\\x6100'::bytea ELSE 'b'::bytea END",
+	           "value": "convert_to(value::text, 'UTF8')"}}\$\$)});
+	wait_until('j200_keys to finish', sub { psql("SELECT state FROM mailer.jobs WHERE name = 'j200_keys'") eq 'finished' }, 60);
+	is(psql("SELECT count(*) FROM mailer.dead_letters d JOIN mailer.job j USING (job_id) WHERE j.name = 'j200_keys' "
+		  . "AND stage = 'sink' AND error LIKE '%its key holds a zero byte%'"), '5', 'the 5 keys with a zero byte are dead letters');
+	my $lines = psink_read($keys, 5);
+	is(scalar(grep { (split /\t/)[2] eq 'b' } @$lines), 5, 'the other 5 are published with their key');
+}
+
+psql("SELECT mailer.drop_job('j200')");
+done_testing();
