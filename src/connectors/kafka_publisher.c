@@ -174,35 +174,14 @@ kafka_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, OnError on_e
 	return pub;
 }
 
-/* What one round of publishing came to. */
-typedef enum PublishRound
-{
-	PUBLISH_DONE,				/* the outbox holds nothing past the marker */
-	PUBLISH_MORE,				/* progress made, more to send */
-	PUBLISH_FAILED				/* *error says why */
-} PublishRound;
-
-static PublishRound publish_round(KafkaPublisher *pub, char **error);
+static PublishRound publish_round(void *arg, char **error);
 static bool prepare_round(KafkaPublisher *pub, char **error);
 
 bool
 kafka_publisher_publish(KafkaPublisher *pub, char **error)
 {
-	PublishRound r;
-
-	*error = NULL;
-	if (!pub->progress_made)
-	{
-		/* In a transaction of its own: mailer.kafka_sinks shows a sink that waits too. */
-		work_xact_begin();
-		sink_progress_make(&pub->owner, pub->transactional_id);
-		work_xact_end();
-		pub->progress_made = true;
-	}
-	/* Each round sends at most PUBLISH_MAX_BYTES, or dead-letters refused records. */
-	while ((r = publish_round(pub, error)) == PUBLISH_MORE)
-		CHECK_FOR_INTERRUPTS();
-	return r == PUBLISH_DONE;
+	return sink_publish_rounds(&pub->owner, pub->transactional_id, &pub->progress_made,
+							   publish_round, pub, error);
 }
 
 /*
@@ -237,8 +216,9 @@ prepare_round(KafkaPublisher *pub, char **error)
 }
 
 static PublishRound
-publish_round(KafkaPublisher *pub, char **error)
+publish_round(void *arg, char **error)
 {
+	KafkaPublisher *pub = (KafkaPublisher *) arg;
 	int64		through;
 
 	if (!prepare_round(pub, error))

@@ -79,14 +79,7 @@ struct PulsarPublisher
 	int64		duplicates;		/* of which the broker dropped as already stored */
 };
 
-typedef enum PublishRound
-{
-	PUBLISH_DONE,				/* nothing past the published epoch */
-	PUBLISH_MORE,				/* progress made, more to send */
-	PUBLISH_FAILED				/* *error says why */
-} PublishRound;
-
-static PublishRound publish_round(PulsarPublisher *pub, char **error);
+static PublishRound publish_round(void *arg, char **error);
 static bool open_producer(PulsarPublisher *pub, const char *name, int64 last_sequence_id,
 						  char **error);
 static void close_producer(PulsarPublisher *pub);
@@ -114,20 +107,8 @@ pulsar_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, MemoryConte
 bool
 pulsar_publisher_publish(PulsarPublisher *pub, char **error)
 {
-	PublishRound r;
-
-	*error = NULL;
-	if (!pub->progress_made)
-	{
-		/* In a transaction of its own: mailer.kafka_sinks shows a sink that waits too. */
-		work_xact_begin();
-		sink_progress_make(&pub->owner, pub->producer_id);
-		work_xact_end();
-		pub->progress_made = true;
-	}
-	while ((r = publish_round(pub, error)) == PUBLISH_MORE)
-		CHECK_FOR_INTERRUPTS();
-	return r == PUBLISH_DONE;
+	return sink_publish_rounds(&pub->owner, pub->producer_id, &pub->progress_made,
+							   publish_round, pub, error);
 }
 
 /*
@@ -136,8 +117,9 @@ pulsar_publisher_publish(PulsarPublisher *pub, char **error)
  * sent and acknowledged, then noted.
  */
 static PublishRound
-publish_round(PulsarPublisher *pub, char **error)
+publish_round(void *arg, char **error)
 {
+	PulsarPublisher *pub = (PulsarPublisher *) arg;
 	SinkProgress row;
 	bool		older;
 	int64		bound;

@@ -12,6 +12,7 @@
 #include "utils/builtins.h"
 
 #include "base/mailer.h"
+#include "base/work_xact.h"
 #include "connectors/sink_progress.h"
 #include "jobs/catalog.h"
 
@@ -112,4 +113,25 @@ sink_progress_record(const SinkOwner *owner, int64 through, int64 last_sequence_
 					 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
 					 5, types, values, NULL, false);
 	SPI_finish();
+}
+
+bool
+sink_publish_rounds(const SinkOwner *owner, const char *producer_id, bool *progress_made,
+					PublishRound (*round) (void *arg, char **error), void *arg, char **error)
+{
+	PublishRound r;
+
+	*error = NULL;
+	if (!*progress_made)
+	{
+		/* In a transaction of its own: mailer.kafka_sinks shows a sink that waits too. */
+		work_xact_begin();
+		sink_progress_make(owner, producer_id);
+		work_xact_end();
+		*progress_made = true;
+	}
+	/* Each round sends a bounded amount, or (Kafka) dead-letters refused records. */
+	while ((r = round(arg, error)) == PUBLISH_MORE)
+		CHECK_FOR_INTERRUPTS();
+	return r == PUBLISH_DONE;
 }

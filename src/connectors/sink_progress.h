@@ -44,4 +44,21 @@ extern void sink_progress_read(const SinkOwner *owner, SinkProgress *progress);
 extern void sink_progress_record(const SinkOwner *owner, int64 through,
 								 int64 last_sequence_id, int32 sequence_generation);
 
+/* What one round of publishing came to. */
+typedef enum PublishRound
+{
+	PUBLISH_DONE,				/* nothing past the published epoch */
+	PUBLISH_MORE,				/* progress made, more to send */
+	PUBLISH_FAILED				/* *error says why */
+} PublishRound;
+
+/*
+ * A publisher's publish: the progress row made first (once: *progress_made),
+ * then round(arg, error) again until it is not PUBLISH_MORE.  Whether the
+ * outbox was published.
+ */
+extern bool sink_publish_rounds(const SinkOwner *owner, const char *producer_id, bool *progress_made,
+								PublishRound (*round) (void *arg, char **error), void *arg,
+								char **error);
+
 #endif							/* SINK_PROGRESS_H */

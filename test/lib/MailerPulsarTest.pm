@@ -16,7 +16,7 @@ use MailerTest;
 
 our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pt_produce pt_read pulsar_produce_lines
   orders_produce_start orders_produce_finish pulsar_java test_port fake_server_start fake_server_stop
-  psink_passthrough psink_read psink_wait_published psink_row);
+  psink_passthrough psink_read psink_wait_published psink_row psink_produce psink_check);
 
 # pulsar.sh's URL, as env.sh derives it from PGPORT.
 sub pulsar_url
@@ -234,6 +234,43 @@ sub psink_wait_published
 		return committed_records($job) == $records
 		  && psql("SELECT count(*) FROM mailer.kafka_sinks WHERE job = '$job' AND pending_records = 0") eq '1';
 	}, $timeout // 120);
+}
+
+# Produce the next $n payloads {"n": $$produced + 1} ... to the two
+# partitions of $in (n odd to partition 1), keyed "k<partition>", with
+# the property src=t200; $$produced counts them.
+sub psink_produce
+{
+	my ($in, $produced, $n) = @_;
+	for my $p (0, 1)
+	{
+		my @payloads = map { qq({"n": $_}) } grep { $_ % 2 == $p } $$produced + 1 .. $$produced + $n;
+		pt_produce("$in-partition-$p", "psink-$$produced-$p", 0, \@payloads, key => "k$p", property => 'src=t200');
+	}
+	$$produced += $n;
+}
+
+# $out holds each payload 1..$produced once, each with its key and
+# property, on no partition.
+sub psink_check
+{
+	my ($out, $produced, $what) = @_;
+	my $lines = eval { psink_read($out, $produced) };
+	if (!$lines)
+	{
+		Test::More::fail("$what: the topic holds $produced records: $@");
+		return;
+	}
+	my (%seen, $bad);
+	for (@$lines)
+	{
+		my (undef, $id, $key, $props, $payload) = split /\t/;
+		my ($n) = $payload =~ /^\{"n": (\d+)\}$/;
+		$bad++ unless defined $n && $key eq 'k' . ($n % 2) && $props eq 'src=t200' && $id =~ /:-1:-1$/;
+		$seen{$n // ''}++;
+	}
+	Test::More::is(scalar(keys %seen), $produced, "$what: each of the $produced records once");
+	Test::More::is($bad // 0, 0, "$what: every record with its key and property, on the topic that is not partitioned");
 }
 
 1;

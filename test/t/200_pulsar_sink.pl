@@ -24,35 +24,9 @@ my $out = 'public/default/' . unique_name('t200_out');
 pulsar('create-topic', $in, 2);
 pulsar('create-topic', $out, 0);
 
-# $n messages from $from, half to each partition, keyed and with a property.
 my $produced = 0;
-sub produce
-{
-	my ($n) = @_;
-	for my $p (0, 1)
-	{
-		my @payloads = map { qq({"n": $_}) } grep { $_ % 2 == $p } $produced + 1 .. $produced + $n;
-		pt_produce("$in-partition-$p", "t200-$produced-$p", 0, \@payloads, key => "k$p", property => 'src=t200');
-	}
-	$produced += $n;
-}
-
-# The output holds each payload 1..$produced once, with its key and property.
-sub check_output
-{
-	my ($what) = @_;
-	my $lines = psink_read($out, $produced);
-	my (%seen, $bad);
-	for (@$lines)
-	{
-		my (undef, $id, $key, $props, $payload) = split /\t/;
-		my ($n) = $payload =~ /^\{"n": (\d+)\}$/;
-		$bad++ unless defined $n && $key eq 'k' . ($n % 2) && $props eq 'src=t200' && $id =~ /:-1:-1$/;
-		$seen{$n // ''}++;
-	}
-	is(scalar(keys %seen), $produced, "$what: each of the $produced records once");
-	is($bad // 0, 0, "$what: every record with its key and property, on the topic that is not partitioned");
-}
+sub produce { psink_produce($in, \$produced, @_) }
+sub check_output { psink_check($out, $produced, @_) }
 
 psink_passthrough('j200', $in, $out);
 wait_job_running('j200');

@@ -32,38 +32,8 @@ pulsar('create-topic', $out, 0);
 
 my $BATCH = 2500;
 my $produced = 0;
-sub produce
-{
-	my ($n) = @_;
-	for my $p (0, 1)
-	{
-		my @payloads = map { qq({"n": $_}) } grep { $_ % 2 == $p } $produced + 1 .. $produced + $n;
-		pt_produce("$in-partition-$p", "t200l-$produced-$p", 0, \@payloads, key => "k$p", property => 'src=t200');
-	}
-	$produced += $n;
-}
-
-# Each payload 1..$produced once, with its key and property.
-sub check_output
-{
-	my ($what) = @_;
-	my $lines = eval { psink_read($out, $produced) };
-	if (!$lines)
-	{
-		fail("$what: the topic holds $produced records: $@");
-		return;
-	}
-	my (%seen, $bad);
-	for (@$lines)
-	{
-		my (undef, undef, $key, $props, $payload) = split /\t/;
-		my ($n) = $payload =~ /^\{"n": (\d+)\}$/;
-		$bad++ unless defined $n && $key eq 'k' . ($n % 2) && $props eq 'src=t200';
-		$seen{$n // ''}++;
-	}
-	is(scalar(keys %seen), $produced, "$what: each of the $produced records once");
-	is($bad // 0, 0, "$what: with its key and property");
-}
+sub produce { psink_produce($in, \$produced, @_) }
+sub check_output { psink_check($out, $produced, @_) }
 
 # What the topic holds now (at most $produced).
 sub topic_count
