@@ -39,6 +39,7 @@
 #include "base/test_point.h"
 #include "base/work_xact.h"
 #include "connectors/kafka_publisher.h"
+#include "connectors/pulsar_admin.h"
 #include "connectors/pulsar_frame.h"
 #include "connectors/pulsar_publisher.h"
 #include "connectors/pulsar_ws.h"
@@ -69,6 +70,7 @@ struct PulsarPublisher
 	bool		more;			/* the last round stopped at its size bound */
 
 	PulsarWs   *ws;
+	PulsarAdmin *admin;			/* the topic's checks before a producer opens */
 	PulsarWsConn *conn;			/* the producer, or NULL */
 	char	   *conn_name;		/* its name */
 	int64		conn_next;		/* the sequence id its next message takes */
@@ -83,6 +85,7 @@ static PublishRound publish_round(void *arg, char **error);
 static bool open_producer(PulsarPublisher *pub, const char *name, int64 last_sequence_id,
 						  char **error);
 static void close_producer(PulsarPublisher *pub);
+static bool check_topic(PulsarPublisher *pub, char **error);
 static int64 send_outbox(PulsarPublisher *pub, int64 published, int64 bound, bool whole,
 						 char **error);
 static bool send_row(PulsarPublisher *pub, HeapTuple tuple, TupleDesc desc, int64 *bytes,
@@ -193,6 +196,8 @@ open_producer(PulsarPublisher *pub, const char *name, int64 last_sequence_id, ch
 		pulsar_ws_state(pub->conn, NULL) == PULSAR_WS_OPEN)
 		return true;
 	close_producer(pub);
+	if (!check_topic(pub, error))
+		return false;
 	if (pub->ws == NULL && (pub->ws = pulsar_ws_new(err, sizeof(err))) == NULL)
 	{
 		*error = sink_error(pub, "start a Pulsar client", err);
@@ -228,6 +233,56 @@ open_producer(PulsarPublisher *pub, const char *name, int64 last_sequence_id, ch
 	}
 	pub->conn_name = MemoryContextStrdup(pub->ctx, name);
 	pub->conn_next = last_sequence_id + 1;
+	return true;
+}
+
+/*
+ * Before any record is sent through a new producer, the topic must be one
+ * the protocol holds for: not partitioned (the WebSocket producer picks a
+ * keyless message's partition itself, so a record sent again could land
+ * where the broker does not know it), and deduplicating (else a record
+ * sent again is stored again).  Asked of the admin API each time, so that
+ * a policy changed meanwhile is seen at the next producer.
+ */
+static bool
+check_topic(PulsarPublisher *pub, char **error)
+{
+	char		why[700];
+	int64		partitions;
+
+	if (pub->admin == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(pub->ctx);
+
+		pub->admin = pulsar_admin_new(pub->spec->service_url, NULL);
+		MemoryContextSwitchTo(old);
+	}
+	pub->admin->slow = false;
+	if (!pulsar_admin_get(pub->admin, psprintf("/admin/v2/persistent/%s/partitions", pub->spec->topic),
+						  why, sizeof(why)) ||
+		!pulsar_json_number(pub->admin->body, "partitions", &partitions))
+	{
+		*error = sink_error(pub, "read the topic's partitions", why);
+		return false;
+	}
+	if (partitions > 0)
+	{
+		*error = sink_error(pub, "send records",
+							"the topic is partitioned, which the Pulsar sink does not support yet (give a topic that is not partitioned)");
+		return false;
+	}
+	if (!pulsar_admin_get(pub->admin, psprintf("/admin/v2/persistent/%s/deduplicationEnabled?applied=true",
+											   pub->spec->topic), why, sizeof(why)))
+	{
+		*error = sink_error(pub, "read whether the topic deduplicates", why);
+		return false;
+	}
+	if (strncmp(pub->admin->body, "true", 4) != 0)
+	{
+		*error = sink_error(pub, "send records",
+							"the topic does not deduplicate, so a record sent again after a crash would be stored twice (enable it: brokerDeduplicationEnabled=true, or pulsar-admin topics set-deduplication --enable)");
+		return false;
+	}
 	return true;
 }
 

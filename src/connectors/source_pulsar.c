@@ -22,10 +22,10 @@
  * its headers are the message's properties.
  *
  * libwebsockets starts no thread; libcurl may (a resolver), so its calls
- * run with signals blocked.  The worker waits on one descriptor: an epoll
- * set that holds every reader's socket, for reading, and for writing while
- * a session has frames to send (acknowledgements), kept in step with
- * pulsar_ws_poll_set before each wait.
+ * (pulsar_admin.c) run with signals blocked.  The worker waits on one
+ * descriptor: an epoll set that holds every reader's socket, for reading,
+ * and for writing while a session has frames to send (acknowledgements),
+ * kept in step with pulsar_ws_poll_set before each wait.
  *
  * Design: docs/ARCHITECTURE.md, "Source poll".
  */
@@ -33,8 +33,6 @@
 
 #include <sys/epoll.h>
 #include <unistd.h>
-
-#include <curl/curl.h>
 
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -46,8 +44,8 @@
 
 #include "base/iso_time.h"
 #include "base/jsonb_build.h"
-#include "base/signals.h"
 #include "connectors/kafka_client.h"
+#include "connectors/pulsar_admin.h"
 #include "connectors/pulsar_frame.h"
 #include "connectors/pulsar_ws.h"
 #include "connectors/source.h"
@@ -57,12 +55,9 @@
 #define METADATA_RETRY_MS		1000
 #define REOPEN_MS				1000	/* a closed reader's first reopen ... */
 #define REOPEN_MAX_MS			8000	/* ... doubled while it fails, up to this */
-#define BROKER_TIMEOUT_MS		2000
-#define MAX_REDIRECTS			3		/* an admin call's 307/308s followed (http_get) */
 #define RECEIVER_QUEUE			1000
 #define ID_LEN					128		/* a base64 message id, with room */
 #define MAX_FDS					1024
-#define HTTP_BODY_MAX			(16 * 1024 * 1024)	/* internalStats of ~190000 ledgers */
 
 typedef struct PulsarPartition
 {
@@ -107,7 +102,7 @@ typedef struct PulsarSource
 	int			subtask;
 	int			parallelism;
 	PulsarWs   *ws;
-	CURL	   *curl;
+	PulsarAdmin *admin;			/* the REST admin API (partitions, lastMessageId, internalStats) */
 	int			epfd;
 	int			registered[MAX_FDS];	/* the sockets in the epoll set */
 	int			nregistered;
@@ -126,18 +121,11 @@ typedef struct PulsarSource
 	TimestampTz next_refresh;
 	bool		mark_pending;	/* wait_job asked; marks not taken yet */
 	char		error[512];		/* what the source waits on, "" none */
-	char	   *http_body;		/* the last admin reply, whole (malloc'd: grown in libcurl's callback) */
-	size_t		http_len;
-	size_t		http_cap;
-	bool		http_too_long;	/* the reply passed HTTP_BODY_MAX: the call failed */
-	bool		broker_slow;	/* an admin call timed out in this round: no more of them in it */
 } PulsarSource;
 
 static const SourceOps pulsar_ops;
 
 static void refresh_partitions(PulsarSource *ps);
-static bool http_get(PulsarSource *ps, const char *path, char *why, size_t whysize);
-static bool json_number(const char *body, const char *name, int64 *v);
 static bool last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id,
 							char *why, size_t whysize);
 static const char *restored_string(PulsarSource *ps, int32 partition);
@@ -161,7 +149,6 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 {
 	PulsarSource *ps = palloc0(sizeof(PulsarSource));
 	char		err[512];
-	sigset_t	saved;
 
 	ps->base.ops = &pulsar_ops;
 	ps->base.slot = slot;
@@ -179,18 +166,7 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not start a Pulsar client: %s", err)));
-	mailer_block_signals(&saved);
-	ps->curl = curl_easy_init();
-	mailer_restore_signals(&saved);
-	if (ps->curl == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("could not start libcurl for Pulsar's admin API")));
-	ps->http_cap = 8192;
-	if ((ps->http_body = malloc(ps->http_cap)) == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
+	ps->admin = pulsar_admin_new(spec->service_url, slot);
 	ps->batch_ctx = AllocSetContextCreate(TopMemoryContext, "pulsar batch", ALLOCSET_SMALL_SIZES);
 	ps->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ps->epfd < 0)
@@ -199,288 +175,6 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 				 errmsg("could not create an epoll set for Pulsar: %m")));
 	refresh_partitions(ps);
 	return &ps->base;
-}
-
-/*
- * Keep the whole reply: internalStats lists every ledger of the partition
- * (~85 bytes each), and a busy topic has hundreds.  Grown with realloc, as
- * libcurl's callback must not throw; a reply past HTTP_BODY_MAX fails the
- * call (returning less than given aborts the transfer).
- */
-static size_t
-http_write(char *data, size_t size, size_t nmemb, void *arg)
-{
-	PulsarSource *ps = (PulsarSource *) arg;
-	size_t		n = size * nmemb;
-
-	if (n > HTTP_BODY_MAX - ps->http_len)
-	{
-		ps->http_too_long = true;
-		return 0;
-	}
-	if (ps->http_len + n + 1 > ps->http_cap)
-	{
-		size_t		cap = ps->http_cap;
-		char	   *grown;
-
-		while (cap < ps->http_len + n + 1)
-			cap *= 2;
-		if ((grown = realloc(ps->http_body, cap)) == NULL)
-			return 0;
-		ps->http_body = grown;
-		ps->http_cap = cap;
-	}
-	memcpy(ps->http_body + ps->http_len, data, n);
-	ps->http_len += n;
-	ps->http_body[ps->http_len] = '\0';
-	return n;
-}
-
-/*
- * What an HTTP status of the admin API means.  Never the reply's body:
- * any role that may create a job names the service URL, so the server
- * may be anything the database server reaches (README, "Security"), and
- * what it answered is not for the job's owner to read in last_error.
- */
-static const char *
-http_status_text(long status)
-{
-	switch (status)
-	{
-		case 401:
-		case 403:
-			return "not authorized";
-		case 404:
-			return "not found (the topic or its namespace does not exist, or this is not a Pulsar admin API)";
-		case 301:
-		case 302:
-		case 303:
-			return "redirected, which is not followed (only a 307 or 308 to the same path on another broker is)";
-		case 307:
-		case 308:
-			return "redirected elsewhere than the same path on another broker over http (another scheme, path or query, a user name), which is not followed";
-		default:
-			return status >= 500 ? "the broker failed" : "not an answer of Pulsar's admin API";
-	}
-}
-
-/* libcurl's progress callback: a stop request aborts the call (about once a second). */
-static int
-http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
-{
-	return job_stop_requested(((PulsarSource *) arg)->base.slot) ? 1 : 0;
-}
-
-/*
- * The URL to follow a 307/308 of GET path to, or NULL: only the same
- * request on another broker (docs/ARCHITECTURE.md, "Source poll").  A
- * broker answers the topic-level admin calls for a partition another
- * broker owns with a redirect to the owner, which adds only
- * "authoritative=true|false" to the query; since any role may name any
- * host:port as service_url, a redirect that keeps the scheme (http), the
- * path and the query but moves to another host:port asks nothing more of
- * the network than a job could ask already.  The URL followed is built
- * from the checked parts, never the Location as sent.
- */
-static char *
-same_request_elsewhere(const char *location, const char *path)
-{
-	CURLU	   *u = curl_url();
-	char	   *scheme = NULL,
-			   *user = NULL,
-			   *password = NULL,
-			   *host = NULL,
-			   *port = NULL,
-			   *zone = NULL,
-			   *upath = NULL,
-			   *query = NULL,
-			   *fragment = NULL;
-	const char *want_query = strchr(path, '?');
-	size_t		want_path_len = want_query ? (size_t) (want_query - path) : strlen(path);
-	char	   *next = NULL;
-	bool		ok;
-
-	if (u == NULL || location == NULL)
-	{
-		curl_url_cleanup(u);
-		return NULL;
-	}
-	ok = curl_url_set(u, CURLUPART_URL, location, CURLU_PATH_AS_IS) == CURLUE_OK &&
-		curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-		curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_NO_USER &&
-		curl_url_get(u, CURLUPART_PASSWORD, &password, 0) == CURLUE_NO_PASSWORD &&
-		curl_url_get(u, CURLUPART_ZONEID, &zone, 0) == CURLUE_NO_ZONEID &&
-		curl_url_get(u, CURLUPART_FRAGMENT, &fragment, 0) == CURLUE_NO_FRAGMENT &&
-		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-		curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK &&
-		curl_url_get(u, CURLUPART_PATH, &upath, 0) == CURLUE_OK;
-	if (ok)
-	{
-		CURLUcode	qrc = curl_url_get(u, CURLUPART_QUERY, &query, 0);
-
-		ok = (qrc == CURLUE_NO_QUERY || qrc == CURLUE_OK) &&
-			strcmp(scheme, "http") == 0 &&
-			strlen(upath) == want_path_len && strncmp(upath, path, want_path_len) == 0 &&
-			(query == NULL ? want_query == NULL :
-			 ((want_query != NULL && strcmp(query, want_query + 1) == 0) ||
-			  (want_query == NULL &&
-			   (strcmp(query, "authoritative=false") == 0 || strcmp(query, "authoritative=true") == 0))));
-	}
-	/* A host name or IPv4 address, or a bracketed IPv6 one; a port of 1 to 65535. */
-	if (ok)
-	{
-		size_t		hostlen = strlen(host);
-
-		if (host[0] == '[')
-			ok = hostlen > 2 && host[hostlen - 1] == ']' &&
-				strspn(host + 1, "0123456789abcdefABCDEF:.") == hostlen - 2;
-		else
-			ok = hostlen > 0 &&
-				strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == hostlen;
-		ok = ok && strspn(port, "0123456789") == strlen(port) && strlen(port) <= 5 &&
-			atoi(port) >= 1 && atoi(port) <= 65535;
-	}
-	if (ok)
-		next = psprintf("http://%s:%s%s%s%s", host, port, upath, query ? "?" : "", query ? query : "");
-	curl_free(scheme);
-	curl_free(user);
-	curl_free(password);
-	curl_free(zone);
-	curl_free(fragment);
-	curl_free(host);
-	curl_free(port);
-	curl_free(upath);
-	curl_free(query);
-	curl_url_cleanup(u);
-	return next;
-}
-
-/*
- * GET service_url + path from the REST admin API into ps->http_body; false
- * with why when the broker does not answer 200.  A 307 or 308 to the same
- * request on another broker (same_request_elsewhere) is followed, up to
- * MAX_REDIRECTS times; any other redirect fails with its status.  Blocks
- * for up to BROKER_TIMEOUT_MS in all, redirects included, less if stop_job
- * asks meanwhile: interrupts are answered before it.  A broker that stops
- * answering blocks a round of calls (a poll, the source's open, wait_job's
- * marks) once, not once per partition: after a timeout, the round's other
- * calls fail at once, and are made in a later round, so that the worker
- * gets back to its loop (stop, checkpoints) within about BROKER_TIMEOUT_MS
- * whatever the partition count.  One that answers each call just within
- * the timeout still takes a call's time per partition: a deadline per round
- * would starve wait_job's marks, taken all in one round, on a topic with
- * many partitions (docs/ARCHITECTURE.md, "Source poll").
- */
-static bool
-http_get(PulsarSource *ps, const char *path, char *why, size_t whysize)
-{
-	char	   *url = psprintf("%s%s", ps->spec->service_url, path);
-	long		status = 0;
-	CURLcode	rc = CURLE_OK;
-	sigset_t	saved;
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), BROKER_TIMEOUT_MS);
-	int			hops;
-	bool		refused = false;
-
-	CHECK_FOR_INTERRUPTS();
-	if (ps->broker_slow || job_stop_requested(ps->base.slot))
-	{
-		snprintf(why, whysize, "GET %s: %s", path,
-				 ps->broker_slow ? "not asked yet: the broker did not answer another admin request within "
-				 CppAsString2(BROKER_TIMEOUT_MS) " ms" : "not asked: the job is stopping");
-		pfree(url);
-		return false;
-	}
-	for (hops = 0;; hops++)
-	{
-		long		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		char	   *location = NULL;
-		char	   *next;
-
-		if (remaining <= 0)
-		{
-			rc = CURLE_OPERATION_TIMEDOUT;
-			break;
-		}
-		ps->http_len = 0;
-		ps->http_body[0] = '\0';
-		ps->http_too_long = false;
-		status = 0;
-		curl_easy_reset(ps->curl);
-		curl_easy_setopt(ps->curl, CURLOPT_URL, url);
-		curl_easy_setopt(ps->curl, CURLOPT_TIMEOUT_MS, remaining);
-		curl_easy_setopt(ps->curl, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(ps->curl, CURLOPT_PROTOCOLS_STR, "http");
-		/* The path as built, never normalized into another (README, "Security"). */
-		curl_easy_setopt(ps->curl, CURLOPT_PATH_AS_IS, 1L);
-		curl_easy_setopt(ps->curl, CURLOPT_WRITEFUNCTION, http_write);
-		curl_easy_setopt(ps->curl, CURLOPT_WRITEDATA, ps);
-		curl_easy_setopt(ps->curl, CURLOPT_NOPROGRESS, 0L);
-		curl_easy_setopt(ps->curl, CURLOPT_XFERINFOFUNCTION, http_progress);
-		curl_easy_setopt(ps->curl, CURLOPT_XFERINFODATA, ps);
-		mailer_block_signals(&saved);
-		rc = curl_easy_perform(ps->curl);
-		mailer_restore_signals(&saved);
-		if (rc != CURLE_OK)
-			break;
-		curl_easy_getinfo(ps->curl, CURLINFO_RESPONSE_CODE, &status);
-		if (status != 307 && status != 308)
-			break;
-		if (hops == MAX_REDIRECTS)
-		{
-			snprintf(why, whysize, "GET %s: HTTP %ld: redirected more than %d times, not followed further",
-					 path, status, MAX_REDIRECTS);
-			refused = true;
-			break;
-		}
-		curl_easy_getinfo(ps->curl, CURLINFO_REDIRECT_URL, &location);
-		if ((next = same_request_elsewhere(location, path)) == NULL)
-			break;				/* said by http_status_text */
-		pfree(url);
-		url = next;
-	}
-	if (rc == CURLE_OPERATION_TIMEDOUT)
-		ps->broker_slow = true;
-	if (!refused && rc == CURLE_ABORTED_BY_CALLBACK)
-		snprintf(why, whysize, "GET %s: given up: the job is stopping", path);
-	else if (!refused)
-	{
-		/* After a redirect, the broker asked: its host:port, never the path (ours). */
-		char		at[300] = "";
-
-		if (hops > 0)
-			snprintf(at, sizeof(at), " (redirected to the broker at %.*s)",
-					 (int) strcspn(url + 7, "/"), url + 7);
-		if (rc == CURLE_WRITE_ERROR)
-			snprintf(why, whysize, "GET %s%s: %s", path, at, ps->http_too_long ?
-					 "the reply is longer than 16 MB, more than any this source asks for"
-					 : "out of memory for the reply");
-		else if (rc != CURLE_OK)
-			snprintf(why, whysize, "GET %s%s: %s", path, at, curl_easy_strerror(rc));
-		else if (status != 200)
-			snprintf(why, whysize, "GET %s%s: HTTP %ld: %s", path, at, status, http_status_text(status));
-	}
-	pfree(url);
-	return rc == CURLE_OK && status == 200;
-}
-
-/* The integer member name of a flat JSON object the broker sent. */
-static bool
-json_number(const char *body, const char *name, int64 *v)
-{
-	char		quoted[64];
-	const char *p;
-	char	   *end;
-
-	snprintf(quoted, sizeof(quoted), "\"%s\"", name);
-	if ((p = strstr(body, quoted)) == NULL)
-		return false;
-	p += strlen(quoted);
-	while (*p == ' ' || *p == ':')
-		p++;
-	errno = 0;
-	*v = strtoll(p, &end, 10);
-	return end != p && errno == 0;
 }
 
 /*
@@ -510,7 +204,7 @@ refresh_partitions(PulsarSource *ps)
 		 getKeyJsonValueFromContainer(&ps->restored->root, ps->base.topic_names[0],
 									  strlen(ps->base.topic_names[0]), NULL) != NULL);
 
-	if (!http_get(ps, path, why, sizeof(why)) || !json_number(ps->http_body, "partitions", &n) ||
+	if (!pulsar_admin_get(ps->admin, path, why, sizeof(why)) || !pulsar_json_number(ps->admin->body, "partitions", &n) ||
 		n < 0 || n > 100000)
 	{
 		if (why[0] == '\0')
@@ -604,9 +298,9 @@ last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id, char
 	int64		ledger,
 				entry,
 				batch_index;
-	bool		ok = http_get(ps, path, why, whysize);
+	bool		ok = pulsar_admin_get(ps->admin, path, why, whysize);
 
-	if (ok && (!json_number(ps->http_body, "ledgerId", &ledger) || !json_number(ps->http_body, "entryId", &entry)))
+	if (ok && (!pulsar_json_number(ps->admin->body, "ledgerId", &ledger) || !pulsar_json_number(ps->admin->body, "entryId", &entry)))
 	{
 		snprintf(why, whysize, "GET %s: not an answer of Pulsar's admin API (no \"ledgerId\" and \"entryId\")", path);
 		ok = false;
@@ -622,7 +316,7 @@ last_message_id(PulsarSource *ps, PulsarPartition *pp, PulsarMessageId *id, char
 	 * default): a poll may hand out part of an entry, so the target of
 	 * wait_job, and a "latest" start, is that message, not the entry.
 	 */
-	if (!json_number(ps->http_body, "batchIndex", &batch_index) || batch_index < -1 || batch_index > PG_INT32_MAX)
+	if (!pulsar_json_number(ps->admin->body, "batchIndex", &batch_index) || batch_index < -1 || batch_index > PG_INT32_MAX)
 		batch_index = -1;
 	id->batch_index = (int32) batch_index;
 	return true;
@@ -695,7 +389,7 @@ stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest, int6
 		int64		id,
 					n;
 
-		if (!json_number(p, "ledgerId", &id) || !json_number(p, "entries", &n))
+		if (!pulsar_json_number(p, "ledgerId", &id) || !pulsar_json_number(p, "entries", &n))
 			return -1;
 		if (*oldest < 0)
 			*oldest = id;
@@ -712,15 +406,15 @@ stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest, int6
 	return found;
 }
 
-/* GET pp's internalStats into ps->http_body, with its ledger list; false with why. */
+/* GET pp's internalStats into ps->admin->body, with its ledger list; false with why. */
 static bool
 get_stats(PulsarSource *ps, PulsarPartition *pp, int64 ledger, int64 *entries, int64 *oldest,
 		  int64 *newest, int *found, char *why, size_t whysize)
 {
 	char	   *path = psprintf("/admin/v2/persistent/%s/internalStats", pp->reader_topic);
-	bool		ok = http_get(ps, path, why, whysize);
+	bool		ok = pulsar_admin_get(ps->admin, path, why, whysize);
 
-	if (ok && (*found = stats_ledger(ps->http_body, ledger, entries, oldest, newest)) < 0)
+	if (ok && (*found = stats_ledger(ps->admin->body, ledger, entries, oldest, newest)) < 0)
 	{
 		snprintf(why, whysize, "GET %s: not an answer of Pulsar's admin API (no \"ledgers\" list)", path);
 		ok = false;
@@ -824,7 +518,7 @@ check_switch(PulsarSource *ps, PulsarPartition *pp, const PulsarMessageId *id, c
 
 /*
  * Note the length of ledger, the reader's now, from the internalStats
- * answer in ps->http_body, when it is closed: should it be deleted under
+ * answer in ps->admin->body, when it is closed: should it be deleted under
  * the reader, the loss is then known (report_deleted).
  */
 static void
@@ -835,7 +529,7 @@ note_length(PulsarSource *ps, PulsarPartition *pp, int64 ledger)
 				newest;
 
 	pp->asked_ledger = ledger;
-	if (stats_ledger(ps->http_body, ledger, &entries, &oldest, &newest) == 1 && entries >= 0)
+	if (stats_ledger(ps->admin->body, ledger, &entries, &oldest, &newest) == 1 && entries >= 0)
 	{
 		pp->end_ledger = ledger;
 		pp->end_entries = entries;
@@ -873,7 +567,7 @@ check_retention(PulsarSource *ps, PulsarPartition *pp)
 	if (found == 1)
 	{
 		/* hand_out forgets the length once the ledger grows. */
-		const char *lac = strstr(ps->http_body, "\"lastConfirmedEntry\":\"");	/* 22 bytes */
+		const char *lac = strstr(ps->admin->body, "\"lastConfirmedEntry\":\"");	/* 22 bytes */
 		int64		lac_ledger,
 					lac_entry;
 
@@ -936,7 +630,7 @@ pulsar_poll(Source *src, SourceMessage *out, int max)
 			: MemoryContextAlloc(TopMemoryContext, sizeof(MessageProperties) * max);
 		ps->capacity = max;
 	}
-	ps->broker_slow = false;
+	ps->admin->slow = false;
 	if (now >= ps->next_refresh)
 		refresh_partitions(ps);
 	if (pulsar_ws_service(ps->ws, 0) < 0)
@@ -1411,7 +1105,7 @@ pulsar_mark_end(Source *src)
 	PulsarSource *ps = (PulsarSource *) src;
 
 	ps->mark_pending = true;
-	ps->broker_slow = false;
+	ps->admin->slow = false;
 	refresh_partitions(ps);
 }
 

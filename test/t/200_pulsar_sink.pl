@@ -4,7 +4,8 @@
 # the progress row noted it (the epoch is sent again and the broker drops
 # every record of it); a real send error (the topic's maxMessageSize)
 # fails the publish, visibly, and loses nothing once it is lifted; a
-# partitioned output topic is refused; a key a Pulsar key cannot be is a
+# partitioned output topic, and one that does not deduplicate, are refused
+# before anything is sent; a key a Pulsar key cannot be is a
 # dead letter before it enters the outbox. The kill at every other step is
 # test/t/long/200_pulsar_sink_crash_sweep.pl.
 use strict;
@@ -81,7 +82,26 @@ like(psql("SELECT mailer.describe_job(spec) FROM mailer.job WHERE name = 'j200'"
 	wait_job_running('j200');
 }
 
-# A partitioned output topic: refused at its first acknowledgement.
+# A topic that does not deduplicate: refused before anything is sent.
+{
+	my $plain = 'public/default/' . unique_name('t200_nodedup');
+	pulsar('create-topic', $plain, 0);
+	pulsar('admin', 'POST', "/admin/v2/persistent/$plain/deduplicationEnabled", 'false');
+	wait_until('the topic policy to apply', sub {
+		pulsar('admin', 'GET', "/admin/v2/persistent/$plain/deduplicationEnabled?applied=true") =~ /false/;
+	}, 30);
+	psink_passthrough('j200_nodedup', $in, $plain);
+	wait_until('the topic without deduplication to be refused', sub {
+		psql("SELECT last_error FROM mailer.jobs WHERE name = 'j200_nodedup'") =~ /the topic does not deduplicate/;
+	}, 60);
+	is(psql("SELECT state FROM mailer.jobs WHERE name = 'j200_nodedup'"), 'waiting', 'a topic without deduplication: the job waits');
+	my ($rc, $lines) = pt_read($plain, 'earliest', 0);
+	is(scalar(@$lines), 0, '... and none is sent');
+	psql("SELECT mailer.drop_job('j200_nodedup')");
+}
+
+# A partitioned output topic: refused before anything is sent.
+# (Refused at the first publish, which comes before anything is read.)
 {
 	my $parted = 'public/default/' . unique_name('t200_parted');
 	pulsar('create-topic', $parted, 2);
@@ -89,7 +109,9 @@ like(psql("SELECT mailer.describe_job(spec) FROM mailer.job WHERE name = 'j200'"
 	wait_until('the partitioned topic to be refused', sub {
 		psql("SELECT last_error FROM mailer.jobs WHERE name = 'j200_parted'") =~ /the topic is partitioned, which the Pulsar sink does not support yet/;
 	}, 60);
-	cmp_ok(psink_row('j200_parted')->{pending_records}, '>', 0, 'a partitioned topic: the outbox keeps the records');
+	is(psql("SELECT state FROM mailer.jobs WHERE name = 'j200_parted'"), 'waiting', 'a partitioned topic: the job waits');
+	my ($rc, $lines) = pt_read("$parted-partition-0", 'earliest', 0);
+	is(scalar(@$lines), 0, '... and none is sent');
 	psql("SELECT mailer.drop_job('j200_parted')");
 }
 
