@@ -127,7 +127,7 @@ publish_round(void *arg, char **error)
 	bool		older;
 	int64		bound;
 	int64		through;
-	char	   *name;
+	char		name[NAMEDATALEN * 2];
 
 	work_xact_begin();
 	sink_progress_read(&pub->owner, &row);
@@ -142,7 +142,7 @@ publish_round(void *arg, char **error)
 	 */
 	older = row.sequence_generation != row.generation;
 	bound = older ? Max(row.restored_to, row.published) : PG_INT64_MAX;
-	name = psprintf("%s.g%d", pub->producer_id, older ? row.sequence_generation : row.generation);
+	snprintf(name, sizeof(name), "%s.g%d", pub->producer_id, older ? row.sequence_generation : row.generation);
 	if (!open_producer(pub, name, row.last_sequence_id, error))
 	{
 		work_xact_abort();
@@ -192,6 +192,13 @@ open_producer(PulsarPublisher *pub, const char *name, int64 last_sequence_id, ch
 	const char *why = NULL;
 	TimestampTz deadline;
 
+	/*
+	 * Nothing services the session between publishes: take in what came
+	 * meanwhile (a close after the broker's idle timeout) before trusting
+	 * it.
+	 */
+	if (pub->conn)
+		(void) pulsar_ws_service(pub->ws, 0);
 	if (pub->conn && strcmp(pub->conn_name, name) == 0 && pub->conn_next == last_sequence_id + 1 &&
 		pulsar_ws_state(pub->conn, NULL) == PULSAR_WS_OPEN)
 		return true;
