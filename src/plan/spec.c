@@ -152,6 +152,7 @@ static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
 static void parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar);
 static void parse_pulsar_address(JsonObject *obj, char **service_url, char **topic);
 static void parse_pulsar_sink(JsonObject *obj, KafkaSinkSpec *pulsar);
+static void parse_sink_record(JsonObject *obj, KafkaSinkSpec *sink, const char *headers);
 static List *parse_steps(JsonObject *top);
 static StepSpec *parse_step(JsonbValue *v, const char *path);
 static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates);
@@ -800,19 +801,11 @@ parse_sink(JsonObject obj, SinkSpec *sink)
 static void
 parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
 {
-	JsonbValue	v;
-
 	kafka->brokers = get_string(obj, "brokers", true,
 								"A bootstrap list such as \"localhost:9092\" or \"b1:9092,b2:9092\".");
 	kafka->topic = get_string(obj, "topic", true, "The output topic's name; create the topic before the job.");
 	check_topic_name(child_path(obj->path, "topic"), kafka->topic);
-	kafka->key = get_string(obj, "key", false,
-							"An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
-	kafka->value = get_string(obj, "value", false,
-							  "An SQL expression over the output fields; leave it out for the output row as a JSON object.");
-	kafka->format = get_choice(obj, "format", spec_formats, FORMAT_JSON);
-	if (get_value(obj, "headers", &v))
-		kafka->headers = parse_named_exprs(&v, child_path(obj->path, "headers"), false);
+	parse_sink_record(obj, kafka, "headers");
 	kafka->options = parse_options(obj);
 	kafka->exactly_once = get_choice(obj, "delivery", spec_sink_deliveries, true);
 }
@@ -825,18 +818,25 @@ parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
 static void
 parse_pulsar_sink(JsonObject *obj, KafkaSinkSpec *pulsar)
 {
-	JsonbValue	v;
-
 	pulsar->pulsar = true;
 	parse_pulsar_address(obj, &pulsar->service_url, &pulsar->topic);
-	pulsar->key = get_string(obj, "key", false,
-							 "An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
-	pulsar->value = get_string(obj, "value", false,
-							   "An SQL expression over the output fields; leave it out for the output row as a JSON object.");
-	pulsar->format = get_choice(obj, "format", spec_formats, FORMAT_JSON);
-	if (get_value(obj, "properties", &v))
-		pulsar->headers = parse_named_exprs(&v, child_path(obj->path, "properties"), false);
+	parse_sink_record(obj, pulsar, "properties");
 	pulsar->exactly_once = true;
+}
+
+/* A topic sink's record: key, value, format, and headers under the name given. */
+static void
+parse_sink_record(JsonObject *obj, KafkaSinkSpec *sink, const char *headers)
+{
+	JsonbValue	v;
+
+	sink->key = get_string(obj, "key", false,
+						   "An SQL expression over the output fields, such as \"customer\"; leave it out for the default key.");
+	sink->value = get_string(obj, "value", false,
+							 "An SQL expression over the output fields; leave it out for the output row as a JSON object.");
+	sink->format = get_choice(obj, "format", spec_formats, FORMAT_JSON);
+	if (get_value(obj, headers, &v))
+		sink->headers = parse_named_exprs(&v, child_path(obj->path, headers), false);
 }
 
 /*
