@@ -6,7 +6,8 @@
 # fails the publish, visibly, and loses nothing once it is lifted; a
 # partitioned output topic, and one that does not deduplicate, are refused
 # before anything is sent; a key a Pulsar key cannot be is a
-# dead letter before it enters the outbox. The kill at every other step is
+# dead letter before it enters the outbox; a table with a Pulsar changelog
+# ("sinks"). The kill at every other step is
 # test/t/long/200_pulsar_sink_crash_sweep.pl.
 use strict;
 use warnings;
@@ -130,6 +131,32 @@ like(psql("SELECT mailer.describe_job(spec) FROM mailer.job WHERE name = 'j200'"
 		  . "AND stage = 'sink' AND error LIKE '%its key holds a zero byte%'"), '5', 'the 5 keys with a zero byte are dead letters');
 	my $lines = psink_read($keys, 5);
 	is(scalar(grep { (split /\t/)[2] eq 'b' } @$lines), 5, 'the other 5 are published with their key');
+}
+
+# "sinks": a table and its Pulsar changelog get the same rows.
+{
+	my $log = 'public/default/' . unique_name('t200_changelog');
+	pulsar('create-topic', $log, 0);
+	psql("DROP TABLE IF EXISTS t200_table; CREATE TABLE t200_table (k text PRIMARY KEY, n bigint)");
+	my $url = pulsar_url();
+	psql(qq{SELECT mailer.create_job('j200_changelog', \$\${
+	  "source": {"type": "generator", "events": 50, "keys": 5},
+	  "steps": [{"key_by": {"k": "key"}}, {"aggregate": {"n": "count(*)"}}],
+	  "sinks": [{"type": "table", "table": "t200_table"},
+	            {"type": "pulsar", "service_url": "$url", "topic": "persistent://$log",
+	             "key": "k", "value": "n", "format": "text"}]}\$\$)});
+	wait_until('j200_changelog to finish and publish', sub {
+		psql("SELECT state FROM mailer.jobs WHERE name = 'j200_changelog'") eq 'finished'
+		  && psql("SELECT pending_records FROM mailer.kafka_sinks WHERE job = 'j200_changelog'") eq '0';
+	}, 60);
+	# As many as there are (one per row per epoch it changed in): read for 3 s.
+	local $ENV{PULSAR_TOOL_TIMEOUT} = 3;
+	my ($rc, $lines) = pt_read($log, 'earliest', 1000);
+	my %last = map { my @f = split /\t/; ($f[2] => $f[4]) } @$lines;
+	is(join(',', map { "$_=$last{$_}" } sort keys %last),
+		psql("SELECT string_agg(k || '=' || n, ',' ORDER BY k) FROM t200_table"),
+		'a Pulsar changelog: the last message of each key is the table\'s row');
+	psql("SELECT mailer.drop_job('j200_changelog'); DROP TABLE t200_table");
 }
 
 psql("SELECT mailer.drop_job('j200')");
