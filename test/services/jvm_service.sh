@@ -15,7 +15,8 @@
 # and answers (true when the service is ready).
 # shellcheck shell=bash disable=SC2154 # the variables above are the caller's
 
-SERVICE_HOME=$MAILER_CACHE_DIR/$(tr 'A-Z' 'a-z' <<<"$SERVICE")-$SERVICE_VERSION
+SERVICE_ID=${SERVICE,,}		# kafka, pulsar: the cache's folder, the pom's property
+SERVICE_HOME=$MAILER_CACHE_DIR/$SERVICE_ID-$SERVICE_VERSION
 LIBS=$SERVICE_HOME/libs
 
 die() { echo "ERROR: $*" >&2; exit 1; }
@@ -33,8 +34,7 @@ fetch()
 {
 	# The marker holds the hash of the pom (and settings), so editing either
 	# refetches.
-	local want settings=() lower
-	lower=$(tr 'A-Z' 'a-z' <<<"$SERVICE")
+	local want settings=()
 	[ -f "$SERVICE_POM_DIR/settings.xml" ] && settings=(-s "$SERVICE_POM_DIR/settings.xml")
 	want=$(cat "$SERVICE_POM_DIR/pom.xml" "${settings[@]:1}" | sha256sum)
 	[ "$(cat "$LIBS/.fetched" 2>/dev/null)" = "$want" ] && return 0
@@ -51,7 +51,7 @@ fetch()
 	rm -rf "$LIBS.tmp"
 	mvn -B -q "${settings[@]}" -f "$SERVICE_POM_DIR/pom.xml" \
 		-Dmaven.repo.local="$MAILER_CACHE_DIR/m2" \
-		-D"$lower.version=$SERVICE_VERSION" \
+		-D"$SERVICE_ID.version=$SERVICE_VERSION" \
 		dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory="$LIBS.tmp" \
 		</dev/null >"$SERVICE_HOME/fetch.log" 2>&1 ||

@@ -44,28 +44,40 @@ sub last_error
 	return psql("SELECT coalesce(last_error, '') FROM mailer.jobs WHERE name = '$job'", %opt);
 }
 
+# A plain role's job reading topic a/b/c of the fake broker at the front
+# port into t192_ws: its last_error once that matches $until.
+sub plain_job_error
+{
+	my ($job, $until) = @_;
+	my $error;
+	psql_as($role, qq{SELECT mailer.create_job('$job', \$\${
+	  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$front_port", "topic": "persistent://a/b/c"},
+	  "sink": {"type": "table", "table": "t192_ws", "mode": "append"}, "state": {"backend": "memory"}
+	}\$\$)});
+	wait_until("$job to say why its reader does not open", sub {
+		$error = last_error($job, user => $role);
+		return $error =~ $until;
+	}, 30);
+	return $error;
+}
+
 fresh_with_owner('t192', $role);
 psql("GRANT CREATE ON SCHEMA public TO $role");
 
 # --- A: the WebSocket upgrade answered 302 to an internal URL, a plain role's job.
 unlink $target_log;
 my $target = fake_server_start($target_port, 'internal_service.py', $target_port, 403, $target_log);
-my $fake = fake_server_start($front_port, 'fake_pulsar.py', $front_port, 'redirect-ws', 0, '',
+unlink $front_log;
+my $fake = fake_server_start($front_port, 'fake_pulsar.py', $front_port, 'redirect-ws', 0, $front_log,
 	"http://127.0.0.1:$target_port/internal/admin/delete-everything?confirm=yes");
 psql_as($role, 'DROP TABLE IF EXISTS t192_ws; CREATE TABLE t192_ws (value jsonb)');
-psql_as($role, qq{SELECT mailer.create_job('t192_ws', \$\${
-  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$front_port", "topic": "persistent://a/b/c"},
-  "sink": {"type": "table", "table": "t192_ws", "mode": "append"}, "state": {"backend": "memory"}
-}\$\$)});
-my $error;
-wait_until('t192_ws to say why its reader does not open', sub {
-	$error = last_error('t192_ws', user => $role);
-	return $error =~ /WebSocket/;
-}, 30);
+my $error = plain_job_error('t192_ws', qr/WebSocket/);
 like($error, qr/the WebSocket upgrade was redirected \(HTTP 302\); mailer does not follow redirects: give service_url a broker that serves the WebSocket API or a Pulsar proxy/,
 	"WebSocket redirect: last_error says it is not followed: $error");
 unlike($error, qr/403|internal|delete|confirm/, 'WebSocket redirect: nothing of the target in last_error');
-sleep 3;						# a few reopens
+wait_until('the reader to be redirected three times', sub {
+	scalar(grep { m{^/ws/} } lines_of($front_log)) >= 3;
+}, 30);
 is(scalar(@{[ lines_of($target_log) ]}), 0, 'WebSocket redirect: the target was never contacted');
 psql_as($role, "SELECT mailer.drop_job('t192_ws')");
 fake_server_stop($fake);
@@ -74,14 +86,7 @@ fake_server_stop($fake);
 # session with a reason of its own: last_error keeps the close code only.
 $fake = fake_server_start($front_port, 'fake_pulsar.py', $front_port, 'close-ws', 0, '',
 	'SECRET-of-the-internal-service');
-psql_as($role, qq{SELECT mailer.create_job('t192_close', \$\${
-  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$front_port", "topic": "persistent://a/b/c"},
-  "sink": {"type": "table", "table": "t192_ws", "mode": "append"}, "state": {"backend": "memory"}
-}\$\$)});
-wait_until('t192_close to say its session closed', sub {
-	$error = last_error('t192_close', user => $role);
-	return $error =~ /closed the session/;
-}, 30);
+$error = plain_job_error('t192_close', qr/closed the session/);
 like($error, qr/the broker closed the session \(WebSocket close code 1000\)/, "close frame: last_error has its code: $error");
 unlike($error, qr/SECRET/, 'close frame: nothing of its reason text in last_error');
 psql_as($role, "SELECT mailer.drop_job('t192_close')");
