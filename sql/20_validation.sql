@@ -157,18 +157,41 @@ SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"table": 
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "kafka", "topic": "out"}}');
 -- The Pulsar sink: the source's address checks, the Kafka sink's record.
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "topic": "persistent://t/ns/out"}}');
-SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8080", "topic": "persistent://t/ns/out"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "wss://b:8443", "topic": "persistent://t/ns/out"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080/x", "topic": "persistent://t/ns/out"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "out"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/../out"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out-partition-1"}}');
-SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "options": {}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "options": {"sasl.password": "x"}}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "delivery": "at_least_once"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "format": "xml"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "properties": [1]}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "value": "nosuch + 1"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sinks": [{"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out"}, {"type": "kafka", "brokers": "b:9092", "topic": "out"}]}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "key": "key", "value": "value", "format": "text", "properties": {"src": "''gen''"}}}');
+-- Pulsar security (README, "Pulsar"): a token, TLS with the broker verified,
+-- the CA inline or as a server file.  A token's value is never shown.
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443/x", "topic": "persistent://t/ns/out"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"tls.verify": "false"}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"auth.token": ""}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"auth.token": "Bearer val-secret-1"}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"auth.token": {"val": "secret"}}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "http://b:8080", "topic": "persistent://t/ns/out", "options": {"tls.ca.pem": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"tls.ca.pem": "MIIB"}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"tls.ca.location": "ca.pem"}}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"tls.ca.pem": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", "tls.ca.location": "/etc/ca.pem"}}}');
+SELECT mailer.describe_job('{"source": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/in", "options": {"auth.token": "val.secret.2", "tls.ca.location": "/etc/ca.pem"}}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"auth.token": "val.secret.3", "tls.ca.pem": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}}');
+-- A role without pg_read_server_files names no server file: the CA goes inline.
+CREATE ROLE regress_mailer_val_plain;
+SET ROLE regress_mailer_val_plain;
+SELECT mailer.describe_job('{"source": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/in", "options": {"tls.ca.location": "/etc/ca.pem"}}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out"}}');
+SELECT mailer.describe_job('{"source": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/in", "options": {"auth.token": "val.secret.4", "tls.ca.pem": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out", "options": {"tls.ca.location": "/etc/ca.pem"}}}');
+RESET ROLE;
+GRANT pg_read_server_files TO regress_mailer_val_plain;
+SET ROLE regress_mailer_val_plain;
+SELECT mailer.describe_job('{"source": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/in", "options": {"tls.ca.location": "/etc/ca.pem"}}, "sink": {"type": "pulsar", "service_url": "https://b:8443", "topic": "persistent://t/ns/out"}}') LIKE '%option tls.ca.location = /etc/ca.pem%' AS accepted;
+RESET ROLE;
+DROP ROLE regress_mailer_val_plain;
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": 42}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders", "columns": ["a"]}}');

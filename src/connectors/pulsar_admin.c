@@ -8,6 +8,12 @@
  * libcurl may start a thread (a resolver), so its calls run with signals
  * blocked.
  *
+ * Security (docs/ARCHITECTURE.md, "Pulsar security"): the token goes in an
+ * Authorization header of every call; over https:// the broker's
+ * certificate and host name are verified (libcurl's defaults, set anyway),
+ * against the spec's CA or the system's, and a redirect is followed only to
+ * https:// again, so that the token never travels in the clear after it.
+ *
  * Design: docs/ARCHITECTURE.md, "Source poll" (who may name a service_url,
  * and what is asked of it).
  */
@@ -20,18 +26,45 @@
 
 #include "base/signals.h"
 #include "connectors/pulsar_admin.h"
+#include "plan/pulsar_options.h"
 
 #define MAX_REDIRECTS			3		/* an admin call's 307/308s followed */
 #define HTTP_BODY_MAX			(16 * 1024 * 1024)	/* internalStats of ~190000 ledgers */
 
+PulsarWsSecurity
+pulsar_security_of(const char *service_url, List *options)
+{
+	PulsarWsSecurity sec = {0};
+
+	sec.tls = strncmp(service_url, "https://", 8) == 0;
+	sec.token = pulsar_option(options, PULSAR_OPTION_TOKEN);
+	sec.ca_pem = pulsar_option(options, PULSAR_OPTION_CA_PEM);
+	sec.ca_file = pulsar_option(options, PULSAR_OPTION_CA_FILE);
+	return sec;
+}
+
 PulsarAdmin *
-pulsar_admin_new(const char *service_url, JobSlot *slot)
+pulsar_admin_new(const char *service_url, const PulsarWsSecurity *sec, JobSlot *slot)
 {
 	PulsarAdmin *a = palloc0(sizeof(PulsarAdmin));
 	sigset_t	saved;
 
 	a->service_url = pstrdup(service_url);
+	a->sec = *sec;
 	a->slot = slot;
+	if (sec->token)
+	{
+		char	   *header = psprintf("Authorization: Bearer %s", sec->token);
+
+		a->headers = curl_slist_append(NULL, header);
+		/* The header's copy is libcurl's; this one is not left behind. */
+		explicit_bzero(header, strlen(header));
+		pfree(header);
+		if (a->headers == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+	}
 	mailer_block_signals(&saved);
 	a->curl = curl_easy_init();
 	mailer_restore_signals(&saved);
@@ -95,8 +128,9 @@ http_status_text(long status)
 	switch (status)
 	{
 		case 401:
+			return "not authenticated: the broker wants a valid token (check the options' \"auth.token\")";
 		case 403:
-			return "not authorized";
+			return "not authorized: the token's role may not do this on the topic or its namespace";
 		case 404:
 			return "not found (the topic or its namespace does not exist, or this is not a Pulsar admin API)";
 		case 301:
@@ -105,7 +139,7 @@ http_status_text(long status)
 			return "redirected, which is not followed (only a 307 or 308 to the same path on another broker is)";
 		case 307:
 		case 308:
-			return "redirected elsewhere than the same path on another broker over http (another scheme, path or query, a user name), which is not followed";
+			return "redirected elsewhere than the same path on another broker by the same scheme (another scheme, path or query, a user name), which is not followed";
 		default:
 			return status >= 500 ? "the broker failed" : "not an answer of Pulsar's admin API";
 	}
@@ -126,13 +160,13 @@ http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultota
  * broker answers the topic-level admin calls for a partition another
  * broker owns with a redirect to the owner, which adds only
  * "authoritative=true|false" to the query; since any role may name any
- * host:port as service_url, a redirect that keeps the scheme (http), the
+ * host:port as service_url, a redirect that keeps the scheme (http, or https: a token never goes in the clear), the
  * path and the query but moves to another host:port asks nothing more of
  * the network than a job could ask already.  The URL followed is built
  * from the checked parts, never the Location as sent.
  */
 static char *
-same_request_elsewhere(const char *location, const char *path)
+same_request_elsewhere(const char *location, const char *path, const char *want_scheme)
 {
 	CURLU	   *u = curl_url();
 	char	   *scheme = NULL,
@@ -168,7 +202,7 @@ same_request_elsewhere(const char *location, const char *path)
 		CURLUcode	qrc = curl_url_get(u, CURLUPART_QUERY, &query, 0);
 
 		ok = (qrc == CURLUE_NO_QUERY || qrc == CURLUE_OK) &&
-			strcmp(scheme, "http") == 0 &&
+			strcmp(scheme, want_scheme) == 0 &&
 			strlen(upath) == want_path_len && strncmp(upath, path, want_path_len) == 0 &&
 			(query == NULL ? want_query == NULL :
 			 ((want_query != NULL && strcmp(query, want_query + 1) == 0) ||
@@ -190,7 +224,7 @@ same_request_elsewhere(const char *location, const char *path)
 			atoi(port) >= 1 && atoi(port) <= 65535;
 	}
 	if (ok)
-		next = psprintf("http://%s:%s%s%s%s", host, port, upath, query ? "?" : "", query ? query : "");
+		next = psprintf("%s://%s:%s%s%s%s", want_scheme, host, port, upath, query ? "?" : "", query ? query : "");
 	curl_free(scheme);
 	curl_free(user);
 	curl_free(password);
@@ -230,6 +264,8 @@ pulsar_admin_get(PulsarAdmin *a, const char *path, char *why, size_t whysize)
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), BROKER_TIMEOUT_MS);
 	int			hops;
 	bool		refused = false;
+	const char *scheme = a->sec.tls ? "https" : "http";
+	char		tls_error[CURL_ERROR_SIZE] = "";
 
 	CHECK_FOR_INTERRUPTS();
 	if (a->slow || (a->slot != NULL && job_stop_requested(a->slot)))
@@ -259,7 +295,23 @@ pulsar_admin_get(PulsarAdmin *a, const char *path, char *why, size_t whysize)
 		curl_easy_setopt(a->curl, CURLOPT_URL, url);
 		curl_easy_setopt(a->curl, CURLOPT_TIMEOUT_MS, remaining);
 		curl_easy_setopt(a->curl, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(a->curl, CURLOPT_PROTOCOLS_STR, "http");
+		curl_easy_setopt(a->curl, CURLOPT_PROTOCOLS_STR, scheme);
+		if (a->headers)
+			curl_easy_setopt(a->curl, CURLOPT_HTTPHEADER, a->headers);
+		if (a->sec.tls)
+		{
+			curl_easy_setopt(a->curl, CURLOPT_SSL_VERIFYPEER, 1L);
+			curl_easy_setopt(a->curl, CURLOPT_SSL_VERIFYHOST, 2L);
+			curl_easy_setopt(a->curl, CURLOPT_ERRORBUFFER, tls_error);
+			if (a->sec.ca_pem)
+			{
+				struct curl_blob ca = {(void *) a->sec.ca_pem, strlen(a->sec.ca_pem), CURL_BLOB_COPY};
+
+				curl_easy_setopt(a->curl, CURLOPT_CAINFO_BLOB, &ca);
+			}
+			else if (a->sec.ca_file)
+				curl_easy_setopt(a->curl, CURLOPT_CAINFO, a->sec.ca_file);
+		}
 		/* The path as built, never normalized into another (README, "Security"). */
 		curl_easy_setopt(a->curl, CURLOPT_PATH_AS_IS, 1L);
 		curl_easy_setopt(a->curl, CURLOPT_WRITEFUNCTION, http_write);
@@ -283,11 +335,13 @@ pulsar_admin_get(PulsarAdmin *a, const char *path, char *why, size_t whysize)
 			break;
 		}
 		curl_easy_getinfo(a->curl, CURLINFO_REDIRECT_URL, &location);
-		if ((next = same_request_elsewhere(location, path)) == NULL)
+		if ((next = same_request_elsewhere(location, path, scheme)) == NULL)
 			break;				/* said by http_status_text */
 		pfree(url);
 		url = next;
 	}
+	/* The buffer is this call's. */
+	curl_easy_setopt(a->curl, CURLOPT_ERRORBUFFER, NULL);
 	if (rc == CURLE_OPERATION_TIMEDOUT)
 		a->slow = true;
 	if (!refused && rc == CURLE_ABORTED_BY_CALLBACK)
@@ -299,11 +353,16 @@ pulsar_admin_get(PulsarAdmin *a, const char *path, char *why, size_t whysize)
 
 		if (hops > 0)
 			snprintf(at, sizeof(at), " (redirected to the broker at %.*s)",
-					 (int) strcspn(url + 7, "/"), url + 7);
+					 (int) strcspn(url + strlen(scheme) + 3, "/"), url + strlen(scheme) + 3);
 		if (rc == CURLE_WRITE_ERROR)
 			snprintf(why, whysize, "GET %s%s: %s", path, at, a->too_long ?
 					 "the reply is longer than 16 MB, more than any reply asked for here should be"
 					 : "out of memory for the reply");
+		else if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+				 rc == CURLE_SSL_CONNECT_ERROR)
+			/* libcurl's own words on the certificate: which check failed. */
+			snprintf(why, whysize, "GET %s%s: TLS: %s (the broker's certificate must be signed by the CA given in the options, or the system's, and name the host)",
+					 path, at, tls_error[0] ? tls_error : curl_easy_strerror(rc));
 		else if (rc != CURLE_OK)
 			snprintf(why, whysize, "GET %s%s: %s", path, at, curl_easy_strerror(rc));
 		else if (status != 200)

@@ -11,14 +11,18 @@
 
 #include <curl/curl.h>
 
+#include "connectors/pulsar_ws.h"
 #include "jobs/job_slots.h"
+#include "nodes/pg_list.h"
 
 /* The longest an admin call blocks, redirects included. */
 #define BROKER_TIMEOUT_MS		2000
 
 typedef struct PulsarAdmin
 {
-	const char *service_url;	/* http://host:port */
+	const char *service_url;	/* http://host:port or https://host:port */
+	PulsarWsSecurity sec;		/* the token and CA, for every call */
+	struct curl_slist *headers; /* Authorization, or NULL */
 	JobSlot    *slot;			/* a stop request of its job aborts a call; NULL: none */
 	CURL	   *curl;
 	char	   *body;			/* the last reply, whole (malloc'd: grown in libcurl's callback) */
@@ -28,8 +32,15 @@ typedef struct PulsarAdmin
 	bool		slow;			/* a call timed out: the caller's later calls of this round fail at once; the caller clears it */
 } PulsarAdmin;
 
-/* ERROR if libcurl cannot start. */
-extern PulsarAdmin *pulsar_admin_new(const char *service_url, JobSlot *slot);
+/*
+ * How a Pulsar source's or sink's clients authenticate and check the
+ * broker: service_url's scheme, the spec's options (plan/pulsar_options.h).
+ * The strings are the options' own.
+ */
+extern PulsarWsSecurity pulsar_security_of(const char *service_url, List *options);
+
+/* ERROR if libcurl cannot start.  sec: as pulsar_security_of gives it. */
+extern PulsarAdmin *pulsar_admin_new(const char *service_url, const PulsarWsSecurity *sec, JobSlot *slot);
 
 /*
  * GET service_url + path into a->body; false with why (naming the path and

@@ -69,6 +69,7 @@ struct PulsarPublisher
 	bool		progress_made;	/* the progress row exists */
 	bool		more;			/* the last round stopped at its size bound */
 
+	PulsarWsSecurity sec;		/* the spec's token and CA */
 	PulsarWs   *ws;
 	PulsarAdmin *admin;			/* the topic's checks before a producer opens */
 	PulsarWsConn *conn;			/* the producer, or NULL */
@@ -103,6 +104,7 @@ pulsar_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, MemoryConte
 	pub->owner = *owner;
 	pub->ctx = parent;
 	pub->producer_id = sink_producer_id(owner, parent);
+	pub->sec = pulsar_security_of(spec->service_url, spec->options);
 	pub->row_ctx = AllocSetContextCreate(parent, "mailer pulsar publish rows", ALLOCSET_DEFAULT_SIZES);
 	return pub;
 }
@@ -205,7 +207,7 @@ open_producer(PulsarPublisher *pub, const char *name, int64 last_sequence_id, ch
 	close_producer(pub);
 	if (!check_topic(pub, error))
 		return false;
-	if (pub->ws == NULL && (pub->ws = pulsar_ws_new(err, sizeof(err))) == NULL)
+	if (pub->ws == NULL && (pub->ws = pulsar_ws_new(&pub->sec, err, sizeof(err))) == NULL)
 	{
 		*error = sink_error(pub, "start a Pulsar client", err);
 		return false;
@@ -261,7 +263,7 @@ check_topic(PulsarPublisher *pub, char **error)
 	{
 		MemoryContext old = MemoryContextSwitchTo(pub->ctx);
 
-		pub->admin = pulsar_admin_new(pub->spec->service_url, NULL);
+		pub->admin = pulsar_admin_new(pub->spec->service_url, &pub->sec, NULL);
 		MemoryContextSwitchTo(old);
 	}
 	pub->admin->slow = false;

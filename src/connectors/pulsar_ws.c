@@ -85,7 +85,16 @@ struct PulsarWs
 {
 	struct lws_context *context;
 	PulsarWsConn *conns;
+	char	   *authorization;	/* "Bearer <token>", or NULL */
+	bool		tls;			/* OpenSSL set up: https:// sessions may open */
 };
+
+/*
+ * The token in the upgrade request: libwebsockets builds the request in a
+ * buffer of this size, and the spec bounds a token well below it
+ * (plan/pulsar_options.c).
+ */
+#define HANDSHAKE_BUFFER 16384
 
 /*
  * libwebsockets' log is process-wide; its lines would go to stderr. Keep
@@ -227,8 +236,21 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 	switch (reason)
 	{
 		case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
-			conn->handshake_sent = true;
-			break;
+			{
+				unsigned char **p = (unsigned char **) in;
+
+				conn->handshake_sent = true;
+				if (conn->ws->authorization &&
+					lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
+												 (unsigned char *) conn->ws->authorization,
+												 (int) strlen(conn->ws->authorization),
+												 p, *p + len) != 0)
+				{
+					set_closed(conn, "cannot open the WebSocket session: the token does not fit in the upgrade request");
+					return -1;
+				}
+				break;
+			}
 		case LWS_CALLBACK_CLIENT_ESTABLISHED:
 			conn->state = PULSAR_WS_OPEN;
 			conn->established = true;
@@ -257,6 +279,10 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 					snprintf(why, sizeof(why), "cannot open the WebSocket session: the WebSocket upgrade was redirected (HTTP %d); "
 							 "mailer does not follow redirects: give service_url a broker that serves the WebSocket API or a Pulsar proxy",
 							 status);
+				else if (status == 401 || status == 403)
+					snprintf(why, sizeof(why), "cannot open the WebSocket session: the broker refused the upgrade (HTTP %d: %s): "
+							 "check the options' \"auth.token\" and the role's permissions on the topic",
+							 status, status == 401 ? "not authenticated" : "not authorized");
 				else
 				{
 					if (status > 0)
@@ -313,7 +339,7 @@ static const struct lws_protocols protocols[] = {
 };
 
 PulsarWs *
-pulsar_ws_new(char *err, size_t errsize)
+pulsar_ws_new(const PulsarWsSecurity *sec, char *err, size_t errsize)
 {
 	struct lws_context_creation_info info;
 	PulsarWs   *ws;
@@ -324,6 +350,18 @@ pulsar_ws_new(char *err, size_t errsize)
 		snprintf(err, errsize, "out of memory");
 		return NULL;
 	}
+	if (sec && sec->token)
+	{
+		size_t		n = strlen("Bearer ") + strlen(sec->token) + 1;
+
+		if ((ws->authorization = malloc(n)) == NULL)
+		{
+			free(ws);
+			snprintf(err, errsize, "out of memory");
+			return NULL;
+		}
+		snprintf(ws->authorization, n, "Bearer %s", sec->token);
+	}
 	lws_set_log_level(LLL_ERR | LLL_WARN, keep_log_line);
 	memset(&info, 0, sizeof(info));
 	info.port = CONTEXT_PORT_NO_LISTEN;
@@ -332,6 +370,26 @@ pulsar_ws_new(char *err, size_t errsize)
 	info.uid = -1;
 	/* Otherwise libwebsockets sizes its tables by the open-file limit. */
 	info.fd_limit_per_thread = MAX_SESSIONS + 16;
+	info.pt_serv_buf_size = HANDSHAKE_BUFFER;
+
+	/*
+	 * TLS: OpenSSL's client context, which verifies the broker's
+	 * certificate against the CA given, else the system's (libwebsockets
+	 * reads both now, once); each https:// session checks the host name
+	 * too (open_session). Set up only when asked, so that a plain-http job
+	 * never depends on the system's certificates.
+	 */
+	if (sec && sec->tls)
+	{
+		ws->tls = true;
+		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+		info.client_ssl_ca_filepath = sec->ca_file;
+		if (sec->ca_pem)
+		{
+			info.client_ssl_ca_mem = sec->ca_pem;
+			info.client_ssl_ca_mem_len = (unsigned int) strlen(sec->ca_pem);
+		}
+	}
 	/*
 	 * libwebsockets sets SIGPIPE to be ignored here; a PostgreSQL backend
 	 * ignores it already.
@@ -341,8 +399,10 @@ pulsar_ws_new(char *err, size_t errsize)
 	mailer_restore_signals(&saved);
 	if (ws->context == NULL)
 	{
-		snprintf(err, errsize, "libwebsockets could not create its context%s%s",
+		snprintf(err, errsize, "libwebsockets could not create its context%s%s%s",
+				 ws->tls ? " (with TLS: is the CA certificate readable PEM?)" : "",
 				 last_log[0] ? ": " : "", last_log);
+		free(ws->authorization);
 		free(ws);
 		return NULL;
 	}
@@ -369,6 +429,7 @@ pulsar_ws_free(PulsarWs *ws)
 	lws_context_destroy(ws->context);
 	while (ws->conns)
 		conn_free(ws->conns);
+	free(ws->authorization);
 	free(ws);
 }
 
@@ -412,18 +473,25 @@ open_session(PulsarWs *ws, const char *service_url, const char *kind,
 	const char *prefix;
 	size_t		prefix_len;
 	int			port;
+	bool		tls;
 
 	/* lws_parse_uri cuts its argument into pieces: a copy. */
 	snprintf(url, sizeof(url), "%s", service_url);
 	if (strlen(service_url) >= sizeof(url) ||
 		lws_parse_uri(url, &scheme, &address, &port, &prefix) != 0 || address[0] == '\0')
 	{
-		snprintf(err, errsize, "\"%s\" is not a service URL (http://host:port)", service_url);
+		snprintf(err, errsize, "\"%s\" is not a service URL (http://host:port or https://host:port)", service_url);
 		return NULL;
 	}
-	if (strcmp(scheme, "http") != 0 && strcmp(scheme, "ws") != 0)
+	tls = strcmp(scheme, "https") == 0 || strcmp(scheme, "wss") == 0;
+	if (!tls && strcmp(scheme, "http") != 0 && strcmp(scheme, "ws") != 0)
 	{
-		snprintf(err, errsize, "service URL \"%s\": only http:// and ws:// are supported", service_url);
+		snprintf(err, errsize, "service URL \"%s\": only http://, https://, ws:// and wss:// are supported", service_url);
+		return NULL;
+	}
+	if (tls && !ws->tls)
+	{
+		snprintf(err, errsize, "service URL \"%s\": the client was started without TLS", service_url);
 		return NULL;
 	}
 	/* A path before /ws (a proxy's), without its slashes: "" or "/" gives "/". */
@@ -473,13 +541,16 @@ open_session(PulsarWs *ws, const char *service_url, const char *kind,
 	i.pwsi = &conn->wsi;
 
 	/*
-	 * Plain http (no TLS flag), and no redirect followed: libwebsockets
-	 * follows 301/302/303/307/308 of an upgrade by default, to any host,
-	 * port and path the server names, so a job would make the database
-	 * server GET a URL of the server's choosing; only the fixed paths are
-	 * ever asked (docs/ARCHITECTURE.md, "Source poll").
+	 * No redirect followed: libwebsockets follows 301/302/303/307/308 of an
+	 * upgrade by default, to any host, port and path the server names, so
+	 * a job would make the database server GET a URL of the server's
+	 * choosing; only the fixed paths are ever asked (docs/ARCHITECTURE.md,
+	 * "Source poll"). TLS: none of the LCCSCF_ALLOW_* flags and not
+	 * LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK, so the certificate must be
+	 * valid, signed by the CA, and name the host (OpenSSL checks the
+	 * name, i.host, which is also what SNI sends).
 	 */
-	i.ssl_connection = LCCSCF_HTTP_NO_FOLLOW_REDIRECT;
+	i.ssl_connection = LCCSCF_HTTP_NO_FOLLOW_REDIRECT | (tls ? LCCSCF_USE_SSL : 0);
 	last_log[0] = '\0';
 	if (lws_client_connect_via_info(&i) == NULL)
 	{

@@ -27,8 +27,24 @@ typedef enum PulsarWsState
 	PULSAR_WS_CLOSED			/* failed or closed: see the reason */
 } PulsarWsState;
 
-/* NULL with the reason in err when libwebsockets cannot start. */
-extern PulsarWs *pulsar_ws_new(char *err, size_t errsize);
+/*
+ * How every session of a PulsarWs authenticates and checks the broker
+ * (docs/ARCHITECTURE.md, "Pulsar security"). All NULL: no token, and the
+ * system's CA certificates for an https:// service URL.
+ */
+typedef struct PulsarWsSecurity
+{
+	bool		tls;			/* an https:// service URL: set up OpenSSL */
+	const char *token;			/* sent as "Authorization: Bearer <token>" */
+	const char *ca_pem;			/* the CA certificate that signs the broker's, PEM */
+	const char *ca_file;		/* or a file holding it */
+} PulsarWsSecurity;
+
+/*
+ * NULL with the reason in err when libwebsockets cannot start (a CA it
+ * cannot load, say). sec (NULL: none) is copied.
+ */
+extern PulsarWs *pulsar_ws_new(const PulsarWsSecurity *sec, char *err, size_t errsize);
 
 /* Close every session and free everything, sessions included. */
 extern void pulsar_ws_free(PulsarWs *ws);
@@ -39,7 +55,8 @@ extern void pulsar_ws_free(PulsarWs *ws);
  * at a time), starting after the message start names (a base64 message id)
  * or at "earliest" or "latest". At most receiver_queue messages arrive
  * before the caller acknowledges some (pulsar_frame_ack). service_url is
- * http://host:port. NULL with err if the arguments are bad; a session that
+ * http://host:port, or https://host:port for TLS (the broker's certificate
+ * and host name verified). NULL with err if the arguments are bad; a session that
  * cannot connect turns PULSAR_WS_CLOSED later, with its reason.
  */
 extern PulsarWsConn *pulsar_ws_reader(PulsarWs *ws, const char *service_url,

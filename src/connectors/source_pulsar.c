@@ -149,6 +149,7 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 {
 	PulsarSource *ps = palloc0(sizeof(PulsarSource));
 	char		err[512];
+	PulsarWsSecurity sec;
 
 	ps->base.ops = &pulsar_ops;
 	ps->base.slot = slot;
@@ -161,12 +162,14 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 	ps->restored = positions;
 	ps->restored_records_in = records_in;
 
-	ps->ws = pulsar_ws_new(err, sizeof(err));
+	sec = pulsar_security_of(spec->service_url, spec->options);
+	ps->ws = pulsar_ws_new(&sec, err, sizeof(err));
 	if (ps->ws == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not start a Pulsar client: %s", err)));
-	ps->admin = pulsar_admin_new(spec->service_url, slot);
+				 errmsg("could not start a Pulsar client: %s", err),
+				 errhint("Check source.options.\"tls.ca.pem\" or \"tls.ca.location\".")));
+	ps->admin = pulsar_admin_new(spec->service_url, &sec, slot);
 	ps->batch_ctx = AllocSetContextCreate(TopMemoryContext, "pulsar batch", ALLOCSET_SMALL_SIZES);
 	ps->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ps->epfd < 0)

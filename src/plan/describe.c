@@ -66,9 +66,12 @@ describe_source(StringInfo buf, JobPlan *plan)
 	if (source->type == SOURCE_KAFKA)
 		describe_kafka(buf, &source->kafka);
 	else if (source->type == SOURCE_PULSAR)
+	{
 		appendStringInfo(buf, "pulsar, service %s, topic persistent://%s (every partition), start %s without a checkpoint",
 						 source->pulsar.service_url, source->pulsar.topic,
 						 spec_choice_name(spec_kafka_starts, source->pulsar.start_latest));
+		describe_options(buf, source->pulsar.options);
+	}
 	else
 		describe_generator(buf, &source->generator);
 	describe_record(buf, plan);
@@ -89,7 +92,7 @@ describe_kafka(StringInfo buf, KafkaSourceSpec *k)
 	describe_options(buf, k->options);
 }
 
-/* librdkafka properties, secrets masked. */
+/* librdkafka properties or Pulsar options, secrets masked. */
 static void
 describe_options(StringInfo buf, List *options)
 {

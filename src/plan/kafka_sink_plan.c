@@ -28,6 +28,7 @@
 #include "utils/lsyscache.h"
 
 #include "plan/kafka_options.h"
+#include "plan/pulsar_options.h"
 #include "plan/plan.h"
 #include "plan/sink_plan.h"
 #include "plan/spec_error.h"
@@ -56,8 +57,9 @@ plan_kafka_sink(JobPlan *plan, KafkaSinkSpec *spec)
 	char	   *value_path = psprintf("%s.value", spec->path);
 	char	   *key_path = psprintf("%s.key", spec->path);
 
-	/* A Pulsar sink has no options: nothing reaches a client library's configuration. */
-	if (!spec->pulsar)
+	if (spec->pulsar)
+		pulsar_check_options(spec->path, spec->service_url, spec->options, spec->owner);
+	else
 		kafka_check_sink_options(spec);
 	sink->kafka = kp;
 	sink->path = spec->path;

@@ -17,6 +17,7 @@
 #include "plan/aggregate_call.h"
 #include "plan/json_fields.h"
 #include "plan/kafka_options.h"
+#include "plan/pulsar_options.h"
 #include "plan/plan.h"
 #include "plan/spec_error.h"
 
@@ -59,6 +60,9 @@ plan_compile(JobSpec *spec, bool prepare_executor)
 	plan->spec = spec;
 	if (spec->source.type == SOURCE_KAFKA)
 		kafka_check_options(&spec->source.kafka);
+	else if (spec->source.type == SOURCE_PULSAR)
+		pulsar_check_options("source", spec->source.pulsar.service_url, spec->source.pulsar.options,
+							 spec->source.pulsar.owner);
 	plan->schema = record_schema_create(value_types[spec->source.format]);
 	cs.plan = plan;
 	cs.scope = field_scope_all(plan->schema);

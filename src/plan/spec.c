@@ -84,7 +84,7 @@ static const char *const kafka_fields[] = {
 	"barrier_group", "barrier_topic", NULL
 };
 static const char *const pulsar_fields[] = {
-	"type", "service_url", "topic", "start", "format", NULL
+	"type", "service_url", "topic", "start", "format", "options", NULL
 };
 static const char *const generator_fields[] = {
 	"type", "events", "rate", "keys", "seed", "start_time", "step", "partitions", "format", NULL
@@ -105,11 +105,13 @@ static const char *const kafka_sink_fields[] = {
 	"type", "brokers", "topic", "key", "value", "format", "headers", "options", "delivery", NULL
 };
 static const char *const pulsar_sink_fields[] = {
-	"type", "service_url", "topic", "key", "value", "format", "properties", NULL
+	"type", "service_url", "topic", "key", "value", "format", "properties", "options", NULL
 };
 /* "sinks": a table and a topic */
 #define MAX_SINKS 2
 #define SINKS_HINT "An array of a table sink and a Kafka or Pulsar sink, such as [{\"type\": \"table\", \"table\": \"totals\"}, {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"totals\"}]."
+
+#define KAFKA_OPTIONS_HINT "librdkafka properties take strings, numbers or booleans, e.g. \"security.protocol\": \"SASL_SSL\"."
 
 static const char *const checkpoint_fields[] = {"interval", "retain", "between_cuts", "retain_cuts", NULL};
 
@@ -150,7 +152,7 @@ static void parse_source(JsonObject *top, SourceSpec *source);
 static void parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka);
 static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
 static void parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar);
-static void parse_pulsar_address(JsonObject *obj, char **service_url, char **topic);
+static void parse_pulsar_address(JsonObject *obj, char **service_url, char **topic, List **options);
 static void parse_pulsar_sink(JsonObject *obj, KafkaSinkSpec *pulsar);
 static void parse_sink_record(JsonObject *obj, KafkaSinkSpec *sink, const char *headers);
 static List *parse_steps(JsonObject *top);
@@ -160,7 +162,7 @@ static void parse_window(JsonObject *obj, WindowSpec *w);
 static void parse_sinks(JsonObject *top, JobSpec *spec);
 static void parse_sink(JsonObject obj, SinkSpec *sink);
 static void parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka);
-static List *parse_options(JsonObject *obj);
+static List *parse_options(JsonObject *obj, const char *hint);
 
 JobSpec *
 spec_parse(Jsonb *jb)
@@ -343,7 +345,7 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 	else if (kafka->barrier_group)
 		kafka->barrier_topic = pstrdup("__barrier_state");
 
-	kafka->options = parse_options(obj);
+	kafka->options = parse_options(obj, KAFKA_OPTIONS_HINT);
 }
 
 /*
@@ -385,26 +387,27 @@ check_service_host(const char *path, const char *url, const char *host, const ch
 }
 
 /*
- * A Pulsar source.  The service URL is the broker's plain-HTTP web service
- * (its WebSocket API and REST admin API share it); the topic must be
+ * A Pulsar source.  The service URL is the broker's web service, http:// or
+ * https:// (its WebSocket API and REST admin API share it); the topic must be
  * persistent, since a non-persistent topic keeps no message a restart could
  * resume from.
  */
 static void
 parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar)
 {
-	parse_pulsar_address(obj, &pulsar->service_url, &pulsar->topic);
+	parse_pulsar_address(obj, &pulsar->service_url, &pulsar->topic, &pulsar->options);
 	pulsar->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
 }
 
 /*
- * A Pulsar source's or sink's service_url and topic: *topic gets
- * "tenant/namespace/topic", without "persistent://".
+ * A Pulsar source's or sink's service_url, topic and options: *topic gets
+ * "tenant/namespace/topic", without "persistent://".  The options' names
+ * and values are judged with the owner's privileges (pulsar_options.c).
  */
 static void
-parse_pulsar_address(JsonObject *obj, char **service_url, char **topic_out)
+parse_pulsar_address(JsonObject *obj, char **service_url, char **topic_out, List **options)
 {
-	const char *url_hint = "The broker's web service, such as \"http://127.0.0.1:8080\".";
+	const char *url_hint = "The broker's web service, such as \"http://127.0.0.1:8080\" or, with TLS, \"https://broker.example.com:8443\".";
 	const char *topic_hint = "A persistent topic, \"persistent://tenant/namespace/topic\", of letters, digits, '.', '_', '-', '=' and ':'.";
 	char	   *url = get_string(obj, "service_url", true, url_hint);
 	char	   *topic = get_string(obj, "topic", true, topic_hint);
@@ -412,18 +415,27 @@ parse_pulsar_address(JsonObject *obj, char **service_url, char **topic_out)
 	const char *seg;
 	int			nseg = 0;
 	size_t		hostlen;
+	size_t		schemelen;
 
-	if (strncmp(url, "http://", 7) != 0)
+	/* The admin API is HTTP: a WebSocket scheme would name half of what is asked. */
+	if (strncmp(url, "http://", 7) == 0)
+		schemelen = 7;
+	else if (strncmp(url, "https://", 8) == 0)
+		schemelen = 8;
+	else
 		spec_error(child_path(obj->path, "service_url"), ERRCODE_INVALID_PARAMETER_VALUE,
-				   strncmp(url, "https://", 8) == 0 ? "TLS to Pulsar is not supported yet: give the broker's plain http:// service URL." : url_hint,
-				   "\"%s\" is not an http:// URL", url);
-	hostlen = strcspn(url + 7, "/?#@ ");
+				   strncmp(url, "ws://", 5) == 0 || strncmp(url, "wss://", 6) == 0 ?
+				   "Give the broker's web service as http://host:port, or https://host:port for TLS: mailer uses it for the admin API and the WebSocket API both." : url_hint,
+				   "\"%s\" is not an http:// or https:// URL", url);
+	hostlen = strcspn(url + schemelen, "/?#@ ");
 	if (hostlen == 0 || strlen(url) > 512 ||
-		(url[7 + hostlen] != '\0' && strcmp(url + 7 + hostlen, "/") != 0))
+		(url[schemelen + hostlen] != '\0' && strcmp(url + schemelen + hostlen, "/") != 0))
 		spec_error(child_path(obj->path, "service_url"), ERRCODE_INVALID_PARAMETER_VALUE, url_hint,
-				   "\"%s\" is not a service URL: give http://host:port and nothing after it", url);
-	check_service_host(child_path(obj->path, "service_url"), url, pnstrdup(url + 7, hostlen), url_hint);
-	*service_url = pnstrdup(url, 7 + hostlen);
+				   "\"%s\" is not a service URL: give %s://host:port and nothing after it", url,
+				   schemelen == 8 ? "https" : "http");
+	check_service_host(child_path(obj->path, "service_url"), url, pnstrdup(url + schemelen, hostlen), url_hint);
+	*service_url = pnstrdup(url, schemelen + hostlen);
+	*options = parse_options(obj, "Pulsar options take strings, such as \"auth.token\": \"eyJhbGciOi...\".");
 
 	if (strncmp(topic, "persistent://", 13) != 0)
 		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME, topic_hint,
@@ -465,9 +477,9 @@ parse_pulsar_address(JsonObject *obj, char **service_url, char **topic_out)
 	*topic_out = pstrdup(rest);
 }
 
-/* librdkafka properties (DefElem, string values) of obj.options, or NIL. */
+/* The options (DefElem, string values) of obj.options, or NIL; hint: what they take. */
 static List *
-parse_options(JsonObject *obj)
+parse_options(JsonObject *obj, const char *hint)
 {
 	bool		found;
 	JsonObject	opts = get_object(obj, "options", &found);
@@ -491,8 +503,7 @@ parse_options(JsonObject *obj)
 		else if (val.type == jbvBool)
 			value = pstrdup(val.val.boolean ? "true" : "false");
 		else
-			spec_error(child_path(opts.path, name), ERRCODE_INVALID_PARAMETER_VALUE,
-					   "librdkafka properties take strings, numbers or booleans, e.g. \"security.protocol\": \"SASL_SSL\".",
+			spec_error(child_path(opts.path, name), ERRCODE_INVALID_PARAMETER_VALUE, hint,
 					   "expected a string, found %s", json_type_name(&val));
 		options = lappend(options, makeDefElem(name, (Node *) makeString(value), -1));
 	}
@@ -711,6 +722,7 @@ void
 spec_set_owner(JobSpec *spec, Oid owner)
 {
 	spec->source.kafka.owner = owner;
+	spec->source.pulsar.owner = owner;
 	spec->sink.kafka.owner = owner;
 	if (spec->changelog)
 		spec->changelog->kafka.owner = owner;
@@ -806,7 +818,7 @@ parse_kafka_sink(JsonObject *obj, KafkaSinkSpec *kafka)
 	kafka->topic = get_string(obj, "topic", true, "The output topic's name; create the topic before the job.");
 	check_topic_name(child_path(obj->path, "topic"), kafka->topic);
 	parse_sink_record(obj, kafka, "headers");
-	kafka->options = parse_options(obj);
+	kafka->options = parse_options(obj, KAFKA_OPTIONS_HINT);
 	kafka->exactly_once = get_choice(obj, "delivery", spec_sink_deliveries, true);
 }
 
@@ -819,7 +831,7 @@ static void
 parse_pulsar_sink(JsonObject *obj, KafkaSinkSpec *pulsar)
 {
 	pulsar->pulsar = true;
-	parse_pulsar_address(obj, &pulsar->service_url, &pulsar->topic);
+	parse_pulsar_address(obj, &pulsar->service_url, &pulsar->topic, &pulsar->options);
 	parse_sink_record(obj, pulsar, "properties");
 	pulsar->exactly_once = true;
 }

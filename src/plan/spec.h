@@ -44,9 +44,11 @@ typedef struct KafkaSourceSpec
 /* A Pulsar topic, read one partition at a time over the WebSocket API. */
 typedef struct PulsarSourceSpec
 {
-	char	   *service_url;	/* http://host:port, the broker's web service */
+	char	   *service_url;	/* http(s)://host:port, the broker's web service */
 	char	   *topic;			/* tenant/namespace/topic, without persistent:// */
 	bool		start_latest;
+	List	   *options;		/* of DefElem: plan/pulsar_options.h's names, string values */
+	Oid			owner;			/* whose privileges judge options: set by the caller */
 } PulsarSourceSpec;
 
 typedef struct GeneratorSpec
@@ -134,21 +136,22 @@ typedef enum SinkMode
  * A Kafka or Pulsar sink: one output topic, records made by expressions
  * over the output.  Both share the record, the outbox and its planning
  * (docs/ARCHITECTURE.md, "The Pulsar sink"); a Pulsar sink has service_url
- * instead of brokers, properties as its headers, no options, and is
- * always exactly once.
+ * instead of brokers, properties as its headers, Pulsar's options
+ * (plan/pulsar_options.h) rather than librdkafka's, and is always exactly
+ * once.
  */
 typedef struct KafkaSinkSpec
 {
 	const char *path;			/* "sink" or "sinks[i]", for errors */
 	bool		pulsar;			/* a Pulsar sink */
-	char	   *service_url;	/* Pulsar: http://host:port */
+	char	   *service_url;	/* Pulsar: http(s)://host:port */
 	char	   *brokers;
 	char	   *topic;			/* Pulsar: tenant/namespace/topic */
 	char	   *key;			/* expression; NULL: the default (see plan_kafka_sink) */
 	char	   *value;			/* expression; NULL: the output row as a JSON object */
 	ValueFormat format;			/* how key and value expressions become bytes */
 	List	   *headers;		/* of NamedExprSpec: header name, value expression */
-	List	   *options;		/* of DefElem: librdkafka producer property, string value */
+	List	   *options;		/* of DefElem: librdkafka producer property (Pulsar: pulsar_options.h), string value */
 	bool		exactly_once;	/* delivery; false: at least once */
 	Oid			owner;			/* whose privileges judge options: set by the caller */
 } KafkaSinkSpec;

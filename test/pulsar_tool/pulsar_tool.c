@@ -353,6 +353,7 @@ main(int argc, char **argv)
 	bool		reading = argc == 6 && strcmp(argv[2], "read") == 0;
 	PulsarWs   *ws;
 	int			rc;
+	PulsarWsSecurity sec = {0};
 
 	if (argc == 2 && strcmp(argv[1], "parse") == 0)
 		return parse_frames();
@@ -363,7 +364,11 @@ main(int argc, char **argv)
 				"       pulsar_tool parse < frames\n");
 		return 2;
 	}
-	if ((ws = pulsar_ws_new(err, sizeof(err))) == NULL)
+	/* A secured broker (test/t/long/215): the token and CA from the environment. */
+	sec.tls = strncmp(argv[1], "https://", 8) == 0;
+	sec.token = getenv("PULSAR_TOKEN");
+	sec.ca_file = getenv("PULSAR_CA_FILE");
+	if ((ws = pulsar_ws_new(&sec, err, sizeof(err))) == NULL)
 		die("libwebsockets", err);
 	if (producing)
 		rc = produce(ws, argv[1], argv[3], argv[4], atoll(argv[5]), argc - 6, argv + 6);
