@@ -72,6 +72,7 @@ struct PulsarWsConn
 	bool		close_requested;	/* free it when libwebsockets lets go */
 	bool		handshake_sent;	/* connected, the upgrade request written */
 	bool		established;	/* the broker accepted the upgrade */
+	bool		tls;			/* https:// */
 	char		why[512];		/* why it closed */
 	Frame	   *rx;				/* the frame being received */
 	Frame	   *in_head;		/* received, not yet taken */
@@ -283,6 +284,11 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 					snprintf(why, sizeof(why), "cannot open the WebSocket session: the broker refused the upgrade (HTTP %d: %s): "
 							 "check the options' \"auth.token\" and the role's permissions on the topic",
 							 status, status == 401 ? "not authenticated" : "not authorized");
+				else if (conn->tls && !conn->handshake_sent && status <= 0)
+					/* OpenSSL's own words here say little ("SSL err 1"): say what is checked. */
+					snprintf(why, sizeof(why), "cannot open the WebSocket session: the TLS handshake failed (%s): "
+							 "the broker's certificate must be valid, signed by the CA given in the options (or one the system trusts) and name the service URL's host",
+							 in ? (const char *) in : (last_log[0] ? last_log : "no reason given"));
 				else
 				{
 					if (status > 0)
@@ -516,6 +522,7 @@ open_session(PulsarWs *ws, const char *service_url, const char *kind,
 		return NULL;
 	}
 	conn->ws = ws;
+	conn->tls = tls;
 	conn->state = PULSAR_WS_CONNECTING;
 	conn->next = ws->conns;
 	if (ws->conns)

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-# internal_service.py PORT STATUS LOG: an HTTP service on loopback that is
+# internal_service.py PORT STATUS LOG [auth]: an HTTP service on loopback that is
 # not Pulsar (think: a metadata or admin endpoint), answering every GET
 # with STATUS and a body holding a secret, and appending each request's
 # path to LOG. The tests point a Pulsar job's service_url at it: the
 # job's last_error must never show the body, and the paths show what the
-# server was made to ask.
+# server was made to ask. With "auth", each path is followed by a tab and
+# the request's Authorization header (test 216: the token is sent).
 import sys
 from http.server import HTTPServer, BaseHTTPRequestHandler
 
 PORT, STATUS, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+AUTH = len(sys.argv) > 4 and sys.argv[4] == 'auth'
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -17,7 +19,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         with open(LOG, 'a') as f:
-            f.write(self.path + '\n')
+            auth = '\t' + (self.headers.get('Authorization') or '') if AUTH else ''
+            f.write(self.path + auth + '\n')
         body = b'{"internal": "db_password=hunter2", "partitions": 1, "ledgerId": 1, "entryId": 1}'
         if STATUS != 200:
             body = b'{"reason": "db_password=hunter2"}'
