@@ -18,6 +18,13 @@
 #   pulsar.sh last-message-id NAME         (JSON)
 #   pulsar.sh admin METHOD PATH [BODY]     any admin REST call, e.g.
 #                                          admin GET /admin/v2/clusters
+#   pulsar.sh token ROLE                   (PULSAR_SECURE=1) a JWT for ROLE
+#
+# PULSAR_SECURE=1 (test/t/long/215, with its own PULSAR_DIR and ports): the
+# broker wants a token (HS256, a secret key made here) on every request, and
+# serves TLS on PULSAR_HTTPS_PORT as well, with a CA and a certificate for
+# IP 127.0.0.1 made here by openssl ($PULSAR_DIR/secure/ca.cert.pem). This
+# script's own calls, and the tool's, send an admin token (PULSAR_TOKEN).
 #
 # NAME is tenant/namespace/topic, persistent://tenant/namespace/topic, or a
 # bare topic in public/default; a partition is NAME-partition-N. Topics are
@@ -44,6 +51,9 @@ READY_POLL=0.5
 # shellcheck source-path=SCRIPTDIR source=jvm_service.sh
 . "$HERE/jvm_service.sh"
 CONF=$PULSAR_DIR/standalone.conf
+PULSAR_SECURE=${PULSAR_SECURE:-0}
+SECURE_DIR=$PULSAR_DIR/secure
+PULSAR_HTTPS_PORT=${PULSAR_HTTPS_PORT:-}
 # A small shared machine (2 cores): keep the standalone modest.
 PULSAR_MEM_OPTS=${PULSAR_MEM_OPTS:--Xms128m -Xmx512m -XX:MaxDirectMemorySize=256m}
 # The C client the produce and read helpers run (test/pulsar_tool).
@@ -70,7 +80,7 @@ admin()
 {
 	local method=$1 path=$2 body=${3-} out
 	out=$(mktemp)
-	local args=(-sS -o "$out" -w '%{http_code}' -X "$method" --max-time 30)
+	local args=(-sS -o "$out" -w '%{http_code}' -X "$method" --max-time 30 "${AUTH_HEADER[@]}")
 	[ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-raw "$body")
 	ADMIN_STATUS=$(curl "${args[@]}" "$PULSAR_URL$path" 2>"$out.err") || ADMIN_STATUS=000
 	if [[ $ADMIN_STATUS == 2* ]]; then
@@ -88,9 +98,55 @@ admin()
 # the standalone creates it only after the broker has started.
 answers()
 {
-	[ "$(curl -sf --max-time 10 "$PULSAR_URL/admin/v2/brokers/health" 2>/dev/null)" = ok ] &&
-		curl -sf --max-time 10 -o /dev/null "$PULSAR_URL/admin/v2/namespaces/public/default" 2>/dev/null
+	[ "$(curl -sf --max-time 10 "${AUTH_HEADER[@]}" "$PULSAR_URL/admin/v2/brokers/health" 2>/dev/null)" = ok ] &&
+		curl -sf --max-time 10 "${AUTH_HEADER[@]}" -o /dev/null "$PULSAR_URL/admin/v2/namespaces/public/default" 2>/dev/null
 }
+
+b64url()
+{
+	openssl base64 -A | tr '+/' '-_' | tr -d '='
+}
+
+# A JWT for role $1, signed (HS256) with the broker's secret key, as
+# Pulsar's "tokens create --secret-key" makes it.
+token()
+{
+	local header payload key
+	[ -f "$SECURE_DIR/secret.key" ] || die "no secret key: start with PULSAR_SECURE=1 first"
+	header=$(printf '{"alg":"HS256"}' | b64url)
+	payload=$(printf '{"sub":"%s"}' "$1" | b64url)
+	key=$(od -An -tx1 "$SECURE_DIR/secret.key" | tr -d ' \n')
+	echo "$header.$payload.$(printf '%s.%s' "$header" "$payload" |
+		openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -binary | b64url)"
+}
+
+# The secret key, a CA and the broker's certificate (IP 127.0.0.1 only: a
+# client that asks for another name must refuse it), made once.
+make_secrets()
+{
+	[ -f "$SECURE_DIR/broker.key-pk8.pem" ] && return
+	mkdir -p "$SECURE_DIR"
+	(
+		cd "$SECURE_DIR"
+		openssl rand 32 >secret.key
+		openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=mailer test CA" \
+			-keyout ca.key.pem -out ca.cert.pem
+		openssl req -newkey rsa:2048 -nodes -subj "/CN=mailer test broker" \
+			-keyout broker.key.pem -out broker.csr
+		openssl x509 -req -in broker.csr -CA ca.cert.pem -CAkey ca.key.pem -CAcreateserial -days 30 \
+			-extfile <(printf 'subjectAltName=IP:127.0.0.1\n') -out broker.cert.pem
+		# The broker reads a PKCS#8 key only.
+		openssl pkcs8 -topk8 -nocrypt -in broker.key.pem -out broker.key-pk8.pem
+	) >/dev/null 2>&1 || die "openssl could not make the test certificates in $SECURE_DIR"
+}
+
+AUTH_HEADER=()
+if [ "$PULSAR_SECURE" = 1 ]; then
+	[ -n "$PULSAR_HTTPS_PORT" ] || die "PULSAR_SECURE=1 needs PULSAR_HTTPS_PORT"
+	make_secrets
+	export PULSAR_TOKEN=${PULSAR_TOKEN:-$(token admin)}
+	AUTH_HEADER=(-H "Authorization: Bearer $PULSAR_TOKEN")
+fi
 
 write_config()
 {
@@ -146,6 +202,25 @@ write_config()
 	diskUsageThreshold=0.99
 	diskUsageWarnThreshold=0.98
 	EOF
+	[ "$PULSAR_SECURE" = 1 ] || return 0
+	cat >>"$CONF" <<-EOF
+	# PULSAR_SECURE=1: a token on every request, of the admin API and of the
+	# WebSocket API alike; the broker's own clients (the WebSocket service's,
+	# the standalone's setup) use the admin role's.
+	authenticationEnabled=true
+	authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken
+	tokenSecretKey=file://$SECURE_DIR/secret.key
+	superUserRoles=admin
+	brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken
+	brokerClientAuthenticationParameters=token:$(token admin)
+	# TLS on a second port of the same web service (admin and WebSocket).
+	webServicePortTls=$PULSAR_HTTPS_PORT
+	tlsCertificateFilePath=$SECURE_DIR/broker.cert.pem
+	tlsKeyFilePath=$SECURE_DIR/broker.key-pk8.pem
+	tlsTrustCertsFilePath=$SECURE_DIR/ca.cert.pem
+	# A second connector needs threads of its own (this value wins: the last).
+	numHttpServerThreads=8
+	EOF
 }
 
 start()
@@ -158,7 +233,7 @@ start()
 	fi
 	rm -f "$PIDFILE"
 	local p
-	for p in "$PULSAR_HTTP_PORT" "$PULSAR_PORT" "$PULSAR_BOOKIE_PORT"; do
+	for p in "$PULSAR_HTTP_PORT" "$PULSAR_PORT" "$PULSAR_BOOKIE_PORT" $PULSAR_HTTPS_PORT; do
 		port_in_use "$p" && die "port $p is taken by a process not started from $PULSAR_DIR (another Pulsar?)"
 	done
 	write_config
@@ -322,6 +397,7 @@ read) read_topic "$@" ;;
 stats) [ $# -eq 1 ] || die "usage: $0 stats NAME"; need_broker; admin GET "/admin/v2/$(topic_path "$1")/internalStats"; echo ;;
 last-message-id) [ $# -eq 1 ] || die "usage: $0 last-message-id NAME"; need_broker; admin GET "/admin/v2/$(topic_path "$1")/lastMessageId"; echo ;;
 admin) [ $# -ge 2 ] || die "usage: $0 admin METHOD PATH [BODY]"; need_broker; admin "$@"; echo ;;
+token) [ $# -eq 1 ] || die "usage: $0 token ROLE"; token "$1" ;;
 clean) clean ;;
 *) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2 ;;
 esac
