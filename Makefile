@@ -20,7 +20,7 @@ REGRESS_OPTS = --inputdir=. --use-existing
 override CONTRIB_TESTDB = $(or $(PGDATABASE),mailer)
 
 PG_CPPFLAGS = -I$(srcdir)/src -Wall -Werror -DMAILER_VERSION=\"$(EXTVERSION)\"
-SHLIB_LINK  = -lrdkafka -lrocksdb -lmicrohttpd -lwebsockets -lcurl
+SHLIB_LINK  = -lrdkafka -lrocksdb -lmicrohttpd -lwebsockets -lcurl -lssl -lcrypto
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 # No LLVM bitcode: JIT inlining of mailer's code is not worth the build.

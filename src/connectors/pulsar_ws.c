@@ -23,6 +23,10 @@
  * became ready. A caller with its own wait loop uses pulsar_ws_poll_set.
  */
 #include <libwebsockets.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -113,6 +117,38 @@ keep_log_line(int level, const char *line)
 	n = strlen(last_log);
 	while (n > 0 && (last_log[n - 1] == '\n' || last_log[n - 1] == '\r'))
 		last_log[--n] = '\0';
+}
+
+/*
+ * The CA certificates given inline, while pulsar_ws_new creates a context:
+ * libwebsockets 4.1 takes only the first certificate of client_ssl_ca_mem,
+ * and asks for any others through LOAD_EXTRA_CLIENT_VERIFY_CERTS, called
+ * inside lws_create_context on this thread (a whole bundle, as libcurl
+ * reads it, must be trusted by both).
+ */
+static const char *loading_ca_pem;
+
+/* Add every certificate of loading_ca_pem after the first to ctx's store. */
+static void
+load_more_ca(SSL_CTX *ctx)
+{
+	BIO		   *bio;
+	X509	   *cert;
+	bool		first = true;
+
+	if (loading_ca_pem == NULL || ctx == NULL ||
+		(bio = BIO_new_mem_buf(loading_ca_pem, -1)) == NULL)
+		return;
+	while ((cert = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL)
+	{
+		/* A certificate that does not go in is not trusted: verification fails. */
+		if (!first)
+			(void) X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), cert);
+		first = false;
+		X509_free(cert);
+	}
+	ERR_clear_error();
+	BIO_free(bio);
 }
 
 static void
@@ -229,9 +265,16 @@ static int
 callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 		 void *in, size_t len)
 {
-	PulsarWsConn *conn = wsi ? lws_get_opaque_user_data(wsi) : NULL;
+	PulsarWsConn *conn;
 	char		why[sizeof(((PulsarWsConn *) 0)->why)];
 
+	/* From lws_create_context, with the client's SSL_CTX and no session. */
+	if (reason == LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS)
+	{
+		load_more_ca((SSL_CTX *) user);
+		return 0;
+	}
+	conn = wsi ? lws_get_opaque_user_data(wsi) : NULL;
 	if (conn == NULL)
 		return 0;
 	switch (reason)
@@ -401,7 +444,9 @@ pulsar_ws_new(const PulsarWsSecurity *sec, char *err, size_t errsize)
 	 * ignores it already.
 	 */
 	mailer_block_signals(&saved);
+	loading_ca_pem = sec && sec->tls ? sec->ca_pem : NULL;
 	ws->context = lws_create_context(&info);
+	loading_ca_pem = NULL;
 	mailer_restore_signals(&saved);
 	if (ws->context == NULL)
 	{

@@ -35,6 +35,14 @@ open my $f, '<', $ca_file or die "$ca_file: $!";
 my $ca = do { local $/; <$f> };
 close $f;
 (my $ca_json = $ca) =~ s/\n/\\n/g;
+# A bundle whose first certificate is another CA's: every certificate of
+# an inline PEM is trusted, not the first alone.
+my $other = "$ENV{PULSAR_DIR}/secure/t215_other_ca.pem";
+system("openssl req -x509 -newkey rsa:2048 -nodes -days 3 -subj '/CN=t215 other CA' -keyout $other.key -out $other >/dev/null 2>&1") == 0
+  or die "openssl failed\n";
+open $f, '<', $other or die "$other: $!";
+(my $bundle_json = do { local $/; <$f> } . $ca) =~ s/\n/\\n/g;
+close $f;
 my $https = "https://127.0.0.1:$ENV{PULSAR_HTTPS_PORT}";
 my $role = 't215_plain';
 my $in = "public/default/t215_in_$$";
@@ -119,8 +127,9 @@ is(psql('SELECT count(*) FROM t215_rows'), 0, 'nothing was read without the righ
 	is($rc, 0, "wss://, the right token and CA: the partition's messages read $err");
 }
 
-# The right token and the CA inline (a plain role): every record, once.
-source_job('t215', $https, qq({"auth.token": "$token", "tls.ca.pem": "$ca_json"}));
+# The right token and the CA inline, in a bundle (a plain role): every
+# record, once.
+source_job('t215', $https, qq({"auth.token": "$token", "tls.ca.pem": "$bundle_json"}));
 is(psql_as($role, "SELECT mailer.wait_job('t215', '90 seconds')"), 'running', 'the source read the topic over https with its token');
 is(psql('SELECT count(DISTINCT value) FROM t215_rows'), $n, "each of the $n records read");
 is(psql('SELECT count(*) FROM t215_rows'), $n, '  once');
