@@ -160,9 +160,10 @@ http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultota
  * broker answers the topic-level admin calls for a partition another
  * broker owns with a redirect to the owner, which adds only
  * "authoritative=true|false" to the query; since any role may name any
- * host:port as service_url, a redirect that keeps the scheme (http, or https: a token never goes in the clear), the
- * path and the query but moves to another host:port asks nothing more of
- * the network than a job could ask already.  The URL followed is built
+ * host:port as service_url, a redirect that keeps the scheme, the path and
+ * the query but moves to another host:port asks nothing more of the
+ * network than a job could ask already.  The scheme is the service URL's
+ * (want_scheme): a token sent over https never goes on in the clear.  The URL followed is built
  * from the checked parts, never the Location as sent.
  */
 static char *

@@ -324,9 +324,9 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 							 "mailer does not follow redirects: give service_url a broker that serves the WebSocket API or a Pulsar proxy",
 							 status);
 				else if (status == 401 || status == 403)
-					snprintf(why, sizeof(why), "cannot open the WebSocket session: the broker refused the upgrade (HTTP %d: %s): "
-							 "check the options' \"auth.token\" and the role's permissions on the topic",
-							 status, status == 401 ? "not authenticated" : "not authorized");
+					snprintf(why, sizeof(why), "cannot open the WebSocket session: the broker refused the upgrade (HTTP %d: %s)",
+							 status, status == 401 ? "not authenticated: the broker wants a valid token (check the options' \"auth.token\")"
+							 : "not authorized: the token's role may not use the topic so");
 				else if (conn->tls && !conn->handshake_sent && status <= 0)
 					/* OpenSSL's own words here say little ("SSL err 1"): say what is checked. */
 					snprintf(why, sizeof(why), "cannot open the WebSocket session: the TLS handshake failed (%s): "

@@ -168,7 +168,7 @@ pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not start a Pulsar client: %s", err),
-				 errhint("Check source.options.\"tls.ca.pem\" or \"tls.ca.location\".")));
+				 sec.tls ? errhint("Check source.options.\"tls.ca.pem\" or \"tls.ca.location\".") : 0));
 	ps->admin = pulsar_admin_new(spec->service_url, &sec, slot);
 	ps->batch_ctx = AllocSetContextCreate(TopMemoryContext, "pulsar batch", ALLOCSET_SMALL_SIZES);
 	ps->epfd = epoll_create1(EPOLL_CLOEXEC);

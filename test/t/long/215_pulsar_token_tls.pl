@@ -112,7 +112,7 @@ is(psql('SELECT count(*) FROM t215_rows'), 0, 'nothing was read without the righ
 	local $ENV{PULSAR_CA_FILE} = $ca_file;
 	local $ENV{PULSAR_TOKEN} = $bad_token;
 	my ($rc, undef, $err) = pt_read("$in-partition-0", 'earliest', 1);
-	like($err, qr/the broker refused the upgrade \(HTTP 401: not authenticated\)/, "wss://, a wrong token: $err");
+	like($err, qr/the broker refused the upgrade \(HTTP 401: not authenticated: the broker wants a valid token/, "wss://, a wrong token: $err");
 	$ENV{PULSAR_TOKEN} = $token;
 	$ENV{PULSAR_URL} = "https://localhost:$ENV{PULSAR_HTTPS_PORT}";
 	($rc, undef, $err) = pt_read("$in-partition-0", 'earliest', 1);
