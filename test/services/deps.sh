@@ -10,7 +10,8 @@ packages=(
 	librdkafka-dev librocksdb-dev			# libraries mailer links
 	libmicrohttpd-dev						# ... and the HTTP worker's server
 	libwebsockets-dev libcurl4-openssl-dev	# Pulsar: its WebSocket API and admin REST API
-	curl									# ... and pulsar.sh's admin calls
+	libssl-dev								# ... and a CA bundle for its TLS sessions
+	curl openssl							# ... and pulsar.sh's admin calls and test certificates
 	prometheus chromium						# tests scrape /metrics and load the dashboard
 	rocksdb-tools							# ldb: tests read a job's RocksDB checkpoint
 	kcat									# produce and inspect topics in tests and the demo
