@@ -386,6 +386,7 @@ CREATE TABLE mailer.kafka_sink_progress (
 	marker_nonce	text NOT NULL,			-- in every marker: one another client commits is not believed
 	last_sequence_id bigint NOT NULL DEFAULT -1,	-- Pulsar: the broker holds every sequence id up to it
 	sequence_generation integer NOT NULL DEFAULT 1,	-- Pulsar: whose producer name last_sequence_id is
+	sent_sequence_id bigint NOT NULL DEFAULT -1,	-- Pulsar: no attempt under that name sent a higher one
 	PRIMARY KEY (job_id, subtask)
 );
 
@@ -393,18 +394,29 @@ SELECT pg_catalog.pg_extension_config_dump('mailer.kafka_outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.kafka_sink_progress', '');
 REVOKE ALL ON mailer.kafka_outbox, mailer.kafka_sink_progress FROM PUBLIC;
 
--- One row per subtask of a job with a Kafka sink, once its worker has
--- started: what it has published and what waits in the outbox.
+-- One row per subtask of a job with a Kafka or Pulsar sink ("sink", or the
+-- topic of "sinks"), once its worker has started: what it has published and
+-- what waits in the outbox.  The sequence columns are a Pulsar sink's (null
+-- for Kafka).
 CREATE VIEW mailer.kafka_sinks AS
 SELECT j.name AS job, p.subtask,
-	   j.spec OPERATOR(pg_catalog.->) 'sink' OPERATOR(pg_catalog.->>) 'topic' AS topic,
-	   coalesce(j.spec OPERATOR(pg_catalog.->) 'sink' OPERATOR(pg_catalog.->>) 'delivery', 'exactly_once') AS delivery,
+	   t.sink OPERATOR(pg_catalog.->>) 'type' AS sink_type,
+	   t.sink OPERATOR(pg_catalog.->>) 'topic' AS topic,
+	   coalesce(t.sink OPERATOR(pg_catalog.->>) 'delivery', 'exactly_once') AS delivery,
 	   p.transactional_id, p.generation, p.published_epoch, p.published_at,
 	   (SELECT pg_catalog.count(*) FROM mailer.kafka_outbox o
 		 WHERE o.job_id OPERATOR(pg_catalog.=) p.job_id
-		   AND o.subtask OPERATOR(pg_catalog.=) p.subtask) AS pending_records
+		   AND o.subtask OPERATOR(pg_catalog.=) p.subtask) AS pending_records,
+	   CASE WHEN t.sink OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'pulsar'
+			THEN p.last_sequence_id END AS last_sequence_id,
+	   CASE WHEN t.sink OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.=) 'pulsar'
+			THEN p.sequence_generation END AS sequence_generation
   FROM mailer.kafka_sink_progress p
-  JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id;
+  JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id
+  CROSS JOIN LATERAL (
+	SELECT coalesce(j.spec OPERATOR(pg_catalog.->) 'sink',
+					(SELECT e FROM pg_catalog.jsonb_array_elements(j.spec OPERATOR(pg_catalog.->) 'sinks') e
+					  WHERE e OPERATOR(pg_catalog.->>) 'type' OPERATOR(pg_catalog.<>) 'table' LIMIT 1)) AS sink) t;
 
 GRANT SELECT ON mailer.kafka_sinks TO PUBLIC;
 

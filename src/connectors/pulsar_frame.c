@@ -9,6 +9,7 @@
  * fixed buffers, and skips any other value, nested at most MAX_DEPTH deep.
  * A frame that breaks JSON's rules is rejected, never half-read.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -710,7 +711,7 @@ pulsar_message_id_is_duplicate(const PulsarMessageId *id)
 	return id->ledger == -1 && id->entry == -1;
 }
 
-/* JSON string text (quotes included) of s: at most 6 bytes per byte + 2. */
+/* JSON string text (quotes included) of s: json_quoted_size bytes. */
 static size_t
 json_quote(const char *s, char *dst)
 {
@@ -735,42 +736,75 @@ json_quote(const char *s, char *dst)
 	return out;
 }
 
+static size_t
+json_quoted_size(const char *s)
+{
+	size_t		n = 2;
+
+	for (; *s; s++)
+	{
+		unsigned char ch = (unsigned char) *s;
+
+		n += (ch == '"' || ch == '\\') ? 2 : ch < 0x20 ? 6 : 1;
+	}
+	return n;
+}
+
+/* The frame's parts around its strings, for pulsar_frame_send and its size. */
+#define FRAME_OPEN		"{\"payload\":\""
+#define FRAME_KEY		",\"key\":"
+#define FRAME_CONTEXT	",\"context\":"
+#define FRAME_PROPS		",\"properties\":{"
+
+size_t
+pulsar_frame_send_size(size_t payload_len, const char *key, int nproperties,
+					   const char *const *names, const char *const *values,
+					   const char *context)
+{
+	size_t		size = strlen(FRAME_OPEN) + (payload_len + 2) / 3 * 4 + 1 + 1;	/* '"', '}' */
+
+	if (key)
+		size += strlen(FRAME_KEY) + json_quoted_size(key);
+	if (context)
+		size += strlen(FRAME_CONTEXT) + json_quoted_size(context);
+	if (nproperties > 0)
+	{
+		size += strlen(FRAME_PROPS) + 1;	/* '}' */
+		for (int i = 0; i < nproperties; i++)
+			size += (i > 0) + json_quoted_size(names[i]) + 1 + json_quoted_size(values[i]);
+	}
+	return size;
+}
+
 char *
 pulsar_frame_send(const unsigned char *payload, size_t payload_len,
 				  const char *key, int nproperties,
 				  const char *const *names, const char *const *values,
 				  const char *context, size_t *len)
 {
-	size_t		size = 64 + (payload_len + 2) / 3 * 4;
+	size_t		size = pulsar_frame_send_size(payload_len, key, nproperties, names, values, context);
 	char	   *buf;
 	size_t		n = 0;
 
-	/* Room first, so the writing below needs no checks. */
-	if (key)
-		size += 16 + 6 * strlen(key);
-	if (context)
-		size += 16 + 6 * strlen(context);
-	size += 20;
-	for (int i = 0; i < nproperties; i++)
-		size += 8 + 6 * (strlen(names[i]) + strlen(values[i]));
-	if ((buf = malloc(size)) == NULL)
+	/* Room first, so the writing below needs no checks (sprintf's NUL too). */
+	if ((buf = malloc(size + 8)) == NULL)
 		return NULL;
-	n += sprintf(buf + n, "{\"payload\":\"");
+	n += sprintf(buf + n, FRAME_OPEN);
 	n += base64_encode(payload, payload_len, buf + n);
 	buf[n++] = '"';
 	if (key)
 	{
-		n += sprintf(buf + n, ",\"key\":");
+		n += sprintf(buf + n, FRAME_KEY);
 		n += json_quote(key, buf + n);
 	}
 	if (context)
 	{
-		n += sprintf(buf + n, ",\"context\":");
+		n += sprintf(buf + n, FRAME_CONTEXT);
 		n += json_quote(context, buf + n);
 	}
 	if (nproperties > 0)
 	{
-		n += sprintf(buf + n, ",\"properties\":{");
+		n += sprintf(buf + n, FRAME_PROPS);
 		for (int i = 0; i < nproperties; i++)
 		{
 			if (i > 0)
@@ -783,6 +817,7 @@ pulsar_frame_send(const unsigned char *payload, size_t payload_len,
 	}
 	buf[n++] = '}';
 	buf[n] = '\0';
+	assert(n == size);
 	*len = n;
 	return buf;
 }

@@ -97,6 +97,11 @@ extern char *pulsar_frame_send(const unsigned char *payload, size_t payload_len,
 							   const char *const *names, const char *const *values,
 							   const char *context, size_t *len);
 
+/* The length of pulsar_frame_send's frame of the same parts, exactly. */
+extern size_t pulsar_frame_send_size(size_t payload_len, const char *key, int nproperties,
+									 const char *const *names, const char *const *values,
+									 const char *context);
+
 /*
  * The frame a reader sends to acknowledge a message: the broker sends a
  * reader only receiverQueueSize messages that are not acknowledged, so

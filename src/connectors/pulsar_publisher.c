@@ -52,9 +52,11 @@
 /*
  * Outbox rows fetched, sent and acknowledged at a time: the producer has
  * at most this many messages in flight (the WebSocket service does not
- * block when its queue is full: it fails the send).
+ * block when its queue is full: it fails the send), and at most
+ * INFLIGHT_MAX_BYTES of frames (queued in the worker until sent).
  */
 #define FETCH_ROWS 1000
+#define INFLIGHT_MAX_BYTES (16 * 1024 * 1024)
 
 /* A round ends at the first epoch's end past this many bytes. */
 #define PUBLISH_MAX_BYTES (64 * 1024 * 1024)
@@ -80,6 +82,14 @@ struct PulsarPublisher
 	int64		sent;			/* messages queued */
 	int64		acked;			/* acknowledgements received, in order */
 	int64		duplicates;		/* of which the broker dropped as already stored */
+	int64		sent_before;	/* the last sequence id an earlier attempt may have sent */
+	int64		page_bytes;		/* of the frames not yet acknowledged */
+
+	/*
+	 * The round's error: sink_error writes here, so the text outlives the
+	 * SPI and transaction contexts it was found in.
+	 */
+	char		error[1024];
 };
 
 static PublishRound publish_round(void *arg, char **error);
@@ -87,6 +97,7 @@ static bool open_producer(PulsarPublisher *pub, const char *name, int64 last_seq
 						  char **error);
 static void close_producer(PulsarPublisher *pub);
 static bool check_topic(PulsarPublisher *pub, char **error);
+static int64 outbox_count(PulsarPublisher *pub, int64 published, int64 bound);
 static int64 send_outbox(PulsarPublisher *pub, int64 published, int64 bound, bool whole,
 						 char **error);
 static bool send_row(PulsarPublisher *pub, HeapTuple tuple, TupleDesc desc, int64 *bytes,
@@ -94,6 +105,17 @@ static bool send_row(PulsarPublisher *pub, HeapTuple tuple, TupleDesc desc, int6
 static bool wait_acks(PulsarPublisher *pub, char **error);
 static bool take_acks(PulsarPublisher *pub, char **error);
 static char *sink_error(PulsarPublisher *pub, const char *what, const char *why);
+
+/* A record's properties, as its frame carries them. */
+typedef struct RecordProperties
+{
+	int			n;
+	const char **names;
+	const char **values;
+	int		   *lengths;		/* of each value's bytes: a zero byte cuts the string short */
+} RecordProperties;
+
+static void record_properties(const KafkaSinkSpec *spec, bytea *headers, RecordProperties *props);
 
 PulsarPublisher *
 pulsar_publisher_create(KafkaSinkSpec *spec, const SinkOwner *owner, MemoryContext parent)
@@ -129,6 +151,7 @@ publish_round(void *arg, char **error)
 	bool		older;
 	int64		bound;
 	int64		through;
+	int64		sent_through;
 	char		name[NAMEDATALEN * 2];
 
 	work_xact_begin();
@@ -145,6 +168,23 @@ publish_round(void *arg, char **error)
 	older = row.sequence_generation != row.generation;
 	bound = older ? Max(row.restored_to, row.published) : PG_INT64_MAX;
 	snprintf(name, sizeof(name), "%s.g%d", pub->producer_id, older ? row.sequence_generation : row.generation);
+
+	/*
+	 * The broker drops a record as a duplicate when its name's highest
+	 * stored sequence id is at or past the record's.  That is expected
+	 * only of what an earlier attempt may have sent, up to the sent mark;
+	 * so the mark moves past this round's records, and commits, before any
+	 * of them goes.  A duplicate above the mark as it was then means
+	 * another producer used the name (take_acks).
+	 */
+	pub->sent_before = row.sent_sequence_id;
+	sent_through = row.last_sequence_id + outbox_count(pub, row.published, bound);
+	if (sent_through > row.sent_sequence_id)
+	{
+		sink_progress_mark_sent(&pub->owner, sent_through);
+		work_xact_end();
+		work_xact_begin();
+	}
 	if (!open_producer(pub, name, row.last_sequence_id, error))
 	{
 		work_xact_abort();
@@ -309,6 +349,29 @@ close_producer(PulsarPublisher *pub)
 	pub->conn_name = NULL;
 }
 
+/* The outbox records of the epochs in (published, bound]. */
+static int64
+outbox_count(PulsarPublisher *pub, int64 published, int64 bound)
+{
+	Oid			types[4] = {INT8OID, INT4OID, INT8OID, INT8OID};
+	Datum		values[4];
+	bool		isnull;
+	int64		n;
+
+	values[0] = Int64GetDatum(pub->owner.job_id);
+	values[1] = Int32GetDatum(pub->owner.subtask);
+	values[2] = Int64GetDatum(published);
+	values[3] = Int64GetDatum(bound);
+	SPI_connect();
+	catalog_exec("SELECT pg_catalog.count(*) FROM " MAILER_SCHEMA ".kafka_outbox "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2 "
+				 "AND epoch OPERATOR(pg_catalog.>) $3 AND epoch OPERATOR(pg_catalog.<=) $4",
+				 4, types, values, NULL, true);
+	n = DatumGetInt64(catalog_value(0, 1, &isnull));
+	SPI_finish();
+	return n;
+}
+
 /*
  * Send the outbox records of the epochs in (published, bound], in order, a
  * page at a time, each page acknowledged before the next goes; unless
@@ -328,7 +391,7 @@ send_outbox(PulsarPublisher *pub, int64 published, int64 bound, bool whole, char
 	bool		stop = false;
 	bool		ok = true;
 
-	pub->sent = pub->acked = pub->duplicates = 0;
+	pub->sent = pub->acked = pub->duplicates = pub->page_bytes = 0;
 	pub->more = false;
 	values[0] = Int64GetDatum(pub->owner.job_id);
 	values[1] = Int32GetDatum(pub->owner.subtask);
@@ -368,10 +431,12 @@ send_outbox(PulsarPublisher *pub, int64 published, int64 bound, bool whole, char
 				break;
 			}
 			ok = send_row(pub, tuple, SPI_tuptable->tupdesc, &bytes, error);
+			MemoryContextReset(pub->row_ctx);
+			if (ok && pub->page_bytes >= INFLIGHT_MAX_BYTES)
+				ok = wait_acks(pub, error);
 			last = epoch;
 		}
 		SPI_freetuptable(SPI_tuptable);
-		MemoryContextReset(pub->row_ctx);
 		ok = ok && wait_acks(pub, error);
 		if (ok && !stop)
 			TEST_POINT("pulsar_sink_mid_send");
@@ -397,26 +462,12 @@ send_row(PulsarPublisher *pub, HeapTuple tuple, TupleDesc desc, int64 *bytes, ch
 	bytea	   *value = isnull ? NULL : DatumGetByteaPP(vd);
 	Datum		hd = SPI_getbinval(tuple, desc, 5, &isnull);
 	bytea	   *headers = isnull ? NULL : DatumGetByteaPP(hd);
-	int			nprops = headers ? list_length(pub->spec->headers) : 0;
-	const char **names = palloc(sizeof(char *) * Max(nprops, 1));
-	const char **vals = palloc(sizeof(char *) * Max(nprops, 1));
+	RecordProperties props;
 	char		context[32];
 	char	   *frame;
 	size_t		len;
-	ListCell   *lc;
-	int			h = 0;
 
-	if (headers)
-		foreach(lc, pub->spec->headers)
-		{
-			const char *data;
-			int			n;
-
-			/* A property has a string value: a null header is an empty one. */
-			(void) kafka_headers_value(headers, h, &data, &n);
-			names[h] = ((NamedExprSpec *) lfirst(lc))->name;
-			vals[h++] = data ? pnstrdup(data, n) : "";
-		}
+	record_properties(pub->spec, headers, &props);
 	/* The context names the message in its acknowledgement: its sequence id. */
 	snprintf(context, sizeof(context), INT64_FORMAT, pub->conn_next + pub->sent);
 
@@ -424,13 +475,14 @@ send_row(PulsarPublisher *pub, HeapTuple tuple, TupleDesc desc, int64 *bytes, ch
 	frame = pulsar_frame_send(value ? (const unsigned char *) VARDATA_ANY(value) : (const unsigned char *) "",
 							  value ? VARSIZE_ANY_EXHDR(value) : 0,
 							  key ? pnstrdup(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)) : NULL,
-							  nprops, names, vals, context, &len);
+							  props.n, props.names, props.values, context, &len);
 	MemoryContextSwitchTo(old);
 	if (frame == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
 	*bytes += len;
+	pub->page_bytes += len;
 	if (!pulsar_ws_send(pub->conn, frame, len))
 	{
 		const char *why = NULL;
@@ -473,6 +525,7 @@ wait_acks(PulsarPublisher *pub, char **error)
 			return false;
 		}
 	}
+	pub->page_bytes = 0;
 	return true;
 }
 
@@ -510,6 +563,12 @@ take_acks(PulsarPublisher *pub, char **error)
 		else if (!pulsar_message_id_is_duplicate(&id) && id.partition >= 0)
 			*error = sink_error(pub, "send records",
 								"the topic is partitioned, which the Pulsar sink does not support yet (give a topic that is not partitioned)");
+		else if (pulsar_message_id_is_duplicate(&id) && pub->conn_next + pub->acked > pub->sent_before)
+			*error = sink_error(pub, "send records",
+								psprintf("the broker already holds sequence id %s of producer \"%s\", which this sink never sent: "
+										 "another producer has used that name (a copy of this database?), and its records took the place of the job's. "
+										 "Stop the other producer; then drop and create the job again",
+										 want, pub->conn_name));
 		else
 		{
 			if (pulsar_message_id_is_duplicate(&id))
@@ -528,19 +587,86 @@ take_acks(PulsarPublisher *pub, char **error)
 	return true;
 }
 
-const char *
-pulsar_key_refusal(const char *key, int len)
+/* A record's properties as strings (a null header is an empty one), in the current context. */
+static void
+record_properties(const KafkaSinkSpec *spec, bytea *headers, RecordProperties *props)
 {
-	if (memchr(key, '\0', len) != NULL)
-		return "its key holds a zero byte, which a Pulsar key (a string) cannot";
-	if (pg_encoding_verifymbstr(PG_UTF8, key, len) != len)
-		return "its key is not UTF-8, which a Pulsar key (a string) must be";
+	int			n = headers ? list_length(spec->headers) : 0;
+	ListCell   *lc;
+	int			h = 0;
+
+	props->n = n;
+	props->names = palloc(sizeof(char *) * Max(n, 1));
+	props->values = palloc(sizeof(char *) * Max(n, 1));
+	props->lengths = palloc(sizeof(int) * Max(n, 1));
+	if (n == 0)
+		return;
+	foreach(lc, spec->headers)
+	{
+		const char *data;
+		int			len;
+
+		(void) kafka_headers_value(headers, h, &data, &len);
+		props->names[h] = ((NamedExprSpec *) lfirst(lc))->name;
+		props->values[h] = data ? pnstrdup(data, len) : "";
+		props->lengths[h++] = data ? len : 0;
+	}
+}
+
+/* Why a key or property's bytes cannot be a JSON string of the frame, or NULL. */
+static const char *
+string_refusal(const char *s, int len)
+{
+	if (memchr(s, '\0', len) != NULL)
+		return "holds a zero byte, which a Pulsar string cannot";
+	if (pg_encoding_verifymbstr(PG_UTF8, s, len) != len)
+		return "is not UTF-8, which a Pulsar string must be";
+	return NULL;
+}
+
+char *
+pulsar_record_refusal(const KafkaSinkSpec *spec, bytea *key, bytea *value, bytea *headers,
+					  const char **hint)
+{
+	RecordProperties props;
+	const char *why;
+	char	   *key_string = NULL;
+	size_t		frame;
+
+	if (key)
+	{
+		if ((why = string_refusal(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key))) != NULL)
+		{
+			*hint = "Give the Pulsar sink a key of text (sink.key, format json or text).";
+			return psprintf("its key %s", why);
+		}
+		key_string = pnstrdup(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+	}
+	record_properties(spec, headers, &props);
+	for (int h = 0; h < props.n; h++)
+		if ((why = string_refusal(props.values[h], props.lengths[h])) != NULL)
+		{
+			*hint = "Give the property a text value (sink.properties).";
+			return psprintf("its property \"%s\" %s", props.names[h], why);
+		}
+
+	/* The longest context a message can carry: its sequence id. */
+	frame = pulsar_frame_send_size(value ? VARSIZE_ANY_EXHDR(value) : 0, key_string,
+								   props.n, props.names, props.values, "-9223372036854775808");
+	if (frame > PULSAR_SINK_MAX_FRAME_BYTES)
+	{
+		*hint = "Make the record smaller (sink.value, sink.key, sink.properties), or set on_error to dead_letter.";
+		return psprintf("its frame would be %zu bytes, more than the WebSocket service takes (%d): "
+						"the value travels in base64, the key and properties as JSON strings",
+						frame, PULSAR_SINK_MAX_FRAME_BYTES);
+	}
 	return NULL;
 }
 
 static char *
 sink_error(PulsarPublisher *pub, const char *what, const char *why)
 {
-	return psprintf("Pulsar sink could not %s for topic \"persistent://%s\": %s",
-					what, pub->spec->topic, why);
+	snprintf(pub->error, sizeof(pub->error), "Pulsar sink could not %s for topic \"persistent://%s\": %s",
+			 what, pub->spec->topic, why);
+	return pub->error;
 }

@@ -16,12 +16,12 @@
 #include "plan/spec.h"
 
 /*
- * The largest record (key, value and properties) the sink takes: the
- * WebSocket service's frames are at most 1 MB by default
- * (webSocketMaxTextFrameSize), and the payload travels in base64.  A larger
- * record never enters the outbox: it follows on_error.
+ * The largest frame the sink sends: the WebSocket service takes text frames
+ * of at most 1 MB by default (webSocketMaxTextFrameSize), less a margin.
+ * A record whose frame would be larger never enters the outbox: it
+ * follows on_error.
  */
-#define PULSAR_SINK_MAX_RECORD_BYTES (512 * 1024)
+#define PULSAR_SINK_MAX_FRAME_BYTES (1024 * 1024 - 1024)
 
 typedef struct PulsarPublisher PulsarPublisher;
 
@@ -38,7 +38,13 @@ extern PulsarPublisher *pulsar_publisher_create(KafkaSinkSpec *spec, const SinkO
  */
 extern bool pulsar_publisher_publish(PulsarPublisher *pub, char **error);
 
-/* NULL when the key can be a Pulsar message's key; else why it cannot. */
-extern const char *pulsar_key_refusal(const char *key, int len);
+/*
+ * Why the record (its outbox columns) can never be sent: a key or property
+ * that is not a string (a zero byte, not UTF-8), or a frame too large; with
+ * *hint.  NULL when it can.  The outbox must never lose a record later, so
+ * this is asked before a record enters it.
+ */
+extern char *pulsar_record_refusal(const KafkaSinkSpec *spec, bytea *key, bytea *value,
+								   bytea *headers, const char **hint);
 
 #endif							/* PULSAR_PUBLISHER_H */

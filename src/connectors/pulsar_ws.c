@@ -359,7 +359,8 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 					snprintf(why, sizeof(why), "the broker closed the session, giving no reason (shutting down?)");
 				else
 					snprintf(why, sizeof(why), "the broker closed the session (WebSocket close code %d%s)",
-							 code, code == 1001 ? ": going away" : code == 1011 ? ": a server error" : "");
+							 code, code == 1001 ? ": going away" : code == 1009 ? ": a frame too large" :
+									 code == 1011 ? ": a server error" : "");
 				set_closed(conn, why);
 				break;
 			}

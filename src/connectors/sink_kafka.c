@@ -81,10 +81,7 @@ kafka_sink_create(JobPlan *plan, SinkPlan *sink_plan, KafkaSinkSpec *spec, const
 	sink->ctx = AllocSetContextCreate(parent, "mailer kafka sink records", ALLOCSET_DEFAULT_SIZES);
 	sink->scratch = AllocSetContextCreate(parent, "mailer kafka sink row", ALLOCSET_DEFAULT_SIZES);
 	if (spec->pulsar)
-	{
-		sink->max_bytes = PULSAR_SINK_MAX_RECORD_BYTES;
 		sink->pulsar = pulsar_publisher_create(sink->spec, owner, parent);
-	}
 	else
 	{
 		sink->max_bytes = kafka_producer_max_bytes(spec);
@@ -213,34 +210,32 @@ kafka_sink_flush(KafkaSink *sink, DeadLetterBuffer *dlq, OnError on_error, int64
 	for (int i = 0; i < sink->nrecords; i++)
 	{
 		KafkaRecord *r = &sink->records[i];
-		int64		size = record_bytes(sink, r);
 		const char *why;
+		const char *hint;
+		MemoryContext caller = MemoryContextSwitchTo(sink->scratch);
 
 		/*
 		 * The producer would refuse it at every attempt: it never reaches
 		 * the outbox.  (A Pulsar sink's outbox must never lose a record
 		 * later: that would renumber the records after it.)
 		 */
-		if (size > sink->max_bytes)
+		if (sink->pulsar)
+			why = pulsar_record_refusal(sink->spec, r->key, r->value, r->headers, &hint);
+		else
 		{
-			refuse(sink, r,
-				   sink->spec->pulsar ?
-				   psprintf("the record is " INT64_FORMAT " bytes, more than the Pulsar sink takes (" INT64_FORMAT ")",
-							size, sink->max_bytes) :
-				   psprintf("the record is " INT64_FORMAT " bytes, more than the producer's message.max.bytes (" INT64_FORMAT ")",
-							size, sink->max_bytes),
-				   sink->spec->pulsar ?
-				   "Make the record smaller (sink.value), or set on_error to dead_letter." :
-				   "Raise sink.options.message.max.bytes (and the topic's max.message.bytes), or set on_error to dead_letter.",
-				   dlq, on_error);
-			(*rejected)++;
-			continue;
+			int64		size = record_bytes(sink, r);
+
+			why = size <= sink->max_bytes ? NULL :
+				psprintf("the record is " INT64_FORMAT " bytes, more than the producer's message.max.bytes (" INT64_FORMAT ")",
+						 size, sink->max_bytes);
+			hint = "Raise sink.options.message.max.bytes (and the topic's max.message.bytes), or set on_error to dead_letter.";
 		}
-		if (sink->spec->pulsar && r->key &&
-			(why = pulsar_key_refusal(VARDATA_ANY(r->key), VARSIZE_ANY_EXHDR(r->key))) != NULL)
+		if (why)
+			refuse(sink, r, why, hint, dlq, on_error);
+		MemoryContextSwitchTo(caller);
+		MemoryContextReset(sink->scratch);
+		if (why)
 		{
-			refuse(sink, r, why, "Give the Pulsar sink a key of text (sink.key, format json or text).",
-				   dlq, on_error);
 			(*rejected)++;
 			continue;
 		}

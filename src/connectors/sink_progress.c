@@ -22,6 +22,7 @@
 #define Anum_progress_marker_nonce	4
 #define Anum_progress_sequence_id	5
 #define Anum_progress_sequence_gen	6
+#define Anum_progress_sent_sequence	7
 
 char *
 sink_producer_id(const SinkOwner *owner, MemoryContext parent)
@@ -68,7 +69,7 @@ sink_progress_read(const SinkOwner *owner, SinkProgress *progress)
 	values[1] = Int32GetDatum(owner->subtask);
 	SPI_connect();
 	catalog_exec("SELECT published_epoch, generation, restored_to, marker_nonce, last_sequence_id, "
-				 "sequence_generation FROM " MAILER_SCHEMA ".kafka_sink_progress "
+				 "sequence_generation, sent_sequence_id FROM " MAILER_SCHEMA ".kafka_sink_progress "
 				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
 				 2, types, values, NULL, true);
 	if (SPI_processed != 1)
@@ -82,6 +83,24 @@ sink_progress_read(const SinkOwner *owner, SinkProgress *progress)
 	strlcpy(progress->nonce, catalog_text(0, Anum_progress_marker_nonce), sizeof(progress->nonce));
 	progress->last_sequence_id = DatumGetInt64(catalog_value(0, Anum_progress_sequence_id, &isnull));
 	progress->sequence_generation = DatumGetInt32(catalog_value(0, Anum_progress_sequence_gen, &isnull));
+	progress->sent_sequence_id = DatumGetInt64(catalog_value(0, Anum_progress_sent_sequence, &isnull));
+	SPI_finish();
+}
+
+void
+sink_progress_mark_sent(const SinkOwner *owner, int64 sent_sequence_id)
+{
+	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(owner->job_id);
+	values[1] = Int32GetDatum(owner->subtask);
+	values[2] = Int64GetDatum(sent_sequence_id);
+	SPI_connect();
+	catalog_exec("UPDATE " MAILER_SCHEMA ".kafka_sink_progress "
+				 "SET sent_sequence_id = pg_catalog.int8larger(sent_sequence_id, $3) "
+				 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
+				 3, types, values, NULL, false);
 	SPI_finish();
 }
 
@@ -109,7 +128,9 @@ sink_progress_record(const SinkOwner *owner, int64 through, int64 last_sequence_
 	else
 		catalog_exec("UPDATE " MAILER_SCHEMA ".kafka_sink_progress SET published_epoch = $3, "
 					 "published_at = pg_catalog.now(), restored_to = NULL, "
-					 "last_sequence_id = $4, sequence_generation = $5 "
+					 "last_sequence_id = $4, sequence_generation = $5, "
+					 "sent_sequence_id = CASE WHEN sequence_generation OPERATOR(pg_catalog.=) $5 "
+					 "THEN pg_catalog.int8larger(sent_sequence_id, $4) ELSE $4 END "
 					 "WHERE job_id OPERATOR(pg_catalog.=) $1 AND subtask OPERATOR(pg_catalog.=) $2",
 					 5, types, values, NULL, false);
 	SPI_finish();

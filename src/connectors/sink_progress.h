@@ -20,6 +20,7 @@ typedef struct SinkProgress
 	char		nonce[17];		/* Kafka: in every epoch marker */
 	int64		last_sequence_id;	/* Pulsar: the last record of epoch published */
 	int32		sequence_generation;	/* Pulsar: whose producer name that is */
+	int64		sent_sequence_id;	/* Pulsar: no attempt under that name sent a higher one */
 } SinkProgress;
 
 /*
@@ -39,10 +40,17 @@ extern void sink_progress_read(const SinkOwner *owner, SinkProgress *progress);
 /*
  * In a transaction: the topic holds every record up to epoch through:
  * delete them from the outbox and note it.  sequence_generation < 0
- * leaves the Pulsar columns as they are.
+ * leaves the Pulsar columns as they are; a new one starts its producer's
+ * sent mark at last_sequence_id.
  */
 extern void sink_progress_record(const SinkOwner *owner, int64 through,
 								 int64 last_sequence_id, int32 sequence_generation);
+
+/*
+ * In a transaction: an attempt under the producer of sequence_generation may
+ * now send sequence ids up to sent_sequence_id (it only ever rises).
+ */
+extern void sink_progress_mark_sent(const SinkOwner *owner, int64 sent_sequence_id);
 
 /* What one round of publishing came to. */
 typedef enum PublishRound

@@ -116,21 +116,32 @@ like(psql("SELECT mailer.describe_job(spec) FROM mailer.job WHERE name = 'j200'"
 	psql("SELECT mailer.drop_job('j200_parted')");
 }
 
-# A key with a zero byte: a dead letter before the outbox, the rest published.
+# Records the WebSocket service could never take are dead letters before
+# the outbox, and the rest are published: a key with a zero byte, and a
+# key of 200 kB of control characters, small as a record but over 1 MB as
+# a frame (each is escaped as six characters of JSON).
 {
 	my $keys = 'public/default/' . unique_name('t200_keys');
 	pulsar('create-topic', $keys, 0);
 	my $url = pulsar_url();
 	psql(qq{SELECT mailer.create_job('j200_keys', \$\${
-	  "source": {"type": "generator", "events": 10},
+	  "source": {"type": "generator", "events": 12},
 	  "sink": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$keys", "format": "bytes",
-	           "key": "CASE WHEN \\"offset\\" % 2 = 0 THEN '\\\\x6100'::bytea ELSE 'b'::bytea END",
+	           "key": "CASE \\"offset\\" % 3 WHEN 0 THEN '\\\\x6100'::bytea WHEN 1 THEN decode(repeat('01', 200000), 'hex') ELSE 'b'::bytea END",
 	           "value": "convert_to(value::text, 'UTF8')"}}\$\$)});
 	wait_until('j200_keys to finish', sub { psql("SELECT state FROM mailer.jobs WHERE name = 'j200_keys'") eq 'finished' }, 60);
 	is(psql("SELECT count(*) FROM mailer.dead_letters d JOIN mailer.job j USING (job_id) WHERE j.name = 'j200_keys' "
-		  . "AND stage = 'sink' AND error LIKE '%its key holds a zero byte%'"), '5', 'the 5 keys with a zero byte are dead letters');
-	my $lines = psink_read($keys, 5);
-	is(scalar(grep { (split /\t/)[2] eq 'b' } @$lines), 5, 'the other 5 are published with their key');
+		  . "AND stage = 'sink' AND error LIKE '%its key holds a zero byte%'"), '4', 'the 4 keys with a zero byte are dead letters');
+	is(psql("SELECT count(*) FROM mailer.dead_letters d JOIN mailer.job j USING (job_id) WHERE j.name = 'j200_keys' "
+		  . "AND stage = 'sink' AND error LIKE '%its frame would be % bytes, more than the WebSocket service takes%'"), '4',
+		'the 4 records whose frame would be over 1 MB are dead letters');
+	my $lines = psink_read($keys, 4);
+	is(scalar(grep { (split /\t/)[2] eq 'b' } @$lines), 4, 'the other 4 are published with their key');
+	wait_until('j200_keys to have published', sub {
+		psql("SELECT pending_records FROM mailer.kafka_sinks WHERE job = 'j200_keys'") eq '0';
+	}, 60);
+	is(psql("SELECT sink_type || ' ' || last_sequence_id || ' ' || sequence_generation FROM mailer.kafka_sinks WHERE job = 'j200_keys'"),
+		'pulsar 3 1', 'mailer.kafka_sinks shows a Pulsar sink\'s last sequence id (4 records: 0 to 3) and its generation');
 }
 
 # "sinks": a table and its Pulsar changelog get the same rows.
