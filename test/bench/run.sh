@@ -35,6 +35,12 @@
 #   profile     perf profiles of BENCH_PROFILE_JOBS (by default the job with
 #               the most CPU per record, the tumbling job, passthrough, and
 #               one subtask of the tumbling job at parallelism 2)
+#   pulsar      the passthrough job reading a Pulsar topic of
+#               BENCH_PULSAR_EVENTS orders (one partition) against a raw
+#               WebSocket reader of it (test/pulsar_tool read, the same
+#               receive queue as the source's): records/s, CPU-s per million
+#               records, ratio to the raw rate within a round; skipped, saying
+#               so, when Pulsar cannot start (test/services/pulsar.sh)
 #   scrape      the HTTP worker's CPU (issue 15) with BENCH_SCRAPE_JOBS light
 #               generator jobs: idle (its one-second history sampler only),
 #               a Prometheus-like scrape of /metrics and /api/jobs every
@@ -49,7 +55,8 @@
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
 #   BENCH_STATE_BACKENDS="rocksdb memory"   its backends
 #   BENCH_SINK_ROWS=100000   distinct keys (rows) of the sink section's checkpoint
-#   BENCH_SECTIONS="throughput parallelism flink kafka_sink sink state latency profile scrape"
+#   BENCH_SECTIONS="throughput parallelism flink kafka_sink sink state latency profile pulsar scrape"
+#   BENCH_PULSAR_EVENTS=300000    orders in the pulsar section's topic
 #   BENCH_THROUGHPUT_JOBS="passthrough:- append:- totals:rocksdb ..."   the
 #                            throughput section's jobs, as KIND:BACKEND (all
 #                            eleven by default)
@@ -90,7 +97,8 @@ BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
 BENCH_STATE_BACKENDS=${BENCH_STATE_BACKENDS:-rocksdb memory}
 BENCH_SINK_ROWS=${BENCH_SINK_ROWS:-100000}
-BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink sink state latency profile scrape}
+BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink sink state latency profile pulsar scrape}
+BENCH_PULSAR_EVENTS=${BENCH_PULSAR_EVENTS:-300000}
 BENCH_PARALLELISM=${BENCH_PARALLELISM:-1 2 4}
 BENCH_PARALLELISM_JOBS=${BENCH_PARALLELISM_JOBS:-tumbling:rocksdb sliding:rocksdb}
 BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
@@ -273,6 +281,8 @@ drop_job() { q -c "SELECT mailer.drop_job(name) FROM mailer.job WHERE name = '$1
 # The JSON spec of a benchmark job.  KIND: passthrough append totals
 # tumbling sliding session distinct latency; BACKEND: rocksdb or memory; PARALLELISM
 # above 1 adds that field, so the spec at 1 is the throughput section's.
+# JOB_SOURCE, when set, is the source instead of the Kafka topics (the
+# pulsar section's).
 job_spec()
 {
 	local kind=$1 backend=$2 topics=$3 start=${4:-earliest} parallelism=${5:-1} steps sink event_time=""
@@ -314,8 +324,11 @@ job_spec()
 		sink='{"type": "table", "table": "bench.windows"}' ;;
 	*) die "unknown job kind $kind" ;;
 	esac
+	local source='{"type": "kafka", "brokers": "'$KAFKA_BROKERS'", "topics": '$topics', "start": "'$start'"'
+	[ -z "${BENCH_SOURCE_OPTIONS:-}" ] || source+=', "options": '$BENCH_SOURCE_OPTIONS
+	source+='}'
 	cat <<-EOF
-	{"source": {"type": "kafka", "brokers": "$KAFKA_BROKERS", "topics": $topics, "start": "$start"$([ -z "${BENCH_SOURCE_OPTIONS:-}" ] || echo ", \"options\": $BENCH_SOURCE_OPTIONS")},
+	{"source": ${JOB_SOURCE:-$source},
 	 $event_time
 	 "steps": $steps,
 	 "sink": $sink,
@@ -1173,6 +1186,94 @@ section_scrape()
 	fi
 }
 
+# ---------------------------------------------------------------- pulsar
+
+PULSAR_TOPIC=public/default/bench_orders_${BENCH_PULSAR_EVENTS}_${BENCH_KEYS}
+PULSAR_CHUNK=100000
+
+# Orders FROM to TO as lines, the Kafka topics' values without a timestamp
+# of their own (the passthrough job reads only the amount).
+pulsar_orders()
+{
+	awk -v from="$1" -v to="$2" -v keys="$BENCH_KEYS" 'BEGIN {
+		for (i = from; i <= to; i++)
+			printf "{\"order_id\": %d, \"customer_id\": \"c%d\", \"amount\": %d.%02d, \"ts\": \"2024-01-01T00:00:00.000000Z\"}\n",
+				i, i % keys, i % 500, i % 100
+	}'
+}
+
+# Messages in the topic (one per entry: pulsar_tool's producer does not
+# batch), 0 when it has none or does not exist.
+pulsar_count()
+{
+	test/services/pulsar.sh stats "$PULSAR_TOPIC" 2>/dev/null | sed -n 's/.*"numberOfEntries":\([0-9]*\).*/\1/p' | grep . || echo 0
+}
+
+# The topic (not partitioned: one reader for both sides), produced once and
+# reused while it holds exactly BENCH_PULSAR_EVENTS; in chunks, each from
+# the same producer with the sequence ids going on, so memory stays small.
+pulsar_ensure_topic()
+{
+	local have from
+	test/services/pulsar.sh create-topic "$PULSAR_TOPIC" 0 >>"$LOG" 2>&1 || die "cannot create Pulsar topic $PULSAR_TOPIC"
+	have=$(pulsar_count)
+	if [ "$have" = "$BENCH_PULSAR_EVENTS" ]; then
+		say "Pulsar topic $PULSAR_TOPIC: $have orders already there"
+		return
+	fi
+	if [ "$have" != 0 ]; then
+		test/services/pulsar.sh delete-topic "$PULSAR_TOPIC" >>"$LOG" 2>&1
+		test/services/pulsar.sh create-topic "$PULSAR_TOPIC" 0 >>"$LOG" 2>&1
+	fi
+	say "Pulsar topic $PULSAR_TOPIC: producing $BENCH_PULSAR_EVENTS orders"
+	for ((from = 1; from <= BENCH_PULSAR_EVENTS; from += PULSAR_CHUNK)); do
+		pulsar_orders "$from" "$((from + PULSAR_CHUNK - 1 < BENCH_PULSAR_EVENTS ? from + PULSAR_CHUNK - 1 : BENCH_PULSAR_EVENTS))" |
+			test/services/pulsar.sh produce "$PULSAR_TOPIC" bench "$((from - 1))" >/dev/null 2>>"$LOG" ||
+			die "producing to Pulsar topic $PULSAR_TOPIC failed; see $LOG"
+	done
+	have=$(pulsar_count)
+	[ "$have" = "$BENCH_PULSAR_EVENTS" ] || die "Pulsar topic $PULSAR_TOPIC holds $have orders, not $BENCH_PULSAR_EVENTS"
+}
+
+# The raw WebSocket reader: every message parsed and acknowledged, with the
+# source's receive queue (RECEIVER_QUEUE of source_pulsar.c), nothing printed.
+pulsar_raw_read()
+{
+	local run=$1 t0 t1 cpu TIMEFORMAT='%U %S'
+	t0=$(now)
+	cpu=$( { time PULSAR_TOOL_QUIET=1 PULSAR_TOOL_QUEUE=1000 PULSAR_TOOL_LINGER_MS=0 PULSAR_TOOL_TIMEOUT=$BENCH_JOB_TIMEOUT \
+		test/pulsar_tool/pulsar_tool "$PULSAR_URL" read "$PULSAR_TOPIC" earliest "$BENCH_PULSAR_EVENTS" >/dev/null 2>>"$LOG"; } 2>&1 ) ||
+		die "the raw Pulsar reader failed; see $LOG"
+	t1=$(now)
+	RAW_RATE=$(calc "$BENCH_PULSAR_EVENTS / ($t1 - $t0)")
+	record pulsar raw - "$run" records_per_s "$RAW_RATE"
+	record pulsar raw - "$run" seconds "$(calc "$t1 - $t0")"
+	record pulsar raw - "$run" cpu_s_per_m "$(calc "(${cpu% *} + ${cpu#* }) * 1000000 / $BENCH_PULSAR_EVENTS")"
+	say "  raw Pulsar reader run $run: $(printf '%.0f' "$RAW_RATE") records/s, cpu ${cpu% *} + ${cpu#* } s"
+}
+
+section_pulsar()
+{
+	local broker_pid=$BROKER_PID
+	if ! test/services/pulsar.sh start >>"$LOG" 2>&1; then
+		say "== pulsar: skipped: Pulsar could not start ($(grep -o 'ERROR: .*' "$LOG" | tail -1))"
+		return 0
+	fi
+	say "== pulsar: $PULSAR_TOPIC, $BENCH_RUNS rounds"
+	make -s -C test/pulsar_tool PG_CONFIG="$PG_CONFIG" >>"$LOG" 2>&1 || die "could not build test/pulsar_tool; see $LOG"
+	pulsar_ensure_topic
+	# run_job's broker CPU is Pulsar's here.
+	BROKER_PID=$(cat "$PULSAR_DIR/pulsar.pid" 2>/dev/null || echo 0)
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		pulsar_raw_read "$run"
+		JOB_SOURCE='{"type": "pulsar", "service_url": "'$PULSAR_URL'", "topic": "persistent://'$PULSAR_TOPIC'", "format": "json"}' \
+			run_job pulsar passthrough passthrough - "$run" '[]' "$BENCH_PULSAR_EVENTS"
+		record pulsar passthrough - "$run" ratio_to_raw "$(calc "$JOB_RATE / $RAW_RATE")"
+		finish_job
+	done
+	BROKER_PID=$broker_pid
+}
+
 # ---------------------------------------------------------------- report
 
 report()
@@ -1215,9 +1316,9 @@ step()
 start=$SECONDS
 STEP_NO=0
 STEPS=(setup)
-# Only the scrape section does without the orders.
-[ "$BENCH_SECTIONS" = scrape ] || STEPS+=(topic)
-for s in throughput parallelism flink kafka_sink sink state latency profile scrape; do
+# Only the scrape and pulsar sections do without the Kafka orders.
+[ -z "$(tr ' ' '\n' <<<"$BENCH_SECTIONS" | grep -vx -e scrape -e pulsar -e '')" ] || STEPS+=(topic)
+for s in throughput parallelism flink kafka_sink sink state latency profile pulsar scrape; do
 	if section_on "$s"; then STEPS+=("$s"); fi
 done
 STEPS+=(report)
