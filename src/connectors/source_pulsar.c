@@ -21,6 +21,10 @@
  * message's event time when the producer set one, else its publish time;
  * its headers are the message's properties.
  *
+ * Lag is the entries after the last one handed out, asked of the broker
+ * at each metadata refresh (poll_lag), and published as the partition's
+ * end in the units of the record offsets.
+ *
  * libwebsockets starts no thread; libcurl may (a resolver), so its calls
  * (pulsar_admin.c) run with signals blocked.  The worker waits on one
  * descriptor: an epoll set that holds every reader's socket, for reading,
