@@ -173,25 +173,43 @@ topic_count()
 	awk '/offset/ { s += $NF } END { print s + 0 }' <<<"$out"
 }
 
-# A topic of EVENTS orders over KEYS customers (MODE cycle: every key in
-# turn), produced once and reused while it holds exactly that many.
-ensure_topic()
+# A topic of EVENTS orders on SERVICE (kafka or pulsar: test/services)
+# with PARTITIONS partitions, produced once by the command after WHAT (the
+# words said of it) and reused while COUNT (a function of the topic) says
+# it holds exactly that many.
+#   topic_once SERVICE TOPIC EVENTS PARTITIONS COUNT WHAT COMMAND...
+topic_once()
 {
-	local topic=$1 events=$2 keys=$3 mode=${4:-} have
-	test/services/kafka.sh create-topic "$topic" 8 >>"$LOG" 2>&1 || die "cannot create topic $topic"
-	have=$(topic_count "$topic")
+	local service=$1 topic=$2 events=$3 partitions=$4 count=$5 what=$6 have
+	shift 6
+	test/services/$service.sh create-topic "$topic" "$partitions" >>"$LOG" 2>&1 || die "cannot create $service topic $topic"
+	have=$("$count" "$topic")
 	if [ "$have" = "$events" ]; then
-		say "topic $topic: $events orders already there"
+		say "$service topic $topic: $events orders already there"
 		return
 	fi
 	if [ "$have" != 0 ]; then
-		test/services/kafka.sh delete-topic "$topic" >>"$LOG" 2>&1
-		test/services/kafka.sh create-topic "$topic" 8 >>"$LOG" 2>&1
+		test/services/$service.sh delete-topic "$topic" >>"$LOG" 2>&1
+		test/services/$service.sh create-topic "$topic" "$partitions" >>"$LOG" 2>&1
 	fi
-	say "topic $topic: producing $events orders over $keys customers${mode:+ ($mode)}"
-	"$BENCH_DIR/produce" "$KAFKA_BROKERS" "$topic" "$events" "$keys" ${mode:+--$mode} | tee -a "$LOG"
-	have=$(topic_count "$topic")
-	[ "$have" = "$events" ] || die "topic $topic holds $have orders, not $events"
+	say "$service topic $topic: producing $events orders$what"
+	"$@"
+	have=$("$count" "$topic")
+	[ "$have" = "$events" ] || die "$service topic $topic holds $have orders, not $events"
+}
+
+# A Kafka topic of EVENTS orders over KEYS customers (MODE cycle: every key
+# in turn), 8 partitions.
+ensure_topic()
+{
+	local topic=$1 events=$2 keys=$3 mode=${4:-}
+	topic_once kafka "$topic" "$events" 8 topic_count " over $keys customers${mode:+ ($mode)}" \
+		kafka_orders "$topic" "$events" "$keys" "$mode"
+}
+
+kafka_orders()
+{
+	"$BENCH_DIR/produce" "$KAFKA_BROKERS" "$1" "$2" "$3" ${4:+--$4} | tee -a "$LOG"
 }
 
 # ---------------------------------------------------------------- measuring
@@ -1202,50 +1220,39 @@ pulsar_orders()
 	}'
 }
 
-# Messages in the topic (one per entry: pulsar_tool's producer does not
-# batch), 0 when it has none or does not exist.
+# Messages in a Pulsar topic (one per entry: pulsar_tool's producer does
+# not batch), 0 when it has none or does not exist.
 pulsar_count()
 {
-	test/services/pulsar.sh stats "$PULSAR_TOPIC" 2>/dev/null | sed -n 's/.*"numberOfEntries":\([0-9]*\).*/\1/p' | grep . || echo 0
+	test/services/pulsar.sh stats "$1" 2>/dev/null | sed -n 's/.*"numberOfEntries":\([0-9]*\).*/\1/p' | grep . || echo 0
 }
 
-# The topic (not partitioned: one reader for both sides), produced once and
-# reused while it holds exactly BENCH_PULSAR_EVENTS; in chunks, each from
-# the same producer with the sequence ids going on, so memory stays small.
-pulsar_ensure_topic()
+# EVENTS orders into a Pulsar topic, in chunks, each from the same producer
+# with the sequence ids going on, so memory stays small.
+pulsar_orders_produce()
 {
-	local have from
-	test/services/pulsar.sh create-topic "$PULSAR_TOPIC" 0 >>"$LOG" 2>&1 || die "cannot create Pulsar topic $PULSAR_TOPIC"
-	have=$(pulsar_count)
-	if [ "$have" = "$BENCH_PULSAR_EVENTS" ]; then
-		say "Pulsar topic $PULSAR_TOPIC: $have orders already there"
-		return
-	fi
-	if [ "$have" != 0 ]; then
-		test/services/pulsar.sh delete-topic "$PULSAR_TOPIC" >>"$LOG" 2>&1
-		test/services/pulsar.sh create-topic "$PULSAR_TOPIC" 0 >>"$LOG" 2>&1
-	fi
-	say "Pulsar topic $PULSAR_TOPIC: producing $BENCH_PULSAR_EVENTS orders"
-	for ((from = 1; from <= BENCH_PULSAR_EVENTS; from += PULSAR_CHUNK)); do
-		pulsar_orders "$from" "$((from + PULSAR_CHUNK - 1 < BENCH_PULSAR_EVENTS ? from + PULSAR_CHUNK - 1 : BENCH_PULSAR_EVENTS))" |
-			test/services/pulsar.sh produce "$PULSAR_TOPIC" bench "$((from - 1))" >/dev/null 2>>"$LOG" ||
-			die "producing to Pulsar topic $PULSAR_TOPIC failed; see $LOG"
+	local topic=$1 events=$2 from
+	for ((from = 1; from <= events; from += PULSAR_CHUNK)); do
+		pulsar_orders "$from" "$((from + PULSAR_CHUNK - 1 < events ? from + PULSAR_CHUNK - 1 : events))" |
+			test/services/pulsar.sh produce "$topic" bench "$((from - 1))" >/dev/null 2>>"$LOG" ||
+			die "producing to Pulsar topic $topic failed; see $LOG"
 	done
-	have=$(pulsar_count)
-	[ "$have" = "$BENCH_PULSAR_EVENTS" ] || die "Pulsar topic $PULSAR_TOPIC holds $have orders, not $BENCH_PULSAR_EVENTS"
 }
 
 # The raw WebSocket reader: every message parsed and acknowledged, with the
 # source's receive queue (RECEIVER_QUEUE of source_pulsar.c), nothing printed.
 pulsar_raw_read()
 {
-	local run=$1 t0 t1 cpu TIMEFORMAT='%U %S'
+	local run=$1 t0 t1 cpu broker TIMEFORMAT='%U %S'
+	broker=$(proc_cpu "$BROKER_PID")
 	t0=$(now)
 	cpu=$( { time PULSAR_TOOL_QUIET=1 PULSAR_TOOL_QUEUE=1000 PULSAR_TOOL_LINGER_MS=0 PULSAR_TOOL_TIMEOUT=$BENCH_JOB_TIMEOUT \
 		test/pulsar_tool/pulsar_tool "$PULSAR_URL" read "$PULSAR_TOPIC" earliest "$BENCH_PULSAR_EVENTS" >/dev/null 2>>"$LOG"; } 2>&1 ) ||
 		die "the raw Pulsar reader failed; see $LOG"
 	t1=$(now)
+	broker=$(calc "$(proc_cpu "$BROKER_PID") - $broker")
 	RAW_RATE=$(calc "$BENCH_PULSAR_EVENTS / ($t1 - $t0)")
+	record pulsar raw - "$run" broker_cpu_s_per_m "$(calc "$broker * 1000000 / $BENCH_PULSAR_EVENTS")"
 	record pulsar raw - "$run" records_per_s "$RAW_RATE"
 	record pulsar raw - "$run" seconds "$(calc "$t1 - $t0")"
 	record pulsar raw - "$run" cpu_s_per_m "$(calc "(${cpu% *} + ${cpu#* }) * 1000000 / $BENCH_PULSAR_EVENTS")"
@@ -1254,14 +1261,18 @@ pulsar_raw_read()
 
 section_pulsar()
 {
-	local broker_pid=$BROKER_PID
-	if ! test/services/pulsar.sh start >>"$LOG" 2>&1; then
-		say "== pulsar: skipped: Pulsar could not start ($(grep -o 'ERROR: .*' "$LOG" | tail -1))"
+	local broker_pid=$BROKER_PID out
+	if ! out=$(test/services/pulsar.sh start 2>&1); then
+		echo "$out" >>"$LOG"
+		say "== pulsar: skipped: Pulsar could not start: $(sed -n 's/.*ERROR: //p' <<<"$out" | tail -1)"
 		return 0
 	fi
+	echo "$out" >>"$LOG"
 	say "== pulsar: $PULSAR_TOPIC, $BENCH_RUNS rounds"
 	make -s -C test/pulsar_tool PG_CONFIG="$PG_CONFIG" >>"$LOG" 2>&1 || die "could not build test/pulsar_tool; see $LOG"
-	pulsar_ensure_topic
+	# Not partitioned: one reader on both sides.
+	topic_once pulsar "$PULSAR_TOPIC" "$BENCH_PULSAR_EVENTS" 0 pulsar_count "" \
+		pulsar_orders_produce "$PULSAR_TOPIC" "$BENCH_PULSAR_EVENTS"
 	# run_job's broker CPU is Pulsar's here.
 	BROKER_PID=$(cat "$PULSAR_DIR/pulsar.pid" 2>/dev/null || echo 0)
 	for run in $(seq 1 "$BENCH_RUNS"); do
@@ -1289,7 +1300,7 @@ machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
-	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_SINK_ROWS=$BENCH_SINK_ROWS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_SINK_ROWS=$BENCH_SINK_ROWS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_PULSAR_EVENTS=$BENCH_PULSAR_EVENTS BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
 }
 
 # ---------------------------------------------------------------- main
