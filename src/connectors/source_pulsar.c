@@ -1258,9 +1258,9 @@ same_message(const PulsarMessageId *a, const PulsarMessageId *b)
  * both ids have a batch index: 0 only when the reader has handed out the
  * partition's last message.  In the partition's last ledger that is its
  * lastMessageId less the position; from an earlier ledger, the entries of
- * the later ledgers internalStats lists (at most every LAG_STATS_MS, and
- * not again while neither end moved).  Unknown (NULL) when the broker does
- * not answer, or the position is past its end.
+ * the later ledgers internalStats lists (asked at most every LAG_STATS_MS,
+ * and not again while neither end moved).  Unknown (NULL) when the broker
+ * does not answer, or the position is past its end.
  */
 static void
 poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
@@ -1299,17 +1299,22 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 		pp->lag_end = -1;
 		return;
 	}
-	/* A reader one ledger or more behind: its last count holds a while. */
-	if (pp->lag_end >= 0 && pp->counted_at != 0 &&
-		((same_message(&pp->counted_from, from) && same_message(&pp->counted_to, &end)) ||
+	/*
+	 * A reader one ledger or more behind: its last count (or its failure:
+	 * a broker whose internalStats hangs must not cost the worker 2 s a
+	 * refresh) holds a while, and for good while neither end moves.
+	 */
+	if (pp->counted_at != 0 &&
+		((pp->lag_end >= 0 && same_message(&pp->counted_from, from) && same_message(&pp->counted_to, &end)) ||
 		 !TimestampDifferenceExceeds(pp->counted_at, now, LAG_STATS_MS)))
 		return;
+	pp->counted_at = now;
+	pp->counted_from = *from;
+	pp->counted_to = end;
+	pp->lag_end = -1;
 	if (!get_stats(ps, pp, -1, &entries, &oldest, &newest, &found, why, sizeof(why)) ||
 		!stats_ledger_list(ps->admin->body, &p, &list_end))
-	{
-		pp->lag_end = -1;
 		return;
-	}
 	/* Ledgers before the position's, deleted or not, are behind it; later ones than end are empty. */
 	while ((next = stats_next_ledger(&p, list_end, &id, &entries)) == 1)
 	{
@@ -1323,9 +1328,6 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 		behind += Max(n, 0);
 	}
 	pp->lag_end = next < 0 ? -1 : pp->count + behind;
-	pp->counted_at = now;
-	pp->counted_from = *from;
-	pp->counted_to = end;
 }
 
 /*
