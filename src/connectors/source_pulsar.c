@@ -305,6 +305,9 @@ failed:
 	for (int i = first_new; i < ps->nparts; i++)
 		pfree(ps->parts[i].reader_topic);
 	ps->nparts = first_new;
+	/* An outage shows as lag unknown, not as the last lag seen (poll_lag). */
+	for (int i = 0; i < ps->nparts; i++)
+		ps->parts[i].lag_end = -1;
 	snprintf(ps->error, sizeof(ps->error), "waiting for Pulsar: topic \"%s\": %s",
 			 ps->base.topic_names[0], why);
 	ps->next_refresh = TimestampTzPlusMilliseconds(now, METADATA_RETRY_MS);

@@ -102,4 +102,29 @@ caught_up('new ledger');
 
 is(psql("SELECT last_error IS NULL FROM mailer.jobs WHERE name = 'lag_210'"), 't', 'no error');
 psql("SELECT mailer.drop_job('lag_210')");
+
+# While the broker cannot be reached (a TCP proxy the job's service_url
+# names, killed), the lag is unknown (null), not the last lag seen; it
+# comes back once the broker answers again.
+my ($target) = $url =~ m{:(\d+)$};
+my $port = test_port(24000);
+my $proxy = fake_server_start($port, 'tcp_proxy.py', $port, '127.0.0.1', $target);
+psql('TRUNCATE lag_210');
+psql(qq{SELECT mailer.create_job('away_210', \$\${
+  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://$topic", "format": "json"},
+  "steps": [{"map": {"v": "value->>'v'"}}],
+  "sink": {"type": "table", "table": "lag_210", "mode": "append"},
+  "state": {"backend": "memory"}
+}\$\$)});
+is(wait_job('away_210', 120), 'running', 'through a proxy: wait_job');
+my $lags_sql = "SELECT string_agg(partition || '=' || coalesce(lag::text, 'null'), ',' ORDER BY partition) "
+  . "FROM mailer.partition_metrics WHERE name = 'away_210'";
+wait_for_sql('through a proxy: every lag 0', $lags_sql, '0=0,1=0', 30);
+fake_server_stop($proxy);
+wait_for_sql('the broker away: every lag unknown', $lags_sql, '0=null,1=null', 60);
+is(job_metric('away_210', "coalesce(consumer_lag::text, 'null')"), 'null', 'the broker away: consumer_lag unknown');
+$proxy = fake_server_start($port, 'tcp_proxy.py', $port, '127.0.0.1', $target);
+wait_for_sql('the broker back: every lag 0 again', $lags_sql, '0=0,1=0', 60);
+psql("SELECT mailer.drop_job('away_210')");
+fake_server_stop($proxy);
 done_testing();
