@@ -1228,7 +1228,6 @@ static void
 poll_lag(PulsarSource *ps)
 {
 	TimestampTz start = GetCurrentTimestamp();
-
 	int			first = ps->lag_next;
 	bool		spent = false;
 
@@ -1318,7 +1317,7 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 	if (!get_stats(ps, pp, -1, &entries, &oldest, &newest, &found, why, sizeof(why)) ||
 		!stats_ledger_list(ps->admin->body, &p, &list_end))
 		return;
-	/* Ledgers before the position's, deleted or not, are behind it; later ones than end are empty. */
+	/* Ledgers before the position's were read; those after end's are empty (the current one, not written yet). */
 	while ((next = stats_next_ledger(&p, list_end, &id, &entries)) == 1)
 	{
 		int64		n;
