@@ -21,6 +21,10 @@
  * message's event time when the producer set one, else its publish time;
  * its headers are the message's properties.
  *
+ * Lag is the entries after the last one handed out, asked of the broker
+ * at each metadata refresh (poll_lag), and published as the partition's
+ * end in the units of the record offsets.
+ *
  * libwebsockets starts no thread; libcurl may (a resolver), so its calls
  * (pulsar_admin.c) run with signals blocked.  The worker waits on one
  * descriptor: an epoll set that holds every reader's socket, for reading,
@@ -44,6 +48,7 @@
 
 #include "base/iso_time.h"
 #include "base/jsonb_build.h"
+#include "base/test_point.h"
 #include "connectors/kafka_client.h"
 #include "connectors/pulsar_admin.h"
 #include "connectors/pulsar_frame.h"
@@ -58,6 +63,8 @@
 #define RECEIVER_QUEUE			1000
 #define ID_LEN					128		/* a base64 message id, with room */
 #define MAX_FDS					1024
+#define LAG_BUDGET_MS			50		/* the worker's time for lag polls per refresh, at most ... */
+#define LAG_STATS_MS			30000	/* ... and a partition's internalStats for its lag, at most this often */
 
 typedef struct PulsarPartition
 {
@@ -85,6 +92,12 @@ typedef struct PulsarPartition
 	int64		end_ledger;		/* a ledger whose entry count is known, -1 none ... */
 	int64		end_entries;	/* ... and that count */
 	int64		reported_ledger;	/* the last ledger reported as deleted, -1 none */
+	/* Lag (poll_lag): the partition's end in count's units, as of the last poll; -1 unknown. */
+	int64		lag_end;
+	bool		lag_polled;		/* polled once: a new partition is, whatever the budget */
+	TimestampTz counted_at;		/* when internalStats last counted the entries behind, 0 never ... */
+	PulsarMessageId counted_from;	/* ... from this position ... */
+	PulsarMessageId counted_to; /* ... to this end */
 } PulsarPartition;
 
 /* A handed-out message's properties: pointers into its frame. */
@@ -118,6 +131,7 @@ typedef struct PulsarSource
 	int			nframes;
 	int			capacity;
 	int			next_part;		/* where the next poll starts: every partition gets its turn */
+	int			lag_next;		/* the partition whose lag is polled next */
 	TimestampTz next_refresh;
 	bool		mark_pending;	/* wait_job asked; marks not taken yet */
 	char		error[512];		/* what the source waits on, "" none */
@@ -140,6 +154,8 @@ static void note_length(PulsarSource *ps, PulsarPartition *pp, int64 ledger);
 static bool hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t len, SourceMessage *out);
 static TimestampTz message_time(const char *text);
 static void take_marks(PulsarSource *ps);
+static void poll_lag(PulsarSource *ps);
+static void poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now);
 static void update_metrics(PulsarSource *ps);
 static void push_restored_not_open(PulsarSource *ps, Jsonb *obj, JsonbParseState **state);
 
@@ -242,7 +258,7 @@ refresh_partitions(PulsarSource *ps)
 		pp->mark.ledger = -2;
 		pp->checked.ledger = -1;
 		pp->end_ledger = pp->reported_ledger = pp->fits_ledger = pp->asked_ledger =
-			pp->closed_ledger = -1;
+			pp->closed_ledger = pp->lag_end = -1;
 		pp->count = Max(restored_count(ps, p), 0);
 		start = restored_string(ps, p);
 		if (start == NULL && !positioned && ps->spec->start_latest)
@@ -279,7 +295,10 @@ refresh_partitions(PulsarSource *ps)
 		check_retention(ps, &ps->parts[i]);
 	ps->error[0] = '\0';
 	ps->next_refresh = TimestampTzPlusMilliseconds(now, METADATA_INTERVAL_MS);
+	poll_lag(ps);
 	update_metrics(ps);
+	/* The lag of every partition is the broker's, published (tests hold the worker here). */
+	TEST_POINT("pulsar_lag_polled");
 	if (ps->mark_pending)
 		take_marks(ps);
 	return;
@@ -289,6 +308,9 @@ failed:
 	for (int i = first_new; i < ps->nparts; i++)
 		pfree(ps->parts[i].reader_topic);
 	ps->nparts = first_new;
+	/* An outage shows as lag unknown, not as the last lag seen (poll_lag). */
+	for (int i = 0; i < ps->nparts; i++)
+		ps->parts[i].lag_end = -1;
 	snprintf(ps->error, sizeof(ps->error), "waiting for Pulsar: topic \"%s\": %s",
 			 ps->base.topic_names[0], why);
 	ps->next_refresh = TimestampTzPlusMilliseconds(now, METADATA_RETRY_MS);
@@ -371,29 +393,52 @@ restored_count(PulsarSource *ps, int32 partition)
 }
 
 /*
- * What an internalStats answer's "ledgers" (listed in ascending order, the
- * current ledger last) says of ledger: 1 listed (*entries; -1 for the
- * current ledger, still growing), 0 not listed (deleted, or never the
- * topic's), -1 when the answer does not say.  *oldest and *newest: the
- * first and the last listed, -1 when none is.
+ * The next ledger an internalStats answer's "ledgers" list (ascending, the
+ * current ledger last) names at or after *p, before end: its id and
+ * listed entry count (the current ledger's is not its length yet); 1 with
+ * *p past it, 0 at the list's end, -1 when the answer does not say.
+ */
+static int
+stats_next_ledger(const char **p, const char *end, int64 *id, int64 *entries)
+{
+	if ((*p = strstr(*p, "\"ledgerId\"")) == NULL || *p >= end)
+		return 0;
+	if (!pulsar_json_number(*p, "ledgerId", id) || !pulsar_json_number(*p, "entries", entries))
+		return -1;
+	*p += 10;
+	return 1;
+}
+
+/* The bounds of an internalStats answer's "ledgers" list; false when it has none. */
+static bool
+stats_ledger_list(const char *body, const char **start, const char **end)
+{
+	*start = strstr(body, "\"ledgers\"");
+	*end = *start ? strchr(*start, ']') : NULL;
+	return *end != NULL;
+}
+
+/*
+ * What an internalStats answer's "ledgers" says of ledger: 1 listed
+ * (*entries; -1 for the current ledger, still growing), 0 not listed
+ * (deleted, or never the topic's), -1 when the answer does not say.
+ * *oldest and *newest: the first and the last listed, -1 when none is.
  */
 static int
 stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest, int64 *newest)
 {
-	const char *p = strstr(body, "\"ledgers\"");
-	const char *end = p ? strchr(p, ']') : NULL;
-	int			found = 0;
+	const char *p,
+			   *end;
+	int64		id,
+				n;
+	int			found = 0,
+				next;
 
 	*oldest = *newest = -1;
-	if (p == NULL || end == NULL)
+	if (!stats_ledger_list(body, &p, &end))
 		return -1;
-	while ((p = strstr(p, "\"ledgerId\"")) != NULL && p < end)
+	while ((next = stats_next_ledger(&p, end, &id, &n)) == 1)
 	{
-		int64		id,
-					n;
-
-		if (!pulsar_json_number(p, "ledgerId", &id) || !pulsar_json_number(p, "entries", &n))
-			return -1;
 		if (*oldest < 0)
 			*oldest = id;
 		*newest = id;
@@ -402,8 +447,9 @@ stats_ledger(const char *body, int64 ledger, int64 *entries, int64 *oldest, int6
 			*entries = n;
 			found = 1;
 		}
-		p += 10;
 	}
+	if (next < 0)
+		return -1;
 	if (found && *newest == ledger)
 		*entries = -1;
 	return found;
@@ -1173,23 +1219,147 @@ pulsar_reached_end(Source *src)
 	return true;
 }
 
+/*
+ * Poll the lag of the partitions, from where the last refresh stopped, for
+ * at most LAG_BUDGET_MS of the worker's time (at least one partition): a
+ * topic of many partitions has each one's lag a few refreshes old rather
+ * than a refresh that holds up its records (docs/ARCHITECTURE.md, "Source
+ * poll").  A partition never polled is polled past the budget, so that a
+ * job's first metrics show every lag, as a Kafka source's do.
+ */
+static void
+poll_lag(PulsarSource *ps)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	int			first = ps->lag_next;
+	bool		spent = false;
+
+	for (int k = 0; k < ps->nparts; k++)
+	{
+		PulsarPartition *pp = &ps->parts[(first + k) % ps->nparts];
+
+		if (spent && pp->lag_polled)
+			continue;
+		if (!spent)
+			ps->lag_next = (first + k + 1) % ps->nparts;
+		poll_partition_lag(ps, pp, start);
+		pp->lag_polled = true;
+		spent = spent || TimestampDifferenceExceeds(start, GetCurrentTimestamp(), LAG_BUDGET_MS);
+	}
+}
+
+static bool
+same_message(const PulsarMessageId *a, const PulsarMessageId *b)
+{
+	return a->ledger == b->ledger && a->entry == b->entry && a->batch_index == b->batch_index;
+}
+
+/*
+ * pp->lag_end: the partition's end in the units of pp->count (messages
+ * handed out), so that partition_metrics' lag (end_offset less position)
+ * shrinks as the reader reads, between polls.  Behind is counted in
+ * entries after the reader's (a lower bound of messages: a batched entry
+ * holds several), and in messages within the partition's last entry when
+ * both ids have a batch index: 0 only when the reader has handed out the
+ * partition's last message.  In the partition's last ledger that is its
+ * lastMessageId less the position; from an earlier ledger, the entries of
+ * the later ledgers internalStats lists (asked at most every LAG_STATS_MS,
+ * and not again while neither end moved).  Unknown (NULL) when the broker
+ * does not answer, or the position is past its end.
+ */
+static void
+poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
+{
+	PulsarMessageId end;
+	const PulsarMessageId *from = &pp->last;
+	char		why[400];
+	const char *p,
+			   *list_end;
+	int64		behind = 0,
+				id,
+				entries,
+				oldest,
+				newest;
+	int			found,
+				next;
+
+	if (!last_message_id(ps, pp, &end, why, sizeof(why)))
+	{
+		pp->lag_end = -1;
+		return;
+	}
+	if (from->ledger == end.ledger)
+	{
+		if (end.entry > from->entry)
+			behind = end.entry - from->entry;
+		else if (end.entry == from->entry && from->batch_index >= 0 && end.batch_index > from->batch_index)
+			behind = end.batch_index - from->batch_index;
+		else if (end.entry < from->entry)
+			behind = -1;		/* past the end: check_retention's to report */
+		pp->lag_end = behind < 0 ? -1 : pp->count + behind;
+		return;
+	}
+	if (from->ledger > end.ledger)
+	{
+		pp->lag_end = -1;
+		return;
+	}
+	/*
+	 * A reader one ledger or more behind: its last count (or its failure:
+	 * a broker whose internalStats hangs must not cost the worker 2 s a
+	 * refresh) holds a while, and for good while neither end moves.
+	 */
+	if (pp->counted_at != 0 &&
+		((pp->lag_end >= 0 && same_message(&pp->counted_from, from) && same_message(&pp->counted_to, &end)) ||
+		 !TimestampDifferenceExceeds(pp->counted_at, now, LAG_STATS_MS)))
+		return;
+	pp->counted_at = now;
+	pp->counted_from = *from;
+	pp->counted_to = end;
+	pp->lag_end = -1;
+	if (!get_stats(ps, pp, -1, &entries, &oldest, &newest, &found, why, sizeof(why)) ||
+		!stats_ledger_list(ps->admin->body, &p, &list_end))
+		return;
+	/* Ledgers before the position's were read; those after end's are empty (the current one, not written yet). */
+	while ((next = stats_next_ledger(&p, list_end, &id, &entries)) == 1)
+	{
+		int64		n;
+
+		if (id < from->ledger || id > end.ledger)
+			continue;
+		n = id == end.ledger ? end.entry + 1 : entries;
+		if (id == from->ledger)
+			n -= from->entry + 1;
+		behind += Max(n, 0);
+	}
+	pp->lag_end = next < 0 ? -1 : pp->count + behind;
+}
+
+/*
+ * The partitions' positions (messages handed out) and ends in the same
+ * units; consumer_lag sums the lags known, -1 when none is.
+ */
 static void
 update_metrics(PulsarSource *ps)
 {
 	JobSlot    *slot = ps->base.slot;
+	int64		lag = -1;
 
 	for (int i = 0; i < ps->nparts; i++)
 	{
 		PulsarPartition *pp = &ps->parts[i];
 
+		if (pp->lag_end >= 0)
+			lag = Max(lag, 0) + Max(pp->lag_end - pp->count, 0);
 		if (pp->metrics < 0)
 			continue;
 		strlcpy(slot->partitions[pp->metrics].topic, ps->base.topic_names[0], JOB_SLOT_TOPIC_LEN);
 		slot->partitions[pp->metrics].partition = pp->partition;
 		slot->partitions[pp->metrics].position = pp->count;
-		slot->partitions[pp->metrics].end_offset = -1;	/* lag from lastMessageId: not yet */
+		slot->partitions[pp->metrics].end_offset = pp->lag_end;
 	}
 	slot->npartitions = Min(ps->nparts, JOB_SLOT_MAX_PARTITIONS);
+	slot->consumer_lag = lag;
 }
 
 static const SourceOps pulsar_ops = {

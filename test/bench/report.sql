@@ -141,6 +141,19 @@ SELECT replace(replace(job, 'rate_', ''), 'pct', '%') AS "of max rate",
  GROUP BY section, job, backend
  ORDER BY 1;
 
+\echo 'Pulsar source: the passthrough job against a raw WebSocket reader of the same topic; ratio = records/s over the raw reader''s of the same round'
+SELECT job, backend,
+	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
+	   round(pg_temp.g(section, job, backend, 'cpu_s_per_m'), 2) AS "CPU-s/M worker",
+	   round(pg_temp.g(section, job, backend, 'server_cpu_s_per_m'), 2) AS "CPU-s/M rest of server",
+	   round(pg_temp.g(section, job, backend, 'broker_cpu_s_per_m'), 2) AS "CPU-s/M broker",
+	   round(pg_temp.g(section, job, backend, 'ratio_to_raw'), 3) AS "ratio to raw",
+	   max(n) AS runs,
+	   pg_temp.timed_out(section, job, backend) AS "timed out"
+  FROM m WHERE section = 'pulsar'
+ GROUP BY section, job, backend
+ ORDER BY job <> 'raw', job;
+
 \echo 'The HTTP worker (issue 15): its CPU as a share of one core, with the scrape section''s jobs'
 SELECT CASE job WHEN 'idle' THEN 'idle (history sampler)'
 				WHEN 'metrics_and_jobs' THEN '/metrics + /api/jobs every second'

@@ -35,6 +35,12 @@
 #   profile     perf profiles of BENCH_PROFILE_JOBS (by default the job with
 #               the most CPU per record, the tumbling job, passthrough, and
 #               one subtask of the tumbling job at parallelism 2)
+#   pulsar      the passthrough job reading a Pulsar topic of
+#               BENCH_PULSAR_EVENTS orders (one partition) against a raw
+#               WebSocket reader of it (test/pulsar_tool read, the same
+#               receive queue as the source's): records/s, CPU-s per million
+#               records, ratio to the raw rate within a round; skipped, saying
+#               so, when Pulsar cannot start (test/services/pulsar.sh)
 #   scrape      the HTTP worker's CPU (issue 15) with BENCH_SCRAPE_JOBS light
 #               generator jobs: idle (its one-second history sampler only),
 #               a Prometheus-like scrape of /metrics and /api/jobs every
@@ -49,7 +55,8 @@
 #   BENCH_STATE_KEYS="1000 100000 5000000"   key counts of the state section
 #   BENCH_STATE_BACKENDS="rocksdb memory"   its backends
 #   BENCH_SINK_ROWS=100000   distinct keys (rows) of the sink section's checkpoint
-#   BENCH_SECTIONS="throughput parallelism flink kafka_sink sink state latency profile scrape"
+#   BENCH_SECTIONS="throughput parallelism flink kafka_sink sink state latency profile pulsar scrape"
+#   BENCH_PULSAR_EVENTS=300000    orders in the pulsar section's topic
 #   BENCH_THROUGHPUT_JOBS="passthrough:- append:- totals:rocksdb ..."   the
 #                            throughput section's jobs, as KIND:BACKEND (all
 #                            eleven by default)
@@ -90,7 +97,8 @@ BENCH_KEYS=${BENCH_KEYS:-100000}
 BENCH_STATE_KEYS=${BENCH_STATE_KEYS:-1000 100000 5000000}
 BENCH_STATE_BACKENDS=${BENCH_STATE_BACKENDS:-rocksdb memory}
 BENCH_SINK_ROWS=${BENCH_SINK_ROWS:-100000}
-BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink sink state latency profile scrape}
+BENCH_SECTIONS=${BENCH_SECTIONS:-throughput parallelism flink kafka_sink sink state latency profile pulsar scrape}
+BENCH_PULSAR_EVENTS=${BENCH_PULSAR_EVENTS:-300000}
 BENCH_PARALLELISM=${BENCH_PARALLELISM:-1 2 4}
 BENCH_PARALLELISM_JOBS=${BENCH_PARALLELISM_JOBS:-tumbling:rocksdb sliding:rocksdb}
 BENCH_LATENCY_SECONDS=${BENCH_LATENCY_SECONDS:-30}
@@ -165,25 +173,43 @@ topic_count()
 	awk '/offset/ { s += $NF } END { print s + 0 }' <<<"$out"
 }
 
-# A topic of EVENTS orders over KEYS customers (MODE cycle: every key in
-# turn), produced once and reused while it holds exactly that many.
-ensure_topic()
+# A topic of EVENTS orders on SERVICE (kafka or pulsar: test/services)
+# with PARTITIONS partitions, produced once by the command after WHAT (the
+# words said of it) and reused while COUNT (a function of the topic) says
+# it holds exactly that many.
+#   topic_once SERVICE TOPIC EVENTS PARTITIONS COUNT WHAT COMMAND...
+topic_once()
 {
-	local topic=$1 events=$2 keys=$3 mode=${4:-} have
-	test/services/kafka.sh create-topic "$topic" 8 >>"$LOG" 2>&1 || die "cannot create topic $topic"
-	have=$(topic_count "$topic")
+	local service=$1 topic=$2 events=$3 partitions=$4 count=$5 what=$6 have
+	shift 6
+	test/services/$service.sh create-topic "$topic" "$partitions" >>"$LOG" 2>&1 || die "cannot create $service topic $topic"
+	have=$("$count" "$topic")
 	if [ "$have" = "$events" ]; then
-		say "topic $topic: $events orders already there"
+		say "$service topic $topic: $events orders already there"
 		return
 	fi
 	if [ "$have" != 0 ]; then
-		test/services/kafka.sh delete-topic "$topic" >>"$LOG" 2>&1
-		test/services/kafka.sh create-topic "$topic" 8 >>"$LOG" 2>&1
+		test/services/$service.sh delete-topic "$topic" >>"$LOG" 2>&1
+		test/services/$service.sh create-topic "$topic" "$partitions" >>"$LOG" 2>&1
 	fi
-	say "topic $topic: producing $events orders over $keys customers${mode:+ ($mode)}"
-	"$BENCH_DIR/produce" "$KAFKA_BROKERS" "$topic" "$events" "$keys" ${mode:+--$mode} | tee -a "$LOG"
-	have=$(topic_count "$topic")
-	[ "$have" = "$events" ] || die "topic $topic holds $have orders, not $events"
+	say "$service topic $topic: producing $events orders$what"
+	"$@"
+	have=$("$count" "$topic")
+	[ "$have" = "$events" ] || die "$service topic $topic holds $have orders, not $events"
+}
+
+# A Kafka topic of EVENTS orders over KEYS customers (MODE cycle: every key
+# in turn), 8 partitions.
+ensure_topic()
+{
+	local topic=$1 events=$2 keys=$3 mode=${4:-}
+	topic_once kafka "$topic" "$events" 8 topic_count " over $keys customers${mode:+ ($mode)}" \
+		kafka_orders "$topic" "$events" "$keys" "$mode"
+}
+
+kafka_orders()
+{
+	"$BENCH_DIR/produce" "$KAFKA_BROKERS" "$1" "$2" "$3" ${4:+--$4} | tee -a "$LOG"
 }
 
 # ---------------------------------------------------------------- measuring
@@ -273,6 +299,8 @@ drop_job() { q -c "SELECT mailer.drop_job(name) FROM mailer.job WHERE name = '$1
 # The JSON spec of a benchmark job.  KIND: passthrough append totals
 # tumbling sliding session distinct latency; BACKEND: rocksdb or memory; PARALLELISM
 # above 1 adds that field, so the spec at 1 is the throughput section's.
+# JOB_SOURCE, when set, is the source instead of the Kafka topics (the
+# pulsar section's).
 job_spec()
 {
 	local kind=$1 backend=$2 topics=$3 start=${4:-earliest} parallelism=${5:-1} steps sink event_time=""
@@ -314,8 +342,11 @@ job_spec()
 		sink='{"type": "table", "table": "bench.windows"}' ;;
 	*) die "unknown job kind $kind" ;;
 	esac
+	local source='{"type": "kafka", "brokers": "'$KAFKA_BROKERS'", "topics": '$topics', "start": "'$start'"'
+	[ -z "${BENCH_SOURCE_OPTIONS:-}" ] || source+=', "options": '$BENCH_SOURCE_OPTIONS
+	source+='}'
 	cat <<-EOF
-	{"source": {"type": "kafka", "brokers": "$KAFKA_BROKERS", "topics": $topics, "start": "$start"$([ -z "${BENCH_SOURCE_OPTIONS:-}" ] || echo ", \"options\": $BENCH_SOURCE_OPTIONS")},
+	{"source": ${JOB_SOURCE:-$source},
 	 $event_time
 	 "steps": $steps,
 	 "sink": $sink,
@@ -1173,6 +1204,87 @@ section_scrape()
 	fi
 }
 
+# ---------------------------------------------------------------- pulsar
+
+PULSAR_TOPIC=public/default/bench_orders_${BENCH_PULSAR_EVENTS}_${BENCH_KEYS}
+PULSAR_CHUNK=100000
+
+# Orders FROM to TO as lines, the Kafka topics' values without a timestamp
+# of their own (the passthrough job reads only the amount).
+pulsar_orders()
+{
+	awk -v from="$1" -v to="$2" -v keys="$BENCH_KEYS" 'BEGIN {
+		for (i = from; i <= to; i++)
+			printf "{\"order_id\": %d, \"customer_id\": \"c%d\", \"amount\": %d.%02d, \"ts\": \"2024-01-01T00:00:00.000000Z\"}\n",
+				i, i % keys, i % 500, i % 100
+	}'
+}
+
+# Messages in a Pulsar topic (one per entry: pulsar_tool's producer does
+# not batch), 0 when it has none or does not exist.
+pulsar_count()
+{
+	test/services/pulsar.sh stats "$1" 2>/dev/null | sed -n 's/.*"numberOfEntries":\([0-9]*\).*/\1/p' | grep . || echo 0
+}
+
+# EVENTS orders into a Pulsar topic, in chunks, each from the same producer
+# with the sequence ids going on, so memory stays small.
+pulsar_orders_produce()
+{
+	local topic=$1 events=$2 from
+	for ((from = 1; from <= events; from += PULSAR_CHUNK)); do
+		pulsar_orders "$from" "$((from + PULSAR_CHUNK - 1 < events ? from + PULSAR_CHUNK - 1 : events))" |
+			test/services/pulsar.sh produce "$topic" bench "$((from - 1))" >/dev/null 2>>"$LOG" ||
+			die "producing to Pulsar topic $topic failed; see $LOG"
+	done
+}
+
+# The raw WebSocket reader: every message parsed and acknowledged, with the
+# source's receive queue (RECEIVER_QUEUE of source_pulsar.c), nothing printed.
+pulsar_raw_read()
+{
+	local run=$1 t0 t1 cpu broker TIMEFORMAT='%U %S'
+	broker=$(proc_cpu "$BROKER_PID")
+	t0=$(now)
+	cpu=$( { time PULSAR_TOOL_QUIET=1 PULSAR_TOOL_QUEUE=1000 PULSAR_TOOL_LINGER_MS=0 PULSAR_TOOL_TIMEOUT=$BENCH_JOB_TIMEOUT \
+		test/pulsar_tool/pulsar_tool "$PULSAR_URL" read "$PULSAR_TOPIC" earliest "$BENCH_PULSAR_EVENTS" >/dev/null 2>>"$LOG"; } 2>&1 ) ||
+		die "the raw Pulsar reader failed; see $LOG"
+	t1=$(now)
+	broker=$(calc "$(proc_cpu "$BROKER_PID") - $broker")
+	RAW_RATE=$(calc "$BENCH_PULSAR_EVENTS / ($t1 - $t0)")
+	record pulsar raw - "$run" broker_cpu_s_per_m "$(calc "$broker * 1000000 / $BENCH_PULSAR_EVENTS")"
+	record pulsar raw - "$run" records_per_s "$RAW_RATE"
+	record pulsar raw - "$run" seconds "$(calc "$t1 - $t0")"
+	record pulsar raw - "$run" cpu_s_per_m "$(calc "(${cpu% *} + ${cpu#* }) * 1000000 / $BENCH_PULSAR_EVENTS")"
+	say "  raw Pulsar reader run $run: $(printf '%.0f' "$RAW_RATE") records/s, cpu ${cpu% *} + ${cpu#* } s"
+}
+
+section_pulsar()
+{
+	local broker_pid=$BROKER_PID out
+	if ! out=$(test/services/pulsar.sh start 2>&1); then
+		echo "$out" >>"$LOG"
+		say "== pulsar: skipped: Pulsar could not start: $(sed -n 's/.*ERROR: //p' <<<"$out" | tail -1)"
+		return 0
+	fi
+	echo "$out" >>"$LOG"
+	say "== pulsar: $PULSAR_TOPIC, $BENCH_RUNS rounds"
+	make -s -C test/pulsar_tool PG_CONFIG="$PG_CONFIG" >>"$LOG" 2>&1 || die "could not build test/pulsar_tool; see $LOG"
+	# Not partitioned: one reader on both sides.
+	topic_once pulsar "$PULSAR_TOPIC" "$BENCH_PULSAR_EVENTS" 0 pulsar_count "" \
+		pulsar_orders_produce "$PULSAR_TOPIC" "$BENCH_PULSAR_EVENTS"
+	# run_job's broker CPU is Pulsar's here.
+	BROKER_PID=$(cat "$PULSAR_DIR/pulsar.pid" 2>/dev/null || echo 0)
+	for run in $(seq 1 "$BENCH_RUNS"); do
+		pulsar_raw_read "$run"
+		JOB_SOURCE='{"type": "pulsar", "service_url": "'$PULSAR_URL'", "topic": "persistent://'$PULSAR_TOPIC'", "format": "json"}' \
+			run_job pulsar passthrough passthrough - "$run" '[]' "$BENCH_PULSAR_EVENTS"
+		record pulsar passthrough - "$run" ratio_to_raw "$(calc "$JOB_RATE / $RAW_RATE")"
+		finish_job
+	done
+	BROKER_PID=$broker_pid
+}
+
 # ---------------------------------------------------------------- report
 
 report()
@@ -1188,7 +1300,7 @@ machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
-	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_SINK_ROWS=$BENCH_SINK_ROWS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
+	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_SINK_ROWS=$BENCH_SINK_ROWS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_PULSAR_EVENTS=$BENCH_PULSAR_EVENTS BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
 }
 
 # ---------------------------------------------------------------- main
@@ -1215,9 +1327,9 @@ step()
 start=$SECONDS
 STEP_NO=0
 STEPS=(setup)
-# Only the scrape section does without the orders.
-[ "$BENCH_SECTIONS" = scrape ] || STEPS+=(topic)
-for s in throughput parallelism flink kafka_sink sink state latency profile scrape; do
+# Only the scrape and pulsar sections do without the Kafka orders.
+[ -z "$(tr ' ' '\n' <<<"$BENCH_SECTIONS" | grep -vx -e scrape -e pulsar -e '')" ] || STEPS+=(topic)
+for s in throughput parallelism flink kafka_sink sink state latency profile pulsar scrape; do
 	if section_on "$s"; then STEPS+=("$s"); fi
 done
 STEPS+=(report)

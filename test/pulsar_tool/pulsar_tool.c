@@ -20,6 +20,9 @@
  *       KEY is \N when there is none; PROPERTIES is NAME=VALUE;... ; text
  *       is escaped (\\, \t, \n, \xNN for other bytes below 0x20 or 0x7f).
  *       Then it waits PULSAR_TOOL_LINGER_MS (default 500) for more.
+ *       PULSAR_TOOL_QUEUE sets the reader's receive queue (default 4, so
+ *       that the flow control gets used); PULSAR_TOOL_QUIET=1 prints no
+ *       line per message (make bench's raw reader: what it costs to read).
  *
  *   pulsar_tool parse < frames
  *       parse each line of stdin as a reader's message frame, as the
@@ -263,13 +266,15 @@ read_topic(PulsarWs *ws, const char *url, const char *topic, const char *from, i
 {
 	double		deadline = now() + env_int("PULSAR_TOOL_TIMEOUT", 30);
 	int			linger_ms = env_int("PULSAR_TOOL_LINGER_MS", 500);
+	bool		quiet = env_int("PULSAR_TOOL_QUIET", 0) != 0;
 	double		linger_end = now() + linger_ms / 1000.0;	/* COUNT 0: linger at once */
 	int			got = 0;
 	PulsarWsConn *conn;
 	const char *why;
 
-	/* A small receive queue: the flow control (acknowledgements) gets used. */
-	if ((conn = pulsar_ws_reader(ws, url, topic, from, 4, err, sizeof(err))) == NULL)
+	/* A small receive queue by default: the flow control (acknowledgements) gets used. */
+	if ((conn = pulsar_ws_reader(ws, url, topic, from, env_int("PULSAR_TOOL_QUEUE", 4), err,
+								 sizeof(err))) == NULL)
 		die("reader", err);
 	wait_open(ws, conn, deadline);
 	for (;;)
@@ -285,11 +290,14 @@ read_topic(PulsarWs *ws, const char *url, const char *topic, const char *from, i
 
 			if (!pulsar_parse_message(frame, len, &msg, err, sizeof(err)))
 				die("message frame", err);
-			printf("%s\t", msg.message_id);
-			print_id(msg.message_id);
-			putchar('\t');
-			print_fields(&msg, print_escaped);
-			fflush(stdout);
+			if (!quiet)
+			{
+				printf("%s\t", msg.message_id);
+				print_id(msg.message_id);
+				putchar('\t');
+				print_fields(&msg, print_escaped);
+				fflush(stdout);
+			}
 			if ((ack = pulsar_frame_ack(msg.message_id, &ack_len)) == NULL ||
 				!pulsar_ws_send(conn, ack, ack_len))
 				die("acknowledge", "out of memory or session closed");

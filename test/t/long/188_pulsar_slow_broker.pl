@@ -76,7 +76,9 @@ fake_server_stop($stall);
 # 64 partitions whose readers' upgrades are refused (test/lib/fake_pulsar.py refuse-ws):
 # each reader is opened again less and less often (1, 2, 4, 8 s), and no
 # reopen asks for internalStats first (the review's finding 12: 64
-# internalStats a second, for as long as the outage lasts).
+# internalStats a second, for as long as the outage lasts). The lag asks
+# it once per partition (a reader at "earliest" that read nothing: the
+# entries of every ledger), and not again while neither end moves.
 my $log = ($ENV{MAILER_RUN_DIR} // '/tmp') . "/t188_requests.$$";
 unlink $log;
 my $refusing = fake_server_start($port, 'fake_pulsar.py', $port, 'refuse-ws', 64, $log);
@@ -91,6 +93,6 @@ open my $f, '<', $log or die "$log: $!";
 my %asked;
 while (<$f>) { $asked{ m{^/ws/} ? 'upgrade' : m{/internalStats$} ? 'internalStats' : 'other' }++ }
 unlink $log;
-cmp_ok($asked{internalStats} // 0, '<', 64, 'an outage of the readers: internalStats asked ' . ($asked{internalStats} // 0) . ' times in 16 s');
+cmp_ok($asked{internalStats} // 0, '<=', 64, 'an outage of the readers: internalStats asked ' . ($asked{internalStats} // 0) . ' times in 16 s');
 cmp_ok($asked{upgrade} // 0, '<', 64 * 8, 'the readers opened again ' . ($asked{upgrade} // 0) . ' times in 16 s (64 partitions)');
 done_testing();
