@@ -126,7 +126,9 @@ wait_until('the sink to report the topic', sub {
 	$error = psql_as($role, "SELECT coalesce(last_error, '') FROM mailer.jobs WHERE name = 't216s'");
 	return $error ne '';
 }, 30);
-@req = requests();
+# Only the sink's own calls: the source job stopped above may have had a
+# call of its own in flight, which the fake logs when it ends.
+@req = grep { $_->[0] =~ m{/a/b/out} } requests();
 ok(@req > 0 && !grep({ ($_->[1] // '') ne "Bearer $sink_secret" } @req), 'the sink sent its token on its admin calls');
 like(psql_as($role, "SELECT spec FROM mailer.jobs WHERE name = 't216s'"), qr/"auth\.token": "\*\*\*\*\*\*\*\*"/,
 	"mailer.jobs shows the sink's token masked");
