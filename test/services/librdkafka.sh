@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build a newer librdkafka than Debian 12's 2.0.2 into a prefix of its own,
+# for `make RDKAFKA_PREFIX=...` (see the Makefile).  2.2 added
+# fetch.queue.backoff.ms: 2.0 stops fetching for a whole second once the
+# prefetch queue is full, so its queue must hold a second of input (issue 16,
+# the 5M-key worker's memory).
+#
+#   test/services/librdkafka.sh [PREFIX]    default: $RDKAFKA_PREFIX, else
+#                                           /opt/librdkafka-<version>
+#
+# The source is the copy vendored in the rdkafka-sys crate, fetched with
+# cargo (crates.io is a registry every machine of the project reaches) and
+# checked against its SHA-256.  Only the C library is built (about 75 CPU-s).
+# It needs the -dev packages of what Debian's librdkafka links: libssl-dev,
+# libzstd-dev, liblz4-dev, zlib1g-dev, and libsasl2-dev for GSSAPI
+# (RDKAFKA_GSSAPI=try builds without it when the headers are missing; test
+# 063 runs a kinit command through GSSAPI).  Idempotent: a no-op once PREFIX
+# has this version.
+set -euo pipefail
+
+CRATE_VERSION=4.10.0+2.12.1
+CRATE_SHA256=e234cf318915c1059d4921ef7f75616b5219b10b46e9f3a511a15eb4b56a3f77
+VERSION=${CRATE_VERSION#*+}
+prefix=${1:-${RDKAFKA_PREFIX:-/opt/librdkafka-$VERSION}}
+
+if [ -e "$prefix/lib/librdkafka.so.1" ] &&
+	grep -qx "Version: $VERSION" "$prefix/lib/pkgconfig/rdkafka.pc" 2>/dev/null; then
+	echo "librdkafka: $VERSION present in $prefix"
+	exit 0
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# A throwaway crate that depends on exactly that version: cargo fetch puts
+# the .crate (a tar.gz) in its registry cache.
+mkdir -p "$work/fetch/src"
+: >"$work/fetch/src/lib.rs"
+cat >"$work/fetch/Cargo.toml" <<EOF
+[package]
+name = "fetch-librdkafka"
+version = "0.0.0"
+edition = "2021"
+
+[dependencies]
+rdkafka-sys = { version = "=$CRATE_VERSION", default-features = false }
+EOF
+(cd "$work/fetch" && cargo fetch -q)
+crate=$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/"rdkafka-sys-$CRATE_VERSION.crate" | head -1)
+echo "$CRATE_SHA256  $crate" | sha256sum -c --quiet -
+tar -xzf "$crate" -C "$work"
+
+cd "$work/rdkafka-sys-$CRATE_VERSION/librdkafka"
+# The features Debian's build has that a job's source.options may ask for:
+# --enable-X makes configure fail when one is missing instead of leaving it
+# out.
+gssapi=(--enable-gssapi)
+[ "${RDKAFKA_GSSAPI:-}" != try ] || gssapi=()
+./configure --no-download --prefix="$prefix" --libdir="$prefix/lib" \
+	--enable-ssl --enable-zstd --enable-zlib --enable-lz4-ext "${gssapi[@]}" >"$work/configure.log" 2>&1 ||
+	{ tail -30 "$work/configure.log"; exit 1; }
+make -s -j"$(nproc)" -C src >"$work/make.log" 2>&1 || { tail -30 "$work/make.log"; exit 1; }
+make -s -C src install >>"$work/make.log" 2>&1
+echo "librdkafka: $VERSION installed in $prefix ($(sed -n 's/^BUILT_WITH=[[:space:]]*//p' Makefile.config))"
