@@ -28,8 +28,8 @@ SHLIB_LINK  = -lrdkafka -lrocksdb -lmicrohttpd
 # (2.2), without which the prefetch queue must hold a second of input.
 # The prefix is kept in a stamp, so that changing it rebuilds and relinks.
 ifneq ($(RDKAFKA_PREFIX),)
-PG_CPPFLAGS := -I$(RDKAFKA_PREFIX)/include $(PG_CPPFLAGS)
-SHLIB_LINK  := -L$(RDKAFKA_PREFIX)/lib -Wl,-rpath,$(RDKAFKA_PREFIX)/lib $(SHLIB_LINK)
+PG_CPPFLAGS += -I$(RDKAFKA_PREFIX)/include
+SHLIB_LINK  += -L$(RDKAFKA_PREFIX)/lib -Wl,-rpath,$(RDKAFKA_PREFIX)/lib
 endif
 RDKAFKA_STAMP = .rdkafka-prefix
 $(shell echo '$(RDKAFKA_PREFIX)' | cmp -s - $(RDKAFKA_STAMP) || echo '$(RDKAFKA_PREFIX)' >$(RDKAFKA_STAMP))

@@ -137,13 +137,15 @@ RDKAFKA_CC=()
 setup()
 {
 	say "setup: dependencies, build, install, services (log: $LOG)"
+	# Each step's failure stops the setup: a failed build would otherwise
+	# leave the library installed before measured in its place.
 	{
-		test/services/deps.sh
-		test/services/kafka.sh fetch
-		make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}"
-		"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}" install
+		test/services/deps.sh &&
+		test/services/kafka.sh fetch &&
+		make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}" &&
+		"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}" install &&
 		# A restart loads the library just installed.
-		if test/services/pg.sh status; then test/services/pg.sh restart; else test/services/pg.sh start; fi
+		if test/services/pg.sh status; then test/services/pg.sh restart; else test/services/pg.sh start; fi &&
 		test/services/kafka.sh start
 	} >>"$LOG" 2>&1 || die "setup failed; see $LOG"
 	mkdir -p "$BENCH_DIR"
