@@ -20,7 +20,7 @@ REGRESS_OPTS = --inputdir=. --use-existing
 override CONTRIB_TESTDB = $(or $(PGDATABASE),mailer)
 
 PG_CPPFLAGS = -I$(srcdir)/src -Wall -Werror -DMAILER_VERSION=\"$(EXTVERSION)\"
-SHLIB_LINK  = -lrdkafka -lrocksdb -lmicrohttpd
+SHLIB_LINK  = -lrdkafka -lrocksdb -lmicrohttpd -lwebsockets -lcurl
 
 # RDKAFKA_PREFIX=/some/prefix: link the librdkafka installed there
 # (test/services/librdkafka.sh builds one) instead of Debian's, found at run
@@ -50,21 +50,29 @@ src/jobs/catalog.o: Makefile
 
 SERVICES = test/services
 
-.PHONY: deps services services-down test test-long integration demo demo-kafka bench fuzz
+.PHONY: deps services services-down test test-long integration demo demo-kafka bench fuzz pulsar-tool
 
-# Debian packages and the Kafka jars; a no-op once installed.
+# Debian packages and the Kafka and Pulsar jars; a no-op once installed.
 deps:
 	$(SERVICES)/deps.sh
 	$(SERVICES)/kafka.sh fetch
+	$(SERVICES)/pulsar.sh fetch
 
 # A throwaway PostgreSQL cluster (library preloaded) and a KRaft broker.
 services:
 	$(SERVICES)/pg.sh start
 	$(SERVICES)/kafka.sh start
 
+# Pulsar is not among the services: its tests start it when they need it
+# ($(SERVICES)/pulsar.sh start), and this stops it too.
 services-down:
 	-$(SERVICES)/pg.sh stop
 	-$(SERVICES)/kafka.sh stop
+	-$(SERVICES)/pulsar.sh stop
+
+# The Pulsar tests' client (test/pulsar_tool), on src/connectors/pulsar_ws.c.
+pulsar-tool:
+	$(MAKE) -C test/pulsar_tool PG_CONFIG=$(PG_CONFIG)
 
 integration:
 	test/run-integration.sh

@@ -23,6 +23,10 @@ step() { printf '\n==== %s ====\n' "$*"; }
 step "dependencies"
 test/services/deps.sh
 test/services/kafka.sh fetch
+# Pulsar is optional: without its jars the Pulsar tests (test/t/18x) skip,
+# each saying why.
+test/services/pulsar.sh fetch ||
+	echo "Pulsar could not be fetched: the Pulsar tests will skip"
 
 step "build and install"
 make -s PG_CONFIG="$PG_CONFIG"
@@ -33,10 +37,13 @@ stop_services()
 {
 	test/services/pg.sh stop || true
 	test/services/kafka.sh stop || true
+	test/services/pulsar.sh stop || true
 }
 trap stop_services EXIT
 test/services/pg.sh clean
 test/services/kafka.sh clean
+# Started by the first Pulsar test that needs it (MailerPulsarTest).
+test/services/pulsar.sh clean
 test/services/pg.sh start
 test/services/kafka.sh start
 

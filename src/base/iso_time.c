@@ -21,6 +21,8 @@
 #include "utils/datetime.h"
 #include "utils/timestamp.h"
 
+#include "base/iso_time.h"
+
 PG_FUNCTION_INFO_V1(mailer_timestamptz_iso);
 
 static bool
@@ -39,8 +41,8 @@ digits(const char *p, int n, int *value)
 }
 
 /* The ISO form above, or false to let timestamptz_in decide. */
-static bool
-parse_iso(const char *s, int len, TimestampTz *result)
+bool
+iso_time_parse(const char *s, int len, TimestampTz *result)
 {
 	const char *p = s;
 	const char *end = s + len;
@@ -123,7 +125,7 @@ mailer_timestamptz_iso(PG_FUNCTION_ARGS)
 	text	   *txt = PG_GETARG_TEXT_PP(0);
 	TimestampTz t;
 
-	if (parse_iso(VARDATA_ANY(txt), VARSIZE_ANY_EXHDR(txt), &t))
+	if (iso_time_parse(VARDATA_ANY(txt), VARSIZE_ANY_EXHDR(txt), &t))
 		PG_RETURN_TIMESTAMPTZ(t);
 	return DirectFunctionCall3(timestamptz_in, CStringGetDatum(text_to_cstring(txt)),
 							   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));

@@ -1,7 +1,7 @@
 /*
  * source.h
- *		The source interface: where a job's records come from (Kafka, or the
- *		built-in generator), and where it resumes after a checkpoint.
+ *		The source interface: where a job's records come from (Kafka, Pulsar,
+ *		or the built-in generator), and where it resumes after a checkpoint.
  *
  * A source hands out raw messages in batches, without blocking, and keeps
  * the position just past the last message it handed out.  Since the worker
@@ -29,6 +29,8 @@ typedef struct SourceMessage
 	int64		offset;
 	TimestampTz timestamp;
 	void	   *opaque;			/* the source's own handle on the message */
+	const char *unreadable;		/* non-NULL: the source could not read the message, and why
+								 * (naming where it is); the record fails at decode */
 } SourceMessage;
 
 typedef struct Source Source;
@@ -122,6 +124,16 @@ struct Source
 };
 
 /*
+ * Whether subtask k of a job of the given parallelism owns partition p of
+ * the t-th topic: the one rule every partitioned source splits by.
+ */
+static inline bool
+source_owns(int topic, int32 partition, int subtask, int parallelism)
+{
+	return ((int64) partition + topic) % parallelism == subtask;
+}
+
+/*
  * positions: from the last checkpoint, or NULL to start per the spec; the
  * merge of every subtask's positions, of which a source keeps only those
  * of the partitions it owns.  Subtask k of a job of the given parallelism
@@ -132,6 +144,8 @@ struct Source
  */
 extern Source *generator_source_open(GeneratorSpec *spec, Jsonb *positions, JobSlot *slot,
 									 int subtask, int parallelism);
+extern Source *pulsar_source_open(PulsarSourceSpec *spec, Jsonb *positions, Jsonb *records_in,
+								  JobSlot *slot, int subtask, int parallelism);
 extern Source *kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 								 Jsonb *records_in, JobSlot *slot, int subtask, int parallelism);
 

@@ -291,6 +291,7 @@ generator_poll(Source *src, SourceMessage *out, int max)
 		out[got].offset = id;
 		out[got].timestamp = ts;
 		out[got].opaque = NULL;
+		out[got].unreadable = NULL;
 
 		g->next[i] += g->spec.partitions;
 		if (partition_done(g, i))

@@ -555,7 +555,7 @@ find_partition(KafkaSource *kafka, int topic, int32 partition)
 static bool
 owns(KafkaSource *kafka, int topic, int32 partition)
 {
-	return ((int64) partition + topic) % kafka->parallelism == kafka->subtask;
+	return source_owns(topic, partition, kafka->subtask, kafka->parallelism);
 }
 
 /*
@@ -741,6 +741,7 @@ hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out)
 	out->offset = m->offset;
 	out->timestamp = kafka_timestamp(ms);
 	out->opaque = m;
+	out->unreadable = NULL;
 	if (kafka->parts[p].metrics >= 0)
 		kafka->base.slot->partitions[kafka->parts[p].metrics].records_in++;
 	return true;

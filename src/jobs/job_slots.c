@@ -6,6 +6,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/lock.h"
 #include "storage/shmem.h"
@@ -223,6 +224,19 @@ job_slot_request_stop(JobSlot *slot, TransactionId xid)
 	slot->stop_requested = true;
 	slot->stop_xid = xid;
 	job_slot_wake(slot);
+}
+
+bool
+job_stop_requested(JobSlot *slot)
+{
+	bool		requested;
+
+	if (ShutdownRequestPending)
+		return true;
+	SpinLockAcquire(&slot->mutex);
+	requested = slot->stop_requested;
+	SpinLockRelease(&slot->mutex);
+	return requested;
 }
 
 void

@@ -244,6 +244,12 @@ extern void job_slots_wake_launcher(void);
  */
 extern void job_slot_request_stop(JobSlot *slot, TransactionId xid);
 
+/*
+ * A SIGTERM came, or stop_job asked the slot's worker to stop (a source
+ * that blocks on a broker asks too, between calls).
+ */
+extern bool job_stop_requested(JobSlot *slot);
+
 /* Set the worker's latch, if it has one now. */
 extern void job_slot_wake(JobSlot *slot);
 

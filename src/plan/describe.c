@@ -65,6 +65,10 @@ describe_source(StringInfo buf, JobPlan *plan)
 	appendStringInfoString(buf, "Source: ");
 	if (source->type == SOURCE_KAFKA)
 		describe_kafka(buf, &source->kafka);
+	else if (source->type == SOURCE_PULSAR)
+		appendStringInfo(buf, "pulsar, service %s, topic persistent://%s (every partition), start %s without a checkpoint",
+						 source->pulsar.service_url, source->pulsar.topic,
+						 spec_choice_name(spec_kafka_starts, source->pulsar.start_latest));
 	else
 		describe_generator(buf, &source->generator);
 	describe_record(buf, plan);

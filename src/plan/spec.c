@@ -38,7 +38,7 @@ StaticAssertDecl(lengthof(step_kind_names) == STEP_AGGREGATE + 1,
 				 "every step kind has a name");
 
 const SpecChoice spec_source_types[] = {
-	{"kafka", SOURCE_KAFKA}, {"generator", SOURCE_GENERATOR}, {NULL}
+	{"kafka", SOURCE_KAFKA}, {"generator", SOURCE_GENERATOR}, {"pulsar", SOURCE_PULSAR}, {NULL}
 };
 const SpecChoice spec_formats[] = {
 	{"json", FORMAT_JSON}, {"text", FORMAT_TEXT}, {"bytes", FORMAT_BYTES}, {NULL}
@@ -82,6 +82,9 @@ static const char *const top_fields[] = {
 static const char *const kafka_fields[] = {
 	"type", "brokers", "topic", "topics", "start", "format", "options", "group_id",
 	"barrier_group", "barrier_topic", NULL
+};
+static const char *const pulsar_fields[] = {
+	"type", "service_url", "topic", "start", "format", NULL
 };
 static const char *const generator_fields[] = {
 	"type", "events", "rate", "keys", "seed", "start_time", "step", "partitions", "format", NULL
@@ -143,6 +146,7 @@ static void parse_state(JsonObject *top, JobSpec *spec);
 static void parse_source(JsonObject *top, SourceSpec *source);
 static void parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka);
 static void parse_generator(JsonObject *obj, GeneratorSpec *gen);
+static void parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar);
 static List *parse_steps(JsonObject *top);
 static StepSpec *parse_step(JsonbValue *v, const char *path);
 static List *parse_named_exprs(JsonbValue *v, const char *path, bool aggregates);
@@ -279,7 +283,7 @@ static void
 parse_source(JsonObject *top, SourceSpec *source)
 {
 	JsonObject	obj = required_object(top, "source",
-									  "An object such as {\"type\": \"generator\", \"events\": 1000} or {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"}.");
+									  "An object such as {\"type\": \"generator\", \"events\": 1000}, {\"type\": \"kafka\", \"brokers\": \"localhost:9092\", \"topic\": \"orders\"} or {\"type\": \"pulsar\", \"service_url\": \"http://localhost:8080\", \"topic\": \"persistent://public/default/orders\"}.");
 
 	source->type = get_choice(&obj, "type", spec_source_types, -1);
 	source->format = get_choice(&obj, "format", spec_formats, FORMAT_JSON);
@@ -287,6 +291,11 @@ parse_source(JsonObject *top, SourceSpec *source)
 	{
 		check_fields(&obj, kafka_fields);
 		parse_kafka(&obj, &source->kafka);
+	}
+	else if (source->type == SOURCE_PULSAR)
+	{
+		check_fields(&obj, pulsar_fields);
+		parse_pulsar(&obj, &source->pulsar);
 	}
 	else
 	{
@@ -329,6 +338,115 @@ parse_kafka(JsonObject *obj, KafkaSourceSpec *kafka)
 		kafka->barrier_topic = pstrdup("__barrier_state");
 
 	kafka->options = parse_options(obj);
+}
+
+/*
+ * The host[:port] of an http:// service URL: a host name or IPv4 address
+ * (letters, digits, '.', '-', '_') or a bracketed IPv6 address, and a port
+ * from 1 to 65535 when given.  Checked here, so that a bad URL is refused
+ * with its path rather than met by the worker, waiting forever.
+ */
+static void
+check_service_host(const char *path, const char *url, const char *host, const char *hint)
+{
+	const char *colon;
+	size_t		namelen;
+
+	if (host[0] == '[')
+	{
+		const char *close = strchr(host, ']');
+
+		namelen = close ? (size_t) (close - host) + 1 : 0;
+		if (close == NULL || close == host + 1 ||
+			strspn(host + 1, "0123456789abcdefABCDEF:.") != (size_t) (close - host - 1))
+			namelen = 0;
+	}
+	else
+		namelen = strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_");
+	colon = host + namelen;
+	if (namelen == 0 || (*colon != '\0' && *colon != ':'))
+		spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint,
+				   "\"%s\" is not a service URL: the host must be a name, an IPv4 address or a bracketed IPv6 address", url);
+	if (*colon == ':')
+	{
+		const char *port = colon + 1;
+		size_t		digits = strspn(port, "0123456789");
+
+		if (digits == 0 || digits > 5 || port[digits] != '\0' || atoi(port) < 1 || atoi(port) > 65535)
+			spec_error(path, ERRCODE_INVALID_PARAMETER_VALUE, hint,
+					   "\"%s\" is not a service URL: the port must be a number from 1 to 65535", url);
+	}
+}
+
+/*
+ * A Pulsar source.  The service URL is the broker's plain-HTTP web service
+ * (its WebSocket API and REST admin API share it); the topic must be
+ * persistent, since a non-persistent topic keeps no message a restart could
+ * resume from.
+ */
+static void
+parse_pulsar(JsonObject *obj, PulsarSourceSpec *pulsar)
+{
+	const char *url_hint = "The broker's web service, such as \"http://127.0.0.1:8080\".";
+	const char *topic_hint = "A persistent topic, \"persistent://tenant/namespace/topic\", of letters, digits, '.', '_', '-', '=' and ':'.";
+	char	   *url = get_string(obj, "service_url", true, url_hint);
+	char	   *topic = get_string(obj, "topic", true, topic_hint);
+	const char *rest;
+	const char *seg;
+	int			nseg = 0;
+	size_t		hostlen;
+
+	if (strncmp(url, "http://", 7) != 0)
+		spec_error(child_path(obj->path, "service_url"), ERRCODE_INVALID_PARAMETER_VALUE,
+				   strncmp(url, "https://", 8) == 0 ? "TLS to Pulsar is not supported yet: give the broker's plain http:// service URL." : url_hint,
+				   "\"%s\" is not an http:// URL", url);
+	hostlen = strcspn(url + 7, "/?#@ ");
+	if (hostlen == 0 || strlen(url) > 512 ||
+		(url[7 + hostlen] != '\0' && strcmp(url + 7 + hostlen, "/") != 0))
+		spec_error(child_path(obj->path, "service_url"), ERRCODE_INVALID_PARAMETER_VALUE, url_hint,
+				   "\"%s\" is not a service URL: give http://host:port and nothing after it", url);
+	check_service_host(child_path(obj->path, "service_url"), url, pnstrdup(url + 7, hostlen), url_hint);
+	pulsar->service_url = pnstrdup(url, 7 + hostlen);
+
+	if (strncmp(topic, "persistent://", 13) != 0)
+		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME, topic_hint,
+				   "\"%s\" is not a persistent Pulsar topic", topic);
+	rest = topic + 13;
+
+	/*
+	 * Three segments, each of the name's characters and none "." or "..":
+	 * the topic goes into the admin API's paths, where a dot segment would
+	 * ask the server for another path (README, "Security").
+	 */
+	for (seg = rest; nseg < 4; nseg++)
+	{
+		size_t		len = strcspn(seg, "/");
+		bool		dots = (len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.');
+
+		if (len == 0 || dots || strspn(seg, TOPIC_CHARS "=:") < len || strlen(rest) > 512)
+			spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME, topic_hint,
+					   dots ? "\"%s\" is not a Pulsar topic name: a tenant, namespace or topic may not be \".\" or \"..\""
+					   : "\"%s\" is not a Pulsar topic name", topic);
+		if (seg[len] == '\0')
+			break;
+		seg += len + 1;
+	}
+	if (nseg != 2)
+		spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME, topic_hint,
+				   "\"%s\" is not a Pulsar topic name: give tenant, namespace and topic", topic);
+	/* Pulsar reserves the suffix "-partition-<digits>" alone for a partition. */
+	{
+		const char *suffix = strstr(seg, "-partition-");
+
+		while (suffix != NULL && strstr(suffix + 1, "-partition-") != NULL)
+			suffix = strstr(suffix + 1, "-partition-");
+		if (suffix != NULL && suffix[11] != '\0' && strspn(suffix + 11, "0123456789") == strlen(suffix + 11))
+			spec_error(child_path(obj->path, "topic"), ERRCODE_INVALID_NAME,
+					   "Give the partitioned topic without its \"-partition-N\" suffix: every partition of it is read.",
+					   "\"%s\" names one partition of a topic", topic);
+	}
+	pulsar->topic = pstrdup(rest);
+	pulsar->start_latest = get_choice(obj, "start", spec_kafka_starts, false);
 }
 
 /* librdkafka properties (DefElem, string values) of obj.options, or NIL. */

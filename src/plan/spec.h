@@ -18,7 +18,8 @@
 typedef enum SourceType
 {
 	SOURCE_KAFKA,
-	SOURCE_GENERATOR
+	SOURCE_GENERATOR,
+	SOURCE_PULSAR
 } SourceType;
 
 typedef enum ValueFormat
@@ -40,6 +41,14 @@ typedef struct KafkaSourceSpec
 	char	   *barrier_topic;	/* where the cuts are published: __barrier_state */
 } KafkaSourceSpec;
 
+/* A Pulsar topic, read one partition at a time over the WebSocket API. */
+typedef struct PulsarSourceSpec
+{
+	char	   *service_url;	/* http://host:port, the broker's web service */
+	char	   *topic;			/* tenant/namespace/topic, without persistent:// */
+	bool		start_latest;
+} PulsarSourceSpec;
+
 typedef struct GeneratorSpec
 {
 	int64		events;			/* -1: unbounded */
@@ -57,6 +66,7 @@ typedef struct SourceSpec
 	ValueFormat format;
 	KafkaSourceSpec kafka;
 	GeneratorSpec generator;
+	PulsarSourceSpec pulsar;
 } SourceSpec;
 
 typedef enum StepKind

@@ -281,6 +281,10 @@ checkpoint_restore(Job *job)
 	if (job->spec->source.type == SOURCE_GENERATOR)
 		job->source = generator_source_open(&job->spec->source.generator, restored.positions,
 											job->slot, job->subtask, job->parallelism);
+	else if (job->spec->source.type == SOURCE_PULSAR)
+		job->source = pulsar_source_open(&job->spec->source.pulsar, restored.positions,
+										 restored.partition_records_in, job->slot, job->subtask,
+										 job->parallelism);
 	else
 		job->source = kafka_source_open(&job->spec->source.kafka, job->name, restored.positions,
 										restored.partition_records_in, job->slot, job->subtask,

@@ -219,8 +219,17 @@ item_failed(void *arg, int i, ErrorData *edata)
 void
 pipeline_process(Job *job, SourceMessage *msgs, int n)
 {
-	/* In the batch's context, which the end of the batch resets. */
-	BatchRun   *run = MemoryContextAlloc(job->batch_context, sizeof(BatchRun));
+	/*
+	 * Too large for the stack (a chunk's Prepared), and not in the batch's
+	 * context: a parallel job's shuffle_flush takes in the other subtasks'
+	 * records between chunks, resetting that context after each message
+	 * (shuffle_drain), while this batch goes on.  One worker runs one
+	 * batch at a time, for one job at a time, so one run serves them all.
+	 */
+	static BatchRun *run = NULL;
+
+	if (run == NULL)
+		run = MemoryContextAlloc(TopMemoryContext, sizeof(BatchRun));
 
 	run->job = job;
 	run->current = -1;
@@ -496,6 +505,11 @@ decode_message(Job *job, SourceMessage *msg, Record *rec)
 {
 	RecordSchema *schema = job->plan->schema;
 
+	if (msg->unreadable)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("%s", msg->unreadable),
+				 errhint("Read the message from its source at the position the error names.")));
 	if (msg->key)
 	{
 		check_text("message key", msg->key, msg->key_len);

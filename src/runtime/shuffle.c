@@ -236,6 +236,7 @@ take_in(Job *job, int from, const char *data, Size len)
 			a->msg.key = get_bytes(&p, &a->msg.key_len);
 			a->msg.value = get_bytes(&p, &a->msg.value_len);
 			a->msg.opaque = NULL;
+			a->msg.unreadable = NULL;
 			a->group = get_bytes(&p, &a->group_len);
 			a->args = palloc(sizeof(Datum) * Max(sh->naggs, 1));
 			a->nulls = palloc(sizeof(bool) * Max(sh->naggs, 1));

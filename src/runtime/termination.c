@@ -64,19 +64,6 @@ termination_restart_grace(void)
 	term_ticks = 0;
 }
 
-bool
-job_stop_requested(JobSlot *slot)
-{
-	bool		requested;
-
-	if (ShutdownRequestPending)
-		return true;
-	SpinLockAcquire(&slot->mutex);
-	requested = slot->stop_requested;
-	SpinLockRelease(&slot->mutex);
-	return requested;
-}
-
 void
 job_pause_briefly(void)
 {

@@ -20,9 +20,6 @@ extern bool termination_signalled(void);
 /* The final checkpoint after a stop request has a grace of its own. */
 extern void termination_restart_grace(void);
 
-/* A SIGTERM came, or stop_job asked the slot's worker to stop. */
-extern bool job_stop_requested(JobSlot *slot);
-
 /* A second's wait (less when the latch is set) before looking again. */
 extern void job_pause_briefly(void);
 

@@ -538,18 +538,35 @@ live_options(void)
 
 /*
  * Besides the job's lock, which every worker takes first: one process at
- * a time has a subtask's directory, whatever the shared memory says.
+ * a time has a subtask's directory, whatever the shared memory says.  A
+ * holder is waited for up to SUBTASK_LOCK_WAIT_MS: when a parallel job's
+ * run ends (a rewind to a barrier cut, a stop), the next run's subtask k
+ * may start while the last run's subtask k is still closing its state.
  */
+#define SUBTASK_LOCK_WAIT_MS 10000
+
 static int
 lock_subtask_dir(const char *dir, int64 job_id, int subtask)
 {
 	int			fd = BasicOpenFile(psprintf("%s/lock", dir), O_RDWR | O_CREAT | PG_BINARY);
+	int			waited = 0;
+	bool		locked;
 
 	if (fd < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not open \"%s/lock\": %m", dir)));
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+	for (;;)
+	{
+		locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+		if (locked || errno != EWOULDBLOCK || waited >= SUBTASK_LOCK_WAIT_MS)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 50, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		waited += 50;
+	}
+	if (!locked)
 	{
 		int			save_errno = errno;
 

@@ -301,7 +301,7 @@ iso_compare(const char *data, int len, bool *accepted)
 	TimestampTz ref = 0;
 	Outcome		o = {0};
 
-	*accepted = parse_iso(buf, len, &fast);
+	*accepted = iso_time_parse(buf, len, &fast);
 	guarded_free(base, len);
 	/* text never holds a zero byte; the fast path saw it for ASan only */
 	if (!*accepted || memchr(data, '\0', len) != NULL)

@@ -21,6 +21,7 @@ package MailerBarrierTest;
 use strict;
 use warnings;
 use Exporter 'import';
+use File::Temp ();
 use POSIX ();
 use Test::More ();
 use Time::HiRes qw(time sleep);
@@ -241,7 +242,9 @@ sub bt_producer
 {
 	my ($topics, %opt) = @_;
 	my ($batch, $customers, $pause) = ($opt{batch} // 50, $opt{customers} // 300, $opt{pause} // 0.05);
-	my $stop = "$ENV{MAILER_RUN_DIR}/bt_producer_stop.$$";
+	# The stop file lives in a directory of the test's own: MAILER_RUN_DIR
+	# is not exported when the tests run under CI's empty environment.
+	my $stop = File::Temp::tempdir(CLEANUP => 1) . "/bt_producer_stop";
 	unlink $stop;
 	my $pid = fork() // die "fork: $!\n";
 	if ($pid == 0)

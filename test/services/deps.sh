@@ -9,11 +9,13 @@ packages=(
 	postgresql-15-hll						# hll: an extension's aggregate in a job (tests 162, 166)
 	librdkafka-dev librocksdb-dev			# libraries mailer links
 	libmicrohttpd-dev						# ... and the HTTP worker's server
+	libwebsockets-dev libcurl4-openssl-dev	# Pulsar: its WebSocket API and admin REST API
+	curl									# ... and pulsar.sh's admin calls
 	prometheus chromium						# tests scrape /metrics and load the dashboard
 	rocksdb-tools							# ldb: tests read a job's RocksDB checkpoint
 	kcat									# produce and inspect topics in tests and the demo
 	libipc-run-perl							# PostgreSQL's TAP test modules need IPC::Run
-	build-essential maven					# usually there; Maven fetches the Kafka jars
+	build-essential maven					# usually there; Maven fetches the Kafka and Pulsar jars
 	procps psmisc							# pgrep, pkill, fuser in the service scripts
 	locales									# de_DE.UTF-8: a job with translated messages (test 065)
 	libasan8 libgcc-12-dev					# AddressSanitizer for the fuzz harness (test/fuzz)

@@ -36,6 +36,18 @@ KAFKA_BROKERS=${KAFKA_BROKERS:-127.0.0.1:$KAFKA_PORT}
 KAFKA_DIR=${KAFKA_DIR:-$MAILER_RUN_DIR/kafka}
 export KAFKA_BROKERS
 
+# Pulsar: a standalone (broker, one in-process bookie, metadata in RocksDB)
+# on loopback.  Its three ports follow PGPORT, so that side-by-side setups
+# (each with its own PGPORT) never collide, and stay below the kernel's
+# ephemeral range (32768 and up), where outgoing connections take ports.
+PULSAR_VERSION=${PULSAR_VERSION:-4.0.7}
+PULSAR_HTTP_PORT=${PULSAR_HTTP_PORT:-$((28000 + PGPORT % 1000))}	# admin REST and WebSocket API
+PULSAR_PORT=${PULSAR_PORT:-$((26000 + PGPORT % 1000))}			# the binary protocol
+PULSAR_BOOKIE_PORT=${PULSAR_BOOKIE_PORT:-$((23000 + PGPORT % 1000))}
+PULSAR_URL=${PULSAR_URL:-http://127.0.0.1:$PULSAR_HTTP_PORT}
+PULSAR_DIR=${PULSAR_DIR:-$MAILER_RUN_DIR/pulsar}
+export PULSAR_URL
+
 # initdb refuses root: as root, clusters belong to 'postgres'; otherwise to
 # the caller.  as_owner runs a command as that owner.
 if [ "$(id -u)" -eq 0 ]; then

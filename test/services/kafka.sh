@@ -21,54 +21,22 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=env.sh
 . "$HERE/env.sh"
 
-KAFKA_HOME=$MAILER_CACHE_DIR/kafka-$KAFKA_VERSION
-LIBS=$KAFKA_HOME/libs
+SERVICE=Kafka
+SERVICE_VERSION=$KAFKA_VERSION
+SERVICE_DIR=$KAFKA_DIR
+SERVICE_ADDR=$KAFKA_BROKERS
+SERVICE_POM_DIR=$HERE/kafka
 PIDFILE=$KAFKA_DIR/kafka.pid
 LOG=$KAFKA_DIR/server.log
 START_TIMEOUT=${KAFKA_START_TIMEOUT:-60}
 STOP_TIMEOUT=${KAFKA_STOP_TIMEOUT:-30}
+READY_POLL=0.3
+# shellcheck source-path=SCRIPTDIR source=jvm_service.sh
+. "$HERE/jvm_service.sh"
 # Topic metadata reaches the broker a moment after the admin call returns.
 TOPIC_TIMEOUT=${KAFKA_TOPIC_TIMEOUT:-30}
 # A small shared machine (2 cores): keep the broker modest.
 KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}
-
-die() { echo "ERROR: $*" >&2; exit 1; }
-
-# Serialise lifecycle commands: two concurrent starts must not both format
-# or launch a broker.
-lock()
-{
-	mkdir -p "$(dirname "$KAFKA_DIR")"
-	exec 9>"$KAFKA_DIR.lock"
-	flock 9
-}
-
-fetch()
-{
-	# The marker holds the pom's hash, so editing the pom refetches.
-	local want
-	want=$(sha256sum <"$HERE/kafka/pom.xml")
-	[ "$(cat "$LIBS/.fetched" 2>/dev/null)" = "$want" ] && return 0
-	command -v mvn >/dev/null || die "mvn not found (needed to fetch Kafka $KAFKA_VERSION)"
-	mkdir -p "$KAFKA_HOME"
-	exec 8>"$KAFKA_HOME.lock"
-	flock 8
-	[ "$(cat "$LIBS/.fetched" 2>/dev/null)" = "$want" ] && return 0
-	echo "fetching Kafka $KAFKA_VERSION jars into $LIBS ..."
-	# Into a temporary directory first, so an interrupted fetch never looks
-	# complete. The local Maven repo lives in the cache too: one place to wipe.
-	rm -rf "$LIBS.tmp"
-	mvn -B -q -f "$HERE/kafka/pom.xml" \
-		-Dmaven.repo.local="$MAILER_CACHE_DIR/m2" \
-		-Dkafka.version="$KAFKA_VERSION" \
-		dependency:copy-dependencies \
-		-DincludeScope=runtime -DoutputDirectory="$LIBS.tmp" \
-		</dev/null >"$KAFKA_HOME/fetch.log" 2>&1 ||
-		die_with_log "mvn could not fetch Kafka $KAFKA_VERSION" "$KAFKA_HOME/fetch.log"
-	echo "$want" >"$LIBS.tmp/.fetched"
-	rm -rf "$LIBS"
-	mv "$LIBS.tmp" "$LIBS"
-}
 
 # Run one of Kafka's command-line classes: small heap and the C1 compiler
 # only, since these live for a second or two.
@@ -98,11 +66,6 @@ answers()
 	local md
 	md=$(timeout 10 kcat -b "$KAFKA_BROKERS" -L -m 2 2>/dev/null) || return 1
 	grep -q ' broker 1 at ' <<<"$md" && ! grep -q 'leader -1' <<<"$md"
-}
-
-port_in_use()
-{
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 write_config()
@@ -176,66 +139,12 @@ start()
 	wait_ready
 }
 
-wait_ready()
-{
-	local deadline=$((SECONDS + START_TIMEOUT))
-	until answers; do
-		broker_pid >/dev/null || die_with_log "Kafka exited during startup" "$LOG"
-		[ $SECONDS -lt $deadline ] || die_with_log "Kafka not ready on $KAFKA_BROKERS after ${START_TIMEOUT}s" "$LOG"
-		sleep 0.3
-	done
-	echo "Kafka is ready on $KAFKA_BROKERS (pid $(broker_pid))"
-}
-
-# Send SIG to the broker and wait up to SECS for it to go.
-signal_and_wait()
-{
-	local sig=$1 secs=$2 pid deadline
-	pid=$(broker_pid) || return 0
-	kill "-$sig" "$pid" 2>/dev/null || true
-	deadline=$((SECONDS + secs))
-	while kill -0 "$pid" 2>/dev/null; do
-		[ $SECONDS -lt $deadline ] || return 1
-		sleep 0.2
-	done
-}
-
-stop()
-{
-	lock
-	if broker_pid >/dev/null; then
-		echo "stopping Kafka (pid $(broker_pid))"
-		# A clean shutdown saves recovery time on the next start.
-		signal_and_wait TERM "$STOP_TIMEOUT" || {
-			echo "Kafka still up after ${STOP_TIMEOUT}s: SIGKILL" >&2
-			signal_and_wait KILL 10 || die "could not kill Kafka"
-		}
-	fi
-	rm -f "$PIDFILE"
-}
-
-kill_broker()
-{
-	lock
-	if broker_pid >/dev/null; then
-		echo "killing Kafka (pid $(broker_pid))"
-		signal_and_wait KILL 10 || die "could not kill Kafka"
-	fi
-	rm -f "$PIDFILE"
-}
-
 status()
 {
 	local pid
 	pid=$(broker_pid) || { echo "Kafka is not running"; return 1; }
 	answers || { echo "Kafka (pid $pid) does not answer on $KAFKA_BROKERS"; return 1; }
 	echo "Kafka $KAFKA_VERSION is up on $KAFKA_BROKERS (pid $pid)"
-}
-
-need_broker()
-{
-	answers || die "Kafka does not answer on $KAFKA_BROKERS (run: $0 start)"
-	[ -f "$LIBS/.fetched" ] || fetch
 }
 
 # Partition count of a topic whose every partition has a leader, from the
@@ -327,13 +236,6 @@ describe_group()
 	need_broker
 	run_class org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
 		--bootstrap-server "$KAFKA_BROKERS" --describe --group "$1"
-}
-
-clean()
-{
-	stop
-	rm -rf "$KAFKA_DIR"
-	echo "removed $KAFKA_DIR"
 }
 
 cmd=${1:-}

@@ -11,7 +11,7 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use MailerTest;
 use MailerKafkaTest;
 use Test::More;

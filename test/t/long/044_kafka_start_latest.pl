@@ -5,7 +5,7 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../lib";
+use lib "$FindBin::Bin/../../lib";
 use MailerCluster;
 use MailerTest;
 use MailerKafkaTest;
