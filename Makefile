@@ -22,6 +22,18 @@ override CONTRIB_TESTDB = $(or $(PGDATABASE),mailer)
 PG_CPPFLAGS = -I$(srcdir)/src -Wall -Werror -DMAILER_VERSION=\"$(EXTVERSION)\"
 SHLIB_LINK  = -lrdkafka -lrocksdb -lmicrohttpd -lwebsockets -lcurl -lssl -lcrypto
 
+# RDKAFKA_PREFIX=/some/prefix: link the librdkafka installed there
+# (test/services/librdkafka.sh builds one) instead of Debian's, found at run
+# time through the rpath.  Debian 12's 2.0.2 lacks fetch.queue.backoff.ms
+# (2.2), without which the prefetch queue must hold a second of input.
+# The prefix is kept in a stamp, so that changing it rebuilds and relinks.
+ifneq ($(RDKAFKA_PREFIX),)
+PG_CPPFLAGS += -I$(RDKAFKA_PREFIX)/include
+SHLIB_LINK  += -L$(RDKAFKA_PREFIX)/lib -Wl,-rpath,$(RDKAFKA_PREFIX)/lib
+endif
+RDKAFKA_STAMP = .rdkafka-prefix
+$(shell echo '$(RDKAFKA_PREFIX)' | cmp -s - $(RDKAFKA_STAMP) || echo '$(RDKAFKA_PREFIX)' >$(RDKAFKA_STAMP))
+
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 # No LLVM bitcode: JIT inlining of mailer's code is not worth the build.
 override with_llvm = no
@@ -31,7 +43,8 @@ include $(PGXS)
 # Rebuild an object when a header it includes changes.
 override CPPFLAGS += -MMD -MP
 -include $(OBJS:.o=.d)
-EXTRA_CLEAN = $(OBJS:.o=.d)
+EXTRA_CLEAN = $(OBJS:.o=.d) $(RDKAFKA_STAMP)
+$(OBJS): $(RDKAFKA_STAMP)
 # The version is compiled in: a changed EXTVERSION must reach the library.
 src/jobs/catalog.o: Makefile
 

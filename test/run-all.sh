@@ -22,6 +22,9 @@ step() { printf '\n==== %s ====\n' "$*"; }
 
 step "dependencies"
 test/services/deps.sh
+# RDKAFKA_PREFIX: build against a newer librdkafka there (the Makefile),
+# built once, then unpacked from $MAILER_CACHE_DIR.
+[ -z "${RDKAFKA_PREFIX:-}" ] || test/services/librdkafka.sh "$RDKAFKA_PREFIX"
 test/services/kafka.sh fetch
 # Pulsar is optional: without its jars the Pulsar tests (test/t/18x) skip,
 # each saying why.
@@ -29,8 +32,10 @@ test/services/pulsar.sh fetch ||
 	echo "Pulsar could not be fetched: the Pulsar tests will skip"
 
 step "build and install"
-make -s PG_CONFIG="$PG_CONFIG"
-"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" install
+# Named to both: sudo drops the environment, and the install would relink
+# against Debian's librdkafka.
+make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}"
+"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}" install
 
 step "services"
 stop_services()

@@ -222,13 +222,25 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 	return &kafka->base;
 }
 
-/* Called from rd_kafka_poll(), on the worker's own thread. */
+/*
+ * Called from rd_kafka_poll(), on the worker's own thread.  "All brokers
+ * are down" is a consequence, not a cause: it never replaces the error
+ * that brought the brokers down (a failed SASL handshake, a refused
+ * connection), kept until a metadata refresh or a message succeeds.
+ * librdkafka 2.11.1 and later (metadata.recovery.strategy=rebootstrap)
+ * raise it again at every re-bootstrap, every few seconds, while the
+ * cause, repeated identically, is suppressed for 30 s: the cause would be
+ * shown for a moment only.
+ */
 static void
 error_callback(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	KafkaSource *kafka = (KafkaSource *) opaque;
+	char	   *masked;
 
-	char	   *masked = pstrdup(reason);
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && kafka->broker_error[0] != '\0')
+		return;
+	masked = pstrdup(reason);
 
 	/* Masked whole, then cut: a secret across the cut stays hidden. */
 	kafka_secrets_mask(&kafka->secrets, masked, strlen(masked) + 1);

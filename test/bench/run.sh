@@ -135,25 +135,31 @@ record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS"; }
 
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+# RDKAFKA_PREFIX (see the Makefile): the raw programs link the same
+# librdkafka as mailer, so that their figures compare.
+RDKAFKA_CC=()
+[ -z "${RDKAFKA_PREFIX:-}" ] || RDKAFKA_CC=(-I"$RDKAFKA_PREFIX/include" -L"$RDKAFKA_PREFIX/lib" -Wl,-rpath,"$RDKAFKA_PREFIX/lib")
 
 # ---------------------------------------------------------------- setup
 
 setup()
 {
 	say "setup: dependencies, build, install, services (log: $LOG)"
+	# Each step's failure stops the setup: a failed build would otherwise
+	# leave the library installed before measured in its place.
 	{
-		test/services/deps.sh
-		test/services/kafka.sh fetch
-		make -s PG_CONFIG="$PG_CONFIG"
-		"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" install
+		test/services/deps.sh &&
+		test/services/kafka.sh fetch &&
+		make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}" &&
+		"${sudo[@]}" make -s PG_CONFIG="$PG_CONFIG" RDKAFKA_PREFIX="${RDKAFKA_PREFIX:-}" install &&
 		# A restart loads the library just installed.
-		if test/services/pg.sh status; then test/services/pg.sh restart; else test/services/pg.sh start; fi
+		if test/services/pg.sh status; then test/services/pg.sh restart; else test/services/pg.sh start; fi &&
 		test/services/kafka.sh start
 	} >>"$LOG" 2>&1 || die "setup failed; see $LOG"
 	mkdir -p "$BENCH_DIR"
-	gcc -O2 -Wall -o "$BENCH_DIR/produce" test/bench/produce.c -lrdkafka
-	gcc -O2 -Wall -o "$BENCH_DIR/raw_consume" test/bench/raw_consume.c -lrdkafka
-	gcc -O2 -Wall -o "$BENCH_DIR/raw_consume_produce" test/bench/raw_consume_produce.c -lrdkafka
+	gcc -O2 -Wall -o "$BENCH_DIR/produce" test/bench/produce.c "${RDKAFKA_CC[@]}" -lrdkafka
+	gcc -O2 -Wall -o "$BENCH_DIR/raw_consume" test/bench/raw_consume.c "${RDKAFKA_CC[@]}" -lrdkafka
+	gcc -O2 -Wall -o "$BENCH_DIR/raw_consume_produce" test/bench/raw_consume_produce.c "${RDKAFKA_CC[@]}" -lrdkafka
 	q -f test/bench/setup.sql >>"$LOG" 2>&1 || die "test/bench/setup.sql failed; see $LOG"
 	PGDATA_OWNER_DIR=$PGDATA/mailer/$(q -c "SELECT oid FROM pg_extension WHERE extname = 'mailer'")
 	PM_PID=$(head -1 "$PGDATA/postmaster.pid")
@@ -1299,7 +1305,7 @@ report()
 machine()
 {
 	echo "machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(free -g | awk '/^Mem:/ { print $2 }') GiB, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
+	echo "software: $("$PG_BINDIR/postgres" --version), librdkafka $(if [ -n "${RDKAFKA_PREFIX:-}" ]; then sed -n 's/^Version: //p' "$RDKAFKA_PREFIX/lib/pkgconfig/rdkafka.pc"; else dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null; fi), RocksDB $(dpkg-query -W -f='${Version}' 'librocksdb[0-9]*' 2>/dev/null | head -c 20), Kafka $KAFKA_VERSION, $(java -version 2>&1 | head -1), Flink $(sed -n 's:.*<flink.version>\(.*\)</flink.version>.*:\1:p' test/bench/flink/pom.xml)"
 	echo "settings: BENCH_EVENTS=$BENCH_EVENTS BENCH_SINK_ROWS=$BENCH_SINK_ROWS BENCH_RUNS=$BENCH_RUNS BENCH_KEYS=$BENCH_KEYS BENCH_STATE_KEYS='$BENCH_STATE_KEYS' BENCH_SECTIONS='$BENCH_SECTIONS' BENCH_PARALLELISM='$BENCH_PARALLELISM' BENCH_PARALLELISM_JOBS='$BENCH_PARALLELISM_JOBS' BENCH_PIN_CPU=$BENCH_PIN_CPU BENCH_JOB_TIMEOUT=$BENCH_JOB_TIMEOUT BENCH_LATENCY_SECONDS=$BENCH_LATENCY_SECONDS BENCH_KAFKA_SINK_JOBS='$BENCH_KAFKA_SINK_JOBS' BENCH_PULSAR_EVENTS=$BENCH_PULSAR_EVENTS BENCH_SCRAPE_JOBS=$BENCH_SCRAPE_JOBS BENCH_SCRAPE_SECONDS=$BENCH_SCRAPE_SECONDS"
 }
 
