@@ -9,7 +9,7 @@ packages=(
 	postgresql-15-hll						# hll: an extension's aggregate in a job (tests 162, 166)
 	librdkafka-dev librocksdb-dev			# libraries mailer links
 	libmicrohttpd-dev						# ... and the HTTP worker's server
-	libssl-dev libsasl2-dev libzstd-dev		# librdkafka.sh: a newer librdkafka with Debian's
+	libsasl2-dev libzstd-dev				# librdkafka.sh: a newer librdkafka with Debian's
 	liblz4-dev zlib1g-dev					# ... features (libsasl2: GSSAPI, which test 063 uses)
 	libwebsockets-dev libcurl4-openssl-dev	# Pulsar: its WebSocket API and admin REST API
 	libssl-dev								# ... and a CA bundle for its TLS sessions
