@@ -20,6 +20,9 @@
 #include "postgres.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "miscadmin.h"
 #include "utils/timestamp.h"
@@ -31,15 +34,64 @@
 #define MAX_REDIRECTS			3		/* an admin call's 307/308s followed */
 #define HTTP_BODY_MAX			(16 * 1024 * 1024)	/* internalStats of ~190000 ledgers */
 
+/*
+ * The CA file's certificates, read here once rather than by libcurl and
+ * libwebsockets at each call: they would open it with every signal
+ * blocked, where a FIFO or a device that never ends holds the worker past
+ * stop_job, pg_terminate_backend and a fast shutdown.  So only a regular
+ * file is read, opened without blocking, and within CA_FILE_MAX_BYTES.
+ */
+#define CA_FILE_MAX_BYTES		(1024 * 1024)
+
+static char *
+read_ca_file(const char *path)
+{
+	int			fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	char	   *pem;
+	off_t		done = 0;
+
+	if (fd < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not open the Pulsar CA file \"%s\" (options.tls.ca.location): %m", path),
+				 errhint("Give a PEM file the server's operating system user can read, or the CA inline as tls.ca.pem.")));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CA_FILE_MAX_BYTES)
+	{
+		close(fd);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the Pulsar CA file \"%s\" (options.tls.ca.location) is not a regular file of at most 1 MB", path),
+				 errhint("Give a PEM file, or the CA inline as tls.ca.pem.")));
+	}
+	pem = palloc(st.st_size + 1);
+	while (done < st.st_size)
+	{
+		ssize_t		n = read(fd, pem + done, st.st_size - done);
+
+		CHECK_FOR_INTERRUPTS();
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;				/* a file that shrank: what was read */
+		done += n;
+	}
+	close(fd);
+	pem[done] = '\0';
+	return pem;
+}
+
 PulsarWsSecurity
 pulsar_security_of(const char *service_url, List *options)
 {
 	PulsarWsSecurity sec = {0};
+	const char *ca_file = pulsar_option(options, PULSAR_OPTION_CA_FILE);
 
 	sec.tls = strncmp(service_url, "https://", 8) == 0;
 	sec.token = pulsar_option(options, PULSAR_OPTION_TOKEN);
 	sec.ca_pem = pulsar_option(options, PULSAR_OPTION_CA_PEM);
-	sec.ca_file = pulsar_option(options, PULSAR_OPTION_CA_FILE);
+	if (ca_file && sec.tls)
+		sec.ca_pem = read_ca_file(ca_file);
 	return sec;
 }
 
@@ -308,10 +360,11 @@ pulsar_admin_get(PulsarAdmin *a, const char *path, char *why, size_t whysize)
 			{
 				struct curl_blob ca = {(void *) a->sec.ca_pem, strlen(a->sec.ca_pem), CURL_BLOB_COPY};
 
+				/* The given certificates alone: not the system's directory too. */
 				curl_easy_setopt(a->curl, CURLOPT_CAINFO_BLOB, &ca);
+				curl_easy_setopt(a->curl, CURLOPT_CAINFO, NULL);
+				curl_easy_setopt(a->curl, CURLOPT_CAPATH, NULL);
 			}
-			else if (a->sec.ca_file)
-				curl_easy_setopt(a->curl, CURLOPT_CAINFO, a->sec.ca_file);
 		}
 		/* The path as built, never normalized into another (README, "Security"). */
 		curl_easy_setopt(a->curl, CURLOPT_PATH_AS_IS, 1L);

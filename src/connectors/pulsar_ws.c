@@ -328,9 +328,13 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
 							 status, status == 401 ? "not authenticated: the broker wants a valid token (check the options' \"auth.token\")"
 							 : "not authorized: the token's role may not use the topic so");
 				else if (conn->tls && !conn->handshake_sent && status <= 0)
-					/* OpenSSL's own words here say little ("SSL err 1"): say what is checked. */
-					snprintf(why, sizeof(why), "cannot open the WebSocket session: the TLS handshake failed (%s): "
-							 "the broker's certificate must be valid, signed by the CA given in the options (or one the system trusts) and name the service URL's host",
+					/*
+					 * OpenSSL's own words here say little ("SSL err 1"), and
+					 * libwebsockets 4.1 tells no refused connection from a
+					 * failed handshake: say both, and what is checked.
+					 */
+					snprintf(why, sizeof(why), "cannot open the WebSocket session over TLS (%s): the broker could not be reached, or its certificate failed a check "
+							 "(it must be valid, signed by the CA given in the options, else one the system trusts, and name the service URL's host)",
 							 in ? (const char *) in : (last_log[0] ? last_log : "no reason given"));
 				else
 				{

@@ -37,7 +37,7 @@ typedef struct PulsarWsSecurity
 	bool		tls;			/* an https:// service URL: set up OpenSSL */
 	const char *token;			/* sent as "Authorization: Bearer <token>" */
 	const char *ca_pem;			/* the CA certificate that signs the broker's, PEM */
-	const char *ca_file;		/* or a file holding it */
+	const char *ca_file;		/* or a file holding it (the test tool's: a worker reads the file itself) */
 } PulsarWsSecurity;
 
 /*

@@ -142,6 +142,31 @@ my $server_log = pg_log_since($log_from);
 ok(length($server_log) > 0, 'the server log was written meanwhile');
 unlike($server_log, qr/SECRET-t216/, 'the server log shows no token');
 
+# A CA file that is not a regular file (a FIFO, whose open would block
+# for good, a device that never ends): the worker reads the file itself,
+# refuses it with a clear last_error, and stays stoppable.
+{
+	my $fifo = ($ENV{MAILER_RUN_DIR} // '/tmp') . "/t216_fifo.$$";
+	unlink $fifo;
+	system('mkfifo', '-m', '644', $fifo) == 0 or die "mkfifo: $!";
+	psql("GRANT pg_read_server_files TO $role");
+	for my $file ($fifo, '/dev/urandom')
+	{
+		psql_as($role, qq{SELECT mailer.create_job('t216f', \$\$@{[ source_spec("https://127.0.0.1:$port", qq{{"tls.ca.location": "$file"}}) ]}\$\$)});
+		my $err = '';
+		wait_until("the CA file $file to be refused", sub {
+			$err = psql_as($role, "SELECT coalesce(last_error, '') FROM mailer.jobs WHERE name = 't216f'");
+			return $err =~ /is not a regular file/;
+		}, 30);
+		like($err, qr/the Pulsar CA file "\Q$file\E" \(options\.tls\.ca\.location\) is not a regular file of at most 1 MB/,
+			"a CA file that is not a regular file ($file) is refused: $err");
+		is(psql_fails_as($role, "SELECT mailer.stop_job('t216f', '20 seconds')"), '', '  and the job stops');
+		psql_as($role, "SELECT mailer.drop_job('t216f')");
+	}
+	psql("REVOKE pg_read_server_files FROM $role");
+	unlink $fifo;
+}
+
 psql_as($role, 'DROP TABLE t216_out');
 drop_roles($role);
 done_testing();
