@@ -1,6 +1,6 @@
 # The Pulsar source through what a production deployment meets: a broker
-# restart mid-stream, partitions added to the topic while jobs read it, an
-# immediate stop of PostgreSQL, and SIGKILLs of workers, for a parallel job
+# restart mid-stream, partitions added to the topic while jobs read it, two
+# immediate stops of PostgreSQL, and 8 SIGKILLs of workers, for a parallel job
 # (2 subtasks, RocksDB) and a single one (memory state). Both tables must
 # equal SQL's GROUP BY over exactly the orders produced, and every order
 # counted once. Takes a minute or two (the broker restart alone 15 to 25 s),
@@ -73,36 +73,43 @@ ok(1, 'the broker restarted under the reading jobs');
 is(pulsar('add-partitions', $topic, 6), "topic $topic has 6 partitions\n", 'the topic grows to 6 partitions');
 orders_produce_finish(orders_produce_start('orders_182o', $topic, 3001, 6000, 6));
 
-# 3. 3,000 orders more, and an immediate stop of PostgreSQL while they are read.
-my $running = orders_produce_start('orders_182o', $topic, 6001, 9000, 6);
-wait_until('the jobs to read past 6,000', sub { read_so_far($jobs[1]) > 6000 }, 120);
-pg_service('crash');
-pg_service('start');
-wait_server_up();
-orders_produce_finish($running);
-ok(1, 'PostgreSQL stopped immediately mid-stream and started again');
-
-# 4. The last 3,000, with a SIGKILL of each job's worker (subtask 0) while
-#    they are read.
-$running = orders_produce_start('orders_182o', $topic, 9001, 12000, 6);
-for my $job (@jobs)
+# 3. 3,000 orders more, in two halves, each with an immediate stop of
+#    PostgreSQL once the jobs read it.
+for my $from (6001, 7501)
 {
-	wait_job_running($job);
-	wait_until("$job to read past 9,000", sub { read_so_far($job) > 9000 }, 120);
-	my $pid = first_pid($job);
-	ok(defined $pid && kill('KILL', $pid) == 1, "SIGKILL of $job\'s worker");
-	wait_until('the server to restart after the crash', sub {
-		my $now = eval { first_pid($job) };
-		return defined $now && $now != $pid;
-	}, 120);
+	my $running = orders_produce_start('orders_182o', $topic, $from, $from + 1499, 6);
+	wait_until("the jobs to read past $from", sub { read_so_far($jobs[1]) >= $from }, 120);
+	pg_service('crash');
+	pg_service('start');
+	wait_server_up();
+	orders_produce_finish($running);
+	ok(1, "PostgreSQL stopped immediately while orders from $from were read, and started again");
 }
-orders_produce_finish($running);
+
+# 4. The last 3,000, in four quarters, with a SIGKILL of each job's worker
+#    (subtask 0) once it reads each: 8 kills.
+for my $from (9001, 9751, 10501, 11251)
+{
+	my $running = orders_produce_start('orders_182o', $topic, $from, $from + 749, 6);
+	for my $job (@jobs)
+	{
+		wait_job_running($job);
+		wait_until("$job to read past $from", sub { read_so_far($job) >= $from }, 120);
+		my $pid = first_pid($job);
+		ok(defined $pid && kill('KILL', $pid) == 1, "SIGKILL of $job\'s worker (orders from $from)");
+		wait_until('the server to restart after the crash', sub {
+			my $now = eval { first_pid($job) };
+			return defined $now && $now != $pid;
+		}, 120);
+	}
+	orders_produce_finish($running);
+}
 
 for my $job (@jobs)
 {
 	wait_job_running($job);
 	is(psql("SELECT mailer.wait_job('$job', '3 minutes')"), 'running', "$job: wait_job returns, running");
-	totals_check('orders_182o', $job, 'after a broker restart, 2 new partitions, an immediate stop and a SIGKILL');
+	totals_check('orders_182o', $job, 'after a broker restart, 2 new partitions, 2 immediate stops and 8 SIGKILLs');
 	is(job_metric($job, 'records_in'), $N, "$job: records_in counts every order once");
 	is(psql("SELECT count(DISTINCT partition) FROM mailer.partition_metrics WHERE name = '$job'"), 6,
 		"$job: reads the 6 partitions");
