@@ -28,8 +28,12 @@ extern bool job_control_stopped_here(int64 job_id);
 
 /* spec_logging.c: while a statement's text may hold a spec's secrets. */
 
-/* From here until end_reading_spec or the transaction's end, log errors without the statement. */
-extern void begin_reading_spec(void);
+/*
+ * From here until end_reading_spec or the transaction's end, log errors
+ * without the statement; pg_stat_activity shows the call of function
+ * (mailer.<function>) on job_name (NULL: none) with its spec left out.
+ */
+extern void begin_reading_spec(const char *function, const char *job_name);
 extern void end_reading_spec(void);
 
 /* stop_protocol.c: how the SQL functions wait for the launcher and the workers. */

@@ -74,7 +74,7 @@ mailer_create_job(PG_FUNCTION_ARGS)
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 
-	begin_reading_spec();
+	begin_reading_spec("create_job", name);
 	mailer_require_preload();
 	check_job_name(name);
 
@@ -148,7 +148,7 @@ mailer_describe_job(PG_FUNCTION_ARGS)
 	JobPlan    *plan;
 	text	   *result;
 
-	begin_reading_spec();
+	begin_reading_spec("describe_job", NULL);
 	spec = spec_parse(spec_doc);
 	spec_check_settings(spec);
 	/* Judged as if the caller created the job: nothing reaches librdkafka otherwise. */
@@ -333,7 +333,7 @@ mailer_alter_job(PG_FUNCTION_ARGS)
 	Oid			types[2] = {INT8OID, JSONBOID};
 	Datum		values[2];
 
-	begin_reading_spec();
+	begin_reading_spec("alter_job", job->name);
 	mailer_require_preload();
 	catalog_check_owner(job, "alter");
 	require_stopped(job, "altered");

@@ -20,6 +20,7 @@
 #include "pgstat.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
+#include "utils/builtins.h"
 
 #include "api/api.h"
 #include "api/job_control.h"
@@ -73,13 +74,19 @@ hide_spec_statement(ErrorData *edata)
 }
 
 void
-begin_reading_spec(void)
+begin_reading_spec(const char *function, const char *job_name)
 {
 	static bool callback_registered = false;
 
 	reading_spec = true;
-	/* pg_stat_activity keeps the last statement's text while the session is idle, too. */
-	pgstat_report_activity(STATE_RUNNING, HIDDEN_STATEMENT);
+	/*
+	 * pg_stat_activity keeps the last statement's text while the session is
+	 * idle, too: it shows the call, by its job's name, without the spec.
+	 */
+	pgstat_report_activity(STATE_RUNNING,
+						   psprintf("SELECT mailer.%s(%s%s<the spec is not shown: it may hold a job's secrets>)",
+									function, job_name ? quote_literal_cstr(job_name) : "",
+									job_name ? ", " : ""));
 	/* The transaction's end resets the flag, also when an error ends the statement. */
 	if (!callback_registered)
 	{

@@ -37,6 +37,8 @@ $in .= "SELECT mailer.create_job('t217', \$\$$spec\$\$);\n";
 $h->pump until $out =~ /\d/;
 my $seen = psql_as($monitor, "SELECT coalesce(string_agg(query, ' '), '') FROM pg_stat_activity WHERE usename = '$role'");
 unlike($seen, qr/SECRET-t217/, 'a pg_read_all_stats role does not see the token in pg_stat_activity');
+like($seen, qr/SELECT mailer\.create_job\('t217', <the spec is not shown: it may hold a job's secrets>\)/,
+	'  but the call, by its job\'s name');
 $in .= "\\q\n";
 $h->finish;
 psql_as($role, "SELECT mailer.stop_job('t217'); SELECT mailer.drop_job('t217')");
