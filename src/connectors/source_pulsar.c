@@ -1380,8 +1380,8 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 		return true;
 	}
 	/*
-	 * A reader one ledger or more behind: its last count (or its failure)
-	 * holds a while, and for good while neither end moves.
+	 * A reader one ledger or more behind: its last count (or a reply that
+	 * was not one) holds a while, and for good while neither end moves.
 	 */
 	if (pp->counted_at != 0 &&
 		((pp->lag_end >= 0 && same_message(&pp->counted_from, from) && same_message(&pp->counted_to, &end)) ||
@@ -1431,13 +1431,17 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
  * of entries behind may be below the messages behind (batched entries):
  * until the reader hands out the end's message of the last poll, the end
  * is past the position, so that a lag of 0 means read up to that message.
+ * An end at entry -1 (a ledger not written yet) names no message: there,
+ * whether the poll counted any after the position.
  */
 static int64
 published_end(PulsarPartition *pp)
 {
 	if (pp->lag_end < 0)
 		return -1;
-	if (pp->lag_unread && message_before(&pp->last, &pp->lag_end_id))
+	if (!message_before(&pp->last, &pp->lag_end_id))
+		return pp->count;
+	if (pp->lag_end_id.entry >= 0 || pp->lag_unread)
 		return Max(pp->lag_end, pp->count + 1);
 	return Max(pp->lag_end, pp->count);
 }
