@@ -1473,7 +1473,8 @@ update_metrics(PulsarSource *ps)
 		slot->partitions[pp->metrics].end_offset = end;
 	}
 	slot->npartitions = Min(ps->nparts, JOB_SLOT_MAX_PARTITIONS);
-	slot->consumer_lag = ps->nparts > 0 ? lag : -1;
+	/* A subtask that owns no partition of a known topic is caught up; before the metadata, unknown. */
+	slot->consumer_lag = ps->topic_known || ps->nparts > 0 ? lag : -1;
 }
 
 static const SourceOps pulsar_ops = {
