@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # pulsar_lag_front.py PORT TARGET_PORT FLAG LOG: a pass-through front for the Pulsar
-# standalone (review probes of the Pulsar lag). While the file FLAG holds
+# standalone (tests of the Pulsar lag). While the file FLAG holds
 # "hang", every lastMessageId request is held 60 s unanswered (a broker
 # whose bookie read is slow: lastMessageId reads the last entry, the
 # partition metadata does not); while it holds "p1", partition 1's
@@ -12,9 +12,8 @@
 # metadata served by another); "hangws": lastMessageId hangs and every
 # WebSocket reader is refused, internalStats and the metadata answer.
 # Each request's time and path go to LOG.
-import os, re, socket, sys, threading, time
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-from tcp_proxy import pipe
+import re, sys, threading, time
+from tcp_proxy import pass_through, read_head, serve_forever
 
 PORT, TARGET, FLAG, LOG = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 lock = threading.Lock()
@@ -28,47 +27,30 @@ def mode():
         return ''
 
 
+def refuse(c):
+    c.sendall(b'HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
+    c.close()
+
+
 def serve(c):
-    buf = b''
-    while b'\r\n\r\n' not in buf:
-        d = c.recv(65536)
-        if not d:
-            c.close()
-            return
-        buf += d
-    path = buf.split(b'\r\n', 1)[0].decode().split(' ')[1]
+    buf, path = read_head(c)
+    if buf is None:
+        return
     m = mode()
     with lock, open(LOG, 'a') as f:
         f.write('%.3f %s %s\n' % (time.time(), m or '-', path))
     if m in ('hangall', 'hangws') and path.startswith('/ws/'):
-        c.sendall(b'HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
-        c.close()
-        return
+        return refuse(c)
     if m in ('hang', 'hangall', 'hangws') and path.endswith('/lastMessageId') or m == 'hangall' and path.endswith('/internalStats'):
         time.sleep(60)
         c.close()
         return
     if m == 'p1' and re.search(r'-partition-1([/?]|$)', path) and (
             path.startswith('/ws/') or path.endswith('/lastMessageId') or path.endswith('/internalStats')):
-        c.sendall(b'HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
-        c.close()
-        return
+        return refuse(c)
     if m == 'p1ws' and path.startswith('/ws/') and re.search(r'-partition-1([/?]|$)', path):
-        c.sendall(b'HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
-        c.close()
-        return
-    t = socket.create_connection(('127.0.0.1', TARGET))
-    if not path.startswith('/ws/'):
-        buf = buf.replace(b'\r\n\r\n', b'\r\nConnection: close\r\n\r\n', 1)
-    t.sendall(buf)
-    threading.Thread(target=pipe, args=(c, t), daemon=True).start()
-    pipe(t, c)
+        return refuse(c)
+    pass_through(c, buf, path, TARGET)
 
 
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(('127.0.0.1', PORT))
-l.listen(64)
-while True:
-    c, _ = l.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
+serve_forever(PORT, serve)
