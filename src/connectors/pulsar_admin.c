@@ -314,7 +314,8 @@ pulsar_admin_get(PulsarAdmin *a, const char *path, char *why, size_t whysize)
 	long		status = 0;
 	CURLcode	rc = CURLE_OK;
 	sigset_t	saved;
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), BROKER_TIMEOUT_MS);
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   a->timeout_ms > 0 ? a->timeout_ms : BROKER_TIMEOUT_MS);
 	int			hops;
 	bool		refused = false;
 	const char *scheme = a->sec.tls ? "https" : "http";
@@ -396,7 +397,7 @@ pulsar_admin_get(PulsarAdmin *a, const char *path, char *why, size_t whysize)
 	}
 	/* The buffer is this call's. */
 	curl_easy_setopt(a->curl, CURLOPT_ERRORBUFFER, NULL);
-	if (rc == CURLE_OPERATION_TIMEDOUT)
+	if (rc == CURLE_OPERATION_TIMEDOUT && a->timeout_ms <= 0)
 		a->slow = true;
 	if (!refused && rc == CURLE_ABORTED_BY_CALLBACK)
 		snprintf(why, whysize, "GET %s: given up: the job is stopping", path);

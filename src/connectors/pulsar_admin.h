@@ -30,6 +30,8 @@ typedef struct PulsarAdmin
 	size_t		cap;
 	bool		too_long;		/* the reply passed its bound: the call failed */
 	bool		slow;			/* a call timed out: the caller's later calls of this round fail at once; the caller clears it */
+	int			timeout_ms;		/* > 0: the calls' bound instead of BROKER_TIMEOUT_MS, and their timeout leaves
+								 * slow alone (the source's lag polls, which back off on their own) */
 } PulsarAdmin;
 
 /*

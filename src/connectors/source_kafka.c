@@ -912,7 +912,10 @@ update_metrics(KafkaSource *kafka)
 		KafkaPartition *kp = &kafka->parts[i];
 		int64		high = known_end(kafka, kp);
 
-		if (high >= 0)
+		/* A partition whose end is unknown may hold anything: the sum is unknown, not caught up. */
+		if (high < 0 || lag < 0)
+			lag = -1;
+		else
 			lag += Max(high - kp->next, 0);
 		if (kp->metrics < 0)
 			continue;

@@ -38,6 +38,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -65,6 +66,9 @@
 #define MAX_FDS					1024
 #define LAG_BUDGET_MS			50		/* the worker's time for lag polls per refresh, at most ... */
 #define LAG_STATS_MS			30000	/* ... and a partition's internalStats for its lag, at most this often */
+#define LAG_CALL_MS				200		/* a lag call's bound: a broker that hangs costs a refresh no more ... */
+#define LAG_RETRY_MS			5000	/* ... and the partition is not asked again for this long, doubled ... */
+#define LAG_RETRY_MAX_MS		60000	/* ... while its calls fail, up to this */
 
 typedef struct PulsarPartition
 {
@@ -94,7 +98,12 @@ typedef struct PulsarPartition
 	int64		reported_ledger;	/* the last ledger reported as deleted, -1 none */
 	/* Lag (poll_lag): the partition's end in count's units, as of the last poll; -1 unknown. */
 	int64		lag_end;
+	PulsarMessageId lag_end_id; /* the end's last message at that poll ... */
+	bool		lag_unread;		/* ... and there were messages after the position then */
 	bool		lag_polled;		/* polled once: a new partition is, whatever the budget */
+	int64		lag_round;		/* the poll_lag round that last polled it */
+	TimestampTz lag_retry_at;	/* its last poll failed: not asked again before, 0 none ... */
+	int			lag_retry_ms;	/* ... and the wait after the next failure, 0: LAG_RETRY_MS */
 	TimestampTz counted_at;		/* when internalStats last counted the entries behind, 0 never ... */
 	PulsarMessageId counted_from;	/* ... from this position ... */
 	PulsarMessageId counted_to; /* ... to this end */
@@ -132,6 +141,7 @@ typedef struct PulsarSource
 	int			capacity;
 	int			next_part;		/* where the next poll starts: every partition gets its turn */
 	int			lag_next;		/* the partition whose lag is polled next */
+	int64		lag_round;		/* poll_lag's rounds */
 	TimestampTz next_refresh;
 	bool		mark_pending;	/* wait_job asked; marks not taken yet */
 	char		error[512];		/* what the source waits on, "" none */
@@ -155,7 +165,7 @@ static bool hand_out(PulsarSource *ps, PulsarPartition *pp, char *frame, size_t 
 static TimestampTz message_time(const char *text);
 static void take_marks(PulsarSource *ps);
 static void poll_lag(PulsarSource *ps);
-static void poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now);
+static bool poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now);
 static void update_metrics(PulsarSource *ps);
 static void push_restored_not_open(PulsarSource *ps, Jsonb *obj, JsonbParseState **state);
 
@@ -308,9 +318,19 @@ failed:
 	for (int i = first_new; i < ps->nparts; i++)
 		pfree(ps->parts[i].reader_topic);
 	ps->nparts = first_new;
-	/* An outage shows as lag unknown, not as the last lag seen (poll_lag). */
+	/*
+	 * An outage shows as lag unknown, not as the last lag seen (poll_lag);
+	 * the first refresh after it polls every partition's lag again, past the
+	 * budget and whatever internalStats counted, as at the job's start.
+	 */
 	for (int i = 0; i < ps->nparts; i++)
+	{
 		ps->parts[i].lag_end = -1;
+		ps->parts[i].lag_polled = false;
+		ps->parts[i].counted_at = 0;
+		ps->parts[i].lag_retry_at = 0;
+		ps->parts[i].lag_retry_ms = 0;
+	}
 	snprintf(ps->error, sizeof(ps->error), "waiting for Pulsar: topic \"%s\": %s",
 			 ps->base.topic_names[0], why);
 	ps->next_refresh = TimestampTzPlusMilliseconds(now, METADATA_RETRY_MS);
@@ -1226,26 +1246,60 @@ pulsar_reached_end(Source *src)
  * than a refresh that holds up its records (docs/ARCHITECTURE.md, "Source
  * poll").  A partition never polled is polled past the budget, so that a
  * job's first metrics show every lag, as a Kafka source's do.
+ *
+ * Each call is bounded by LAG_CALL_MS (a first one, which may load the
+ * topic on the broker, by BROKER_TIMEOUT_MS), and its timeout does not make the
+ * admin client's other calls of the refresh (wait_job's marks, retention
+ * checks) fail: a partition whose call fails is not asked again for
+ * lag_retry_ms, doubled while it fails.  A failure that spends the budget
+ * ends the round, never polled partitions included, and every partition
+ * not polled in it shows its lag unknown: a broker that hangs shows as
+ * unknown lags within one refresh, not as the last ones seen.
  */
 static void
 poll_lag(PulsarSource *ps)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	int			first = ps->lag_next;
-	bool		spent = false;
+	bool		spent = false,
+				cut = false;
 
-	for (int k = 0; k < ps->nparts; k++)
+	ps->lag_round++;
+	for (int k = 0; k < ps->nparts && !cut; k++)
 	{
 		PulsarPartition *pp = &ps->parts[(first + k) % ps->nparts];
+		bool		ok;
 
 		if (spent && pp->lag_polled)
 			continue;
 		if (!spent)
 			ps->lag_next = (first + k + 1) % ps->nparts;
-		poll_partition_lag(ps, pp, start);
+		if (pp->lag_retry_at != 0 && start < pp->lag_retry_at)
+		{
+			pp->lag_end = -1;
+			continue;
+		}
+		/* A first poll may load the topic on the broker: the admin GET's bound. */
+		ps->admin->timeout_ms = pp->lag_polled ? LAG_CALL_MS : BROKER_TIMEOUT_MS;
+		ok = poll_partition_lag(ps, pp, start);
 		pp->lag_polled = true;
+		pp->lag_round = ps->lag_round;
 		spent = spent || TimestampDifferenceExceeds(start, GetCurrentTimestamp(), LAG_BUDGET_MS);
+		if (ok)
+		{
+			pp->lag_retry_at = 0;
+			pp->lag_retry_ms = 0;
+			continue;
+		}
+		pp->lag_end = -1;
+		pp->lag_retry_ms = pp->lag_retry_ms == 0 ? LAG_RETRY_MS : Min(pp->lag_retry_ms * 2, LAG_RETRY_MAX_MS);
+		pp->lag_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), pp->lag_retry_ms);
+		cut = spent;
 	}
+	ps->admin->timeout_ms = 0;
+	for (int i = 0; cut && i < ps->nparts; i++)
+		if (ps->parts[i].lag_round != ps->lag_round)
+			ps->parts[i].lag_end = -1;
 }
 
 static bool
@@ -1254,20 +1308,43 @@ same_message(const PulsarMessageId *a, const PulsarMessageId *b)
 	return a->ledger == b->ledger && a->entry == b->entry && a->batch_index == b->batch_index;
 }
 
+/* a comes before b in the partition (a batch index of -1: the entry's only message). */
+static bool
+message_before(const PulsarMessageId *a, const PulsarMessageId *b)
+{
+	if (a->ledger != b->ledger)
+		return a->ledger < b->ledger;
+	if (a->entry != b->entry)
+		return a->entry < b->entry;
+	return a->batch_index < b->batch_index;
+}
+
+/* pp->lag_end set to pp->count + behind, unknown if that is not an int64. */
+static void
+set_lag_end(PulsarPartition *pp, int64 behind)
+{
+	if (behind < 0 || pg_add_s64_overflow(pp->count, behind, &pp->lag_end))
+		pp->lag_end = -1;
+	pp->lag_unread = pp->lag_end > pp->count;
+}
+
 /*
  * pp->lag_end: the partition's end in the units of pp->count (messages
  * handed out), so that partition_metrics' lag (end_offset less position)
  * shrinks as the reader reads, between polls.  Behind is counted in
  * entries after the reader's (a lower bound of messages: a batched entry
- * holds several), and in messages within the partition's last entry when
- * both ids have a batch index: 0 only when the reader has handed out the
- * partition's last message.  In the partition's last ledger that is its
- * lastMessageId less the position; from an earlier ledger, the entries of
- * the later ledgers internalStats lists (asked at most every LAG_STATS_MS,
- * and not again while neither end moved).  Unknown (NULL) when the broker
- * does not answer, or the position is past its end.
+ * holds several; update_metrics keeps the lag above 0 until the end's
+ * message is handed out), and in messages within the partition's last
+ * entry when both ids have a batch index.  In the partition's last ledger
+ * that is its lastMessageId less the position; from an earlier ledger, the
+ * entries of the later ledgers internalStats lists (asked at most every
+ * LAG_STATS_MS, and not again while neither end moved; an end that moved on
+ * within the ledger it was counted to adds its entries).  Unknown (NULL)
+ * when the position is past the broker's end, or the counts are not
+ * possible (negative, or past an int64).  False when the broker did not
+ * answer (poll_lag backs off).
  */
-static void
+static bool
 poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 {
 	PulsarMessageId end;
@@ -1284,10 +1361,8 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 				next;
 
 	if (!last_message_id(ps, pp, &end, why, sizeof(why)))
-	{
-		pp->lag_end = -1;
-		return;
-	}
+		return false;
+	pp->lag_end_id = end;
 	if (from->ledger == end.ledger)
 	{
 		if (end.entry > from->entry)
@@ -1296,30 +1371,43 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 			behind = end.batch_index - from->batch_index;
 		else if (end.entry < from->entry)
 			behind = -1;		/* past the end: check_retention's to report */
-		pp->lag_end = behind < 0 ? -1 : pp->count + behind;
-		return;
+		set_lag_end(pp, behind);
+		return true;
 	}
 	if (from->ledger > end.ledger)
 	{
 		pp->lag_end = -1;
-		return;
+		return true;
 	}
 	/*
-	 * A reader one ledger or more behind: its last count (or its failure:
-	 * a broker whose internalStats hangs must not cost the worker 2 s a
-	 * refresh) holds a while, and for good while neither end moves.
+	 * A reader one ledger or more behind: its last count (or a reply that
+	 * was not one) holds a while, and for good while neither end moves.
 	 */
 	if (pp->counted_at != 0 &&
 		((pp->lag_end >= 0 && same_message(&pp->counted_from, from) && same_message(&pp->counted_to, &end)) ||
 		 !TimestampDifferenceExceeds(pp->counted_at, now, LAG_STATS_MS)))
-		return;
+	{
+		/* The end moved on within the ledger it was counted to: its new entries, without a call. */
+		if (pp->lag_end >= 0 && end.ledger == pp->counted_to.ledger && end.entry > pp->counted_to.entry)
+		{
+			if (pg_add_s64_overflow(pp->lag_end, end.entry - pp->counted_to.entry, &pp->lag_end))
+				pp->lag_end = -1;
+			pp->lag_unread = pp->lag_end > pp->count;
+			pp->counted_to = end;
+		}
+		return true;
+	}
 	pp->counted_at = now;
 	pp->counted_from = *from;
 	pp->counted_to = end;
 	pp->lag_end = -1;
-	if (!get_stats(ps, pp, -1, &entries, &oldest, &newest, &found, why, sizeof(why)) ||
-		!stats_ledger_list(ps->admin->body, &p, &list_end))
-		return;
+	if (!get_stats(ps, pp, -1, &entries, &oldest, &newest, &found, why, sizeof(why)))
+	{
+		pp->counted_at = 0;		/* not answered: asked again after poll_lag's back-off, not LAG_STATS_MS */
+		return false;
+	}
+	if (!stats_ledger_list(ps->admin->body, &p, &list_end))
+		return true;
 	/* Ledgers before the position's were read; those after end's are empty (the current one, not written yet). */
 	while ((next = stats_next_ledger(&p, list_end, &id, &entries)) == 1)
 	{
@@ -1330,36 +1418,63 @@ poll_partition_lag(PulsarSource *ps, PulsarPartition *pp, TimestampTz now)
 		n = id == end.ledger ? end.entry + 1 : entries;
 		if (id == from->ledger)
 			n -= from->entry + 1;
-		behind += Max(n, 0);
+		if (entries < 0 || pg_add_s64_overflow(behind, Max(n, 0), &behind))
+			return true;		/* not a count: unknown */
 	}
-	pp->lag_end = next < 0 ? -1 : pp->count + behind;
+	if (next == 0)
+		set_lag_end(pp, behind);
+	return true;
+}
+
+/*
+ * A partition's end in the units of its position, -1 unknown.  The count
+ * of entries behind may be below the messages behind (batched entries):
+ * until the reader hands out the end's message of the last poll, the end
+ * is past the position, so that a lag of 0 means read up to that message.
+ * An end at entry -1 (a ledger not written yet) names no message: there,
+ * whether the poll counted any after the position.
+ */
+static int64
+published_end(PulsarPartition *pp)
+{
+	if (pp->lag_end < 0)
+		return -1;
+	if (!message_before(&pp->last, &pp->lag_end_id))
+		return pp->count;
+	if (pp->lag_end_id.entry >= 0 || pp->lag_unread)
+		return Max(pp->lag_end, pp->count + 1);
+	return Max(pp->lag_end, pp->count);
 }
 
 /*
  * The partitions' positions (messages handed out) and ends in the same
- * units; consumer_lag sums the lags known, -1 when none is.
+ * units; consumer_lag is their sum, -1 (unknown) while one partition's lag
+ * is: a partition whose broker does not answer must not make the job look
+ * caught up.
  */
 static void
 update_metrics(PulsarSource *ps)
 {
 	JobSlot    *slot = ps->base.slot;
-	int64		lag = -1;
+	int64		lag = 0;
 
 	for (int i = 0; i < ps->nparts; i++)
 	{
 		PulsarPartition *pp = &ps->parts[i];
+		int64		end = published_end(pp);
 
-		if (pp->lag_end >= 0)
-			lag = Max(lag, 0) + Max(pp->lag_end - pp->count, 0);
+		if (end < 0 || lag < 0 || pg_add_s64_overflow(lag, end - pp->count, &lag))
+			lag = -1;
 		if (pp->metrics < 0)
 			continue;
 		strlcpy(slot->partitions[pp->metrics].topic, ps->base.topic_names[0], JOB_SLOT_TOPIC_LEN);
 		slot->partitions[pp->metrics].partition = pp->partition;
 		slot->partitions[pp->metrics].position = pp->count;
-		slot->partitions[pp->metrics].end_offset = pp->lag_end;
+		slot->partitions[pp->metrics].end_offset = end;
 	}
 	slot->npartitions = Min(ps->nparts, JOB_SLOT_MAX_PARTITIONS);
-	slot->consumer_lag = lag;
+	/* A subtask that owns no partition of a known topic is caught up; before the metadata, unknown. */
+	slot->consumer_lag = ps->topic_known || ps->nparts > 0 ? lag : -1;
 }
 
 static const SourceOps pulsar_ops = {

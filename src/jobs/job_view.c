@@ -52,7 +52,8 @@ job_view_add_subtask(JobView *v, const JobView *sub)
 		if (c != JC_CHECKPOINTS)
 			v->counters[c] += sub->counters[c];
 	v->input_rate += sub->input_rate;
-	v->consumer_lag = add_known(v->consumer_lag, sub->consumer_lag);
+	/* Unknown while one subtask's is: a sum of the others would look caught up. */
+	v->consumer_lag = v->consumer_lag < 0 || sub->consumer_lag < 0 ? -1 : v->consumer_lag + sub->consumer_lag;
 	v->state_bytes = add_known(v->state_bytes, sub->state_bytes);
 	v->state_checkpoint_ms = Max(v->state_checkpoint_ms, sub->state_checkpoint_ms);
 	v->state_restore_ms = Max(v->state_restore_ms, sub->state_restore_ms);

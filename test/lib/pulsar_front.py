@@ -8,8 +8,8 @@
 # adds ?authoritative=false|true). Anything else, the partition metadata
 # and the WebSocket API (any broker serves them), passes through. Each
 # request's path is appended to LOG when given.
-import socket, sys, threading
-from tcp_proxy import pipe
+import sys, threading
+from tcp_proxy import pass_through, read_head, serve_forever
 
 PORT, TARGET, OTHER, LOCATION = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 LOG = sys.argv[5] if len(sys.argv) > 5 else None
@@ -17,15 +17,9 @@ lock = threading.Lock()
 
 
 def serve(c):
-    buf = b''
-    while b'\r\n\r\n' not in buf:
-        d = c.recv(65536)
-        if not d:
-            c.close()
-            return
-        buf += d
-    line = buf.split(b'\r\n', 1)[0].decode()
-    path = line.split(' ')[1]
+    buf, path = read_head(c)
+    if buf is None:
+        return
     if LOG:
         with lock, open(LOG, 'a') as f:
             f.write(path + '\n')
@@ -34,19 +28,7 @@ def serve(c):
                   b'\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
         c.close()
         return
-    t = socket.create_connection(('127.0.0.1', TARGET))
-    # One request per connection, so that each is seen here.
-    if not path.startswith('/ws/'):
-        buf = buf.replace(b'\r\n\r\n', b'\r\nConnection: close\r\n\r\n', 1)
-    t.sendall(buf)
-    threading.Thread(target=pipe, args=(c, t), daemon=True).start()
-    pipe(t, c)
+    pass_through(c, buf, path, TARGET)
 
 
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(('127.0.0.1', PORT))
-l.listen(64)
-while True:
-    c, _ = l.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
+serve_forever(PORT, serve)

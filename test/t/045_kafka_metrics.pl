@@ -40,7 +40,8 @@ orders_produce('orders_045', $topic, 1, $N);
 my $mid = wait_until('the job to be part way through the events', sub {
 	my $r = psql("SELECT state, records_in, consumer_lag, input_rate FROM mailer.metrics WHERE name = '$job'");
 	my ($state, $in, $lag, $rate) = split /\|/, $r;
-	return $in > 0 && $in < $N ? [ $state, $in, $lag, $rate ] : undef;
+	# consumer_lag is null until every partition's end is known: wait for it.
+	return $in > 0 && $in < $N && $lag ne '' ? [ $state, $in, $lag, $rate ] : undef;
 }, 60);
 my ($state, $in, $lag, $rate) = @$mid;
 note("part way: records_in $in, consumer_lag $lag, input_rate $rate");
