@@ -8,7 +8,7 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../../lib";
+use lib "$FindBin::Bin/../lib";
 use MailerTest;
 use MailerPulsarTest;
 use Test::More;
