@@ -14,11 +14,19 @@ use IPC::Run ();
 use Test::More ();
 use MailerTest;
 
-our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pt_produce pt_read pulsar_produce_lines
+our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pulsar_lags_sql pt_produce pt_read pulsar_produce_lines
   orders_produce_start orders_produce_finish pulsar_java test_port fake_server_start fake_server_stop
   psink_passthrough psink_read psink_wait_published psink_row psink_produce psink_check);
 
 # pulsar.sh's URL, as env.sh derives it from PGPORT.
+# The SQL giving a job's lag per partition as "0=12,1=null" (in partition order).
+sub pulsar_lags_sql
+{
+	my ($job) = @_;
+	return "SELECT string_agg(partition || '=' || coalesce(lag::text, 'null'), ',' ORDER BY partition) "
+	  . "FROM mailer.partition_metrics WHERE name = '$job'";
+}
+
 sub pulsar_url
 {
 	return $ENV{PULSAR_URL} // 'http://127.0.0.1:' . (28000 + ($ENV{PGPORT} // 54329) % 1000);

@@ -46,8 +46,7 @@ sub held_lags
 	my $from = test_point_hold('pulsar_lag_polled');
 	psql($start);
 	test_point_wait_reached('pulsar_lag_polled', $from, 60);
-	my $lags = psql("SELECT string_agg(partition || '=' || coalesce(lag::text, 'null'), ',' ORDER BY partition) "
-		  . "FROM mailer.partition_metrics WHERE name = 'lag_210'");
+	my $lags = psql(pulsar_lags_sql('lag_210'));
 	my $total = job_metric('lag_210', "coalesce(consumer_lag::text, 'null')");
 	return ($lags, $total);
 }
@@ -59,9 +58,7 @@ sub caught_up
 	my ($label) = @_;
 	test_point_release();
 	is(wait_job('lag_210', 120), 'running', "$label: wait_job");
-	wait_for_sql("$label: every lag 0",
-		"SELECT string_agg(partition || '=' || coalesce(lag::text, 'null'), ',' ORDER BY partition) "
-		  . "FROM mailer.partition_metrics WHERE name = 'lag_210'", '0=0,1=0', 30);
+	wait_for_sql("$label: every lag 0", pulsar_lags_sql('lag_210'), '0=0,1=0', 30);
 	is(job_metric('lag_210', 'consumer_lag'), 0, "$label: consumer_lag 0 once caught up");
 	is(psql("SELECT string_agg(partition || ':' || n || ':' || d, ',' ORDER BY partition) FROM "
 		  . "(SELECT partition, count(*) n, count(DISTINCT v) d FROM lag_210 GROUP BY 1) s"),
@@ -117,8 +114,7 @@ psql(qq{SELECT mailer.create_job('away_210', \$\${
   "state": {"backend": "memory"}
 }\$\$)});
 is(wait_job('away_210', 120), 'running', 'through a proxy: wait_job');
-my $lags_sql = "SELECT string_agg(partition || '=' || coalesce(lag::text, 'null'), ',' ORDER BY partition) "
-  . "FROM mailer.partition_metrics WHERE name = 'away_210'";
+my $lags_sql = pulsar_lags_sql('away_210');
 wait_for_sql('through a proxy: every lag 0', $lags_sql, '0=0,1=0', 30);
 fake_server_stop($proxy);
 wait_for_sql('the broker away: every lag unknown', $lags_sql, '0=null,1=null', 60);

@@ -47,8 +47,7 @@ psql(qq{SELECT mailer.create_job('lag_211', \$\${
   "sink": {"type": "table", "table": "lag_211", "mode": "append"},
   "state": {"backend": "memory"}
 }\$\$)});
-my $lags = "SELECT string_agg(partition || '=' || coalesce(lag::text, 'null'), ',' ORDER BY partition) "
-  . "FROM mailer.partition_metrics WHERE name = 'lag_211'";
+my $lags = pulsar_lags_sql('lag_211');
 wait_for_sql('caught up: every lag 0', $lags, '0=0,1=0,2=0,3=0', 60);
 is(job_metric('lag_211', 'consumer_lag'), 0, 'caught up: consumer_lag 0');
 

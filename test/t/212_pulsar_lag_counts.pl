@@ -57,8 +57,7 @@ fake_server_stop($fake);
 	  "sink": {"type": "table", "table": "lag_212b", "mode": "append"},
 	  "state": {"backend": "memory"}
 	}\$\$)});
-	my $lags = "SELECT string_agg(partition || '=' || coalesce(lag::text, 'null'), ',' ORDER BY partition) "
-	  . "FROM mailer.partition_metrics WHERE name = 'lag_212b'";
+	my $lags = pulsar_lags_sql('lag_212b');
 	wait_for_sql('an empty topic: every lag 0', $lags, '0=0,1=0', 30);
 	pulsar_produce_lines("$topic-partition-1", join('', map { qq({"v":"$_"}\n) } 1 .. 30));
 	wait_for_sql('partition 1 (reader stuck): its 30 new messages within two refreshes', $lags, '0=0,1=30', 10);
