@@ -715,13 +715,15 @@ sub test_point_hold
 	return $from;
 }
 
-# Wait until some process has reached the point; returns the pid that logged it.
+# Wait until some process (or the one of pid $only) has reached the point;
+# returns the pid that logged it.
 sub test_point_wait_reached
 {
-	my ($point, $from, $timeout) = @_;
+	my ($point, $from, $timeout, $only) = @_;
+	my $who = defined $only ? $only : '\d+';
 	my $pid;
-	wait_until("test point $point reached", sub {
-		($pid) = pg_log_since($from) =~ /\[(\d+)\] [^\n]*mailer test point \Q$point\E reached/;
+	wait_until("test point $point reached" . (defined $only ? " by $only" : ''), sub {
+		($pid) = pg_log_since($from) =~ /\[($who)\] [^\n]*mailer test point \Q$point\E reached/;
 		return defined $pid;
 	}, $timeout);
 	return $pid;

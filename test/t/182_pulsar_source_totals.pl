@@ -1,9 +1,9 @@
 # The Pulsar source, exactly once, against a real Pulsar standalone
 # (test/services/pulsar.sh): orders produced to a 4-partition topic, a keyed
 # totals job (orders = count(*), total = sum(amount) per customer) killed
-# with SIGKILL three times mid-stream (each a crash and restart of the
-# server's backends), and the table compared with SQL's GROUP BY over
-# exactly the orders produced. A second job over the same topic writes
+# with SIGKILL three times inside a checkpoint, with orders read past the
+# last one (each a crash and restart of the server's backends), and the
+# table compared with SQL's GROUP BY over exactly the orders produced. A second job over the same topic writes
 # each record's fields (key, topic, partition, offset, timestamp,
 # properties as headers). Then every bad field of the source's spec is
 # refused with its SQLSTATE, JSON path and hint.
@@ -55,10 +55,15 @@ psql(qq{SELECT mailer.create_job('fields_182', \$\${
 
 # Four quarters, each produced while the job reads. Before each, the job
 # has committed every earlier order (its checkpoint holds message ids
-# inside the partitions); during each of the first three, once it has read
-# some of the quarter and before its next checkpoint (2 s apart), a
-# SIGKILL of the totals worker (the server's backends restart): it must
-# resume after the stored ids, and replay exactly what it had not committed.
+# inside the partitions). During each of the first three, the totals
+# worker is held inside a checkpoint, before its commit, that covers
+# orders read past the last one, and killed there with SIGKILL (the
+# server's backends restart): it must resume after the stored ids, and
+# replay exactly what it had not committed. The hold comes from a test
+# point, not from timing: a fast machine can read and commit a whole
+# quarter between two looks, a slow one none of it. A checkpoint with
+# nothing new is let through to its commit and held again at the next, so
+# none is missed.
 my $q = $N / 4;
 my $mid_stream_kills = 0;
 for my $k (0 .. 3)
@@ -66,28 +71,38 @@ for my $k (0 .. 3)
 	wait_until("totals_182 to commit the first $k quarters", sub {
 		committed_records('totals_182') >= $k * $q;
 	}, 60);
+	my ($from, $pid);
+	if ($k < 3)
+	{
+		wait_job_running('totals_182');
+		$pid = job_worker_pid('totals_182');
+		$from = test_point_hold('checkpoint_after_ext_check');
+	}
 	my $running = orders_produce_start('orders_182', $topic, $k * $q + 1, ($k + 1) * $q, $PARTS,
 		key => 'k182', property => 'src=t182');
 	if ($k < 3)
 	{
-		wait_job_running('totals_182');
-		# Records read past the checkpoint; or, on a slow machine, the
-		# whole quarter read and committed before this looked.
-		wait_until("totals_182 to read some of quarter " . ($k + 1), sub {
-			my $read = job_metric('totals_182', 'records_in');
-			my $committed = committed_records('totals_182');
-			return ($read > $k * $q && $read > $committed) || $committed == ($k + 1) * $q;
-		}, 60);
-		my $pid = job_worker_pid('totals_182');
-		my $read = job_metric('totals_182', 'records_in');
-		my $committed = committed_records('totals_182');
-		$mid_stream_kills++ if $committed > 0 && $read > $committed;
-		ok(defined $pid && kill('KILL', $pid) == 1,
-			"SIGKILL " . ($k + 1) . " of the totals worker, $read orders read, $committed committed");
+		my ($read, $committed);
+		for (;;)
+		{
+			test_point_wait_reached('checkpoint_after_ext_check', $from, 60, $pid);
+			$read = job_metric('totals_182', 'records_in');
+			$committed = committed_records('totals_182');
+			last if $read > $committed;
+			die "totals_182 committed quarter " . ($k + 1) . " with no checkpoint held past its last\n"
+			  if $committed >= ($k + 1) * $q;
+			$from = test_point_hold('checkpoint_after_commit');
+			test_point_wait_reached('checkpoint_after_commit', $from, 60, $pid);
+			$from = test_point_hold('checkpoint_after_ext_check');
+		}
+		$mid_stream_kills++ if $committed > 0;
+		ok(kill('KILL', $pid) == 1,
+			"SIGKILL " . ($k + 1) . " of the totals worker in a checkpoint, $read orders read, $committed committed");
 		wait_until('the server to restart after the crash', sub {
 			my $now = eval { job_worker_pid('totals_182') };
 			return defined $now && $now != $pid;
 		}, 60);
+		test_point_release();
 	}
 	orders_produce_finish($running);
 }
