@@ -14,7 +14,7 @@ use IPC::Run ();
 use Test::More ();
 use MailerTest;
 
-our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pulsar_lags_sql pt_produce pt_read pulsar_produce_lines
+our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pulsar_entries pulsar_lags_sql pt_produce pt_read pulsar_produce_lines
   orders_produce_start orders_produce_finish pulsar_java test_port fake_server_start fake_server_stop
   psink_passthrough psink_read psink_wait_published psink_row psink_produce psink_check);
 
@@ -38,6 +38,18 @@ sub pulsar
 	IPC::Run::run(["$ROOT/test/services/pulsar.sh", @_], '>', \$out, '2>', \$err)
 	  or die "pulsar.sh @_ failed: $err$out\n";
 	return $out;
+}
+
+# The entries a topic (not partitioned) holds, from the broker's stats: as
+# many as its messages when its producers do not batch (the sink's). A read
+# of the topic for a few seconds would count what a loaded machine read in
+# that time instead.
+sub pulsar_entries
+{
+	my ($topic) = @_;
+	my ($n) = pulsar('stats', $topic) =~ /"numberOfEntries":(\d+)/;
+	die "no numberOfEntries in the stats of $topic\n" unless defined $n;
+	return $n;
 }
 
 # Start the standalone, or skip the whole test file with pulsar.sh's reason.
