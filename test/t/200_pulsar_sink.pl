@@ -156,9 +156,8 @@ like(psql("SELECT mailer.describe_job(spec) FROM mailer.job WHERE name = 'j200'"
 		psql("SELECT state FROM mailer.jobs WHERE name = 'j200_changelog'") eq 'finished'
 		  && psql("SELECT pending_records FROM mailer.kafka_sinks WHERE job = 'j200_changelog'") eq '0';
 	}, 60);
-	# As many as there are (one per row per epoch it changed in): read for 3 s.
-	local $ENV{PULSAR_TOOL_TIMEOUT} = 3;
-	my ($rc, $lines) = pt_read($log, 'earliest', 1000);
+	# As many as the topic holds (one per row per epoch it changed in).
+	my ($rc, $lines) = pt_read($log, 'earliest', pulsar_entries($log));
 	my %last = map { my @f = split /\t/; ($f[2] => $f[4]) } @$lines;
 	is(join(',', map { "$_=$last{$_}" } sort keys %last),
 		psql("SELECT string_agg(k || '=' || n, ',' ORDER BY k) FROM t200_table"),
