@@ -14,11 +14,10 @@ use IPC::Run ();
 use Test::More ();
 use MailerTest;
 
-our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pulsar_entries pulsar_lags_sql pt_produce pt_read pulsar_produce_lines
+our @EXPORT = qw(pulsar pulsar_start_or_skip pulsar_url pulsar_entries pulsar_lags_sql pulsar_v_job_sql pt_produce pt_read pulsar_produce_lines
   orders_produce_start orders_produce_finish pulsar_java test_port fake_server_start fake_server_stop
   psink_passthrough psink_read psink_wait_published psink_row psink_produce psink_check);
 
-# pulsar.sh's URL, as env.sh derives it from PGPORT.
 # The SQL giving a job's lag per partition as "0=12,1=null" (in partition order).
 sub pulsar_lags_sql
 {
@@ -27,6 +26,24 @@ sub pulsar_lags_sql
 	  . "FROM mailer.partition_metrics WHERE name = '$job'";
 }
 
+# The lag tests' job (210-213): each JSON record's "v" of a Pulsar topic
+# (tenant/ns/topic) appended to a table ($opt{table}, by default named as
+# the job), on the memory backend, with $opt{checkpoint} as its interval
+# if given. Returns the create_job statement.
+sub pulsar_v_job_sql
+{
+	my ($job, $service_url, $topic, %opt) = @_;
+	my $table = $opt{table} // $job;
+	my $checkpoint = defined $opt{checkpoint} ? qq{,\n  "checkpoint": {"interval": "$opt{checkpoint}"}} : '';
+	return qq{SELECT mailer.create_job('$job', \$\${
+  "source": {"type": "pulsar", "service_url": "$service_url", "topic": "persistent://$topic", "format": "json"},
+  "steps": [{"map": {"v": "value->>'v'"}}],
+  "sink": {"type": "table", "table": "$table", "mode": "append"},
+  "state": {"backend": "memory"}$checkpoint
+}\$\$)};
+}
+
+# pulsar.sh's URL, as env.sh derives it from PGPORT.
 sub pulsar_url
 {
 	return $ENV{PULSAR_URL} // 'http://127.0.0.1:' . (28000 + ($ENV{PGPORT} // 54329) % 1000);

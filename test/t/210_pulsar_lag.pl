@@ -68,13 +68,7 @@ sub caught_up
 
 produce(0, 50);
 produce(1, 30);
-my ($lags, $total) = held_lags(qq{SELECT mailer.create_job('lag_210', \$\${
-  "source": {"type": "pulsar", "service_url": "$url", "topic": "persistent://$topic", "format": "json"},
-  "steps": [{"map": {"v": "value->>'v'"}}],
-  "sink": {"type": "table", "table": "lag_210", "mode": "append"},
-  "state": {"backend": "memory"},
-  "checkpoint": {"interval": "500 milliseconds"}
-}\$\$)});
+my ($lags, $total) = held_lags(pulsar_v_job_sql('lag_210', $url, $topic, checkpoint => '500 milliseconds'));
 is($lags, '0=50,1=30', 'start at earliest: each partition lags by its messages');
 is($total, 80, 'start at earliest: consumer_lag sums them');
 caught_up('earliest');
@@ -107,12 +101,7 @@ my ($target) = $url =~ m{:(\d+)$};
 my $port = test_port(24000);
 my $proxy = fake_server_start($port, 'tcp_proxy.py', $port, '127.0.0.1', $target);
 psql('TRUNCATE lag_210');
-psql(qq{SELECT mailer.create_job('away_210', \$\${
-  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://$topic", "format": "json"},
-  "steps": [{"map": {"v": "value->>'v'"}}],
-  "sink": {"type": "table", "table": "lag_210", "mode": "append"},
-  "state": {"backend": "memory"}
-}\$\$)});
+psql(pulsar_v_job_sql('away_210', "http://127.0.0.1:$port", $topic, table => 'lag_210'));
 is(wait_job('away_210', 120), 'running', 'through a proxy: wait_job');
 my $lags_sql = pulsar_lags_sql('away_210');
 wait_for_sql('through a proxy: every lag 0', $lags_sql, '0=0,1=0', 30);

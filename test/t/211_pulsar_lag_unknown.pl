@@ -41,12 +41,7 @@ sub front_mode
 pulsar_produce_lines("$topic-partition-$_", qq({"v":"a"}\n)) for 0 .. 3;
 psql('DROP TABLE IF EXISTS lag_211');
 psql('CREATE TABLE lag_211 (v text)');
-psql(qq{SELECT mailer.create_job('lag_211', \$\${
-  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://$topic", "format": "json"},
-  "steps": [{"map": {"v": "value->>'v'"}}],
-  "sink": {"type": "table", "table": "lag_211", "mode": "append"},
-  "state": {"backend": "memory"}
-}\$\$)});
+psql(pulsar_v_job_sql('lag_211', "http://127.0.0.1:$port", $topic));
 my $lags = pulsar_lags_sql('lag_211');
 wait_for_sql('caught up: every lag 0', $lags, '0=0,1=0,2=0,3=0', 60);
 is(job_metric('lag_211', 'consumer_lag'), 0, 'caught up: consumer_lag 0');

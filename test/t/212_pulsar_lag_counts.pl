@@ -51,12 +51,7 @@ fake_server_stop($fake);
 	my $front = fake_server_start($fport, 'pulsar_lag_front.py', $fport, $target, $flag, $log);
 	psql('DROP TABLE IF EXISTS lag_212b');
 	psql('CREATE TABLE lag_212b (v text)');
-	psql(qq{SELECT mailer.create_job('lag_212b', \$\${
-	  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$fport", "topic": "persistent://$topic", "format": "json"},
-	  "steps": [{"map": {"v": "value->>'v'"}}],
-	  "sink": {"type": "table", "table": "lag_212b", "mode": "append"},
-	  "state": {"backend": "memory"}
-	}\$\$)});
+	psql(pulsar_v_job_sql('lag_212b', "http://127.0.0.1:$fport", $topic));
 	my $lags = pulsar_lags_sql('lag_212b');
 	wait_for_sql('an empty topic: every lag 0', $lags, '0=0,1=0', 30);
 	pulsar_produce_lines("$topic-partition-1", join('', map { qq({"v":"$_"}\n) } 1 .. 30));

@@ -132,12 +132,7 @@ fresh_extension();
 	my $proxy = fake_server_start($port, 'tcp_proxy.py', $port, '127.0.0.1', $target);
 	psql('DROP TABLE IF EXISTS lag_213r');
 	psql('CREATE TABLE lag_213r (v text)');
-	psql(qq{SELECT mailer.create_job('lag_213r', \$\${
-	  "source": {"type": "pulsar", "service_url": "http://127.0.0.1:$port", "topic": "persistent://$topic", "format": "json"},
-	  "steps": [{"map": {"v": "value->>'v'"}}],
-	  "sink": {"type": "table", "table": "lag_213r", "mode": "append"},
-	  "state": {"backend": "memory"}
-	}\$\$)});
+	psql(pulsar_v_job_sql('lag_213r', "http://127.0.0.1:$port", $topic));
 	wait_job_running('lag_213r');
 	my $lag = "SELECT coalesce(lag::text, 'null') FROM mailer.partition_metrics WHERE name = 'lag_213r'";
 	wait_for_sql('an empty topic: lag 0', $lag, '0', 30);
