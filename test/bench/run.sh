@@ -258,6 +258,10 @@ machine_cpu()
 # A /proc/PID/status field, in MB.
 proc_mb() { awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null; }
 
+# A process's minor page faults so far (field 10 of /proc/PID/stat, counted
+# after the command name, which may hold spaces).
+proc_minflt() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $8 }'; }
+
 job_pid() { q -c "SELECT coalesce(pid, 0) FROM mailer.jobs WHERE name = '$1' AND state = 'running'"; }
 
 # The pid of subtask K of a running job (0 when it has none yet).
@@ -454,6 +458,7 @@ run_job()
 	record "$section" "$label" "$backend" "$run" rss_mb "$(proc_mb "$JOB_PID" VmRSS)"
 	record "$section" "$label" "$backend" "$run" hwm_mb "$(proc_mb "$JOB_PID" VmHWM)"
 	record "$section" "$label" "$backend" "$run" anon_mb "$(proc_mb "$JOB_PID" RssAnon)"
+	record "$section" "$label" "$backend" "$run" minor_faults "$(proc_minflt "$JOB_PID")"
 	record "$section" "$label" "$backend" "$run" records_out "$(q -c "SELECT records_out FROM mailer.metrics WHERE name = '$name'")"
 	q -c "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms), max(duration_ms), count(*)
 	        FROM bench.checkpoint_log WHERE job_id = $JOB_ID" | {
