@@ -59,8 +59,8 @@ static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group
 								 TimestampTz start, bool create);
 static void window_key(KeyedStage *stage, char kind, const char *group, int group_len,
 					   TimestampTz start);
-static KeyedEntry *lookup_pane(KeyedStage *stage, const char *group, int group_len,
-							   TimestampTz start, bool make);
+static KeyedEntry *lookup_unended(KeyedStage *stage, char kind, const char *group,
+								  int group_len, TimestampTz start, bool make);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
 static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
@@ -162,7 +162,7 @@ window_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 		CHECK_FOR_INTERRUPTS();
 		if (purge_time(stage, end) <= stage->watermark)
 			break;				/* purged, or would be, as every older one */
-		e = lookup_window(stage, 'W', group, group_len, start, true);
+		e = lookup_unended(stage, 'W', group, group_len, start, true);
 		/* A window not made yet (start DT_NOBEGIN) has the values of no rows. */
 		keyed_compute(stage, e->values, &stage->next[n * naggs]);
 		stage->windows[n++] = e;
@@ -861,7 +861,7 @@ pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 		 * not dirty, start DT_NOBEGIN), so that the other windows holding
 		 * it do not ask the backend again.
 		 */
-		e = lookup_pane(stage, group, group_len, start + i * w->slide_us, false);
+		e = lookup_unended(stage, 'L', group, group_len, start + i * w->slide_us, false);
 		if (!pane_usable(e))
 			continue;
 		for (int a = 0; a < stage->naggs; a++)
@@ -932,7 +932,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	check_window_range(t, first - (int128) (stage->npanes - 1) * w->slide_us, first + w->size_us);
 	if (purge_time(stage, (TimestampTz) first + w->size_us) <= stage->watermark)
 		return false;			/* every window holding t is purged, or would be */
-	e = lookup_pane(stage, group, group_len, (TimestampTz) first, true);
+	e = lookup_unended(stage, 'L', group, group_len, (TimestampTz) first, true);
 	keyed_compute(stage, e->values, stage->next);
 	pane_check_headroom(stage, stage->next);
 
@@ -1286,27 +1286,30 @@ window_first_key(KeyedStage *stage, TimestampTz t, const char *group, int group_
 }
 
 /*
- * A pane's entry: made when missing if make (a record's pane), else NULL
- * or, when the backend lacked it, an entry cached as absent (pane_values).
- * A pane exists only while the window it begins does, and a window that
- * has not ended holds its fire timer (made with the window, at a restore
- * from its panes, and taken away with a failed record's panes): a pane
- * whose window has not ended and holds no fire timer is new, and the
- * backend is not asked.  That is the first record of a key in each new
- * pane, and the later panes of a sparse key's fired windows.  A window
- * that has ended may have its timer listed as due in this step
- * (window_fire), so its pane is looked up.
+ * The entry of a window (kind 'W') or of a pane (kind 'L', with the window
+ * it begins): made when missing if make (a record's window or pane), else
+ * NULL or, when the backend lacked it, an entry cached as absent
+ * (pane_values).  A window that has not ended holds its fire timer, or
+ * its purge timer once fired (made with the window, at a restore from its
+ * entries, and taken away with a failed record's windows), and a pane
+ * exists only while the window it begins does: one whose window has not
+ * ended and holds neither timer is new, and the backend is not asked.  That is the first record of a key
+ * in each window or pane, which a job whose cache was let go at the last
+ * checkpoint would otherwise look for in vain: a tenth of a keyed tumbling
+ * job's worker (issue 16).  A window that has ended may have its timer
+ * listed as due in this step (window_fire), so it is looked up.
  */
 static KeyedEntry *
-lookup_pane(KeyedStage *stage, const char *group, int group_len, TimestampTz start, bool make)
+lookup_unended(KeyedStage *stage, char kind, const char *group, int group_len,
+			   TimestampTz start, bool make)
 {
 	TimestampTz end = start + stage->plan->window->size_us;
 	StringInfo	tail = &stage->timer_tail;
 	KeyedEntry *e;
 
 	if (end <= stage->watermark)
-		return lookup_window(stage, 'L', group, group_len, start, true);
-	window_key(stage, 'L', group, group_len, start);
+		return lookup_window(stage, kind, group, group_len, start, true);
+	window_key(stage, kind, group, group_len, start);
 	/* Cached (most lookups, and every one of a step's prefetched panes): no timer asked. */
 	e = keyed_lookup_known(stage, stage->key.data, stage->key.len, false, NULL, 0);
 	if (e != NULL)
@@ -1315,6 +1318,14 @@ lookup_pane(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 	appendBinaryStringInfo(tail, group, group_len);
 	keyed_key_append_time(tail, start);
 	if (timer_index_holds(stage->timers, 'F', end, tail->data, tail->len))
+		return keyed_lookup(stage, stage->key.data, stage->key.len, true);
+	/*
+	 * A parallel job restores the lowest of its subtasks' watermarks, so a
+	 * window one of them fired may not have ended at the restored one: it
+	 * holds its purge timer instead (panes are at parallelism 1 only).
+	 */
+	if (kind == 'W' &&
+		timer_index_holds(stage->timers, 'P', purge_time(stage, end), tail->data, tail->len))
 		return keyed_lookup(stage, stage->key.data, stage->key.len, true);
 	return keyed_lookup_known(stage, stage->key.data, stage->key.len, make, NULL, 0);
 }
