@@ -1,0 +1,89 @@
+# Tumbling windows whose entries the cache lets go at every checkpoint
+# (mailer.state_cache_entries = 0) give SQL's windows.  A window that has
+# not ended and holds no timer is new, and its first record makes it
+# without asking the backend (window.c, lookup_unended); a window that
+# holds its fire timer is read back, as is one that has ended (late
+# records, within the allowed lateness).  A worker that took a window for
+# new when the backend had it would start its count again, and the sums
+# below would come out short.  Emit final (RocksDB) and update (memory), a
+# SIGKILL of a worker mid-stream, and a restart of the other from its
+# checkpoint (stop and start: the timers are made again from the entries).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use Test::More;
+
+fresh_extension();
+psql("ALTER SYSTEM SET mailer.state_cache_entries = 0");
+psql("SELECT pg_reload_conf()");
+END { eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') } }
+
+my $topic = unique_name('t158');
+kafka('create-topic', $topic, 1);
+my $final = '{"type": "tumbling", "size": "10 seconds", "allowed_lateness": "10 minutes"}';
+my $update = '{"type": "tumbling", "size": "10 seconds", "allowed_lateness": "10 minutes", "emit": "update"}';
+window_tables('t158_final', 't158_update');
+create_window_job('t158_final', $topic, window => $final, ooo => '2 seconds', table => 't158_final',
+	backend => 'rocksdb');
+create_window_job('t158_update', $topic, window => $update, ooo => '2 seconds', table => 't158_update',
+	backend => 'memory');
+
+# 30 keys in order, each with about 3 records per window, so that most
+# records find their window made in an earlier checkpoint; every 7th record
+# 15 to 50 s late (its window fired, written out and let go).
+my @events;
+my $n = 0;
+for (my $t = 100; $t < 400; $t += 0.1)
+{
+	my $late = $n % 7 == 0 ? 15 + ($n % 36) : 0;
+	push @events, { p => 0, k => 'k' . ($n % 30), t => sprintf('%.1f', $t - $late), a => $n % 13 };
+	$n++;
+}
+my $end = { p => 0, k => 'zz', t => 2000, a => 1 };
+events_table('t158_events', [ @events, $end ]);
+
+# In chunks of 70 records, each read and committed before the next goes
+# out, so that a window's records span checkpoints (a window holds 100).
+# The final job's worker is killed after a third of them; the update job
+# restarts from its checkpoint after two thirds.
+my $CHUNK = 70;
+my $chunks = int((@events + $CHUNK - 1) / $CHUNK);
+for my $c (0 .. $chunks - 1)
+{
+	my $last = $c == $chunks - 1;
+	my @part = @events[$c * $CHUNK .. ($last ? $#events : ($c + 1) * $CHUNK - 1)];
+	push @part, $end if $last;
+	produce_events($topic, \@part);
+	for my $job ('t158_final', 't158_update')
+	{
+		my $state = psql("SELECT mailer.wait_job('$job', '60 seconds')");
+		is($state, 'running', "$job read chunk $c") if $c == 0 || $last || $state ne 'running';
+	}
+	if ($c == int($chunks / 3))
+	{
+		my $pid0 = worker_pid('t158_final');
+		ok($pid0 > 0, 't158_final has a worker');
+		is(kill('KILL', $pid0), 1, 'SIGKILL sent to the worker of t158_final');
+		wait_until('the server restarted after the crash',
+			sub { my $p = worker_pid('t158_final'); $p != $pid0 && $p > 0 }, 120);
+	}
+	if ($c == int(2 * $chunks / 3))
+	{
+		is(psql("SELECT mailer.stop_job('t158_update')"), 'stopped', 't158_update stopped');
+		psql("SELECT mailer.start_job('t158_update')");
+	}
+}
+
+my $want = want_tumbling("(SELECT * FROM t158_events WHERE k <> 'zz') e", '10 seconds');
+for my $table ('t158_final', 't158_update')
+{
+	same_rows("SELECT k, window_start, window_end, n, total FROM $table WHERE k <> 'zz'", $want,
+		"$table: every window, late records included, as SQL's");
+}
+is(job_metric('t158_final', 'records_late'), '0', 'no record was late');
+cmp_ok(psql("SELECT count(*) FROM t158_final WHERE k <> 'zz'"), '>=', 900,
+	'the final job emitted its windows (30 keys, 30 windows each)');
+psql("SELECT mailer.stop_job('$_')") for ('t158_final', 't158_update');
+done_testing();
