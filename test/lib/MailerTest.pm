@@ -227,7 +227,8 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
-push @EXPORT, qw(produce_thirds_with_kill want_sliding records_in_of_all committed_records);
+push @EXPORT, qw(produce_thirds_with_kill kill_worker state_cache_entries_until_exit want_sliding
+  records_in_of_all committed_records);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
@@ -358,13 +359,42 @@ sub produce_thirds_with_kill
 	produce_events($topic, [ @$events[0 .. $third - 1] ]);
 	Test::More::is(wait_job($_), 'running', "$_ read the first third") for @jobs;
 	produce_events($topic, [ @$events[$third .. 2 * $third - 1] ]);
-	my $pid0 = worker_pid($victim);
-	Test::More::ok($pid0 > 0, "$victim has a worker");
-	Test::More::is(kill('KILL', $pid0), 1, "SIGKILL sent to the worker of $victim");
-	wait_until('the server restarted after the crash',
-		sub { my $p = worker_pid($victim); $p != $pid0 && $p > 0 }, 120);
+	kill_worker($victim);
 	produce_events($topic, [ @$events[2 * $third .. $#$events], $end ]);
 	Test::More::is(wait_job($_), 'running', "$_ read every event") for @jobs;
+}
+
+# SIGKILL $job's worker, and wait until the server, restarted after the
+# crash, runs the job in a new one.
+sub kill_worker
+{
+	my ($job) = @_;
+	my $pid0 = worker_pid($job);
+	Test::More::ok($pid0 > 0, "$job has a worker");
+	Test::More::is(kill('KILL', $pid0), 1, "SIGKILL sent to the worker of $job");
+	wait_until('the server restarted after the crash',
+		sub { my $p = worker_pid($job); $p != $pid0 && $p > 0 }, 120);
+}
+
+# mailer.state_cache_entries = $n for the rest of the test (0: the keyed
+# cache is let go at every checkpoint), reset when it exits.
+my $cache_entries_set;
+
+sub state_cache_entries_until_exit
+{
+	my ($n) = @_;
+	psql("ALTER SYSTEM SET mailer.state_cache_entries = $n");
+	psql("SELECT pg_reload_conf()");
+	$cache_entries_set = 1;
+}
+
+END
+{
+	if ($cache_entries_set)
+	{
+		local $?;				# the test's exit status, whatever psql leaves
+		eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') };
+	}
 }
 
 # SQL's answer for sliding windows of $size_s seconds every $slide_s seconds

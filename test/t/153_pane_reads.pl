@@ -16,9 +16,7 @@ use MailerTest;
 use Test::More;
 
 fresh_extension();
-psql("ALTER SYSTEM SET mailer.state_cache_entries = 0");
-psql("SELECT pg_reload_conf()");
-END { eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') } }
+state_cache_entries_until_exit(0);
 
 my $topic = unique_name('t153');
 kafka('create-topic', $topic, 1);

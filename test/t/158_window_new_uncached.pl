@@ -16,9 +16,7 @@ use MailerTest;
 use Test::More;
 
 fresh_extension();
-psql("ALTER SYSTEM SET mailer.state_cache_entries = 0");
-psql("SELECT pg_reload_conf()");
-END { eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') } }
+state_cache_entries_until_exit(0);
 
 my $topic = unique_name('t158');
 kafka('create-topic', $topic, 1);
@@ -63,11 +61,7 @@ for my $c (0 .. $chunks - 1)
 	}
 	if ($c == int($chunks / 3))
 	{
-		my $pid0 = worker_pid('t158_final');
-		ok($pid0 > 0, 't158_final has a worker');
-		is(kill('KILL', $pid0), 1, 'SIGKILL sent to the worker of t158_final');
-		wait_until('the server restarted after the crash',
-			sub { my $p = worker_pid('t158_final'); $p != $pid0 && $p > 0 }, 120);
+		kill_worker('t158_final');
 	}
 	if ($c == int(2 * $chunks / 3))
 	{

@@ -20,9 +20,7 @@ use Test::More;
 
 my @BACKENDS = qw(rocksdb memory);
 my $topic = fresh_topic('t161', 2);
-psql("ALTER SYSTEM SET mailer.state_cache_entries = 0");
-psql("SELECT pg_reload_conf()");
-END { eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') } }
+state_cache_entries_until_exit(0);
 
 my @aggs = (
 	agg_builtins(),

@@ -20,9 +20,7 @@ use Test::More;
 
 my $topic = fresh_topic('t162', 1);
 psql("SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS hll");
-psql("ALTER SYSTEM SET mailer.state_cache_entries = 0");
-psql("SELECT pg_reload_conf()");
-END { eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') } }
+state_cache_entries_until_exit(0);
 
 my @aggs = (agg_builtins(), [ hl => "hll_add_agg(hll_hash_text(value->>'u'))" ]);
 my $n = 720;

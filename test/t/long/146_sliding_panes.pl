@@ -110,11 +110,7 @@ compare('after a stop and start');
 # SIGKILL a pane worker mid-stream (the server restarts every job): the
 # jobs resume from their checkpoints.
 produce_events($topic, $batches[3]);
-my $pid0 = worker_pid('pf_pane');
-ok($pid0 > 0, 'pf_pane has a worker');
-is(kill('KILL', $pid0), 1, 'SIGKILL sent to the worker of pf_pane');
-wait_until('the server restarted after the crash',
-	sub { my $p = worker_pid('pf_pane'); $p != $pid0 && $p > 0 }, 120);
+kill_worker('pf_pane');
 compare('after a SIGKILL');
 
 # The end of the stream: an event far ahead fires and purges everything.
