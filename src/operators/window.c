@@ -1293,11 +1293,12 @@ window_first_key(KeyedStage *stage, TimestampTz t, const char *group, int group_
  * its purge timer once fired (made with the window, at a restore from its
  * entries, and taken away with a failed record's windows), and a pane
  * exists only while the window it begins does: one whose window has not
- * ended and holds neither timer is new, and the backend is not asked.  That is the first record of a key
- * in each window or pane, which a job whose cache was let go at the last
- * checkpoint would otherwise look for in vain: a tenth of a keyed tumbling
- * job's worker (issue 16).  A window that has ended may have its timer
- * listed as due in this step (window_fire), so it is looked up.
+ * ended and holds neither timer is new, and the backend is not asked.
+ * That is the first record of a key in each window or pane, which a job
+ * whose cache was let go at the last checkpoint would otherwise look for
+ * in vain: a tenth of a keyed tumbling job's worker (issue 16).  A window
+ * that has ended may have its timer listed as due in this step
+ * (window_fire), so it is looked up.
  */
 static KeyedEntry *
 lookup_unended(KeyedStage *stage, char kind, const char *group, int group_len,
