@@ -118,6 +118,40 @@ keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create, co
 	return lookup(stage, key, klen, create, false, val, vlen);
 }
 
+/*
+ * A new cache entry for key, from its serialized value (val NULL: a new
+ * one, with no values yet), in one chunk: entry, values, key.  Keeps many
+ * entries small.
+ */
+static KeyedEntry *
+entry_new(KeyedStage *stage, const char *key, int klen, bool stored, const char *val, int vlen)
+{
+	char		kind = key[0];
+	Size		vsize = entry_size(stage, kind, 0) - MAXALIGN(sizeof(KeyedEntry));
+	char	   *chunk = MemoryContextAllocZero(stage->cache_context, entry_size(stage, kind, klen));
+	KeyedEntry *e = (KeyedEntry *) chunk;
+	char	   *copy = chunk + MAXALIGN(sizeof(KeyedEntry)) + vsize;
+	CacheSlot  *slot;
+	bool		found;
+
+	if (vsize > 0)
+		e->values = (AggValue *) (chunk + MAXALIGN(sizeof(KeyedEntry)));
+	memcpy(copy, key, klen);
+	e->key.data = copy;
+	e->key.len = klen;
+	e->stored = stored;
+	e->group_offset = 1;
+	e->group_len = klen - 1 - (kind == 'W' || kind == 'L' ? 8 : 0);
+	if (val != NULL)
+		keyed_entry_deserialize(&stage->codec, e, val, vlen);
+	else if (kind == 'W' || kind == 'L')
+		e->start = e->end = DT_NOBEGIN;
+
+	slot = kcache_insert(stage->cache, cache_key(e->key.data, e->key.len), &found);
+	slot->entry = e;
+	return e;
+}
+
 static KeyedEntry *
 lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, const char *val,
 	   int vlen)
@@ -125,11 +159,6 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
 	CacheSlot  *slot = kcache_lookup(stage->cache, cache_key(key, klen));
 	KeyedEntry *e;
 	bool		stored;
-	bool		found;
-	char	   *chunk;
-	char	   *copy;
-	Size		vsize;
-	char		kind = key[0];
 
 	if (slot)
 	{
@@ -148,26 +177,7 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
 	if (!stored && !create)
 		return NULL;
 
-	/* One chunk for the entry, its aggregates and its key: keeps many entries small. */
-	vsize = entry_size(stage, kind, 0) - MAXALIGN(sizeof(KeyedEntry));
-	chunk = MemoryContextAllocZero(stage->cache_context, entry_size(stage, kind, klen));
-	e = (KeyedEntry *) chunk;
-	if (vsize > 0)
-		e->values = (AggValue *) (chunk + MAXALIGN(sizeof(KeyedEntry)));
-	copy = chunk + MAXALIGN(sizeof(KeyedEntry)) + vsize;
-	memcpy(copy, key, klen);
-	e->key.data = copy;
-	e->key.len = klen;
-	e->stored = stored;
-	e->group_offset = 1;
-	e->group_len = klen - 1 - (kind == 'W' || kind == 'L' ? 8 : 0);
-	if (stored)
-		keyed_entry_deserialize(&stage->codec, e, val, vlen);
-	else if (kind == 'W' || kind == 'L')
-		e->start = e->end = DT_NOBEGIN;
-
-	slot = kcache_insert(stage->cache, cache_key(e->key.data, e->key.len), &found);
-	slot->entry = e;
+	e = entry_new(stage, key, klen, stored, stored ? val : NULL, vlen);
 	if (stage->undo_active)
 		undo_save(stage, e);
 	return e;
@@ -355,13 +365,60 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 }
 
 /*
- * Once every entry is in the backend, a cache grown past
- * mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory (and
- * CACHE_MEMORY_PER_ENTRY per entry, so that large live entries do not
- * empty it at every checkpoint), starts afresh.  Resetting the context gives all its memory back at once, where
- * freeing entries one by one would leave it fragmented; that is also why
- * the memory counts: the entries deleted since (purged windows, with what
- * their aggregates kept) still hold theirs until the reset.
+ * Whether a cache rebuilt at a checkpoint keeps e, which the interval
+ * changed: the next records are likely to touch it again.  A window or
+ * pane that has ended takes only late records; one that has not takes the
+ * key's next ones.  Letting the whole cache go made the tumbling job read
+ * every live window back from RocksDB after each checkpoint at 5M orders
+ * (BENCHMARKS.md, "Per-record speed (issue 16)").
+ */
+static bool
+worth_keeping(KeyedStage *stage, KeyedEntry *e)
+{
+	char		kind = e->key.data[0];
+
+	if (e->deleted)
+		return false;
+	return (kind != 'W' && kind != 'L') || e->end > stage->watermark;
+}
+
+/*
+ * The cache anew, in a new context, with the entries of the old one that
+ * are worth keeping, at most mailer.state_cache_entries of them, copied
+ * through their serialized form (what the backend holds).  The old
+ * context goes whole: freeing entries one by one would leave it
+ * fragmented, and the entries deleted since the last rebuild (purged
+ * windows, with what their aggregates kept) still hold their memory.
+ */
+static void
+rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
+{
+	MemoryContext old_context = stage->cache_context;
+	int			kept = 0;
+
+	stage->cache_context = AllocSetContextCreate(stage->context, "mailer keyed cache",
+												 ALLOCSET_DEFAULT_SIZES);
+	stage->codec.ctx = stage->cache_context;
+	keyed_cache_create(stage);
+	for (int i = 0; i < nchanged && kept < mailer_state_cache_entries; i++)
+	{
+		KeyedEntry *e = changed[i];
+
+		if (!worth_keeping(stage, e))
+			continue;
+		resetStringInfo(&stage->value);
+		keyed_entry_serialize(&stage->codec, e, &stage->value);
+		entry_new(stage, e->key.data, e->key.len, e->stored, stage->value.data, stage->value.len);
+		kept++;
+	}
+	MemoryContextDelete(old_context);
+}
+
+/*
+ * Past mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory
+ * (and CACHE_MEMORY_PER_ENTRY per entry, so that large live entries do not
+ * force a rebuild at every checkpoint), the cache is rebuilt once every
+ * entry is in the backend.
  */
 #define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
 #define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
@@ -371,12 +428,9 @@ keyed_write_dirty(KeyedStage *stage)
 {
 	for (int i = 0; i < stage->ndirty; i++)
 		write_entry(stage, stage->dirty[i]);
-	stage->ndirty = 0;
 	if (stage->cache->members > mailer_state_cache_entries ||
 		MemoryContextMemAllocated(stage->cache_context, true) >
 		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
-	{
-		MemoryContextReset(stage->cache_context);
-		keyed_cache_create(stage);
-	}
+		rebuild_cache(stage, stage->dirty, stage->ndirty);
+	stage->ndirty = 0;
 }
