@@ -1,10 +1,13 @@
-# Tumbling windows whose entries the cache lets go at every checkpoint
-# (mailer.state_cache_entries = 0) give SQL's windows.  A window that has
-# not ended and holds no timer is new, and its first record makes it
-# without asking the backend (window.c, lookup_unended); a window that
-# holds its fire timer is read back, as is one that has ended (late
-# records, within the allowed lateness).  A worker that took a window for
-# new when the backend had it would start its count again, and the sums
+# Tumbling windows of 30 keys, with a cache of 10 entries
+# (mailer.state_cache_entries), give SQL's windows.  At every checkpoint
+# the cache is rebuilt with at most 10 of the windows the interval changed
+# that have not ended, copied through their stored form (keyed_cache.c);
+# the others are let go.  A window that has not ended and holds no timer
+# is new, and its first record makes it without asking the backend
+# (window.c, lookup_unended); a window that holds its fire timer is read
+# back, as is one that has ended (late records, within the allowed
+# lateness).  A worker that took a window for new when the backend had it,
+# or kept a window's copy wrong, would start its count again, and the sums
 # below would come out short.  Emit final (RocksDB) and update (memory), a
 # SIGKILL of a worker mid-stream, and a restart of the other from its
 # checkpoint (stop and start: the timers are made again from the entries).
@@ -16,7 +19,7 @@ use MailerTest;
 use Test::More;
 
 fresh_extension();
-state_cache_entries_until_exit(0);
+state_cache_entries_until_exit(10);
 
 my $topic = unique_name('t158');
 kafka('create-topic', $topic, 1);
