@@ -6,8 +6,10 @@
  * Entries touched since the last checkpoint live in a cache, decoded; the
  * backend holds them serialized.  At a checkpoint every changed entry is
  * written to the backend and, when the cache has grown past
- * mailer.state_cache_entries, the cache is let go: memory stays bounded by
- * what changes between checkpoints, not by the number of keys.
+ * mailer.state_cache_entries, it is rebuilt with at most that many of the
+ * entries the next records are likely to touch: memory stays bounded by
+ * the setting and what changes between checkpoints, not by the number of
+ * keys.
  */
 #include "postgres.h"
 
@@ -366,20 +368,28 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 
 /*
  * Whether a cache rebuilt at a checkpoint keeps e, which the interval
- * changed: the next records are likely to touch it again.  A window or
- * pane that has ended takes only late records; one that has not takes the
- * key's next ones.  Letting the whole cache go made the tumbling job read
- * every live window back from RocksDB after each checkpoint at 5M orders
- * (BENCHMARKS.md, "Per-record speed (issue 16)").
+ * changed.  A window or pane that has not ended takes the key's next
+ * records, and a key's sessions stay open while the key is active: letting
+ * them go made the tumbling job read every live window back from RocksDB
+ * after each checkpoint at 5M orders (BENCHMARKS.md, "Per-record speed
+ * (issue 16)").  A window that has ended takes only late records.  A
+ * running aggregate ('A') has no end to tell: with keys spread over
+ * millions, keeping the changed ones would copy the whole bound at every
+ * checkpoint for a few hits, so they go, as before.
  */
 static bool
 worth_keeping(KeyedStage *stage, KeyedEntry *e)
 {
-	char		kind = e->key.data[0];
-
-	if (e->deleted)
-		return false;
-	return (kind != 'W' && kind != 'L') || e->end > stage->watermark;
+	switch (e->key.data[0])
+	{
+		case 'W':
+		case 'L':
+			return !e->deleted && e->end > stage->watermark;
+		case 'S':
+			return !e->deleted;
+		default:
+			return false;
+	}
 }
 
 /*

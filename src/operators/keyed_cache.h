@@ -35,7 +35,7 @@ struct KeyedStage
 	KeyedCodec	codec;			/* values read into cache_context */
 	MemoryContext context;		/* the stage's own: scratch arrays */
 	MemoryContext work_context; /* one watermark step or checkpoint; keyed.c resets it */
-	MemoryContext cache_context;	/* entries; reset when the cache is dropped */
+	MemoryContext cache_context;	/* entries; a new one when the cache is rebuilt */
 	struct kcache_hash *cache;
 	KeyedEntry **dirty;
 	int			ndirty;
@@ -127,8 +127,9 @@ extern void keyed_emit(KeyedStage *stage, const char *group, int group_len,
 					   TimestampTz start, TimestampTz end, AggValue *values, bool delete);
 
 /*
- * Write every dirty entry to the backend; drop the cache when it has grown
- * past mailer.state_cache_entries.
+ * Write every dirty entry to the backend; rebuild the cache, with the
+ * changed entries worth keeping, when it has grown past
+ * mailer.state_cache_entries.
  */
 extern void keyed_write_dirty(KeyedStage *stage);
 
