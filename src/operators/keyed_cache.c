@@ -393,12 +393,25 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
 }
 
 /*
- * The cache anew, in a new context, with the entries of the old one that
- * are worth keeping, at most mailer.state_cache_entries of them, copied
- * through their serialized form (what the backend holds).  The old
- * context goes whole: freeing entries one by one would leave it
- * fragmented, and the entries deleted since the last rebuild (purged
- * windows, with what their aggregates kept) still hold their memory.
+ * Past mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory
+ * (and CACHE_MEMORY_PER_ENTRY per entry, so that large live entries do not
+ * force a rebuild at every checkpoint), the cache is rebuilt once every
+ * entry is in the backend.  What a rebuild keeps is held to half the
+ * memory limit: a rebuild the memory forced would otherwise keep it all,
+ * copy it at every checkpoint, and hold it twice while it does.
+ */
+#define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
+#define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
+
+/*
+ * The cache anew, in a new context, with the changed entries worth
+ * keeping, at most mailer.state_cache_entries of them, copied through
+ * their serialized form (what the backend holds).  The old context goes
+ * whole: freeing entries one by one would leave it fragmented, and the
+ * entries deleted since the last rebuild (purged windows, with what their
+ * aggregates kept) still hold their memory.  The new cache is consistent
+ * after each copy; an ERROR in one ends the worker, which resumes from
+ * its last checkpoint.
  */
 static void
 rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
@@ -410,7 +423,8 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 												 ALLOCSET_DEFAULT_SIZES);
 	stage->codec.ctx = stage->cache_context;
 	keyed_cache_create(stage);
-	for (int i = 0; i < nchanged && kept < mailer_state_cache_entries; i++)
+	for (int i = 0; i < nchanged && kept < mailer_state_cache_entries &&
+		 MemoryContextMemAllocated(stage->cache_context, true) < CACHE_MEMORY_LIMIT / 2; i++)
 	{
 		KeyedEntry *e = changed[i];
 
@@ -424,15 +438,6 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 	MemoryContextDelete(old_context);
 }
 
-/*
- * Past mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory
- * (and CACHE_MEMORY_PER_ENTRY per entry, so that large live entries do not
- * force a rebuild at every checkpoint), the cache is rebuilt once every
- * entry is in the backend.
- */
-#define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
-#define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
-
 void
 keyed_write_dirty(KeyedStage *stage)
 {
@@ -441,6 +446,12 @@ keyed_write_dirty(KeyedStage *stage)
 	if (stage->cache->members > mailer_state_cache_entries ||
 		MemoryContextMemAllocated(stage->cache_context, true) >
 		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
-		rebuild_cache(stage, stage->dirty, stage->ndirty);
+	{
+		KeyedEntry **changed = stage->dirty;
+		int			nchanged = stage->ndirty;
+
+		stage->ndirty = 0;
+		rebuild_cache(stage, changed, nchanged);
+	}
 	stage->ndirty = 0;
 }
