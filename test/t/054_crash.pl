@@ -64,10 +64,7 @@ is(committed_records($_), 90, "$_: the first third committed") for @jobs;
 produce_events($topic, $part[1]);
 records_in_all(180, 'second third');
 is(committed_records($_), 90, "$_: the second third is not committed") for @jobs;
-my $pid = worker_pid('sessions_mem');
-ok($pid > 0, 'sessions_mem has a worker');
-is(kill('KILL', $pid), 1, 'SIGKILL sent to the worker of sessions_mem');
-wait_until('the server restarted after the crash', sub { worker_pid('sessions_mem') != $pid && worker_pid('sessions_mem') > 0 }, 120);
+kill_worker('sessions_mem');
 records_in_all(180, 'second third replayed');
 is(committed_records($_), 90, "$_: replayed, not committed yet") for @jobs;
 

@@ -25,7 +25,7 @@ use Test::More;
 
 mailer_node();
 fresh_extension();
-psql("ALTER SYSTEM SET mailer.state_cache_entries = 0; SELECT pg_reload_conf();");
+state_cache_entries_until_exit(0);
 
 psql(<<'SQL');
 DROP TABLE IF EXISTS t156_raw, t156_totals;
@@ -72,7 +72,6 @@ same_rows('SELECT k, n, total FROM t156_totals',
 cmp_ok(psql('SELECT count(*) FROM t156_totals'), '>=', 900, 'over many distinct keys');
 is(psql(q{SELECT count(*) FROM t156_totals WHERE k = ''}), '1', 'the empty key among them');
 
-psql("ALTER SYSTEM RESET mailer.state_cache_entries; SELECT pg_reload_conf();");
 psql("SELECT mailer.drop_job('t156'); SELECT mailer.drop_job('t156_raw')");
 psql('DROP TABLE t156_raw, t156_totals');
 done_testing();
