@@ -441,17 +441,13 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 void
 keyed_write_dirty(KeyedStage *stage)
 {
-	for (int i = 0; i < stage->ndirty; i++)
+	int			nchanged = stage->ndirty;
+
+	for (int i = 0; i < nchanged; i++)
 		write_entry(stage, stage->dirty[i]);
+	stage->ndirty = 0;
 	if (stage->cache->members > mailer_state_cache_entries ||
 		MemoryContextMemAllocated(stage->cache_context, true) >
 		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
-	{
-		KeyedEntry **changed = stage->dirty;
-		int			nchanged = stage->ndirty;
-
-		stage->ndirty = 0;
-		rebuild_cache(stage, changed, nchanged);
-	}
-	stage->ndirty = 0;
+		rebuild_cache(stage, stage->dirty, nchanged);
 }
