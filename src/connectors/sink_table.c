@@ -50,6 +50,7 @@
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
 
+#include "base/bulk_slot.h"
 #include "base/guard.h"
 #include "base/record.h"
 #include "base/test_point.h"
@@ -803,6 +804,7 @@ run_bulk(void *arg)
 	Relation	rel;
 	ExprState **defaults;
 	TupleTableSlot *slots[SINK_BULK_ROWS] = {NULL};
+	TupleDesc	slot_desc = NULL;
 	BulkInsertState bistate;
 	CommandId	cid;
 	int			row = run->from;
@@ -847,7 +849,7 @@ run_bulk(void *arg)
 
 			CHECK_FOR_INTERRUPTS();
 			if (slots[n] == NULL)
-				slots[n] = table_slot_create(rel, &estate->es_tupleTable);
+				slots[n] = bulk_slot_create(rel, &slot_desc, &estate->es_tupleTable);
 			slot = slots[n];
 			ExecClearTuple(slot);
 			for (int a = 0; a < bulk->natts; a++)

@@ -47,6 +47,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "base/bulk_slot.h"
 #include "base/bytea.h"
 #include "base/mailer.h"
 #include "jobs/catalog.h"
@@ -86,6 +87,7 @@ typedef struct RowsTable
 	int			n;
 	Size		bytes;			/* of the buffered keys and values */
 	TupleTableSlot *slots[ROWS_BATCH];
+	TupleDesc	slot_desc;		/* the slots' copy of the table's (bulk_slot.h) */
 	ItemPointer dest[ROWS_BATCH];	/* where a row's address goes; NULL: nowhere */
 	BulkInsertState bistate;
 	AttrNumber	att_job;
@@ -197,6 +199,7 @@ table_init(MemoryRows *mr, RowsTable *t, Index rti, bool undo)
 	t->n = 0;
 	t->bytes = 0;
 	t->bistate = NULL;
+	t->slot_desc = NULL;
 	t->att_job = column(t->rel, "job_id");
 	t->att_group = column(t->rel, "key_group");
 	t->att_key = column(t->rel, undo ? "keys" : "key");
@@ -332,7 +335,7 @@ buffer_insert(MemoryRows *mr, RowsTable *t, int64 epoch, Datum key, int group, D
 		/* kept for the whole checkpoint, whatever context the caller is in */
 		MemoryContext old = MemoryContextSwitchTo(mr->estate->es_query_cxt);
 
-		t->slots[t->n] = table_slot_create(t->rel, &mr->estate->es_tupleTable);
+		t->slots[t->n] = bulk_slot_create(t->rel, &t->slot_desc, &mr->estate->es_tupleTable);
 		MemoryContextSwitchTo(old);
 	}
 	slot = t->slots[t->n];
