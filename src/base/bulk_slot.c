@@ -7,11 +7,11 @@
  * same pointer a thousand times hashes to one place in that array, so
  * remembering the pins and forgetting them again probed on linearly:
  * quadratic in the slots of a batch, 8.5% of the append job's worker at
- * 5M orders (BENCHMARKS.md, "Per-record speed (issue 16): the sink's
- * slots").  A copy of the descriptor is not reference-counted, and slots
- * over it pin nothing.  It has the table's columns and types, all that a
- * slot reads; NOT NULL, defaults and CHECK are the relation's, where the
- * executor's checks look for them.
+ * 5M orders (BENCHMARKS.md, "The append path's slots").  A copy of the
+ * descriptor is not reference-counted, and slots over it pin nothing.  It
+ * is a whole copy, constraints and the defaults of columns added later
+ * included, so that a slot over it reads a stored row as one over the
+ * relation's would.
  */
 #include "postgres.h"
 
@@ -24,6 +24,6 @@ TupleTableSlot *
 bulk_slot_create(Relation rel, TupleDesc *desc, List **tuple_table)
 {
 	if (*desc == NULL)
-		*desc = CreateTupleDescCopy(RelationGetDescr(rel));
+		*desc = CreateTupleDescCopyConstr(RelationGetDescr(rel));
 	return ExecAllocTableSlot(tuple_table, *desc, table_slot_callbacks(rel));
 }
