@@ -51,6 +51,7 @@
 #include "base/mailer.h"
 #include "base/signals.h"
 #include "connectors/kafka_client.h"
+#include "connectors/kafka_refill.h"
 #include "connectors/source.h"
 #include "base/test_point.h"
 
@@ -103,6 +104,7 @@ typedef struct KafkaSource
 	bool	   *topic_known;	/* a topic's first partitions start per the spec */
 	bool		any_out_of_range;	/* some partition's out_of_range is set */
 	rd_kafka_topic_partition_list_t *assigned;	/* every assigned partition, for positions */
+	KafkaRefill refill;			/* wakes the fetchers of a drained queue */
 	rd_kafka_topic_partition_list_t *last_commit;	/* of the last checkpoint, or NULL */
 	KafkaSecrets secrets;		/* masked in every text kept */
 	BarrierReader *barrier;		/* the cuts of the spec's barrier group, or NULL */
@@ -193,6 +195,7 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 				 errmsg("could not create a Kafka consumer: %s", errstr)));
 	}
 
+	kafka_refill_init(&kafka->refill, kafka->rk);
 	kafka->logs = rd_kafka_queue_new(kafka->rk);
 	rd_kafka_set_log_queue(kafka->rk, kafka->logs);
 	kafka->queue = rd_kafka_queue_get_consumer(kafka->rk);
@@ -681,6 +684,14 @@ consume_batch(KafkaSource *kafka, int max)
 	got = rd_kafka_consume_batch_queue(kafka->queue, 0, kafka->batch, max);
 	if (got < 0)
 		got = 0;
+	if (kafka->refill.enabled)
+	{
+		size_t		bytes = 0;
+
+		for (ssize_t i = 0; i < got; i++)
+			bytes += kafka->batch[i]->len;
+		kafka_refill_check(&kafka->refill, kafka->rk, kafka->queue, kafka->assigned, (int) got, bytes);
+	}
 	if (got == max)
 	{
 		ssize_t		written = write(kafka->pipe_fds[1], "1", 1);

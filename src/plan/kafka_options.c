@@ -238,23 +238,19 @@ kafka_options_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_on
 		/*
 		 * The prefetch is bounded by size alone: librdkafka would prefetch
 		 * up to 64 MB, so bound what a worker holds (source.options may
-		 * raise it).  A count bound would starve the worker: librdkafka
-		 * 2.0 stops fetching a partition past it and looks again only
-		 * when its broker thread wakes, up to a second later, while
-		 * 100,000 records (its default) last a busy worker half that.
+		 * raise it).  It costs several times its size, as librdkafka's own
+		 * bytes per message are not counted.  A count bound would only
+		 * add a second way to fill the queue.
 		 *
-		 * The size bound starves the same way, so with librdkafka 2.0 it
-		 * must hold a second of the fastest job.  It costs several times
-		 * its size, as librdkafka's own bytes per message are not counted
-		 * (issue 16, 5M keys: the worker's peak was 404 MB at 32 MB, 293
-		 * MB at 8 MB, where passthrough fell from 310k to 146k records/s).
-		 * librdkafka 2.2's fetch.queue.backoff.ms (the last default) looks
-		 * again after 10 ms instead, so 4 MB suffice there: the peak fell
-		 * to 244 MB and passthrough doubled, as it no longer waits a
-		 * second when the queue is full.
+		 * A full queue stops the fetching.  librdkafka 2.2 looks again
+		 * after fetch.queue.backoff.ms (the last default); 2.0 only when
+		 * its broker thread wakes, up to a second later, and the source
+		 * wakes it once the queue has drained to half (kafka_refill.c).
+		 * Either way 4 MB keep a busy worker fed (issue 16, 5M orders:
+		 * the append job's peak RSS fell from about 410 MB at 32 MB).
 		 */
 		{"queued.min.messages", "10000000"},
-		{"queued.max.messages.kbytes", queue_backoff ? "4096" : "32768"},
+		{"queued.max.messages.kbytes", "4096"},
 		{"enable.auto.commit", "false"},
 		{"enable.auto.offset.store", "false"},
 		{"enable.partition.eof", "false"},
