@@ -5,14 +5,16 @@
  *
  * The wake is a request to each broker that leads one of the partitions:
  * rd_kafka_offsets_for_times asks every leader, in one request each, for
- * its partitions' latest offsets.  The request wakes the broker thread,
- * which then finds the queue under its limit and fetches.  The answer is
- * not needed, so the call waits only briefly for it.
+ * its partitions' latest offsets.  Queuing the request wakes the broker
+ * thread, which then finds the queue under its bound and fetches.  The
+ * answer is not needed, so the call does not wait for it (librdkafka drops
+ * an answer that comes after its caller has gone).  A leader missing from
+ * librdkafka's metadata cache gets no request: its fetcher looks again on
+ * its own, up to a second later, as without this file.
  *
- * The queue is woken for once it has been near a limit: then the fetchers
+ * The queue is woken for once it has been near a bound: then the fetchers
  * have stopped, and one wake per filling suffices.  A queue that never
- * fills (a job that keeps up with its input) is never woken, so a fetch
- * waiting at the end of the log is not queued behind.
+ * fills (a job that keeps up with its input) is never woken for.
  */
 #include "postgres.h"
 
@@ -20,8 +22,8 @@
 
 #include "connectors/kafka_refill.h"
 
-/* How long a wake waits for the leaders' answers it does not need. */
-#define WAKE_TIMEOUT_MS 10
+/* A wake does not wait for the leaders' answers: it does not need them. */
+#define WAKE_TIMEOUT_MS 0
 
 static double conf_number(const rd_kafka_conf_t *conf, const char *name);
 
@@ -32,7 +34,8 @@ kafka_refill_init(KafkaRefill *refill, rd_kafka_t *rk)
 
 	memset(refill, 0, sizeof(*refill));
 	refill->enabled = rd_kafka_version() < 0x02020000;
-	refill->limit_bytes = conf_number(conf, "queued.max.messages.kbytes") * 1024;
+	/* librdkafka's kilobytes are 1000 bytes. */
+	refill->limit_bytes = conf_number(conf, "queued.max.messages.kbytes") * 1000;
 	refill->limit_messages = conf_number(conf, "queued.min.messages");
 	if (refill->limit_bytes <= 0 || refill->limit_messages <= 0)
 		refill->enabled = false;
@@ -55,32 +58,29 @@ kafka_refill_check(KafkaRefill *refill, rd_kafka_t *rk, rd_kafka_queue_t *queue,
 				   const rd_kafka_topic_partition_list_t *partitions,
 				   int n, size_t bytes)
 {
-	double		mean;
 	double		left;
 	double		before;
 	rd_kafka_topic_partition_list_t *wake;
 
 	if (!refill->enabled)
 		return;
-	refill->read_messages += n;
-	refill->read_bytes += bytes;
-	if (refill->read_messages == 0)
-		return;
 
 	/*
-	 * librdkafka counts the queue's bytes as its messages' values; the
-	 * mean value read so far stands for the values still queued.  The
-	 * queue's fill before the batch counts the batch too: a batch may
-	 * take all of it.
+	 * librdkafka counts the queue's bytes as its messages' values.  The
+	 * queue is first in, first out: the batch just taken stands for what
+	 * follows it (a mean over the whole run would lag a topic whose
+	 * messages grow).  The queue's fill before the batch counts the batch
+	 * too: a batch may take all of it.
 	 */
-	mean = (double) refill->read_bytes / refill->read_messages;
+	if (n > 0)
+		refill->message_bytes = (double) bytes / n;
 	left = (double) rd_kafka_queue_length(queue);
-	before = Max((left * mean + bytes) / refill->limit_bytes,
+	before = Max((left * refill->message_bytes + bytes) / refill->limit_bytes,
 				 (left + n) / refill->limit_messages);
 	if (before >= 0.75)
 		refill->was_full = true;
 	if (!refill->was_full ||
-		Max(left * mean / refill->limit_bytes, left / refill->limit_messages) >= 0.5 ||
+		Max(left * refill->message_bytes / refill->limit_bytes, left / refill->limit_messages) >= 0.5 ||
 		partitions == NULL || partitions->cnt == 0)
 		return;
 

@@ -22,8 +22,7 @@ typedef struct KafkaRefill
 	bool		enabled;		/* librdkafka before 2.2 */
 	double		limit_bytes;	/* queued.max.messages.kbytes, in bytes */
 	double		limit_messages; /* queued.min.messages */
-	uint64		read_messages;	/* messages taken from the queue ... */
-	uint64		read_bytes;		/* ... and the total size of their values */
+	double		message_bytes;	/* mean value size of the last batch taken */
 	bool		was_full;		/* the queue came near a limit since the last wake */
 } KafkaRefill;
 
@@ -31,8 +30,8 @@ typedef struct KafkaRefill
 extern void kafka_refill_init(KafkaRefill *refill, rd_kafka_t *rk);
 
 /*
- * After a batch of n messages (their values' total size bytes) was taken
- * from queue: wake the fetchers of the partitions if the queue was near a
+ * After a batch of n messages (their values' total size bytes, error events
+ * left out) was taken from queue: wake the fetchers of the partitions if the queue was near a
  * limit and is now under half of it.
  */
 extern void kafka_refill_check(KafkaRefill *refill, rd_kafka_t *rk, rd_kafka_queue_t *queue,

@@ -688,9 +688,16 @@ consume_batch(KafkaSource *kafka, int max)
 	{
 		size_t		bytes = 0;
 
+		int			messages = 0;
+
 		for (ssize_t i = 0; i < got; i++)
+		{
+			if (kafka->batch[i]->err)
+				continue;		/* its len is an error text's */
 			bytes += kafka->batch[i]->len;
-		kafka_refill_check(&kafka->refill, kafka->rk, kafka->queue, kafka->assigned, (int) got, bytes);
+			messages++;
+		}
+		kafka_refill_check(&kafka->refill, kafka->rk, kafka->queue, kafka->assigned, messages, bytes);
 	}
 	if (got == max)
 	{
