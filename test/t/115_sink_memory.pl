@@ -1,7 +1,7 @@
 # The sink's buffer gives its memory back after every checkpoint (final
 # hostile review): a flush that kept the rows it wrote grew a worker by the
 # size of all its output, until sink_buffer_full() asked for a checkpoint on
-# every round and the worker ran out of memory.  A job writes some 40 MB in
+# every round and the worker ran out of memory.  A job writes some 80 MB in
 # small checkpoints; then the worker's memory contexts (logged with
 # pg_log_backend_memory_contexts) show the sink's rows context small.
 # And the last checkpoint of a bounded source whose every row the table
@@ -19,22 +19,40 @@ drop_tables('t115');
 psql("CREATE TABLE t115_rows (order_id bigint, pad text)");
 
 psql(q{SELECT mailer.create_job('j115', $${
-	"source": {"type": "generator", "events": 40000, "rate": 20000},
+	"source": {"type": "generator", "events": 80000, "rate": 20000},
 	"steps": [{"map": {"order_id": "(value->>'order_id')::bigint", "pad": "repeat(md5(key), 32)"}}],
 	"sink": {"type": "table", "table": "t115_rows"},
 	"checkpoint": {"interval": "50 milliseconds"}}$$)});
-wait_until('j115 is half way', sub { psql("SELECT count(*) FROM t115_rows") >= 20000 });
+wait_until('j115 is a quarter of the way', sub { psql("SELECT count(*) FROM t115_rows") >= 20000 });
 my $pid = worker_pid('j115');
-my $from = pg_log_size();
-psql("SELECT pg_log_backend_memory_contexts($pid)");
-my $bytes;
-wait_until('the worker logged its memory contexts', sub {
-	($bytes) = pg_log_since($from) =~ /\[$pid\][^\n]*mailer sink rows: (\d+) total/;
-	defined $bytes;
-});
-cmp_ok($bytes, '<', 8 * 1024 * 1024, "the sink's rows context holds little after 20000 rows of 1 kB ($bytes bytes)");
+
+# The rows context's size, as the worker logs it, and the rows written by then.
+sub rows_context
+{
+	my $from = pg_log_size();
+	psql("SELECT pg_log_backend_memory_contexts($pid)");
+	my $bytes;
+	wait_until('the worker logged its memory contexts', sub {
+		($bytes) = pg_log_since($from) =~ /\[$pid\][^\n]*mailer sink rows: (\d+) total/;
+		defined $bytes;
+	});
+	return ($bytes, psql("SELECT count(*) FROM t115_rows"));
+}
+
+# A leak holds every row written, 20 MB and more, at each look.  A
+# checkpoint that a loaded machine delays holds its interval's rows for a
+# while: up to three looks, the smallest counts.
+my ($bytes, $written) = rows_context();
+for (1 .. 2)
+{
+	last if $bytes < 8 * 1024 * 1024;
+	my ($b, $w) = rows_context();
+	($bytes, $written) = ($b, $w) if $b < $bytes;
+}
+cmp_ok($bytes, '<', 8 * 1024 * 1024,
+	"the sink's rows context holds little after $written rows of 1 kB ($bytes bytes)");
 is(wait_job('j115'), 'finished', 'j115 finishes');
-is(psql("SELECT count(*) || ' ' || count(DISTINCT order_id) FROM t115_rows"), '40000 40000', 'every row once');
+is(psql("SELECT count(*) || ' ' || count(DISTINCT order_id) FROM t115_rows"), '80000 80000', 'every row once');
 
 psql("CREATE TABLE t115_refused (order_id bigint CHECK (order_id < 0))");
 psql(q{SELECT mailer.create_job('j115_refused', $${
