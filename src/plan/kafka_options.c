@@ -246,12 +246,12 @@ kafka_options_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_on
 		 * after fetch.queue.backoff.ms (the last default); 2.0 only when
 		 * its broker thread wakes, up to a second later, and the source
 		 * wakes it once the queue has drained to half (kafka_refill.c).
-		 * Either way 4 MB keep a busy worker fed (issue 16, 5M orders:
-		 * the append job's peak RSS fell from 400 to 440 MB at 32 MB to
-		 * about 320 MB, and its records/s rose by half).
+		 * Either way 8 MB keep a busy worker fed.  At 4 MB the windowed
+		 * jobs took fewer, longer checkpoints and the session job ran a
+		 * fifth slower; from 8 MB on they did not (issue 16, 5M orders).
 		 */
 		{"queued.min.messages", "10000000"},
-		{"queued.max.messages.kbytes", "4096"},
+		{"queued.max.messages.kbytes", "8192"},
 		{"enable.auto.commit", "false"},
 		{"enable.auto.offset.store", "false"},
 		{"enable.partition.eof", "false"},

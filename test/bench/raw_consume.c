@@ -4,7 +4,7 @@
  *		with librdkafka's batch consume, do nothing with them, and report
  *		messages per second and CPU seconds.  Same consumer settings as
  *		mailer's Kafka source, but for the prefetch bound, 32 MB as before
- *		issue 16: with the source's 4 MB and its wakes
+ *		issue 16: with a 4 MB bound and the source's wakes
  *		(connectors/kafka_refill.c), a scratch copy of this loop read 2.33M
  *		records/s against 2.27M, so the bound does not change the limit.
  *
