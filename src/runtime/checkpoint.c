@@ -40,19 +40,30 @@
 #include "runtime/shuffle.h"
 
 /*
- * Give the memory a checkpoint freed (sink statement, RocksDB's buffers,
- * the cache it may have emptied) back to the system once it is worth it:
- * glibc would keep it.  Trimming after every checkpoint also handed back
- * the pages every batch uses again (librdkafka's fetch buffers, the
- * record context), which were then faulted in anew: 15% of a passthrough
- * job's CPU (issue 16).  So only when more than 64 MB lie free.
+ * Give the memory the job freed back to the system once more than
+ * free_bytes of it lie free: glibc would keep it.  Trimming after every
+ * checkpoint also handed back the pages every batch uses again
+ * (librdkafka's fetch buffers, the record context), which were then
+ * faulted in anew: 15% of a passthrough job's CPU (issue 16).
  */
+#define FREE_AFTER_CHECKPOINT	((size_t) 64 * 1024 * 1024)
+
+/*
+ * A keyed job's checkpoint frees the rows it emitted and, past the cache's
+ * bound, the whole keyed cache, and then starts the sink statement and
+ * RocksDB's sort and file on another thread, which take memory anew.
+ * Without a trim between the two the worker holds both: at 5M keys its
+ * memory peaked about 50 MB higher at the median (BENCHMARKS.md,
+ * "The worker's memory at 5M keys").
+ */
+#define FREE_BEFORE_SINK		((size_t) 8 * 1024 * 1024)
+
 static void
-give_back_memory(void)
+give_back_memory(size_t free_bytes)
 {
 	struct mallinfo2 mi = mallinfo2();
 
-	if (mi.fordblks > 64 * 1024 * 1024)
+	if (mi.fordblks > free_bytes)
 		malloc_trim(0);
 }
 
@@ -403,6 +414,7 @@ flush_outputs(CheckpointRun *run)
 		if (job->state && job->state->ops->prepare)
 			job->state->ops->prepare(job->state, run->epoch);
 		run->state_ms = ms_since(run->start);
+		give_back_memory(FREE_BEFORE_SINK);
 	}
 	written = sink_buffer_flush(job->sink, job->dead_letters, job->spec->on_error,
 								run->final && input_all_read(job), run->epoch, &rejected);
@@ -589,7 +601,7 @@ checkpoint_committed(CheckpointRun *run)
 	job->publish_pending = true;
 	checkpoint_publish(job);
 
-	give_back_memory();
+	give_back_memory(FREE_AFTER_CHECKPOINT);
 
 	job->last_checkpoint = GetCurrentTimestamp();
 	job->slot->last_checkpoint_epoch = run->epoch;

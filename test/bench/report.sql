@@ -102,7 +102,7 @@ SELECT replace(job, 'ratio_', '') AS job,
   FROM m WHERE section = 'kafka_sink' AND job LIKE 'ratio\_%'
  GROUP BY section, job, backend
  ORDER BY 1;
-\echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms and its state share state_checkpoint_ms sampled from mailer.metrics; state restore ms = mailer.metrics.state_restore_ms after the kill; memory of the worker sampled every 0.2 s from /proc: peak own = anonymous + file pages (its heap, RocksDB, librdkafka, its libraries), peak shared = the shared buffers it touched (RssShmem), peak RSS = VmHWM, the kernel''s peak of both)'
+\echo 'State scaling: keyed running totals (ckpt ms = mailer.checkpoints.duration_ms; last_checkpoint_ms and its state share state_checkpoint_ms sampled from mailer.metrics; state restore ms = mailer.metrics.state_restore_ms after the kill; memory of the worker sampled every 0.2 s from /proc: peak own = anonymous + file pages (its heap, RocksDB, librdkafka, its libraries), and the p99 and median of the same over the samples, peak shared = the shared buffers it touched (RssShmem), peak RSS = VmHWM, the kernel''s peak of both)'
 SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'distinct_keys')) AS "distinct keys",
 	   round(pg_temp.g(section, job, backend, 'records_per_s')) AS "records/s",
@@ -118,6 +118,8 @@ SELECT replace(job, 'keys_', '') AS keys, backend,
 	   round(pg_temp.g(section, job, backend, 'restore_server_up_s'), 2) AS "server up s",
 	   round(pg_temp.g(section, job, backend, 'restore_job_running_s'), 2) AS "job running s",
 	   round(pg_temp.g(section, job, backend, 'peak_private_mb')) AS "peak own MB",
+	   round(pg_temp.g(section, job, backend, 'own_p99_mb')) AS "own MB p99",
+	   round(pg_temp.g(section, job, backend, 'own_p50_mb')) AS "own MB median",
 	   round(pg_temp.g(section, job, backend, 'peak_anon_mb')) AS "peak anon MB",
 	   round(pg_temp.g(section, job, backend, 'peak_shmem_mb')) AS "peak shared MB",
 	   round(pg_temp.g(section, job, backend, 'peak_total_mb')) AS "peak total MB (VmHWM)",

@@ -955,11 +955,17 @@ sample_memory()
 # The peaks of sample_memory's file, in MB: of the workers' own memory
 # (anonymous + file pages, in the same sample), of their anonymous pages,
 # of the shared memory they touched, and of the kernel's peaks of all
-# (VmHWM, summed over the subtasks).  Without a sample, nothing is recorded
-# (empty, not 0).
+# (VmHWM, summed over the subtasks); and the median and 99th percentile of
+# the own memory over the samples, since a single sample (a hash table's
+# doubling, a compaction) makes the peak.  Without a sample, nothing is
+# recorded (empty, not 0).
 record_memory_peaks()
 {
 	local section=$1 label=$2 backend=$3 run=$4 file=$5
+	local p50 p99
+	read -r p50 p99 < <(awk '{ print $1 + $2 }' "$file" | sort -n |
+		awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < 1) i = 1
+			printf "%.1f %.1f\n", v[int((NR + 1) / 2)] / 1024, v[i] / 1024 } }') || true
 	awk '{ p = $1 + $2; if (p > mp) mp = p; if ($1 > ma) ma = $1; if ($3 > ms) ms = $3; if ($4 > mh) mh = $4 }
 		 END { if (NR) printf "%.1f %.1f %.1f %.1f\n", mp / 1024, ma / 1024, ms / 1024, mh / 1024 }' "$file" | {
 		read -r private anon shmem hwm || true
@@ -967,6 +973,8 @@ record_memory_peaks()
 		record "$section" "$label" "$backend" "$run" peak_anon_mb "${anon:-}"
 		record "$section" "$label" "$backend" "$run" peak_shmem_mb "${shmem:-}"
 		record "$section" "$label" "$backend" "$run" peak_total_mb "${hwm:-}"
+		record "$section" "$label" "$backend" "$run" own_p50_mb "${p50:-}"
+		record "$section" "$label" "$backend" "$run" own_p99_mb "${p99:-}"
 	}
 }
 
