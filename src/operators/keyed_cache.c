@@ -65,6 +65,18 @@ cache_key_equal(const CacheKey *a, const CacheKey *b)
 
 StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares three words");
 
+/*
+ * Between two rebuilds the cache holds up to mailer.state_cache_entries
+ * clean entries and the interval's up to mailer.max_buffered_rows new
+ * ones: about 200k in 262,144 slots at the defaults.  At that load
+ * simplehash's default limits on a probe's length (25) and an insert's
+ * moves (150) doubled the table early, to 524,288 slots of 56 bytes: 28
+ * MiB allocated anew, beside the old table, several times a minute at 5M
+ * keys.  Higher limits leave the fill factor (0.9) to decide (BENCHMARKS.md,
+ * "The worker's memory at 5M keys").
+ */
+#define SH_GROW_MAX_DIB 64
+#define SH_GROW_MAX_MOVE 1024
 #define SH_PREFIX kcache
 #define SH_ELEMENT_TYPE CacheSlot
 #define SH_KEY_TYPE CacheKey
