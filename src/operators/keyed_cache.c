@@ -67,13 +67,17 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
 
 /*
  * Between two rebuilds the cache holds up to mailer.state_cache_entries
- * clean entries and the interval's up to mailer.max_buffered_rows new
- * ones: about 200k in 262,144 slots at the defaults.  At that load
- * simplehash's default limits on a probe's length (25) and an insert's
- * moves (150) doubled the table early, to 524,288 slots of 56 bytes: 28
- * MiB allocated anew, beside the old table, several times a minute at 5M
- * keys.  Higher limits leave the fill factor (0.9) to decide (BENCHMARKS.md,
- * "The worker's memory at 5M keys").
+ * clean entries and the interval's new ones (about
+ * mailer.max_buffered_rows of them, more with absent panes and a batch's
+ * overshoot): about 200k in 262,144 slots at the defaults.  simplehash
+ * also grows when an insert would move more than SH_GROW_MAX_MOVE entries
+ * (150 by default) or land more than SH_GROW_MAX_DIB slots (25) from its
+ * key's home; the move limit doubled the table at about 0.78 full, to
+ * 524,288 slots of 56 bytes: 28 MiB allocated anew, beside the old table,
+ * several times a minute at 5M keys.  With these limits the fill factor
+ * (0.9) decides, to within about 1%; a miss then walks more slots on
+ * average (about 7 rather than 4 near that load), which the bench did not
+ * show in CPU (BENCHMARKS.md, "The worker's memory at 5M keys").
  */
 #define SH_GROW_MAX_DIB 64
 #define SH_GROW_MAX_MOVE 1024
