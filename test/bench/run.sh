@@ -962,13 +962,12 @@ sample_memory()
 record_memory_peaks()
 {
 	local section=$1 label=$2 backend=$3 run=$4 file=$5
-	local p50 p99
-	read -r p50 p99 < <(awk '{ print $1 + $2 }' "$file" | sort -n |
-		awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++
-			printf "%.1f %.1f\n", v[int((NR + 1) / 2)] / 1024, v[i] / 1024 } }') || true
-	awk '{ p = $1 + $2; if (p > mp) mp = p; if ($1 > ma) ma = $1; if ($3 > ms) ms = $3; if ($4 > mh) mh = $4 }
-		 END { if (NR) printf "%.1f %.1f %.1f %.1f\n", mp / 1024, ma / 1024, ms / 1024, mh / 1024 }' "$file" | {
-		read -r private anon shmem hwm || true
+	awk '{ print $1 + $2, $1, $3, $4 }' "$file" | sort -n |
+		awk '{ own[NR] = $1; if ($2 > ma) ma = $2; if ($3 > ms) ms = $3; if ($4 > mh) mh = $4 }
+			 END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++
+				printf "%.1f %.1f %.1f %.1f %.1f %.1f\n", own[NR] / 1024, ma / 1024, ms / 1024, mh / 1024,
+					own[int((NR + 1) / 2)] / 1024, own[i] / 1024 } }' | {
+		read -r private anon shmem hwm p50 p99 || true
 		record "$section" "$label" "$backend" "$run" peak_private_mb "${private:-}"
 		record "$section" "$label" "$backend" "$run" peak_anon_mb "${anon:-}"
 		record "$section" "$label" "$backend" "$run" peak_shmem_mb "${shmem:-}"
