@@ -30,7 +30,6 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
-#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -52,6 +51,7 @@
 
 #include "base/bulk_slot.h"
 #include "base/guard.h"
+#include "base/local_hash.h"
 #include "base/record.h"
 #include "base/test_point.h"
 #include "connectors/sink_table.h"
@@ -174,7 +174,10 @@ table_sink_create(JobPlan *plan, MemoryContext parent, bool *failing)
 	sink->nulls = MemoryContextAllocZero(parent, sizeof(bool *) * sp->ncolumns);
 	if (sp->upsert)
 	{
-		sink->keys = rowset_create(parent, 1024, sink);
+		/* a context of its own: the memory context dumps show the table's size */
+		sink->keys = rowset_create(AllocSetContextCreate(parent, "mailer sink keys",
+														 ALLOCSET_SMALL_SIZES),
+								   1024, sink);
 		sink->key_eq = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
 		sink->key_hash = MemoryContextAllocZero(parent, sizeof(FmgrInfo) * sp->ncolumns);
 		for (int c = 0; c < sp->ncolumns; c++)
@@ -284,6 +287,7 @@ sink_plans_alike(SinkPlan *a, SinkPlan *b)
 		if (strcmp(x->name, y->name) != 0 || x->type != y->type || x->typmod != y->typmod ||
 			x->slot != y->slot || x->is_key != y->is_key || (x->cast == NULL) != (y->cast == NULL) ||
 			x->key_eq_proc != y->key_eq_proc || x->key_hash_proc != y->key_hash_proc ||
+			x->key_hash_image != y->key_hash_image ||
 			x->key_collation != y->key_collation)
 			return false;
 	}
@@ -1080,7 +1084,12 @@ key_has_null(TableSink *sink, int row)
 /*
  * Rows of one key are found by the conflict index's equality and a hash
  * that agrees with it; a type without such a hash adds nothing to the hash
- * (rows then meet in one bucket, still told apart by the equality).
+ * (rows then meet in one bucket, still told apart by the equality).  The
+ * rows come from the stream, so the hash is seeded (base/local_hash.h):
+ * a column whose equality is its image's by its bytes; another by its
+ * type's unseeded hash, finished with the seed, so that values whose
+ * hashes agree in all 32 bits still meet (int8's hash folds its halves:
+ * that is why int8 and timestamps go by their bytes).
  */
 static uint32
 row_hash(TableSink *sink, uint32 row)
@@ -1097,13 +1106,13 @@ row_hash(TableSink *sink, uint32 row)
 			continue;
 		if (sink->nulls[c][row])
 			ch = 0x5bd1e995;
+		else if (col->key_hash_image || !OidIsValid(col->key_eq_proc))
+			ch = local_hash_datum_image(sink->values[c][row], col->typbyval, col->typlen);
 		else if (OidIsValid(col->key_hash_proc))
-			ch = DatumGetUInt32(FunctionCall1Coll(&sink->key_hash[c], col->key_collation,
-												  sink->values[c][row]));
-		else if (OidIsValid(col->key_eq_proc))
-			ch = 0;
+			ch = local_hash_uint64(DatumGetUInt32(FunctionCall1Coll(&sink->key_hash[c], col->key_collation,
+																	sink->values[c][row])));
 		else
-			ch = datum_image_hash(sink->values[c][row], col->typbyval, col->typlen);
+			ch = 0;
 		h = hash_combine(h, ch);
 	}
 	return h;

@@ -13,9 +13,9 @@
  */
 #include "postgres.h"
 
-#include "common/hashfn.h"
 #include "utils/memutils.h"
 
+#include "base/local_hash.h"
 #include "base/mailer.h"
 #include "operators/keyed_cache.h"
 #include "state/serial.h"
@@ -201,11 +201,14 @@ lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read, con
 	return e;
 }
 
-/* As SH_HASH_KEY: the hash simplehash keeps in the key's slot. */
+/*
+ * As SH_HASH_KEY: the hash simplehash keeps in the key's slot.  Seeded per
+ * process (base/local_hash.h): the keys are the producers' to choose.
+ */
 uint32
 keyed_cache_hash(const char *key, int klen)
 {
-	return hash_bytes((const unsigned char *) key, klen);
+	return local_hash_bytes(key, klen);
 }
 
 /*

@@ -27,11 +27,18 @@
  */
 #include "postgres.h"
 
-#include "common/hashfn.h"
 #include "utils/memutils.h"
 
+#include "base/local_hash.h"
 #include "operators/timer_index.h"
 #include "state/state.h"
+
+/* A due time's hash: seeded, since event times come from the stream. */
+static inline uint32
+time_hash(TimestampTz when)
+{
+	return local_hash_uint64((uint64) when);
+}
 
 typedef struct TimerBucket
 {
@@ -46,7 +53,7 @@ typedef struct TimerBucket
 #define SH_ELEMENT_TYPE TimerBucket
 #define SH_KEY_TYPE TimestampTz
 #define SH_KEY when
-#define SH_HASH_KEY(tb, key) murmurhash32((uint32) (key) ^ (uint32) ((uint64) (key) >> 32))
+#define SH_HASH_KEY(tb, key) time_hash(key)
 #define SH_EQUAL(tb, a, b) ((a) == (b))
 #define SH_SCOPE static inline
 #define SH_DECLARE
@@ -132,9 +139,9 @@ slot_key_hash(TimerIndex *ti, const TimerSlotKey *k)
 {
 	int32		len;
 	const char *tail = slot_tail(ti, k, &len);
-	uint32		h = hash_bytes((const unsigned char *) tail, len);
+	uint32		h = local_hash_bytes(tail, len);
 
-	h = hash_combine(h, murmurhash32((uint32) k->when ^ (uint32) ((uint64) k->when >> 32)));
+	h = hash_combine(h, time_hash(k->when));
 	return hash_combine(h, (uint32) (unsigned char) k->kind);
 }
 

@@ -8,6 +8,7 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/nbtree.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "catalog/index.h"
@@ -466,10 +467,19 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 		Oid			eqop = InvalidOid;
 		RegProcedure lhs_hash = InvalidOid;
 		RegProcedure rhs_hash = InvalidOid;
+		bool		equal_image = false;
 
 		if (idx->rd_rel->relam == BTREE_AM_OID)
+		{
+			Oid			image_proc = get_opfamily_proc(idx->rd_opfamily[i], opcintype, opcintype,
+													   BTEQUALIMAGE_PROC);
+
 			eqop = get_opfamily_member(idx->rd_opfamily[i], opcintype, opcintype,
 									   BTEqualStrategyNumber);
+			equal_image = OidIsValid(eqop) && OidIsValid(image_proc) &&
+				DatumGetBool(OidFunctionCall1Coll(image_proc, idx->rd_indcollation[i],
+												  ObjectIdGetDatum(opcintype)));
+		}
 		if (!OidIsValid(eqop))
 			eqop = lookup_type_cache(opcintype, TYPECACHE_EQ_OPR)->eq_opr;
 		if (OidIsValid(eqop))
@@ -503,6 +513,7 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 			col->key_eq_proc = OidIsValid(eqop) ? get_opcode(eqop) : InvalidOid;
 			col->key_hash_proc = lhs_hash;
 			col->key_collation = idx->rd_indcollation[i];
+			col->key_hash_image = equal_image;
 		}
 	}
 	index_close(idx, AccessShareLock);

@@ -34,6 +34,7 @@ typedef struct SinkColumn
 	Oid			key_eq_proc;
 	Oid			key_hash_proc;
 	Oid			key_collation;
+	bool		key_hash_image; /* the equality is the image's (btree's equalimage): hash the bytes */
 	int16		typlen;
 	bool		typbyval;
 	char		typalign;

@@ -15,7 +15,7 @@
 #ifndef STATE_H
 #define STATE_H
 
-#include "common/hashfn.h"
+#include "base/local_hash.h"
 #include "lib/stringinfo.h"
 
 typedef struct StateBackend StateBackend;
@@ -27,10 +27,11 @@ typedef struct StateKey
 	int			len;
 } StateKey;
 
+/* For the process's own tables: seeded (base/local_hash.h). */
 static inline uint32
 state_key_hash(StateKey k)
 {
-	return hash_bytes((const unsigned char *) k.data, k.len);
+	return local_hash_bytes(k.data, k.len);
 }
 
 static inline bool
