@@ -31,14 +31,28 @@ local_hash_seed_init(void)
 }
 
 /*
- * The bytes datum_image_eq compares: a by-value Datum whole, a fixed-length
- * value's bytes, a varlena's data detoasted, a cstring's characters.
+ * The bytes datum_image_eq compares: a by-value value's own bytes, a
+ * fixed-length value's bytes, a varlena's data detoasted, a cstring's
+ * characters.  A by-value Datum narrower than 8 bytes is cut to its type's
+ * width: its spare bits depend on the function that made it (int4in
+ * sign-extends, hashtext's result is zero-extended), and its type's
+ * equality does not read them.
  */
 uint32
 local_hash_datum_image(Datum value, bool typbyval, int typlen)
 {
 	if (typbyval)
-		return local_hash_uint64((uint64) value);
+	{
+		uint64		v = (uint64) value;
+
+		if (typlen == 1)
+			v &= UINT64CONST(0xFF);
+		else if (typlen == 2)
+			v &= UINT64CONST(0xFFFF);
+		else if (typlen == 4)
+			v &= UINT64CONST(0xFFFFFFFF);
+		return local_hash_uint64(v);
+	}
 	if (typlen > 0)
 		return local_hash_bytes(DatumGetPointer(value), typlen);
 	if (typlen == -1)

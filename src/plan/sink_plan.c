@@ -17,6 +17,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_operator.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "utils/acl.h"
@@ -476,7 +477,14 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 
 			eqop = get_opfamily_member(idx->rd_opfamily[i], opcintype, opcintype,
 									   BTEqualStrategyNumber);
-			equal_image = OidIsValid(eqop) && OidIsValid(image_proc) &&
+
+			/*
+			 * The row hash (sink_table.c) takes equalimage to mean that
+			 * equal values have equal bytes.  bpchar's opfamilies claim it
+			 * though 'a' and 'a ' are equal (for a btree it costs only some
+			 * deduplication): a bpchar key goes by its type's hash.
+			 */
+			equal_image = OidIsValid(eqop) && OidIsValid(image_proc) && opcintype != BPCHAROID &&
 				DatumGetBool(OidFunctionCall1Coll(image_proc, idx->rd_indcollation[i],
 												  ObjectIdGetDatum(opcintype)));
 		}
@@ -513,7 +521,7 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 			col->key_eq_proc = OidIsValid(eqop) ? get_opcode(eqop) : InvalidOid;
 			col->key_hash_proc = lhs_hash;
 			col->key_collation = idx->rd_indcollation[i];
-			col->key_hash_image = equal_image;
+			col->key_hash_image = equal_image && base != BPCHAROID;
 		}
 	}
 	index_close(idx, AccessShareLock);

@@ -1,7 +1,7 @@
 /*
  * hash_flood: the keys a producer would choose to flood the keyed cache of
  * a running-totals job keyed by one text field, if the cache hashed with
- * PostgreSQL's unseeded hash_bytes (test/t/155_keyed_cache_flood.pl).
+ * PostgreSQL's unseeded hash_bytes (test/t/155_hash_flood.pl).
  *
  * The cache's key for such a job is 'A', the text's length as a native
  * int32, then its bytes (operators/keyed.c, running_total_key, and
