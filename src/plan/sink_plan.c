@@ -481,8 +481,9 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 			/*
 			 * The row hash (sink_table.c) takes equalimage to mean that
 			 * equal values have equal bytes.  bpchar's opfamilies claim it
-			 * though 'a' and 'a ' are equal (for a btree it costs only some
-			 * deduplication): a bpchar key goes by its type's hash.
+			 * in some releases though 'a' and 'a ' are equal (for a btree
+			 * it costs only some deduplication): a bpchar key goes by its
+			 * type's hash whatever the release says.
 			 */
 			equal_image = OidIsValid(eqop) && OidIsValid(image_proc) && opcintype != BPCHAROID &&
 				DatumGetBool(OidFunctionCall1Coll(image_proc, idx->rd_indcollation[i],
