@@ -483,7 +483,10 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 			 * equal values have equal bytes.  bpchar's opfamilies claim it
 			 * in some releases though 'a' and 'a ' are equal (for a btree
 			 * it costs only some deduplication): a bpchar key goes by its
-			 * type's hash whatever the release says.
+			 * type's hash whatever the release says.  A column that a
+			 * bpchar opclass indexes is bpchar or binary-coercible to it,
+			 * and a bpchar column takes only bpchar opclasses: the opclass's
+			 * input type tells.
 			 */
 			equal_image = OidIsValid(eqop) && OidIsValid(image_proc) && opcintype != BPCHAROID &&
 				DatumGetBool(OidFunctionCall1Coll(image_proc, idx->rd_indcollation[i],
@@ -522,7 +525,7 @@ sink_key_equality(SinkPlan *sink, Relation rel, Oid index, bool refuse_unhashabl
 			col->key_eq_proc = OidIsValid(eqop) ? get_opcode(eqop) : InvalidOid;
 			col->key_hash_proc = lhs_hash;
 			col->key_collation = idx->rd_indcollation[i];
-			col->key_hash_image = equal_image && base != BPCHAROID;
+			col->key_hash_image = equal_image;
 		}
 	}
 	index_close(idx, AccessShareLock);

@@ -17,7 +17,7 @@ our @EXPORT = qw(psql psql_ok psql_fails kafka kcat_produce kcat_consume
 # Helpers of the fault, poison-input and security tests (06x), below.
 push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
-  job_state_dir pg_log_size pg_log_since as_cluster_owner drop_tables);
+  job_state_dir pg_log_size pg_log_since memory_context_bytes as_cluster_owner drop_tables);
 # Test points (src/base/test_point.h): hold a process at a named step.
 push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop_roles
   stop_while_launcher_held fresh_topic seq_producer fresh_with_owner);
@@ -707,6 +707,23 @@ sub pg_log_since
 	my $text = <$fh> // '';
 	close $fh;
 	return $text;
+}
+
+# The bytes of a process's memory contexts named $name, summed, as it logs
+# them when asked (pg_log_backend_memory_contexts).
+sub memory_context_bytes
+{
+	my ($pid, $name) = @_;
+	my $from = pg_log_size();
+	psql("SELECT pg_log_backend_memory_contexts($pid)");
+	my $log;
+	wait_until("process $pid logged its memory contexts", sub {
+		$log = pg_log_since($from);
+		$log =~ /\[$pid\][^\n]*\Q$name\E: \d+ total/;
+	});
+	my $bytes = 0;
+	$bytes += $1 while $log =~ /\[$pid\][^\n]*\Q$name\E: (\d+) total/g;
+	return $bytes;
 }
 
 # What the memory backend's checkpoints of jobs @$job_ids logged since log

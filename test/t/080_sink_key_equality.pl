@@ -78,13 +78,22 @@ sub inserted_once
 	is($ins, $keys, "$name: each of the $keys keys inserted once, by one statement");
 }
 
+# Each key's row is the last one written: the table's keys, read by
+# $got_key (SQL over k), against the events' i % 10, spelt by $want_key
+# (SQL over k).
+sub last_row_per_key
+{
+	my ($table, $got_key, $want_key, $what) = @_;
+	is(psql("SELECT string_agg($got_key || '=' || v, ',' ORDER BY $got_key) FROM $table"),
+		psql("SELECT string_agg($want_key || '=' || max, ',' ORDER BY $want_key) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
+		"$what: one row per key, the last one written");
+}
+
 # 1.0 and 1.00 are one key of the numeric index: merged in the buffer.
 psql(job('j080_num', 't080_num',
 	qq{{"k": "((($id % 10)::text || CASE WHEN $id % 20 < 10 THEN '.0' ELSE '.00' END)::numeric)", "v": "$id"}}));
 ends_finished('j080_num');
-is(psql("SELECT string_agg(k::int || '=' || v, ',' ORDER BY k) FROM t080_num"),
-	psql("SELECT string_agg(k || '=' || max, ',' ORDER BY k) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
-	'numeric keys 1.0 and 1.00: one row per key, the last one written');
+last_row_per_key('t080_num', 'k::int', 'k', 'numeric keys 1.0 and 1.00');
 inserted_once('j080_num', 't080_num', 10);
 
 # -0.0 and 0.0 are one float8 key.
@@ -98,9 +107,7 @@ inserted_once('j080_float', 't080_float', 1);
 psql(job('j080_ci', 't080_ci',
 	qq{{"k": "CASE WHEN $id % 20 < 10 THEN 'K' ELSE 'k' END || ($id % 10)", "v": "$id"}}));
 ends_finished('j080_ci');
-is(psql("SELECT string_agg(lower(k) || '=' || v, ',' ORDER BY lower(k)) FROM t080_ci"),
-	psql("SELECT string_agg('k' || k || '=' || max, ',' ORDER BY 'k' || k) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
-	'keys of a nondeterministic collation: one row per key, the last one written');
+last_row_per_key('t080_ci', 'lower(k)', "'k' || k", 'keys of a nondeterministic collation');
 inserted_once('j080_ci', 't080_ci', 10);
 
 # 'k3' and 'k3  ' are one bpchar key: its equality ignores trailing
@@ -108,9 +115,7 @@ inserted_once('j080_ci', 't080_ci', 10);
 psql(job('j080_bpchar', 't080_bpchar',
 	qq{{"k": "('k' || ($id % 10) || CASE WHEN $id % 20 < 10 THEN '' ELSE '  ' END)::bpchar", "v": "$id"}}));
 ends_finished('j080_bpchar');
-is(psql("SELECT string_agg(rtrim(k) || '=' || v, ',' ORDER BY rtrim(k)) FROM t080_bpchar"),
-	psql("SELECT string_agg('k' || k || '=' || max, ',' ORDER BY 'k' || k) FROM (SELECT i % 10 AS k, max(i) FROM generate_series(0, 199) i GROUP BY 1) s"),
-	'bpchar keys with and without trailing spaces: one row per key, the last one written');
+last_row_per_key('t080_bpchar', 'rtrim(k)', "'k' || k", 'bpchar keys with and without trailing spaces');
 inserted_once('j080_bpchar', 't080_bpchar', 10);
 
 # One int4 key made two ways: hashtext's result is a zero-extended Datum,

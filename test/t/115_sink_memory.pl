@@ -29,14 +29,7 @@ my $pid = worker_pid('j115');
 # The rows context's size, as the worker logs it, and the rows written by then.
 sub rows_context
 {
-	my $from = pg_log_size();
-	psql("SELECT pg_log_backend_memory_contexts($pid)");
-	my $bytes;
-	wait_until('the worker logged its memory contexts', sub {
-		($bytes) = pg_log_since($from) =~ /\[$pid\][^\n]*mailer sink rows: (\d+) total/;
-		defined $bytes;
-	});
-	return ($bytes, psql("SELECT count(*) FROM t115_rows"));
+	return (memory_context_bytes($pid, 'mailer sink rows'), psql("SELECT count(*) FROM t115_rows"));
 }
 
 # A leak holds every row written, 20 MB and more, at each look.  A

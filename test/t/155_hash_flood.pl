@@ -43,29 +43,14 @@ psql(sprintf(q{SELECT mailer.create_job('t155_totals', $${
 	"checkpoint": {"interval": "200 milliseconds"},
 	"state": {"backend": "rocksdb"}}$$)}, $BROKERS, $totals_topic));
 
-# The bytes of a job's worker's memory contexts named $name, as it logs them.
-sub context_bytes
-{
-	my ($job, $name) = @_;
-	my $pid = worker_pid($job);
-	my $from = pg_log_size();
-	psql("SELECT pg_log_backend_memory_contexts($pid)");
-	my $log;
-	wait_until("$job logged its memory contexts", sub {
-		$log = pg_log_since($from);
-		$log =~ /\[$pid\][^\n]*\Q$name\E: \d+ total/;
-	});
-	my $bytes = 0;
-	$bytes += $1 while $log =~ /\[$pid\][^\n]*\Q$name\E: (\d+) total/g;
-	return ($bytes, $pid);
-}
-
-# Waits until the job has committed what was produced, then measures.
+# Waits until the job has committed what was produced, then measures its
+# worker's memory contexts named $context: their bytes, and the pid.
 sub produced_then_measured
 {
 	my ($job, $context, $what) = @_;
 	is(wait_job($job), 'running', "$job: $what read and committed");
-	return context_bytes($job, $context);
+	my $pid = worker_pid($job);
+	return (memory_context_bytes($pid, $context), $pid);
 }
 
 # The keyed cache.
