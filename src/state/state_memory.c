@@ -5,6 +5,13 @@
  *		checkpoint writing only the keys changed since the last one, in the
  *		checkpoint's own transaction.
  *
+ * A new key's node is found by a hash of the nodes and joins the skip list
+ * only when a range scan needs the order: until then it waits, unlinked,
+ * in an array.  A tumbling or session window's keys are put and deleted
+ * again without any scan in between, so they never pay for the order;
+ * a sliding window's fire scans, and links the waiting keys first, sorted,
+ * in one pass from the smallest.
+ *
  * mailer.memory_state holds one row per key, the value as of the newest
  * committed checkpoint, updated in place: only the value changes, which no
  * index covers, and the table's fillfactor leaves room on each page, so an
@@ -49,6 +56,7 @@
 #include "state/state.h"
 
 #define SKIP_MAX_LEVEL	24
+#define WAITING_KEPT	(64 * 1024)	/* waiting slots the array shrinks to at least */
 #define WRITE_CHUNK		20000	/* keys per statement of a checkpoint */
 #define WRITE_CHUNK_BYTES	(64 * 1024 * 1024)	/* and values per statement, at most about */
 #define LOAD_CHUNK		10000	/* rows per fetch of an open */
@@ -59,6 +67,7 @@ typedef struct SkipNode
 {
 	char	   *key;
 	int			klen;
+	int			waiting;		/* its place in ms->waiting; -1: linked */
 	char	   *val;
 	int			vlen;
 	int			level;
@@ -106,6 +115,9 @@ typedef struct MemoryState
 	MemoryContext changed_ctx;	/* the changed keys; reset at each checkpoint */
 	SkipNode   *head;
 	int			level;
+	SkipNode  **waiting;		/* nodes not linked yet, in no order */
+	int64		nwaiting;
+	int64		maxwaiting;
 	struct nodes_hash *nodes;
 	RelFileNode node;			/* mailer.memory_state's storage the row addresses are in */
 	int64		bytes;			/* keys and values, the map's and the held old ones */
@@ -162,38 +174,175 @@ random_level(void)
 	return level;
 }
 
-/* A new node of the key, linked after update[0 .. level-1]. */
+/* A new node of the key, in the nodes hash and not linked; no value yet. */
 static SkipNode *
-link_node(MemoryState *ms, SkipNode **update, const char *key, int klen)
+new_node(MemoryState *ms, const char *key, int klen)
 {
 	int			level = random_level();
 	SkipNode   *x;
+	StateKey	k;
+	bool		found;
 
-	if (level > ms->level)
-	{
-		for (int i = ms->level; i < level; i++)
-			update[i] = ms->head;
-		ms->level = level;
-	}
 	x = MemoryContextAlloc(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * level);
 	x->level = level;
 	x->key = MemoryContextAlloc(ms->ctx, Max(klen, 1));
 	memcpy(x->key, key, klen);
 	x->klen = klen;
+	x->waiting = -1;
+	x->val = NULL;
+	x->vlen = 0;
 	ItemPointerSetInvalid(&x->tid);
-	for (int i = 0; i < level; i++)
+	ms->bytes += klen;
+	k.data = x->key;
+	k.len = klen;
+	nodes_insert(ms->nodes, k, &found)->node = x;
+	return x;
+}
+
+/*
+ * Link x after update[0 .. x->level - 1], its predecessors, and make it
+ * theirs: update[] is then right for a next key just after x.
+ */
+static void
+link_after(MemoryState *ms, SkipNode **update, SkipNode *x)
+{
+	if (x->level > ms->level)
+	{
+		for (int i = ms->level; i < x->level; i++)
+			update[i] = ms->head;
+		ms->level = x->level;
+	}
+	for (int i = 0; i < x->level; i++)
 	{
 		x->next[i] = update[i]->next[i];
 		update[i]->next[i] = x;
+		update[i] = x;
 	}
-	ms->bytes += klen;
-	{
-		StateKey	k = {x->key, klen};
-		bool		found;
+}
 
-		nodes_insert(ms->nodes, k, &found)->node = x;
+/* Room for one more waiting node: made before the node, which then cannot be left homeless. */
+static void
+reserve_waiting(MemoryState *ms)
+{
+	if (ms->nwaiting < ms->maxwaiting)
+		return;
+	/* a node's place is an int: the node keeps it in what was padding */
+	if (ms->nwaiting >= INT_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the memory state of job " INT64_FORMAT " has more than %d new keys since its last range scan",
+						ms->base.job_id, INT_MAX),
+				 errhint("Use the RocksDB state backend for state this large.")));
+	ms->maxwaiting = Min(Max(ms->maxwaiting * 2, 1024), (int64) INT_MAX);
+	ms->waiting = ms->waiting
+		? repalloc_huge(ms->waiting, sizeof(SkipNode *) * ms->maxwaiting)
+		: MemoryContextAllocHuge(ms->ctx, sizeof(SkipNode *) * ms->maxwaiting);
+}
+
+static void
+add_waiting(MemoryState *ms, SkipNode *x)
+{
+	Assert(ms->nwaiting < ms->maxwaiting);
+	x->waiting = (int) ms->nwaiting;
+	ms->waiting[ms->nwaiting++] = x;
+}
+
+/*
+ * Halve the array while a quarter of it or less is in use, down to
+ * WAITING_KEPT slots: the windows of a backlog's burst fire and go, and
+ * their slots with them.
+ */
+static void
+shrink_waiting(MemoryState *ms)
+{
+	int64		size = ms->maxwaiting;
+
+	while (size > WAITING_KEPT && ms->nwaiting <= size / 4)
+		size /= 2;
+	if (size < ms->maxwaiting)
+	{
+		ms->maxwaiting = size;
+		ms->waiting = repalloc_huge(ms->waiting, sizeof(SkipNode *) * size);
 	}
-	return x;
+}
+
+/* x leaves the waiting nodes: the last takes its place. */
+static void
+remove_waiting(MemoryState *ms, SkipNode *x)
+{
+	SkipNode   *last = ms->waiting[--ms->nwaiting];
+
+	Assert(ms->waiting[x->waiting] == x);
+	ms->waiting[x->waiting] = last;
+	last->waiting = x->waiting;
+	x->waiting = -1;
+	if (ms->nwaiting <= ms->maxwaiting / 4)
+		shrink_waiting(ms);
+}
+
+static inline int
+node_cmp(const SkipNode *a, const SkipNode *b)
+{
+	return state_key_cmp(a->key, a->klen, b->key, b->klen);
+}
+
+/* the sort template's element type must be one word */
+typedef SkipNode *SkipNodePtr;
+
+#define ST_SORT sort_nodes
+#define ST_ELEMENT_TYPE SkipNodePtr
+#define ST_COMPARE(a, b) node_cmp(*(a), *(b))
+#define ST_SCOPE static
+#define ST_DECLARE
+#define ST_DEFINE
+#include "lib/sort_template.h"
+
+/*
+ * Link the waiting nodes, sorted, each from where the one before went:
+ * update[i] is the last node of level i at or before the key before.  At
+ * the levels whose next node is past the new key (the levels from the
+ * lowest such one up), update[i] is its predecessor already; below, the
+ * search goes on from update[i], or from where the level above got to
+ * once that went past the key before.
+ * A batch as dense as the list is a merge; a sparse one costs about the
+ * log of the gap between its keys, not of the list.
+ */
+static void
+link_waiting(MemoryState *ms)
+{
+	SkipNode   *update[SKIP_MAX_LEVEL];
+
+	if (ms->nwaiting == 0)
+		return;
+	sort_nodes(ms->waiting, ms->nwaiting);
+	for (int i = 0; i < SKIP_MAX_LEVEL; i++)
+		update[i] = ms->head;
+	for (int64 n = 0; n < ms->nwaiting; n++)
+	{
+		SkipNode   *c = ms->waiting[n];
+		SkipNode   *x = NULL;
+		bool		past = false;	/* x is past the key before */
+		int			h = 0;
+
+		while (h < ms->level && update[h]->next[h] && node_cmp(update[h]->next[h], c) < 0)
+			h++;
+		for (int i = h - 1; i >= 0; i--)
+		{
+			/* update[i] is at or behind x once x is past the key before */
+			if (!past)
+				x = update[i];
+			while (x->next[i] && node_cmp(x->next[i], c) < 0)
+			{
+				x = x->next[i];
+				past = true;
+			}
+			update[i] = x;
+		}
+		c->waiting = -1;
+		link_after(ms, update, c);
+	}
+	ms->nwaiting = 0;
+	shrink_waiting(ms);
 }
 
 static SkipNode *
@@ -239,10 +388,9 @@ map_put(MemoryState *ms, SkipNode *x, const char *key, int klen, const char *val
 	}
 	else
 	{
-		SkipNode   *update[SKIP_MAX_LEVEL];
-
-		(void) seek(ms, key, klen, update);
-		x = link_node(ms, update, key, klen);
+		reserve_waiting(ms);
+		x = new_node(ms, key, klen);
+		add_waiting(ms, x);
 	}
 	set_value(ms, x, val, vlen);
 }
@@ -374,9 +522,8 @@ load_rows(MemoryState *ms)
 						 errmsg("the memory state of job " INT64_FORMAT " was read out of key order",
 								ms->base.job_id),
 						 errdetail("The rows' ORDER BY key must order as the state map compares keys.")));
-			last = link_node(ms, tail, key, klen);
-			for (int i = 0; i < last->level; i++)
-				tail[i] = last;
+			last = new_node(ms, key, klen);
+			link_after(ms, tail, last);
 			set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
 			last->tid = *(ItemPointer) DatumGetPointer(catalog_value(r, Anum_load_ctid, NULL));
 		}
@@ -495,10 +642,15 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 
 	if (x == NULL)
 		return;
-	(void) seek(ms, key, klen, update);
-	for (int i = 0; i < x->level; i++)
-		if (update[i]->next[i] == x)
-			update[i]->next[i] = x->next[i];
+	if (x->waiting >= 0)
+		remove_waiting(ms, x);
+	else
+	{
+		(void) seek(ms, key, klen, update);
+		for (int i = 0; i < x->level; i++)
+			if (update[i]->next[i] == x)
+				update[i]->next[i] = x->next[i];
+	}
 	{
 		StateKey	k = {x->key, x->klen};
 
@@ -529,6 +681,7 @@ mem_iterate(StateBackend *backend, const char *from, int flen, const char *to, i
 	MemoryState *ms = (MemoryState *) backend;
 	MemoryIterator *mi = palloc0(sizeof(MemoryIterator));
 
+	link_waiting(ms);
 	mi->node = seek(ms, from, flen, NULL);
 	if (to)
 	{
@@ -717,6 +870,8 @@ find_rows(MemoryState *ms)
 
 	for (SkipNode *x = ms->head->next[0]; x; x = x->next[0])
 		ItemPointerSetInvalid(&x->tid);
+	for (int64 i = 0; i < ms->nwaiting; i++)
+		ItemPointerSetInvalid(&ms->waiting[i]->tid);
 	changed_start_iterate(ms->changed, &iter);
 	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
 		ItemPointerSetInvalid(&ck->tid);
@@ -1018,13 +1173,17 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *
 	ms->undo_written = 0;
 }
 
-/* The keys and values, and the key->node hash's array (docs/ARCHITECTURE.md). */
+/*
+ * The keys and values, the key->node hash's array and the waiting nodes'
+ * (docs/ARCHITECTURE.md).
+ */
 static int64
 mem_size(StateBackend *backend)
 {
 	MemoryState *ms = (MemoryState *) backend;
 
-	return ms->bytes + (int64) (ms->nodes->size * sizeof(NodeEntry));
+	return ms->bytes + (int64) (ms->nodes->size * sizeof(NodeEntry)) +
+		ms->maxwaiting * (int64) sizeof(SkipNode *);
 }
 
 static const StateBackendOps memory_ops = {
