@@ -913,40 +913,67 @@ typedef struct RowWrite
 {
 	ChangedKey *ck;				/* ck->tid: the row's address, when it existed */
 	SkipNode   *x;				/* the key's node; NULL: delete the row */
+	uint64		order;			/* row_order's: the row's address, or NEW_ROW */
 	int			group;
 } RowWrite;
+
+/* A new key's row_order: after every address, even an invalid one's */
+#define NEW_ROW		PG_UINT64_MAX
+
+/* A row's address as one number, in ItemPointerCompare's order. */
+static inline uint64
+address_order(ItemPointer tid)
+{
+	return ((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) |
+		ItemPointerGetOffsetNumberNoCheck(tid);
+}
 
 /*
  * The undo in key group order: it is packed a key group at a time
  * (memory_undo.h), and with the epoch before it, each row's index entry is
  * then past the one before, on the same leaf page.
  */
-static int
-undo_order(const void *a, const void *b)
+static inline int
+undo_cmp(const RowWrite *a, const RowWrite *b)
 {
-	int			x = ((const RowWrite *) a)->group;
-	int			y = ((const RowWrite *) b)->group;
-
-	return (x > y) - (x < y);
+	return (a->group > b->group) - (a->group < b->group);
 }
 
 /*
  * The rows that existed in address order, so that each page is read and
  * pruned once; then the new ones in key order, so that their primary key
- * entries go in side by side.
+ * entries go in side by side.  Only a new row reads its key: the
+ * addresses are in the array being sorted.
  */
-static int
-row_order(const void *a, const void *b)
+static inline int
+row_cmp(const RowWrite *a, const RowWrite *b)
 {
-	const ChangedKey *x = ((const RowWrite *) a)->ck;
-	const ChangedKey *y = ((const RowWrite *) b)->ck;
-
-	if (x->existed != y->existed)
-		return x->existed ? -1 : 1;
-	if (x->existed)
-		return ItemPointerCompare((ItemPointer) &x->tid, (ItemPointer) &y->tid);
-	return state_key_cmp(x->key.data, x->key.len, y->key.data, y->key.len);
+	if (a->order != b->order)
+		return a->order < b->order ? -1 : 1;
+	if (a->order != NEW_ROW)
+		return 0;
+	return state_key_cmp(a->ck->key.data, a->ck->key.len, b->ck->key.data, b->ck->key.len);
 }
+
+/*
+ * Both sorts inlined: through qsort's comparator calls (and ItemPointer
+ * Compare's) they were 4.4% of a tumbling job's worker on this backend.
+ */
+#define ST_SORT sort_undo_order
+#define ST_ELEMENT_TYPE RowWrite
+#define ST_COMPARE(a, b) undo_cmp(a, b)
+#define ST_SCOPE static
+#define ST_DECLARE
+#define ST_DEFINE
+#include "lib/sort_template.h"
+
+#define ST_SORT sort_row_order
+#define ST_ELEMENT_TYPE RowWrite
+#define ST_COMPARE(a, b) row_cmp(a, b)
+#define ST_SCOPE static
+#define ST_DECLARE
+#define ST_DEFINE
+#include "lib/sort_template.h"
 
 static void
 free_old(MemoryState *ms, ChangedKey *ck)
@@ -1033,10 +1060,11 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 							group, ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
 		writes[nwrites].ck = ck;
 		writes[nwrites].x = x;
+		writes[nwrites].order = ck->existed ? address_order(&ck->tid) : NEW_ROW;
 		writes[nwrites].group = group;
 		nwrites++;
 	}
-	qsort(writes, nwrites, sizeof(RowWrite), undo_order);
+	sort_undo_order(writes, nwrites);
 	undo.ms = ms;
 	undo.mr = mr;
 	undo.epoch = epoch;
@@ -1051,7 +1079,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	}
 	ms->undo_written += undo_packer_finish(packer);
 	if (mr)
-		qsort(writes, nwrites, sizeof(RowWrite), row_order);
+		sort_row_order(writes, nwrites);
 	for (int64 i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
