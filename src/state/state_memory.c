@@ -97,13 +97,19 @@ typedef struct ChangedKey
 {
 	StateKey	key;
 	uint32		hash;
-	char		status;
-	bool		existed;
 	int			oldlen;
 	char	   *old;
+	struct SkipNode *node;		/* the key's node now; NULL: absent */
 	ItemPointerData tid;		/* the key's row, when it existed */
+	char		status;
+	bool		existed;
 } ChangedKey;
 
+/*
+ * Both tables hash with state_key_hash (state_key_table.h): a put or
+ * delete hashes its key once, for both (each hash had been about 1% of a
+ * tumbling job's worker on this backend).
+ */
 #define SH_PREFIX changed
 #define SH_ELEMENT_TYPE ChangedKey
 #include "state/state_key_table.h"
@@ -174,9 +180,12 @@ random_level(void)
 	return level;
 }
 
-/* A new node of the key, in the nodes hash and not linked; no value yet. */
+/*
+ * A new node of the key (hash: its state_key_hash), in the nodes hash and
+ * not linked; no value yet.
+ */
 static SkipNode *
-new_node(MemoryState *ms, const char *key, int klen)
+new_node(MemoryState *ms, const char *key, int klen, uint32 hash)
 {
 	int			level = random_level();
 	SkipNode   *x;
@@ -195,7 +204,8 @@ new_node(MemoryState *ms, const char *key, int klen)
 	ms->bytes += klen;
 	k.data = x->key;
 	k.len = klen;
-	nodes_insert(ms->nodes, k, &found)->node = x;
+	nodes_insert_hash(ms->nodes, k, hash, &found)->node = x;
+	Assert(!found);
 	return x;
 }
 
@@ -364,13 +374,13 @@ set_value(MemoryState *ms, SkipNode *x, const char *val, int vlen)
 }
 
 /*
- * Insert or replace; x is the key's node, NULL when absent.  The old value
- * goes to *old (the caller then owns it) when old is not NULL, else is
- * freed.
+ * Insert or replace; x is the key's node, NULL when absent (hash: the
+ * key's).  The old value goes to *old (the caller then owns it) when old
+ * is not NULL, else is freed.  Returns the key's node.
  */
-static void
-map_put(MemoryState *ms, SkipNode *x, const char *key, int klen, const char *val, int vlen,
-		char **old, int *oldlen)
+static SkipNode *
+map_put(MemoryState *ms, SkipNode *x, const char *key, int klen, uint32 hash,
+		const char *val, int vlen, char **old, int *oldlen)
 {
 	if (x)
 	{
@@ -389,10 +399,11 @@ map_put(MemoryState *ms, SkipNode *x, const char *key, int klen, const char *val
 	else
 	{
 		reserve_waiting(ms);
-		x = new_node(ms, key, klen);
+		x = new_node(ms, key, klen, hash);
 		add_waiting(ms, x);
 	}
 	set_value(ms, x, val, vlen);
+	return x;
 }
 
 /* A state key's key group, which a keyed-state key always has. */
@@ -507,6 +518,7 @@ load_rows(MemoryState *ms)
 			const char *key = VARDATA_ANY(k);
 			int			klen = VARSIZE_ANY_EXHDR(k);
 			int			g = key_group(ms, key, klen);
+			StateKey	probe;
 
 			/* the key_group column routed it here: the key must agree */
 			if (g < ms->kg_lo || g >= ms->kg_hi)
@@ -522,7 +534,9 @@ load_rows(MemoryState *ms)
 						 errmsg("the memory state of job " INT64_FORMAT " was read out of key order",
 								ms->base.job_id),
 						 errdetail("The rows' ORDER BY key must order as the state map compares keys.")));
-			last = new_node(ms, key, klen);
+			probe.data = key;
+			probe.len = klen;
+			last = new_node(ms, key, klen, state_key_hash(probe));
 			link_after(ms, tail, last);
 			set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
 			last->tid = *(ItemPointer) DatumGetPointer(catalog_value(r, Anum_load_ctid, NULL));
@@ -588,26 +602,27 @@ mem_get(StateBackend *backend, const char *key, int klen, StringInfo val)
 
 /*
  * The key's entry in the changed set, and whether it was new there: the
- * caller then fills in what the key was at the last checkpoint.
+ * caller then fills in what the key was at the last checkpoint, and
+ * keeps node right (x, the key's node before the change).
  */
 static ChangedKey *
-note_changed(MemoryState *ms, const char *key, int klen, bool *first)
+note_changed(MemoryState *ms, StateKey k, uint32 hash, SkipNode *x, bool *first)
 {
-	StateKey	probe = {key, klen};
 	bool		found;
-	ChangedKey *ck = changed_insert(ms->changed, probe, &found);
+	ChangedKey *ck = changed_insert_hash(ms->changed, k, hash, &found);
 
 	if (!found)
 	{
-		char	   *copy = MemoryContextAlloc(ms->changed_ctx, Max(klen, 1));
+		char	   *copy = MemoryContextAlloc(ms->changed_ctx, Max(k.len, 1));
 
-		memcpy(copy, key, klen);
+		memcpy(copy, k.data, k.len);
 		ck->key.data = copy;
 		ck->existed = false;
 		ck->old = NULL;
 		ck->oldlen = 0;
 		ItemPointerSetInvalid(&ck->tid);
 	}
+	ck->node = x;
 	*first = !found;
 	return ck;
 }
@@ -616,19 +631,22 @@ static void
 mem_put(StateBackend *backend, const char *key, int klen, const char *val, int vlen)
 {
 	MemoryState *ms = (MemoryState *) backend;
-	SkipNode   *x = find_node(ms, key, klen);
+	StateKey	k = {key, klen};
+	uint32		hash = state_key_hash(k);
+	NodeEntry  *e = nodes_lookup_hash(ms->nodes, k, hash);
+	SkipNode   *x = e ? e->node : NULL;
 	bool		first;
-	ChangedKey *ck = note_changed(ms, key, klen, &first);
+	ChangedKey *ck = note_changed(ms, k, hash, x, &first);
 
 	if (first)
 	{
 		ck->existed = x != NULL;
 		if (x)
 			ck->tid = x->tid;
-		map_put(ms, x, key, klen, val, vlen, &ck->old, &ck->oldlen);
+		ck->node = map_put(ms, x, key, klen, hash, val, vlen, &ck->old, &ck->oldlen);
 	}
 	else
-		map_put(ms, x, key, klen, val, vlen, NULL, NULL);
+		ck->node = map_put(ms, x, key, klen, hash, val, vlen, NULL, NULL);
 }
 
 static void
@@ -636,12 +654,17 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 {
 	MemoryState *ms = (MemoryState *) backend;
 	SkipNode   *update[SKIP_MAX_LEVEL];
-	SkipNode   *x = find_node(ms, key, klen);
+	StateKey	k = {key, klen};
+	uint32		hash = state_key_hash(k);
+	NodeEntry  *e = nodes_lookup_hash(ms->nodes, k, hash);
+	SkipNode   *x;
 	ChangedKey *ck;
 	bool		first;
 
-	if (x == NULL)
+	if (e == NULL)
 		return;
+	x = e->node;
+	nodes_delete_item(ms->nodes, e);
 	if (x->waiting >= 0)
 		remove_waiting(ms, x);
 	else
@@ -651,13 +674,8 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 			if (update[i]->next[i] == x)
 				update[i]->next[i] = x->next[i];
 	}
-	{
-		StateKey	k = {x->key, x->klen};
-
-		nodes_delete(ms->nodes, k);
-	}
 	ms->bytes -= x->klen;
-	ck = note_changed(ms, key, klen, &first);
+	ck = note_changed(ms, k, hash, NULL, &first);
 	if (first)
 	{
 		/* held as undo until the checkpoint: still counted */
@@ -1039,7 +1057,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	changed_start_iterate(ms->changed, &iter);
 	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
 	{
-		SkipNode   *x = find_node(ms, ck->key.data, ck->key.len);
+		SkipNode   *x = ck->node;
 		int			group;
 
 		if (x ? (ck->existed && ck->oldlen == x->vlen && memcmp(ck->old, x->val, x->vlen) == 0)
