@@ -99,7 +99,7 @@ typedef struct ChangedKey
 	uint32		hash;
 	int			oldlen;
 	char	   *old;
-	struct SkipNode *node;		/* the key's node now; NULL: absent */
+	SkipNode   *node;			/* the key's node now; NULL: absent */
 	ItemPointerData tid;		/* the key's row, when it existed */
 	char		status;
 	bool		existed;
@@ -518,7 +518,7 @@ load_rows(MemoryState *ms)
 			const char *key = VARDATA_ANY(k);
 			int			klen = VARSIZE_ANY_EXHDR(k);
 			int			g = key_group(ms, key, klen);
-			StateKey	probe;
+			StateKey	probe = {key, klen};
 
 			/* the key_group column routed it here: the key must agree */
 			if (g < ms->kg_lo || g >= ms->kg_hi)
@@ -534,8 +534,6 @@ load_rows(MemoryState *ms)
 						 errmsg("the memory state of job " INT64_FORMAT " was read out of key order",
 								ms->base.job_id),
 						 errdetail("The rows' ORDER BY key must order as the state map compares keys.")));
-			probe.data = key;
-			probe.len = klen;
 			last = new_node(ms, key, klen, state_key_hash(probe));
 			link_after(ms, tail, last);
 			set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
