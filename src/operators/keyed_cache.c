@@ -5,11 +5,11 @@
  *
  * Entries touched since the last checkpoint live in a cache, decoded; the
  * backend holds them serialized.  At a checkpoint every changed entry is
- * written to the backend and, when the cache has grown past
- * mailer.state_cache_entries, it is rebuilt with at most that many of the
- * entries the next records are likely to touch: memory stays bounded by
- * the setting and what changes between checkpoints, not by the number of
- * keys.
+ * written to the backend and, when the cache has grown by more than
+ * mailer.state_cache_entries since it was last rebuilt, it is rebuilt with
+ * at most that many of the entries the next records are likely to touch:
+ * memory stays bounded by the setting and what changes between
+ * checkpoints, not by the number of keys.
  */
 #include "postgres.h"
 
@@ -67,9 +67,11 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
 
 /*
  * Between two rebuilds the cache holds up to mailer.state_cache_entries
- * clean entries and the interval's new ones (about
+ * clean entries, twice that for a job whose last rebuild kept entries
+ * (windows, panes, sessions), and the interval's new ones (about
  * mailer.max_buffered_rows of them, more with absent panes and a batch's
- * overshoot): about 200k in 262,144 slots at the defaults.  simplehash
+ * overshoot): about 200k in 262,144 slots at the defaults, or 300k in
+ * 524,288 for a windowed job past the setting.  simplehash
  * also grows when an insert would move more than SH_GROW_MAX_MOVE entries
  * (150 by default) or land more than SH_GROW_MAX_DIB slots (25) from its
  * key's home; the move limit doubled the table at about 0.78 full, to
@@ -376,7 +378,8 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 		if (e->stored)
 			stage->state->ops->delete(stage->state, e->key.data, e->key.len);
 		kcache_delete(stage->cache, cache_key(e->key.data, e->key.len));
-		return;
+		stage->cache_deleted++;
+		return;					/* freed by keyed_write_dirty, which still reads it */
 	}
 	e->stored = true;
 	resetStringInfo(&stage->value);
@@ -412,10 +415,18 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
 }
 
 /*
- * Past mailer.state_cache_entries, or past CACHE_MEMORY_LIMIT of memory
- * (and CACHE_MEMORY_PER_ENTRY per entry, so that large live entries do not
- * force a rebuild at every checkpoint), the cache is rebuilt once every
- * entry is in the backend.  What a rebuild keeps is held to half the
+ * The cache is rebuilt once every entry is in the backend, when it holds
+ * mailer.state_cache_entries more than the last rebuild kept, when that
+ * many were deleted since (what their values held out of line, a general
+ * aggregate's state or a session's list, is freed only by a rebuild), or
+ * past CACHE_MEMORY_LIMIT of memory (and CACHE_MEMORY_PER_ENTRY per entry,
+ * so that large live entries do not force a rebuild at every checkpoint).
+ * Counting from what the last rebuild kept lets a tumbling job whose live
+ * windows outnumber the setting (two per key at a window's end) keep them
+ * all, where a rebuild at every checkpoint let go the windows its interval
+ * had not touched, to be read back from the backend, and copied the rest
+ * (BENCHMARKS.md, "The keyed cache counts from what it kept").  A running aggregate keeps nothing, so its cache
+ * is let go at the setting.  What a rebuild keeps is held to half the
  * memory limit: a rebuild the memory forced would otherwise keep it all,
  * copy it at every checkpoint, and hold it twice while it does.
  */
@@ -426,9 +437,9 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
  * The cache anew, in a new context, with the changed entries worth
  * keeping, at most mailer.state_cache_entries of them, copied through
  * their serialized form (what the backend holds).  The old context goes
- * whole: freeing entries one by one would leave it fragmented, and the
- * entries deleted since the last rebuild (purged windows, with what their
- * aggregates kept) still hold their memory.  The new cache is consistent
+ * whole: freeing entries one by one would leave it fragmented, and what
+ * the entries deleted since the last rebuild held out of line is still
+ * there.  The new cache is consistent
  * after each copy; an ERROR in one ends the worker, which resumes from
  * its last checkpoint.
  */
@@ -454,6 +465,8 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 		entry_new(stage, e->key.data, e->key.len, e->stored, stage->value.data, stage->value.len);
 		kept++;
 	}
+	stage->cache_kept = kept;
+	stage->cache_deleted = 0;
 	MemoryContextDelete(old_context);
 }
 
@@ -461,12 +474,28 @@ void
 keyed_write_dirty(KeyedStage *stage)
 {
 	int			nchanged = stage->ndirty;
+	int64		limit = mailer_state_cache_entries;
 
 	for (int i = 0; i < nchanged; i++)
 		write_entry(stage, stage->dirty[i]);
 	stage->ndirty = 0;
-	if (stage->cache->members > mailer_state_cache_entries ||
+	if (stage->cache->members > Min(stage->cache_kept, limit) + limit ||
+		stage->cache_deleted > limit ||
 		MemoryContextMemAllocated(stage->cache_context, true) >
 		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
+	{
 		rebuild_cache(stage, stage->dirty, nchanged);
+		return;
+	}
+	/*
+	 * No rebuild: a deleted entry's chunk (entry, values, key) goes back to
+	 * the context for the next entry of its size, a tumbling key's next
+	 * window.  What its values held out of line waits for the next rebuild,
+	 * which cache_deleted brings on.
+	 */
+	for (int i = 0; i < nchanged; i++)
+	{
+		if (stage->dirty[i]->deleted)
+			pfree(stage->dirty[i]);
+	}
 }

@@ -37,6 +37,8 @@ struct KeyedStage
 	MemoryContext work_context; /* one watermark step or checkpoint; keyed.c resets it */
 	MemoryContext cache_context;	/* entries; a new one when the cache is rebuilt */
 	struct kcache_hash *cache;
+	int			cache_kept;		/* entries the last rebuild kept */
+	int64		cache_deleted;	/* entries deleted since the last rebuild */
 	KeyedEntry **dirty;
 	int			ndirty;
 	int			dirty_capacity;
@@ -128,8 +130,9 @@ extern void keyed_emit(KeyedStage *stage, const char *group, int group_len,
 
 /*
  * Write every dirty entry to the backend; rebuild the cache, with the
- * changed entries worth keeping, when it has grown past
- * mailer.state_cache_entries.
+ * changed entries worth keeping, when it has grown by more than
+ * mailer.state_cache_entries since the last rebuild, or that many entries
+ * were deleted since.
  */
 extern void keyed_write_dirty(KeyedStage *stage);
 
