@@ -221,6 +221,7 @@ keyed_abort_record(KeyedStage *stage)
 		*e = u->saved;
 		e->sessions = NIL;
 		keyed_entry_deserialize(&stage->codec, e, u->data.data, u->data.len);
+		stage->cache_dropped++; /* the values it had go with a rebuild */
 	}
 	for (int i = list_length(stage->undo_timers) - 1; i >= 0; i--)
 		timer_index_truncate(stage->timers, list_nth(stage->undo_timers, i));

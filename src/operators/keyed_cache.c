@@ -6,9 +6,10 @@
  * Entries touched since the last checkpoint live in a cache, decoded; the
  * backend holds them serialized.  At a checkpoint every changed entry is
  * written to the backend and, when the cache has grown by more than
- * mailer.state_cache_entries since it was last rebuilt, it is rebuilt with
- * at most that many of the entries the next records are likely to touch:
- * memory stays bounded by the setting and what changes between
+ * mailer.state_cache_entries since it was last rebuilt (or that many
+ * entries were dropped since, or it passed a memory limit), it is rebuilt
+ * with at most that many of the entries the next records are likely to
+ * touch: memory stays bounded by the setting and what changes between
  * checkpoints, not by the number of keys.
  */
 #include "postgres.h"
@@ -378,7 +379,7 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 		if (e->stored)
 			stage->state->ops->delete(stage->state, e->key.data, e->key.len);
 		kcache_delete(stage->cache, cache_key(e->key.data, e->key.len));
-		stage->cache_deleted++;
+		stage->cache_dropped++;
 		return;					/* freed by keyed_write_dirty, which still reads it */
 	}
 	e->stored = true;
@@ -417,8 +418,9 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
 /*
  * The cache is rebuilt once every entry is in the backend, when it holds
  * mailer.state_cache_entries more than the last rebuild kept, when that
- * many were deleted since (what their values held out of line, a general
- * aggregate's state or a session's list, is freed only by a rebuild), or
+ * many entries were deleted, or sessions and decoded values dropped from
+ * live entries, since (what they held out of line, a general aggregate's
+ * state or a numeric datum, is freed only by a rebuild), or
  * past CACHE_MEMORY_LIMIT of memory (and CACHE_MEMORY_PER_ENTRY per entry,
  * so that large live entries do not force a rebuild at every checkpoint).
  * Counting from what the last rebuild kept lets a tumbling job whose live
@@ -466,7 +468,7 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 		kept++;
 	}
 	stage->cache_kept = kept;
-	stage->cache_deleted = 0;
+	stage->cache_dropped = 0;
 	MemoryContextDelete(old_context);
 }
 
@@ -480,7 +482,7 @@ keyed_write_dirty(KeyedStage *stage)
 		write_entry(stage, stage->dirty[i]);
 	stage->ndirty = 0;
 	if (stage->cache->members > Min(stage->cache_kept, limit) + limit ||
-		stage->cache_deleted > limit ||
+		stage->cache_dropped > limit ||
 		MemoryContextMemAllocated(stage->cache_context, true) >
 		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
 	{
@@ -491,7 +493,7 @@ keyed_write_dirty(KeyedStage *stage)
 	 * No rebuild: a deleted entry's chunk (entry, values, key) goes back to
 	 * the context for the next entry of its size, a tumbling key's next
 	 * window.  What its values held out of line waits for the next rebuild,
-	 * which cache_deleted brings on.
+	 * which cache_dropped brings on.
 	 */
 	for (int i = 0; i < nchanged; i++)
 	{

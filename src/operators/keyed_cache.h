@@ -38,7 +38,12 @@ struct KeyedStage
 	MemoryContext cache_context;	/* entries; a new one when the cache is rebuilt */
 	struct kcache_hash *cache;
 	int			cache_kept;		/* entries the last rebuild kept */
-	int64		cache_deleted;	/* entries deleted since the last rebuild */
+	/*
+	 * Entries deleted, and sessions and decoded values dropped from live
+	 * ones, since the last rebuild: what they held out of line (a general
+	 * aggregate's state, a numeric datum) goes only with a rebuild.
+	 */
+	int64		cache_dropped;
 	KeyedEntry **dirty;
 	int			ndirty;
 	int			dirty_capacity;
@@ -132,7 +137,7 @@ extern void keyed_emit(KeyedStage *stage, const char *group, int group_len,
  * Write every dirty entry to the backend; rebuild the cache, with the
  * changed entries worth keeping, when it has grown by more than
  * mailer.state_cache_entries since the last rebuild, or that many entries
- * were deleted since.
+ * or sessions were dropped since (cache_dropped).
  */
 extern void keyed_write_dirty(KeyedStage *stage);
 

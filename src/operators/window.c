@@ -272,7 +272,10 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 				kept_row = true;
 		}
 		if (s != target)
+		{
 			e->sessions = list_delete_ptr(e->sessions, s);
+			stage->cache_dropped++; /* its values go with a rebuild */
+		}
 	}
 	MemoryContextSwitchTo(old);
 
@@ -490,6 +493,7 @@ purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e,
 		if (s->unemitted)
 			keyed_emit(stage, group, group_len, s->start, s->end, s->values, false);
 		e->sessions = list_delete_ptr(e->sessions, s);
+		stage->cache_dropped++; /* its values go with a rebuild */
 		if (e->sessions == NIL)
 			e->deleted = true;
 	}

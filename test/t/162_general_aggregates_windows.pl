@@ -8,11 +8,11 @@
 # panes: both through the aggregates' combine functions, or the inputs kept
 # for DISTINCT and ORDER BY.  Every window's row must equal SQL's GROUP BY
 # of the same calls over the window's records (floats to 9 decimals), the
-# hll value itself and its cardinality included.  The cache holds 2 entries
-# (mailer.state_cache_entries): at a checkpoint where it holds 2 more than
-# it last kept, or 2 were deleted since, it is rebuilt with 2 windows
-# copied through their stored form, the others are read back from the
-# backend.  The jobs restart midway: the states are read back.
+# hll value itself and its cardinality included.  The cache is set to 2
+# entries (mailer.state_cache_entries): at a checkpoint where it holds more
+# than 2 beyond what it last kept, or more than 2 were deleted since, it is
+# rebuilt with 2 windows copied through their stored form, the others are
+# read back from the backend.  The jobs restart midway: the states are read back.
 use strict;
 use warnings;
 use FindBin;
