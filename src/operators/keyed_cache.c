@@ -416,21 +416,22 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
 }
 
 /*
- * The cache is rebuilt once every entry is in the backend, when it holds
- * mailer.state_cache_entries more than the last rebuild kept, when that
+ * The cache is rebuilt once every entry is in the backend: when it holds
+ * mailer.state_cache_entries more than the last rebuild kept; when that
  * many entries were deleted, or sessions and decoded values dropped from
  * live entries, since (what they held out of line, a general aggregate's
- * state or a numeric datum, is freed only by a rebuild), or
- * past CACHE_MEMORY_LIMIT of memory (and CACHE_MEMORY_PER_ENTRY per entry,
- * so that large live entries do not force a rebuild at every checkpoint).
+ * state or a numeric datum, is freed only by a rebuild); or past
+ * CACHE_MEMORY_LIMIT of memory (and CACHE_MEMORY_PER_ENTRY per entry, so
+ * that large live entries do not force a rebuild at every checkpoint).
  * Counting from what the last rebuild kept lets a tumbling job whose live
  * windows outnumber the setting (two per key at a window's end) keep them
  * all, where a rebuild at every checkpoint let go the windows its interval
  * had not touched, to be read back from the backend, and copied the rest
- * (BENCHMARKS.md, "The keyed cache counts from what it kept").  A running aggregate keeps nothing, so its cache
- * is let go at the setting.  What a rebuild keeps is held to half the
- * memory limit: a rebuild the memory forced would otherwise keep it all,
- * copy it at every checkpoint, and hold it twice while it does.
+ * (BENCHMARKS.md, "The keyed cache counts from what it kept").  A running
+ * aggregate keeps nothing, so its cache is let go at the setting.  What a
+ * rebuild keeps is held to half the memory limit: a rebuild the memory
+ * forced would otherwise keep it all, copy it at every checkpoint, and
+ * hold it twice while it does.
  */
 #define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
 #define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
