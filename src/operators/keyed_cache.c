@@ -72,10 +72,10 @@ StaticAssertDecl(CACHE_PREFIX == 3 * sizeof(uint64), "cache_key_equal compares t
  * (windows, panes, sessions), and the interval's new ones (about
  * mailer.max_buffered_rows of them, more with absent panes and a batch's
  * overshoot): about 200k in 262,144 slots at the defaults, or 300k in
- * 524,288 for a windowed job past the setting.  simplehash
- * also grows when an insert would move more than SH_GROW_MAX_MOVE entries
- * (150 by default) or land more than SH_GROW_MAX_DIB slots (25) from its
- * key's home; the move limit doubled the table at about 0.78 full, to
+ * 524,288 for a windowed job past the setting.  simplehash also grows
+ * when an insert would move more than SH_GROW_MAX_MOVE entries (150 by
+ * default) or land more than SH_GROW_MAX_DIB slots (25) from its key's
+ * home; the move limit doubled the table at about 0.78 full, to
  * 524,288 slots of 56 bytes: 28 MiB allocated anew, beside the old table,
  * several times a minute at 5M keys.  With these limits the fill factor
  * (0.9) decides, to within about 1%; a miss then walks more slots on
@@ -442,9 +442,8 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
  * their serialized form (what the backend holds).  The old context goes
  * whole: freeing entries one by one would leave it fragmented, and what
  * the entries deleted since the last rebuild held out of line is still
- * there.  The new cache is consistent
- * after each copy; an ERROR in one ends the worker, which resumes from
- * its last checkpoint.
+ * there.  The new cache is consistent after each copy; an ERROR in one
+ * ends the worker, which resumes from its last checkpoint.
  */
 static void
 rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)

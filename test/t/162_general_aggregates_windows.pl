@@ -12,7 +12,8 @@
 # entries (mailer.state_cache_entries): at a checkpoint where it holds more
 # than 2 beyond what it last kept, or more than 2 were deleted since, it is
 # rebuilt with 2 windows copied through their stored form, the others are
-# read back from the backend.  The jobs restart midway: the states are read back.
+# read back from the backend.  The jobs restart midway: the states are
+# read back.
 use strict;
 use warnings;
 use FindBin;
