@@ -4,8 +4,10 @@
  *
  * Rows are kept column by column.  At a checkpoint each chunk of rows is
  * one INSERT ... SELECT * FROM unnest($1, $2, ...) [ON CONFLICT ...], a
- * plan prepared once, or, for an append sink into a table where that is
- * the same, table_multi_insert() and the index inserts (run_bulk).  When the table rejects a chunk for a row's data
+ * plan prepared once, or, into a table where that is the same,
+ * table_multi_insert() and the index inserts (run_bulk): an append sink's
+ * rows, and an upsert's while its keys are new (see bulk_conflict).  When
+ * the table rejects a chunk for a row's data
  * (a constraint, a value out of range), the chunk is split in halves until
  * the bad rows are alone; they become dead letters and the rest is written.
  * Deferred constraints are checked in each statement, so that the halving
@@ -44,7 +46,9 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
@@ -60,6 +64,9 @@
 
 /* Rows per table_multi_insert() of the append path (as COPY FROM buffers). */
 #define SINK_BULK_ROWS 1000
+
+/* Flushes at most that an upsert goes without trying its keys as new. */
+#define SINK_BULK_MAX_WAIT 64
 
 /* Bytes of buffered rows past which the worker checkpoints early. */
 #define SINK_MAX_BYTES (64 * 1024 * 1024)
@@ -98,6 +105,7 @@ typedef struct SinkBulk
 	int		   *column;			/* [attribute]: the sink column, or -1 */
 	Expr	  **defaults;		/* [attribute]: its planned default, or NULL */
 	Bitmapset  *inserted;		/* the sink's columns, as an RTE's insertedCols */
+	List	   *statement_rtable;	/* upsert: its statement's, for the privileges */
 } SinkBulk;
 
 /* One flush: the refused rows, and a context for each statement's attempt. */
@@ -107,7 +115,7 @@ typedef struct SinkFlush
 	OnError		on_error;
 	int64		written;
 	List	   *refused;		/* SinkRefusal, in order */
-	SinkBulk   *bulk;			/* append rows go through table_multi_insert() */
+	SinkBulk   *bulk;			/* rows go through table_multi_insert() */
 } SinkFlush;
 
 struct TableSink
@@ -128,6 +136,8 @@ struct TableSink
 	SPIPlanPtr	delete_plan;
 	FmgrInfo   *key_eq;			/* [column]: the conflict index's equality */
 	FmgrInfo   *key_hash;		/* [column]: a hash that agrees with it */
+	int			bulk_wait;		/* upsert: flushes left before its keys are tried as new */
+	int			bulk_backoff;	/* upsert: the wait after the next key found to exist */
 };
 
 static uint32 row_hash(TableSink *sink, uint32 row);
@@ -461,15 +471,19 @@ table_sink_flush(TableSink *sink, DeadLetterBuffer *dlq, OnError on_error, bool 
 		compact(sink);
 	if (sink->nrows > 0)
 	{
-		fl.bulk = bulk_prepare(sink);
 		SPI_connect();
+		fl.bulk = bulk_prepare(sink);
 		old = MemoryContextSwitchTo(fl.attempt);
 		for (int from = 0; from < sink->nrows; from += SINK_CHUNK_ROWS)
 			write_range(sink, sink, false, from, Min(from + SINK_CHUNK_ROWS, sink->nrows), &fl);
 		MemoryContextSwitchTo(old);
 		SPI_finish();
 		if (fl.bulk)
+		{
+			/* Every key was new: the next flush tries them as new again. */
+			sink->bulk_backoff = 0;
 			TEST_POINT("sink_after_bulk_insert");
+		}
 	}
 
 	/*
@@ -601,12 +615,13 @@ run_statement(void *arg)
 }
 
 /*
- * The append path.  An append sink's rows go into the table the way COPY
+ * The bulk path.  An append sink's rows go into the table the way COPY
  * FROM puts them: table_multi_insert() a thousand at a time (one WAL record
  * per page, the target page kept pinned), then each row's index entries.
  * INSERT ... SELECT FROM unnest() took twice the CPU for the same rows:
  * arrays built and taken apart again, and a heap_insert() with its own WAL
- * record per row.
+ * record per row.  An upsert's rows go the same way while its keys are new
+ * (bulk_conflict).
  *
  * Only where that does exactly what the INSERT would: an ordinary table
  * that is not a partition, without triggers (foreign keys and deferrable
@@ -615,9 +630,10 @@ run_statement(void *arg)
  * the table (a volatile function other than the few below: with a thousand
  * rows held back, it would not see the rows before it, as it does in the
  * INSERT), or a sink column that is no longer the column planned
- * (bulk_column_fits).  Any of these: the INSERT, as for an upsert.
+ * (bulk_column_fits).  Any of these: the INSERT.
  * Executor hooks do not see these writes (docs/ARCHITECTURE.md).  The owner's INSERT
- * privilege on the columns, NOT NULL and CHECK constraints, unique and
+ * privilege on the columns (and an upsert's statement's UPDATE and SELECT
+ * privileges), NOT NULL and CHECK constraints, unique and
  * exclusion indexes are checked as the executor checks them, and a row
  * they refuse raises the INSERT's error: the halving works unchanged.
  */
@@ -709,7 +725,49 @@ bulk_column_fits(Form_pg_attribute att, SinkColumn *col)
 		get_typtype(att->atttypid) != TYPTYPE_DOMAIN;
 }
 
-/* The append path for this flush, or NULL: the INSERT (see above). */
+/*
+ * An upsert's rows take the bulk path as if every key were new.  A key
+ * that exists already fails the chunk's unique index insert, and the
+ * subtransaction's rollback takes back the chunk's rows: the chunk, and
+ * the rest of the flush, then go through the INSERT ... ON CONFLICT, which
+ * updates.  A window's results are new keys, running totals mostly old
+ * ones: after a key found to exist, the next 1, 2, 4 ... up to 64 flushes
+ * take the INSERT at once, and a flush whose keys were all new starts the
+ * count again.  A row the table refuses for another reason also sends the
+ * flush to the INSERT, whose halving finds it.
+ *
+ * The statement's rows are the same as the bulk path's, as long as the
+ * table qualifies (bulk_prepare): no trigger, rule or policy, so nothing
+ * but the conflict tells INSERT ... ON CONFLICT from INSERT.  The
+ * privileges are the statement's own: run_bulk checks its range table.
+ */
+static void
+bulk_conflict(TableSink *sink, SinkFlush *fl, ErrorData *edata)
+{
+	fl->bulk = NULL;
+	if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+		return;
+	sink->bulk_backoff = Min(Max(1, sink->bulk_backoff * 2), SINK_BULK_MAX_WAIT);
+	sink->bulk_wait = sink->bulk_backoff;
+}
+
+/* The upsert statement's range table: the relations and privileges it checks. */
+static List *
+statement_rtable(TableSink *sink)
+{
+	CachedPlan *cplan = SPI_plan_get_cached_plan(sink->insert_plan);
+	List	   *rtable = NIL;
+	ListCell   *lc;
+
+	if (cplan == NULL)
+		elog(ERROR, "the sink statement has no plan");
+	foreach(lc, cplan->stmt_list)
+		rtable = list_concat(rtable, copyObject(lfirst_node(PlannedStmt, lc)->rtable));
+	ReleaseCachedPlan(cplan, CurrentResourceOwner);
+	return rtable;
+}
+
+/* The bulk path for this flush, or NULL: the INSERT (see above). */
 static SinkBulk *
 bulk_prepare(TableSink *sink)
 {
@@ -721,8 +779,11 @@ bulk_prepare(TableSink *sink)
 	bool	   *found;
 	bool		ok;
 
-	if (sp->upsert)
+	if (sp->upsert && sink->bulk_wait > 0)
+	{
+		sink->bulk_wait--;
 		return NULL;
+	}
 	old = MemoryContextSwitchTo(sink->ctx);
 	rel = table_open(sp->relid, RowExclusiveLock);
 	desc = RelationGetDescr(rel);
@@ -781,6 +842,8 @@ bulk_prepare(TableSink *sink)
 	for (int i = 0; ok && desc->constr && i < desc->constr->num_check; i++)
 		if (may_read_table(stringToNode(desc->constr->check[i].ccbin), sink->ctx))
 			ok = false;
+	if (ok && sp->upsert)
+		bulk->statement_rtable = statement_rtable(sink);
 	table_close(rel, NoLock);
 	MemoryContextSwitchTo(old);
 	return ok ? bulk : NULL;
@@ -820,8 +883,8 @@ run_bulk(void *arg)
 	rte->requiredPerms = ACL_INSERT;
 	rte->insertedCols = bulk->inserted;
 
-	/* The job's owner may insert into these columns, or the statement fails as the INSERT would. */
-	ExecCheckRTPerms(list_make1(rte), true);
+	/* The job's owner may write these columns, or the statement fails as the INSERT would. */
+	ExecCheckRTPerms(bulk->statement_rtable ? bulk->statement_rtable : list_make1(rte), true);
 
 	estate = CreateExecutorState();
 	ExecInitRangeTable(estate, list_make1(rte));
@@ -917,7 +980,10 @@ write_range(TableSink *sink, TableSink *rows, bool delete, int from, int to, Sin
 		BulkRun		bulk = {fl->bulk, rows, from, to};
 
 		edata = guard_try(run_bulk, &bulk, fl->attempt);
-		goto done;
+		if (edata == NULL || !sp->upsert || !is_row_error(edata))
+			goto done;
+		bulk_conflict(sink, fl, edata);
+		MemoryContextReset(fl->attempt);
 	}
 	run.plan = delete ? sink->delete_plan : sink->insert_plan;
 	run.expected = delete ? SPI_OK_DELETE : SPI_OK_INSERT;

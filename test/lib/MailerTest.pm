@@ -23,6 +23,8 @@ push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop
   stop_while_launcher_held fresh_topic seq_producer fresh_with_owner);
 # The memory backend's checkpoint writes, from the worker's DEBUG1 lines.
 push @EXPORT, qw(memory_rows_written);
+# A psql session in the background (076, 116).
+push @EXPORT, qw(psql_session psql_session_output psql_session_finish);
 
 our $ROOT = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 our $BROKERS = $ENV{KAFKA_BROKERS} // '127.0.0.1:19092';
@@ -557,6 +559,32 @@ sub drop_tables
 }
 
 # psql / psql_fails as another role (the test cluster trusts local logins).
+# A psql session in the background: SQL in, output out; psql_session_finish
+# sends $sql, then quits, and returns (output, errors).
+sub psql_session
+{
+	my ($sql) = @_;
+	my ($in, $out, $err) = ($sql, '', '');
+	my $h = IPC::Run::start(['psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1'],
+		'<', \$in, '>', \$out, '2>', \$err);
+	return { h => $h, in => \$in, out => \$out, err => \$err };
+}
+
+sub psql_session_output
+{
+	my ($s) = @_;
+	$s->{h}->pump_nb if $s->{h}->pumpable;
+	return ${ $s->{out} };
+}
+
+sub psql_session_finish
+{
+	my ($s, $sql) = @_;
+	${ $s->{in} } .= ($sql // '') . "\\q\n";
+	$s->{h}->finish;
+	return (${ $s->{out} }, ${ $s->{err} });
+}
+
 sub psql_as
 {
 	my ($role, $sql, %opt) = @_;

@@ -12,7 +12,6 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib";
-use IPC::Run ();
 use MailerTest;
 use Test::More;
 
@@ -35,31 +34,6 @@ my ($L, $R) = split /\|/, psql("SELECT max(epoch), max(epoch) - 2 FROM mailer.ch
 cmp_ok(psql("SELECT max((positions->>'next')::bigint) FROM mailer.checkpoints WHERE job_id = $job_id"),
 	'<', $N, "stopped before the end, at epoch $L");
 
-# A psql session in the background: SQL in, output out.
-sub session
-{
-	my ($sql) = @_;
-	my ($in, $out, $err) = ($sql, '', '');
-	my $h = IPC::Run::start(['psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1'],
-		'<', \$in, '>', \$out, '2>', \$err);
-	return { h => $h, in => \$in, out => \$out, err => \$err };
-}
-
-sub session_output
-{
-	my ($s) = @_;
-	$s->{h}->pump_nb if $s->{h}->pumpable;
-	return ${ $s->{out} };
-}
-
-sub session_finish
-{
-	my ($s) = @_;
-	${ $s->{in} } .= "\\q\n";
-	$s->{h}->finish;
-	return (${ $s->{out} }, ${ $s->{err} });
-}
-
 sub alive
 {
 	my ($pid) = @_;
@@ -72,9 +46,9 @@ is(psql("SELECT mailer.start_job('t076')"), 'starting', 'start the job again');
 my $worker = test_point_wait_reached('worker_before_claim', $from);
 
 # Stop it at once: stop_job may return only when that worker cannot run.
-my $stop = session("SELECT mailer.stop_job('t076', '2 minutes');\n");
+my $stop = psql_session("SELECT mailer.stop_job('t076', '2 minutes');\n");
 my $stop_state = wait_until('stop_job returned or waits on the worker', sub {
-	return 'returned' if session_output($stop) =~ /stopped/;
+	return 'returned' if psql_session_output($stop) =~ /stopped/;
 	return psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%stop_job(''t076''%'
 		AND wait_event_type = 'Extension' AND pid <> pg_backend_pid()") eq '1' ? 'waiting' : undef;
 });
@@ -83,22 +57,22 @@ if ($stop_state eq 'waiting')
 {
 	# Let the worker run up to opening the state: it sees the stop and exits.
 	test_point_release('worker_before_open_state');
-	wait_until('stop_job returns', sub { session_output($stop) =~ /stopped/ });
+	wait_until('stop_job returns', sub { psql_session_output($stop) =~ /stopped/ });
 }
-my ($out, $err) = session_finish($stop);
+my ($out, $err) = psql_session_finish($stop);
 chomp $out;
 is($out, 'stopped', 'stop_job says stopped') or diag($err);
 
 # Restore, in a transaction still open while the worker (if any) goes on
 # and reads the checkpoints.
-my $restore = session("BEGIN;\nSELECT mailer.restore_job('t076', $R);\n");
-wait_until('restore_job answered', sub { session_output($restore) =~ /\d/ || ${ $restore->{err} } ne '' });
+my $restore = psql_session("BEGIN;\nSELECT mailer.restore_job('t076', $R);\n");
+wait_until('restore_job answered', sub { psql_session_output($restore) =~ /\d/ || ${ $restore->{err} } ne '' });
 test_point_release('worker_before_open_state');
 wait_until('the worker exited or read the checkpoint', sub {
 	!alive($worker) || scalar(pg_log_since($from) =~ /\[$worker\] [^\n]*mailer test point worker_before_open_state reached/)
 });
 ${ $restore->{in} } .= "COMMIT;\n";
-($out, $err) = session_finish($restore);
+($out, $err) = psql_session_finish($restore);
 chomp $out;
 is($out, $R, "restore_job to epoch $R") or diag($err);
 test_point_release();
