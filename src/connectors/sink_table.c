@@ -95,7 +95,7 @@ typedef struct SinkRefusal
 } SinkRefusal;
 
 /*
- * The append path's view of the table, made at each flush (bulk_prepare):
+ * The bulk path's view of the table, made at each flush (bulk_prepare):
  * where each attribute's value comes from.
  */
 typedef struct SinkBulk
@@ -731,22 +731,24 @@ bulk_column_fits(Form_pg_attribute att, SinkColumn *col)
  * subtransaction's rollback takes back the chunk's rows: the chunk, and
  * the rest of the flush, then go through the INSERT ... ON CONFLICT, which
  * updates.  A window's results are new keys, running totals mostly old
- * ones: after a key found to exist, the next 1, 2, 4 ... up to 64 flushes
- * take the INSERT at once, and a flush whose keys were all new starts the
- * count again.  A row the table refuses for another reason also sends the
- * flush to the INSERT, whose halving finds it.
+ * ones: after a chunk the bulk path failed, the next 1, 2, 4 ... up to 64
+ * flushes take the INSERT at once, and a flush that took the bulk path
+ * with every key new starts the count again.  Any row error counts: an
+ * existing key can raise an exclusion constraint's 23P01 first (indexes
+ * are inserted into in OID order), and a row the table refuses for its
+ * data fails the next attempt too; the INSERT's halving finds it.
  *
  * The statement's rows are the same as the bulk path's, as long as the
- * table qualifies (bulk_prepare): no trigger, rule or policy, so nothing
- * but the conflict tells INSERT ... ON CONFLICT from INSERT.  The
- * privileges are the statement's own: run_bulk checks its range table.
+ * table qualifies (bulk_prepare): no trigger, rule or policy, so only the
+ * conflict tells INSERT ... ON CONFLICT from INSERT, and a failed attempt
+ * leaves what a rolled-back INSERT leaves (dead tuples, sequence values
+ * its defaults drew).  The privileges are the statement's own: run_bulk
+ * checks its range table.
  */
 static void
-bulk_conflict(TableSink *sink, SinkFlush *fl, ErrorData *edata)
+bulk_conflict(TableSink *sink, SinkFlush *fl)
 {
 	fl->bulk = NULL;
-	if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
-		return;
 	sink->bulk_backoff = Min(Max(1, sink->bulk_backoff * 2), SINK_BULK_MAX_WAIT);
 	sink->bulk_wait = sink->bulk_backoff;
 }
@@ -982,7 +984,7 @@ write_range(TableSink *sink, TableSink *rows, bool delete, int from, int to, Sin
 		edata = guard_try(run_bulk, &bulk, fl->attempt);
 		if (edata == NULL || !sp->upsert || !is_row_error(edata))
 			goto done;
-		bulk_conflict(sink, fl, edata);
+		bulk_conflict(sink, fl);
 		MemoryContextReset(fl->attempt);
 	}
 	run.plan = delete ? sink->delete_plan : sink->insert_plan;

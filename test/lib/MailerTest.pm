@@ -558,7 +558,6 @@ sub drop_tables
 	END\$\$");
 }
 
-# psql / psql_fails as another role (the test cluster trusts local logins).
 # A psql session in the background: SQL in, output out; psql_session_finish
 # sends $sql, then quits, and returns (output, errors).
 sub psql_session
@@ -585,6 +584,7 @@ sub psql_session_finish
 	return (${ $s->{out} }, ${ $s->{err} });
 }
 
+# psql / psql_fails as another role (the test cluster trusts local logins).
 sub psql_as
 {
 	my ($role, $sql, %opt) = @_;
