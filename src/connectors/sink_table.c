@@ -137,7 +137,7 @@ struct TableSink
 	FmgrInfo   *key_eq;			/* [column]: the conflict index's equality */
 	FmgrInfo   *key_hash;		/* [column]: a hash that agrees with it */
 	int			bulk_wait;		/* upsert: flushes left before its keys are tried as new */
-	int			bulk_backoff;	/* upsert: the wait after the next key found to exist */
+	int			bulk_backoff;	/* upsert: the wait after its last failed attempt */
 };
 
 static uint32 row_hash(TableSink *sink, uint32 row);
@@ -480,7 +480,7 @@ table_sink_flush(TableSink *sink, DeadLetterBuffer *dlq, OnError on_error, bool 
 		SPI_finish();
 		if (fl.bulk)
 		{
-			/* Every key was new: the next flush tries them as new again. */
+			/* An upsert's keys were all new: the next flush tries them as new again. */
 			sink->bulk_backoff = 0;
 			TEST_POINT("sink_after_bulk_insert");
 		}

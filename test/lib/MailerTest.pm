@@ -781,13 +781,27 @@ sub memory_rows_written
 # Test points (test_point.h).  test_point_hold names points in
 # mailer.test_pause_at and returns the log position to wait from; a process
 # reaching one logs it and waits until test_point_release drops the name.
+# A test that dies holding points releases them as it exits: the next test
+# file would otherwise stop at them.
+my $points_held;
+
 sub test_point_hold
 {
 	my (@points) = @_;
 	my $from = pg_log_size();
+	$points_held = 1;
 	psql("ALTER SYSTEM SET mailer.test_pause_at = '" . join(',', @points) . "'");
 	psql("SELECT pg_reload_conf()");
 	return $from;
+}
+
+END
+{
+	if ($points_held)
+	{
+		local $?;				# the test's exit status, whatever psql leaves
+		eval { psql('ALTER SYSTEM RESET mailer.test_pause_at'); psql('SELECT pg_reload_conf()') };
+	}
 }
 
 # Wait until some process (or the one of pid $only) has reached the point;
@@ -815,6 +829,7 @@ sub test_point_release
 	else
 	{
 		psql("ALTER SYSTEM RESET mailer.test_pause_at");
+		$points_held = 0;
 	}
 	psql("SELECT pg_reload_conf()");
 }

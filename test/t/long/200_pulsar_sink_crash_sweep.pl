@@ -100,8 +100,10 @@ for my $r (@rounds)
 # the newest epoch.
 {
 	my $what = 'restore_job after a kill between acknowledgements and progress';
-	produce(500);
+	# Held before the batch: the running worker would send a batch it read
+	# before the reload reached it without stopping at the point.
 	my $from = test_point_hold('pulsar_sink_after_acks', 'launcher_before_start');
+	produce(500);
 	my $pid = test_point_wait_reached('pulsar_sink_after_acks', $from, 120);
 	ok(kill('KILL', $pid) == 1, "$what: SIGKILL of the worker ($pid)");
 	test_point_wait_reached('launcher_before_start', $from, 120);
