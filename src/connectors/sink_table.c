@@ -6,10 +6,10 @@
  * one INSERT ... SELECT * FROM unnest($1, $2, ...) [ON CONFLICT ...], a
  * plan prepared once, or, into a table where that is the same,
  * table_multi_insert() and the index inserts (run_bulk): an append sink's
- * rows, and an upsert's while its keys are new (see bulk_conflict).  When
- * the table rejects a chunk for a row's data
- * (a constraint, a value out of range), the chunk is split in halves until
- * the bad rows are alone; they become dead letters and the rest is written.
+ * rows, and an upsert's while its keys are new (see bulk_attempt_failed).
+ * When the table rejects a chunk for a row's data (a constraint, a value
+ * out of range), the chunk is split in halves until the bad rows are
+ * alone; they become dead letters and the rest is written.
  * Deferred constraints are checked in each statement, so that the halving
  * sees them too; two rows that a trigger makes one key are written in
  * separate statements, in their order.  The deletes of a merged session's
@@ -621,7 +621,7 @@ run_statement(void *arg)
  * INSERT ... SELECT FROM unnest() took twice the CPU for the same rows:
  * arrays built and taken apart again, and a heap_insert() with its own WAL
  * record per row.  An upsert's rows go the same way while its keys are new
- * (bulk_conflict).
+ * (bulk_attempt_failed).
  *
  * Only where that does exactly what the INSERT would: an ordinary table
  * that is not a partition, without triggers (foreign keys and deferrable
@@ -746,7 +746,7 @@ bulk_column_fits(Form_pg_attribute att, SinkColumn *col)
  * checks its range table.
  */
 static void
-bulk_conflict(TableSink *sink, SinkFlush *fl)
+bulk_attempt_failed(TableSink *sink, SinkFlush *fl)
 {
 	fl->bulk = NULL;
 	sink->bulk_backoff = Min(Max(1, sink->bulk_backoff * 2), SINK_BULK_MAX_WAIT);
@@ -984,7 +984,7 @@ write_range(TableSink *sink, TableSink *rows, bool delete, int from, int to, Sin
 		edata = guard_try(run_bulk, &bulk, fl->attempt);
 		if (edata == NULL || !sp->upsert || !is_row_error(edata))
 			goto done;
-		bulk_conflict(sink, fl);
+		bulk_attempt_failed(sink, fl);
 		MemoryContextReset(fl->attempt);
 	}
 	run.plan = delete ? sink->delete_plan : sink->insert_plan;

@@ -378,25 +378,28 @@ sub kill_worker
 		sub { my $p = worker_pid($job); $p != $pid0 && $p > 0 }, 120);
 }
 
-# mailer.state_cache_entries = $n for the rest of the test (0: the keyed
-# cache is let go at every checkpoint), reset when it exits.
-my $cache_entries_set;
-
-sub state_cache_entries_until_exit
-{
-	my ($n) = @_;
-	psql("ALTER SYSTEM SET mailer.state_cache_entries = $n");
-	psql("SELECT pg_reload_conf()");
-	$cache_entries_set = 1;
-}
+# Settings a test set with ALTER SYSTEM that are reset when it exits,
+# even by dying: the next test file would otherwise run under them.
+my %reset_at_exit;
 
 END
 {
-	if ($cache_entries_set)
+	if (%reset_at_exit)
 	{
 		local $?;				# the test's exit status, whatever psql leaves
-		eval { psql('ALTER SYSTEM RESET mailer.state_cache_entries'); psql('SELECT pg_reload_conf()') };
+		eval { psql("ALTER SYSTEM RESET $_") } for sort keys %reset_at_exit;
+		eval { psql('SELECT pg_reload_conf()') };
 	}
+}
+
+# mailer.state_cache_entries = $n for the rest of the test (0: the keyed
+# cache is let go at every checkpoint), reset when it exits.
+sub state_cache_entries_until_exit
+{
+	my ($n) = @_;
+	$reset_at_exit{'mailer.state_cache_entries'} = 1;
+	psql("ALTER SYSTEM SET mailer.state_cache_entries = $n");
+	psql("SELECT pg_reload_conf()");
 }
 
 # SQL's answer for sliding windows of $size_s seconds every $slide_s seconds
@@ -783,25 +786,14 @@ sub memory_rows_written
 # reaching one logs it and waits until test_point_release drops the name.
 # A test that dies holding points releases them as it exits: the next test
 # file would otherwise stop at them.
-my $points_held;
-
 sub test_point_hold
 {
 	my (@points) = @_;
 	my $from = pg_log_size();
-	$points_held = 1;
+	$reset_at_exit{'mailer.test_pause_at'} = 1;
 	psql("ALTER SYSTEM SET mailer.test_pause_at = '" . join(',', @points) . "'");
 	psql("SELECT pg_reload_conf()");
 	return $from;
-}
-
-END
-{
-	if ($points_held)
-	{
-		local $?;				# the test's exit status, whatever psql leaves
-		eval { psql('ALTER SYSTEM RESET mailer.test_pause_at'); psql('SELECT pg_reload_conf()') };
-	}
 }
 
 # Wait until some process (or the one of pid $only) has reached the point;
@@ -829,7 +821,7 @@ sub test_point_release
 	else
 	{
 		psql("ALTER SYSTEM RESET mailer.test_pause_at");
-		$points_held = 0;
+		delete $reset_at_exit{'mailer.test_pause_at'};
 	}
 	psql("SELECT pg_reload_conf()");
 }

@@ -71,8 +71,7 @@ test_point_release('worker_before_open_state');
 wait_until('the worker exited or read the checkpoint', sub {
 	!alive($worker) || scalar(pg_log_since($from) =~ /\[$worker\] [^\n]*mailer test point worker_before_open_state reached/)
 });
-${ $restore->{in} } .= "COMMIT;\n";
-($out, $err) = psql_session_finish($restore);
+($out, $err) = psql_session_finish($restore, "COMMIT;\n");
 chomp $out;
 is($out, $R, "restore_job to epoch $R") or diag($err);
 test_point_release();

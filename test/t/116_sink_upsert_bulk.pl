@@ -1,12 +1,12 @@
-# An upsert sink's rows go through the bulk path (table_multi_insert) as
-# if their keys were new, and through INSERT ... ON CONFLICT once a key
-# exists (connectors/sink_table.c, bulk_conflict).  What the owner sees is
+# An upsert sink's rows go through the bulk path (table_multi_insert) as if
+# their keys were new, and through INSERT ... ON CONFLICT once a key exists
+# (connectors/sink_table.c, bulk_attempt_failed).  What the owner sees is
 # the statement's: rows of new keys are inserted, rows of existing keys
 # update theirs (and a flush of new keys takes the bulk path again later),
 # in a flush of more than one chunk too, a row the table refuses is a dead
 # letter and the others are written, a key another transaction inserts at
-# the same time is updated, the statement's UPDATE privilege is needed
-# even when every key is new, a worker killed after the bulk insert loses
+# the same time is updated, the statement's UPDATE privilege is needed even
+# when every key is new, a worker killed after the bulk insert loses
 # nothing, and a sink of key columns only (DO NOTHING) keeps the rows that
 # exist.
 use strict;
