@@ -136,7 +136,8 @@ UPDATE mailer.job SET spec = spec OPERATOR(pg_catalog.||) '{"key_groups": 128}':
 -- from the key's bytes, as the workers find it, through a function of the
 -- library made for this script only.  The table itself stays (pg_dump's
 -- configuration names it), emptied and changed: its columns come in a fresh
--- install's order, but the dropped epoch column stays in pg_attribute.
+-- install's order, but the dropped epoch column stays in pg_attribute; its
+-- primary key goes, as a fresh install has none.
 CREATE TABLE mailer.memory_state_0_1_0 AS SELECT job_id, key, epoch, value FROM mailer.memory_state;
 TRUNCATE mailer.memory_state;
 ALTER TABLE mailer.memory_state
@@ -144,7 +145,6 @@ ALTER TABLE mailer.memory_state
 	DROP COLUMN epoch,
 	ADD COLUMN key_group integer NOT NULL,
 	ALTER COLUMN value SET NOT NULL,
-	ADD PRIMARY KEY (job_id, key),
 	SET (fillfactor = 40);
 CREATE TABLE mailer.memory_undo (
 	job_id			bigint NOT NULL,

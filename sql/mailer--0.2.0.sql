@@ -160,15 +160,17 @@ CREATE INDEX ON mailer.dead_letters (job_id, epoch);
 -- Keyed state of jobs on the memory backend: one row per key, its value as
 -- of the job's newest committed checkpoint, updated in place (the fillfactor
 -- leaves room on each page for HOT updates: at 40, for two or three versions
--- of each row that a snapshot held by another session keeps from pruning).  No foreign key: a checkpoint
--- writes many rows and its mailer.checkpoints row (which has one) already
--- ties them to a live job; drop_job deletes them.
+-- of each row that a snapshot held by another session keeps from pruning).
+-- No index: the worker keeps each row's address and writes it there, and
+-- reads the rows only when it opens the state (see docs/ARCHITECTURE.md,
+-- "The memory backend's tables").  No foreign key: a checkpoint writes many
+-- rows and its mailer.checkpoints row (which has one) already ties them to
+-- a live job; drop_job deletes them.
 CREATE TABLE mailer.memory_state (
 	job_id			bigint NOT NULL,
 	key				bytea NOT NULL,
 	value			bytea NOT NULL,
-	key_group		integer NOT NULL,	-- after value: as an update from 0.1.0 leaves it
-	PRIMARY KEY (job_id, key)
+	key_group		integer NOT NULL	-- after value: as an update from 0.1.0 leaves it
 ) WITH (fillfactor = 40);
 
 -- The undo of the memory backend's checkpoints: each key an epoch changed,

@@ -8,7 +8,7 @@
  * writes after it); an address that no longer holds the key's live row
  * (the table was rewritten, or someone else changed the row) makes the
  * update or delete say no, and the caller writes that key with SQL, which
- * finds the row through the primary key.
+ * finds the row by its key (a scan: the table has no index).
  *
  * Design: docs/ARCHITECTURE.md, "The memory backend's tables".
  */

@@ -13,9 +13,12 @@
  * in one pass from the smallest.
  *
  * mailer.memory_state holds one row per key, the value as of the newest
- * committed checkpoint, updated in place: only the value changes, which no
- * index covers, and the table's fillfactor leaves room on each page, so an
- * update is a HOT update and the table does not grow with the checkpoints.
+ * committed checkpoint, updated in place: the table's fillfactor leaves
+ * room on each page, so an update is a HOT update and the table does not
+ * grow with the checkpoints.  It has no index: each node keeps its row's
+ * address, where the checkpoints write, and only an open reads the rows,
+ * all of a subtask's at once (a primary key had cost an index entry per
+ * new key and per update that left its page).
  * mailer.memory_undo holds, for each epoch still retained, each key that
  * epoch changed with its value before (NULL: the key was absent), packed
  * into rows of about a page per key group (memory_undo.h).  Opening
@@ -421,11 +424,14 @@ key_group(MemoryState *ms, const char *key, int klen)
 /*
  * Rewind this subtask's rows to the epoch: each key changed after it gets
  * the undo value of the oldest epoch after it that changed it (the value
- * the key had at the epoch), and those undo rows go.  The CTEs all see the
- * rows as they were, and no key is both deleted and upserted.  The keys
- * to delete are joined, not gathered into one array: a rewind over many
- * epochs of a windowed job has millions, past an array's 1 GB.  Epoch 0
- * (no checkpoint counts) is empty state: the subtask's rows go.
+ * the key had at the epoch), and those undo rows go.  Each such key's row
+ * goes first, in a statement of its own (a unique index a DBA added on the
+ * key would refuse an insert beside the row the same statement deletes),
+ * then a row is inserted for each key that had a value.  The keys are
+ * joined (a hash join: the table has no index), not gathered into one
+ * array: a rewind over many epochs of a windowed job has millions, past an
+ * array's 1 GB.  Epoch 0 (no checkpoint counts) is empty state: the
+ * subtask's rows go.
  */
 static void
 rewind_rows(MemoryState *ms, int64 epoch)
@@ -447,17 +453,22 @@ rewind_rows(MemoryState *ms, int64 epoch)
 					 4, types, values, NULL, false);
 		return;
 	}
+	catalog_exec("DELETE FROM mailer.memory_state m USING (SELECT DISTINCT e.key "
+				 "  FROM mailer.memory_undo c, LATERAL pg_catalog.unnest(c.keys) AS e(key) "
+				 "  WHERE c.job_id OPERATOR(pg_catalog.=) $1 AND c.epoch OPERATOR(pg_catalog.>) $2 "
+				 "  AND c.key_group OPERATOR(pg_catalog.>=) $3 AND c.key_group OPERATOR(pg_catalog.<) $4) u "
+				 "WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND m.key_group OPERATOR(pg_catalog.>=) $3 AND m.key_group OPERATOR(pg_catalog.<) $4 "
+				 "AND m.key OPERATOR(pg_catalog.=) u.key",
+				 4, types, values, NULL, false);
 	catalog_exec("WITH u AS (SELECT DISTINCT ON (e.key) e.key, c.key_group, e.value "
 				 "  FROM mailer.memory_undo c, "
 				 "  LATERAL ROWS FROM (pg_catalog.unnest(c.keys), pg_catalog.unnest(c.old_values)) AS e(key, value) "
 				 "  WHERE c.job_id OPERATOR(pg_catalog.=) $1 AND c.epoch OPERATOR(pg_catalog.>) $2 "
 				 "  AND c.key_group OPERATOR(pg_catalog.>=) $3 AND c.key_group OPERATOR(pg_catalog.<) $4 "
 				 "  ORDER BY e.key, c.epoch), "
-				 "d AS (DELETE FROM mailer.memory_state m USING u WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-				 "  AND m.key OPERATOR(pg_catalog.=) u.key AND u.value IS NULL), "
 				 "i AS (INSERT INTO mailer.memory_state (job_id, key, key_group, value) "
-				 "  SELECT $1, key, key_group, value FROM u WHERE value IS NOT NULL "
-				 "  ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value) "
+				 "  SELECT $1, key, key_group, value FROM u WHERE value IS NOT NULL) "
 				 "DELETE FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
 				 "AND epoch OPERATOR(pg_catalog.>) $2 "
 				 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
@@ -470,25 +481,22 @@ rewind_rows(MemoryState *ms, int64 epoch)
 #define Anum_load_ctid		3
 
 /*
- * Read the subtask's rows into the map.  They come in key order, as the
- * map keeps them, so each goes after the one before: the predecessors at
- * every level are the last nodes linked, and no search is needed.
+ * Read the subtask's rows into the map.  They come in no order (the table
+ * has no index): each node waits, unlinked, as a new key's does, and then
+ * all are linked, sorted, in one pass.  Not left waiting for a range scan:
+ * a job that never scans (running totals) would keep them in the array.
  */
 static void
 load_rows(MemoryState *ms)
 {
 	Oid			types[3] = {INT8OID, INT4OID, INT4OID};
 	Datum		values[3];
-	SkipNode   *tail[SKIP_MAX_LEVEL];
-	SkipNode   *last = NULL;
 	CatalogAccess access;
 	Portal		portal;
 	MemoryContext fetch_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state load",
 													 ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old_ctx;
 
-	for (int i = 0; i < SKIP_MAX_LEVEL; i++)
-		tail[i] = ms->head;
 	values[0] = Int64GetDatum(ms->base.job_id);
 	values[1] = Int32GetDatum(ms->kg_lo);
 	values[2] = Int32GetDatum(ms->kg_hi);
@@ -501,8 +509,7 @@ load_rows(MemoryState *ms)
 	portal = SPI_cursor_open_with_args(NULL,
 									   "SELECT key, value, ctid FROM mailer.memory_state "
 									   "WHERE job_id OPERATOR(pg_catalog.=) $1 "
-									   "AND key_group OPERATOR(pg_catalog.>=) $2 AND key_group OPERATOR(pg_catalog.<) $3 "
-									   "ORDER BY key",
+									   "AND key_group OPERATOR(pg_catalog.>=) $2 AND key_group OPERATOR(pg_catalog.<) $3",
 									   3, types, values, NULL, false, 0);
 	for (;;)
 	{
@@ -519,6 +526,9 @@ load_rows(MemoryState *ms)
 			int			klen = VARSIZE_ANY_EXHDR(k);
 			int			g = key_group(ms, key, klen);
 			StateKey	probe = {key, klen};
+			uint32		hash = state_key_hash(probe);
+			NodeEntry  *e;
+			SkipNode   *x;
 
 			/* the key_group column routed it here: the key must agree */
 			if (g < ms->kg_lo || g >= ms->kg_hi)
@@ -527,23 +537,33 @@ load_rows(MemoryState *ms)
 						 errmsg("the memory state of job " INT64_FORMAT " holds a key of key group %d in the rows of key groups %d to %d",
 								ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
 						 errhint("Restore the job to an epoch before the damage, or drop it.")));
-			/* tail[] is right only for keys in the map's order */
-			if (last != NULL && state_key_cmp(last->key, last->klen, key, klen) >= 0)
+			/* no index keeps a key to one row: the checkpoints do, and this checks them */
+			if ((e = nodes_lookup_hash(ms->nodes, probe, hash)) != NULL)
+			{
+				ItemPointer tid = (ItemPointer) DatumGetPointer(catalog_value(r, Anum_load_ctid, NULL));
+
 				ereport(ERROR,
-						(errcode(ERRCODE_INTERNAL_ERROR),
-						 errmsg("the memory state of job " INT64_FORMAT " was read out of key order",
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("the memory state of job " INT64_FORMAT " holds two rows of one key",
 								ms->base.job_id),
-						 errdetail("The rows' ORDER BY key must order as the state map compares keys.")));
-			last = new_node(ms, key, klen, state_key_hash(probe));
-			link_after(ms, tail, last);
-			set_value(ms, last, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
-			last->tid = *(ItemPointer) DatumGetPointer(catalog_value(r, Anum_load_ctid, NULL));
+						 errdetail("The rows at ctid (%u,%u) and (%u,%u) of mailer.memory_state both hold key %s.",
+								   ItemPointerGetBlockNumber(&e->node->tid), ItemPointerGetOffsetNumber(&e->node->tid),
+								   ItemPointerGetBlockNumber(tid), ItemPointerGetOffsetNumber(tid),
+								   DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(k)))),
+						 errhint("Delete one of the two rows (one inserted by hand, or the one whose value is wrong) and start the job again, or drop the job.")));
+			}
+			reserve_waiting(ms);
+			x = new_node(ms, key, klen, hash);
+			add_waiting(ms, x);
+			set_value(ms, x, VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v));
+			x->tid = *(ItemPointer) DatumGetPointer(catalog_value(r, Anum_load_ctid, NULL));
 		}
 		SPI_freetuptable(SPI_tuptable);
 		MemoryContextSwitchTo(old_ctx);
 		MemoryContextReset(fetch_ctx);
 	}
 	SPI_cursor_close(portal);
+	link_waiting(ms);
 	/* the addresses are in this storage, which the cursor's lock keeps */
 	ms->node = memory_rows_node(ms->ext_oid);
 	catalog_leave(&access);
@@ -752,11 +772,13 @@ typedef struct WriteChunk
 } WriteChunk;
 
 /*
- * Two statements, each of a whole chunk: the keys that are there now
- * (updated in place, or new), the keys deleted.  The SQL writes what the
+ * Two statements, each of a whole chunk: the rows of all its keys go, then
+ * the keys that are there now get a new one.  The SQL writes what the
  * heap-level writes could not (memory_rows.h), or all of it when the
- * tables are not plain heap tables; the upsert gives back the rows'
- * addresses for the next checkpoint's updates.
+ * tables are not plain heap tables; the insert gives back the rows'
+ * addresses for the next checkpoint's updates.  With no index on the
+ * table, the delete reads all of it (a hash join with the chunk's keys):
+ * writing by SQL is for tables someone changed (docs/ARCHITECTURE.md).
  */
 static void
 flush_chunk(MemoryState *ms, WriteChunk *w)
@@ -771,6 +793,18 @@ flush_chunk(MemoryState *ms, WriteChunk *w)
 	old_ctx = MemoryContextSwitchTo(w->ctx);
 
 	values[0] = Int64GetDatum(ms->base.job_id);
+	if (w->nput + w->ndel > 0)
+	{
+		Oid			types[2] = {INT8OID, BYTEAARRAYOID};
+		Datum	   *keys = palloc(sizeof(Datum) * (w->nput + w->ndel));
+
+		memcpy(keys, w->put_keys, sizeof(Datum) * w->nput);
+		memcpy(keys + w->nput, w->del_keys, sizeof(Datum) * w->ndel);
+		values[1] = mailer_bytea_array(keys, NULL, w->nput + w->ndel);
+		catalog_exec("DELETE FROM mailer.memory_state m USING pg_catalog.unnest($2) AS u(k) "
+					 "WHERE m.job_id OPERATOR(pg_catalog.=) $1 AND m.key OPERATOR(pg_catalog.=) u.k",
+					 2, types, values, NULL, false);
+	}
 	if (w->nput > 0)
 	{
 		Oid			types[4] = {INT8OID, BYTEAARRAYOID, INT4ARRAYOID, BYTEAARRAYOID};
@@ -780,7 +814,6 @@ flush_chunk(MemoryState *ms, WriteChunk *w)
 		values[3] = mailer_bytea_array(w->put_vals, NULL, w->nput);
 		catalog_exec("INSERT INTO mailer.memory_state AS m (job_id, key, key_group, value) "
 					 "SELECT $1, k, g, v FROM unnest($2, $3, $4) AS u(k, g, v) "
-					 "ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value "
 					 "RETURNING m.key, m.ctid",
 					 4, types, values, NULL, false);
 		for (uint64 r = 0; r < SPI_processed; r++)
@@ -792,15 +825,6 @@ flush_chunk(MemoryState *ms, WriteChunk *w)
 				x->tid = *(ItemPointer) DatumGetPointer(catalog_value(r, 2, NULL));
 		}
 		SPI_freetuptable(SPI_tuptable);
-	}
-	if (w->ndel > 0)
-	{
-		Oid			types[2] = {INT8OID, BYTEAARRAYOID};
-
-		values[1] = mailer_bytea_array(w->del_keys, NULL, w->ndel);
-		catalog_exec("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1 "
-					 "AND key OPERATOR(pg_catalog.=) ANY ($2)",
-					 2, types, values, NULL, false);
 	}
 	MemoryContextSwitchTo(old_ctx);
 	w->nput = w->ndel = 0;
@@ -957,18 +981,12 @@ undo_cmp(const RowWrite *a, const RowWrite *b)
 
 /*
  * The rows that existed in address order, so that each page is read and
- * pruned once; then the new ones in key order, so that their primary key
- * entries go in side by side.  Only a new row reads its key: the
- * addresses are in the array being sorted.
+ * pruned once; then the new ones, in no order (the table has no index).
  */
 static inline int
 row_cmp(const RowWrite *a, const RowWrite *b)
 {
-	if (a->order != b->order)
-		return a->order < b->order ? -1 : 1;
-	if (a->order != NEW_ROW)
-		return 0;
-	return state_key_cmp(a->ck->key.data, a->ck->key.len, b->ck->key.data, b->ck->key.len);
+	return (a->order > b->order) - (a->order < b->order);
 }
 
 /*

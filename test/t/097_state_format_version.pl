@@ -7,6 +7,7 @@
 #    read as garbage, and the sink gets no row made from it.
 #  - A checkpoint whose layout names an unknown format fails the job before
 #    its state is opened, on both backends.
+#  - Memory state with two rows of one key fails the job when it opens.
 use strict;
 use warnings;
 use FindBin;
@@ -82,6 +83,26 @@ sub create_count_job
 		'and the key');
 	is(psql("SELECT string_agg(k || '=' || n || '/' || s, ',' ORDER BY k) FROM $j"), $rows,
 		'the sink got no row made from the unreadable state');
+	psql("SELECT mailer.drop_job('$j'); DROP TABLE $j");
+}
+
+# --- Two rows of one key (mailer.memory_state has no index to refuse the
+# second): the job fails at its open, naming the job, and writes nothing. ---
+{
+	my $j = 't097_twice';
+	create_count_job($j, 'memory');
+	my $id = job_id_of($j);
+	my $rows = psql("SELECT string_agg(k || '=' || n || '/' || s, ',' ORDER BY k) FROM $j");
+	psql("INSERT INTO mailer.memory_state SELECT * FROM mailer.memory_state WHERE job_id = $id LIMIT 1");
+	psql("SELECT mailer.start_job('$j')");
+	my $info = wait_job_state($j, qr/^(failed|restarting|finished)$/, 60);
+	is($info->{state}, 'failed', 'a key with two rows: the job failed');
+	like($info->{last_error}, qr/memory state of job $id holds two rows of one key/,
+		'last_error says what is wrong with whose state');
+	like($info->{last_error}, qr/rows at ctid \(\d+,\d+\) and \(\d+,\d+\) of mailer.memory_state both hold key \\x[0-9a-f]+/,
+		'and which key, and where its rows are');
+	is(psql("SELECT string_agg(k || '=' || n || '/' || s, ',' ORDER BY k) FROM $j"), $rows,
+		'the sink got no row from the damaged state');
 	psql("SELECT mailer.drop_job('$j'); DROP TABLE $j");
 }
 

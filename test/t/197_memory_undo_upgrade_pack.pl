@@ -4,8 +4,9 @@
 # filled with versions of 600 keys (some long, some with odd bytes) over
 # epochs 1 to 12, deletions and values past a page among them, with
 # checkpoints 1 to 10; after the update the state is the versions at 10,
-# and the rewind statement of state_memory.c (rewind_rows, copied here)
-# to each epoch 1 to 10 gives exactly the versions at that epoch.
+# and the rewind statements of state_memory.c (rewind_rows, copied here)
+# to each epoch 1 to 10 give exactly the versions at that epoch, with and
+# without a unique index a DBA added on the key.
 use strict;
 use warnings;
 use FindBin;
@@ -47,15 +48,17 @@ CREATE FUNCTION public.rewind197(e bigint) RETURNS bigint LANGUAGE plpgsql AS $f
 DECLARE n bigint;
 BEGIN
   BEGIN
+    DELETE FROM mailer.memory_state m USING (SELECT DISTINCT e.key
+      FROM mailer.memory_undo c, LATERAL pg_catalog.unnest(c.keys) AS e(key)
+      WHERE c.job_id = 1 AND c.epoch > rewind197.e AND c.key_group >= 0 AND c.key_group < 128) u
+      WHERE m.job_id = 1 AND m.key_group >= 0 AND m.key_group < 128 AND m.key = u.key;
     WITH u AS (SELECT DISTINCT ON (e.key) e.key, c.key_group, e.value
       FROM mailer.memory_undo c,
       LATERAL ROWS FROM (pg_catalog.unnest(c.keys), pg_catalog.unnest(c.old_values)) AS e(key, value)
       WHERE c.job_id = 1 AND c.epoch > rewind197.e AND c.key_group >= 0 AND c.key_group < 128
       ORDER BY e.key, c.epoch),
-    d AS (DELETE FROM mailer.memory_state m USING u WHERE m.job_id = 1 AND m.key = u.key AND u.value IS NULL),
     i AS (INSERT INTO mailer.memory_state (job_id, key, key_group, value)
-      SELECT 1, key, key_group, value FROM u WHERE value IS NOT NULL
-      ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value)
+      SELECT 1, key, key_group, value FROM u WHERE value IS NOT NULL)
     DELETE FROM mailer.memory_undo WHERE job_id = 1 AND epoch > rewind197.e AND key_group >= 0 AND key_group < 128;
     n := public.diff197(rewind197.e);
     RAISE EXCEPTION 'undo';
@@ -70,6 +73,11 @@ SQL
 	is(psql('SELECT public.diff197(10)'), '0', 'the state is the versions at the last checkpoint');
 	is(psql(q{SELECT string_agg(e || ':' || public.rewind197(e), ' ' ORDER BY e) FROM generate_series(1, 10) e}),
 		join(' ', map { "$_:0" } 1 .. 10), 'a rewind to each epoch gives its versions exactly');
+	# The table has no index; a unique one a DBA adds on the key is never
+	# violated by the rewind, which deletes a key's row before it inserts one.
+	psql('CREATE UNIQUE INDEX u197_key ON mailer.memory_state (job_id, key)');
+	is(psql(q{SELECT string_agg(e || ':' || public.rewind197(e), ' ' ORDER BY e) FROM generate_series(1, 10) e}),
+		join(' ', map { "$_:0" } 1 .. 10), 'so does each with a unique index on the key');
 }
 psql('DROP DATABASE t197');
 done_testing();
