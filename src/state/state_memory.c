@@ -428,7 +428,7 @@ key_group(MemoryState *ms, const char *key, int klen)
  * goes first, in a statement of its own (a unique index a DBA added on the
  * key would refuse an insert beside the row the same statement deletes),
  * then a row is inserted for each key that had a value.  The keys are
- * joined (a hash join: the table has no index), not gathered into one
+ * joined (the table has no index: by a hash join), not gathered into one
  * array: a rewind over many epochs of a windowed job has millions, past an
  * array's 1 GB.  Epoch 0 (no checkpoint counts) is empty state: the
  * subtask's rows go.
@@ -777,7 +777,7 @@ typedef struct WriteChunk
  * heap-level writes could not (memory_rows.h), or all of it when the
  * tables are not plain heap tables; the insert gives back the rows'
  * addresses for the next checkpoint's updates.  With no index on the
- * table, the delete reads all of it (a hash join with the chunk's keys):
+ * table, the delete reads all of it (joined with the chunk's keys):
  * writing by SQL is for tables someone changed (docs/ARCHITECTURE.md).
  */
 static void
