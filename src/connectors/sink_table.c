@@ -642,18 +642,17 @@ key_order_run(void *arg)
 			AttrNumber	attnum = index->rd_index->indkey.values[i];
 			int16		option = index->rd_indoption[i];
 			SortSupport ssup = &ks->ssup[i];
-			Form_pg_attribute att;
-			int			c = -1;
+			int			c;
 
-			/* An expression, or a column whose buffered values are not of its type: the order ends there. */
-			if (attnum <= 0)
+			/*
+			 * An expression, or a column the sink does not write: the order
+			 * ends there.  The bulk path's view maps the table's columns to
+			 * the sink's, whose values it found of the column's type.
+			 */
+			if (attnum <= 0 || attnum > ks->bulk->natts)
 				break;
-			att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
-			for (int k = 0; k < sp->ncolumns; k++)
-				if (sp->columns[k].is_key && sp->columns[k].type == att->atttypid &&
-					strcmp(sp->columns[k].name, NameStr(att->attname)) == 0)
-					c = k;
-			if (c < 0)
+			c = ks->bulk->column[attnum - 1];
+			if (c < 0 || !sp->columns[c].is_key)
 				break;
 			ks->column[i] = c;
 			ssup->ssup_cxt = CurrentMemoryContext;
@@ -1104,6 +1103,7 @@ run_bulk(void *arg)
 		for (; row < run->to && n < SINK_BULK_ROWS; row++, n++)
 		{
 			TupleTableSlot *slot;
+			int			at = row_at(rows, row);
 
 			CHECK_FOR_INTERRUPTS();
 			if (slots[n] == NULL)
@@ -1116,8 +1116,8 @@ run_bulk(void *arg)
 
 				if (c >= 0)
 				{
-					slot->tts_values[a] = rows->values[c][row_at(rows, row)];
-					slot->tts_isnull[a] = rows->nulls[c][row_at(rows, row)];
+					slot->tts_values[a] = rows->values[c][at];
+					slot->tts_isnull[a] = rows->nulls[c][at];
 				}
 				else if (defaults[a])
 					slot->tts_values[a] = ExecEvalExprSwitchContext(defaults[a], econtext,
@@ -1202,8 +1202,10 @@ write_range(TableSink *sink, TableSink *rows, bool delete, int from, int to, Sin
 		nulls = palloc(sizeof(bool) * (to - from));
 		for (int i = from; i < to; i++)
 		{
-			elems[i - from] = rows->values[c][row_at(rows, i)];
-			nulls[i - from] = rows->nulls[c][row_at(rows, i)];
+			int			at = row_at(rows, i);
+
+			elems[i - from] = rows->values[c][at];
+			nulls[i - from] = rows->nulls[c][at];
 		}
 		if (col->via_text)
 		{
