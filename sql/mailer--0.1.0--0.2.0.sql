@@ -183,6 +183,13 @@ DROP TABLE mailer.memory_state_0_1_0;
 SELECT pg_catalog.pg_extension_config_dump('mailer.memory_undo', '');
 REVOKE ALL ON mailer.memory_undo FROM PUBLIC;
 
+-- Tables without a primary key get a replica identity, so that a
+-- publication FOR ALL TABLES does not refuse their updates and deletes (as
+-- a fresh install makes them: see there).
+ALTER TABLE mailer.dead_letters REPLICA IDENTITY FULL;
+ALTER TABLE mailer.memory_state REPLICA IDENTITY FULL;
+ALTER TABLE mailer.memory_undo REPLICA IDENTITY FULL;
+
 CREATE FUNCTION mailer.alter_job(name text, spec jsonb)
 RETURNS void
 AS 'MODULE_PATHNAME', 'mailer_alter_job'

@@ -187,6 +187,19 @@ CREATE TABLE mailer.memory_undo (
 ) WITH (toast_tuple_target = 8160);
 CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 
+-- The three tables with no primary key are updated and deleted from (drop_job,
+-- restore_job, the checkpoints, the undo's cleanup, a dead letter's owner).
+-- Under a publication FOR ALL TABLES (a CDC tool's, say) PostgreSQL refuses
+-- UPDATE and DELETE on a table without a replica identity, which would stop
+-- every memory-backend job; FULL identifies a row by all its columns, what
+-- a subscriber needs to apply the change.  It costs nothing below
+-- wal_level = logical, and above it the old row in the WAL of each update
+-- and delete (the worker's heap-level writes included: heap_update and
+-- heap_delete log what the table's identity asks for).
+ALTER TABLE mailer.dead_letters REPLICA IDENTITY FULL;
+ALTER TABLE mailer.memory_state REPLICA IDENTITY FULL;
+ALTER TABLE mailer.memory_undo REPLICA IDENTITY FULL;
+
 SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.job_job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.job_secret', '');

@@ -18,7 +18,8 @@ use MailerTest;
 our @EXPORT = qw(orders_source orders_insert orders_produce totals_spec
   totals_sink totals_check job_epoch wait_epoch_after job_worker_pid
   wait_server_up wait_job_running lock_tables unlock_tables
-  set_cluster_setting @BACKENDS orders_topic backend_jobs check_backends);
+  set_cluster_setting @BACKENDS orders_topic backend_jobs check_backends
+  orders_feed);
 
 # A source table of order events (made anew; it stays after the test).
 sub orders_source
@@ -257,6 +258,37 @@ sub set_cluster_setting
 	my ($name, $value) = @_;
 	psql(defined $value ? "ALTER SYSTEM SET $name = '$value'" : "ALTER SYSTEM RESET $name");
 	psql("SELECT pg_reload_conf()");
+}
+
+# A totals job fed batch by batch, so that it can never run ahead of a
+# step: orders_feed($table, $topic, $job, $sink, $batch) returns a feed
+# whose produce() puts the next $batch orders of $table into $topic, and
+# whose caught_up($what) waits until a committed checkpoint has them all
+# (mailer.wait_job) and checks that $sink counts each once.  {produced}:
+# how many orders went in.
+sub orders_feed
+{
+	my ($table, $topic, $job, $sink, $batch) = @_;
+	return bless { table => $table, topic => $topic, job => $job, sink => $sink, batch => $batch,
+		produced => 0 }, 'MailerKafkaTest::OrdersFeed';
+}
+
+package MailerKafkaTest::OrdersFeed;
+
+sub produce
+{
+	my ($f) = @_;
+	MailerKafkaTest::orders_produce($f->{table}, $f->{topic}, $f->{produced} + 1, $f->{produced} + $f->{batch});
+	$f->{produced} += $f->{batch};
+}
+
+sub caught_up
+{
+	my ($f, $what) = @_;
+	Test::More::is(MailerTest::psql("SELECT mailer.wait_job('$f->{job}', '5 minutes')"), 'running',
+		"$what: caught up");
+	Test::More::is(MailerTest::psql("SELECT sum(orders) FROM $f->{sink}"), $f->{produced},
+		"$what: every order counted once");
 }
 
 1;

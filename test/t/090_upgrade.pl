@@ -24,8 +24,9 @@ SELECT string_agg(x, E'\n' ORDER BY x) FROM (
 	LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
 	WHERE c.relnamespace = 'mailer'::regnamespace
 	UNION ALL
-	SELECT format('relation %s kind=%s rls=%s force=%s acl=%s options=%s comment=%s', relname, relkind,
-		relrowsecurity, relforcerowsecurity, relacl, reloptions, obj_description(oid, 'pg_class'))
+	SELECT format('relation %s kind=%s rls=%s force=%s replident=%s acl=%s options=%s comment=%s', relname,
+		relkind, relrowsecurity, relforcerowsecurity, relreplident, relacl, reloptions,
+		obj_description(oid, 'pg_class'))
 	FROM pg_class WHERE relnamespace = 'mailer'::regnamespace
 	UNION ALL
 	SELECT format('view %s %s', viewname, definition) FROM pg_views WHERE schemaname = 'mailer'

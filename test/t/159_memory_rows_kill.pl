@@ -31,22 +31,7 @@ psql("SELECT mailer.create_job('t159_totals', \$\$"
 	. "\$\$)");
 my $job_id = psql("SELECT job_id FROM mailer.job WHERE name = 't159_totals'");
 
-my $produced = 0;
-
-# The next batch of orders into the topic, then until a committed
-# checkpoint has them all (mailer.wait_job).
-sub produce_batch
-{
-	orders_produce('orders_159', $topic, $produced + 1, $produced + $BATCH);
-	$produced += $BATCH;
-}
-
-sub caught_up
-{
-	my ($what) = @_;
-	is(psql("SELECT mailer.wait_job('t159_totals', '5 minutes')"), 'running', "$what: caught up");
-	is(psql('SELECT sum(orders) FROM t159_totals'), $produced, "$what: every order counted once");
-}
+my $feed = orders_feed('orders_159', $topic, 't159_totals', 't159_totals', $BATCH);
 
 sub written_since
 {
@@ -55,8 +40,8 @@ sub written_since
 }
 
 my $log_start = pg_log_size();
-produce_batch() for 1 .. 2;
-caught_up('the first orders');
+$feed->produce for 1 .. 2;
+$feed->caught_up('the first orders');
 
 # A snapshot held while four batches are written: no version the updates
 # leave can go, the pages fill, and rows move to other pages (a HOT update
@@ -69,8 +54,8 @@ wait_until('the snapshot is held', sub { $holder->pump_nb; $out =~ /held/ }, 30)
 my $from = pg_log_size();
 for (1 .. 4)
 {
-	produce_batch();
-	caught_up('under the held snapshot');
+	$feed->produce;
+	$feed->caught_up('under the held snapshot');
 }
 my $w = written_since($from);
 $in .= "COMMIT;\n\\q\n";
@@ -85,29 +70,29 @@ is($w->{sql}, 0, 'no row went by SQL');
 for my $point (qw(memory_checkpoint_written checkpoint_after_ext_check))
 {
 	my $from = test_point_hold($point);
-	produce_batch();
+	$feed->produce;
 	my $pid = test_point_wait_reached($point, $from, 60);
 	ok($pid, "$point: the worker is held there");
 	my $launcher = launcher_pid();
 	is(kill('KILL', $pid), 1, "$point: SIGKILL to the worker");
 	wait_server_ready(not_launcher => $launcher);
 	test_point_release();
-	caught_up("$point: after the restart");
-	produce_batch();
-	caught_up("$point: the next batch");
+	$feed->caught_up("$point: after the restart");
+	$feed->produce;
+	$feed->caught_up("$point: the next batch");
 }
 
 # A superuser's UPDATE of every state row of the job: each address the
 # worker keeps now holds a dead version, and those keys go by SQL.
 psql("UPDATE mailer.memory_state SET value = value WHERE job_id = $job_id");
 $from = pg_log_size();
-produce_batch();
-caught_up('after the UPDATE of the state rows');
+$feed->produce;
+$feed->caught_up('after the UPDATE of the state rows');
 $w = written_since($from);
 cmp_ok($w->{sql}, '>', 0, 'rows updated by someone else went by SQL');
 $from = pg_log_size();
-produce_batch();
-caught_up('the batch after');
+$feed->produce;
+$feed->caught_up('the batch after');
 $w = written_since($from);
 cmp_ok($w->{updated}, '>', 0, 'then the rows are updated at their addresses again');
 is($w->{sql}, 0, '... and none by SQL');
@@ -118,8 +103,8 @@ is($w->{sql}, 0, '... and none by SQL');
 # refuses fails the checkpoint as the SQL's would.
 psql("ALTER TABLE mailer.memory_state ADD COLUMN t159_note text NOT NULL DEFAULT 'x'");
 $from = pg_log_size();
-produce_batch();
-caught_up('with a column added');
+$feed->produce;
+$feed->caught_up('with a column added');
 $w = written_since($from);
 is($w->{updated} + $w->{deleted} + $w->{inserted}, 0, 'a column added: no row written at the heap level');
 cmp_ok($w->{sql}, '>', 0, 'a column added: the rows went by SQL');
@@ -131,22 +116,22 @@ my $rows = "SELECT md5(string_agg(key::text || value::text, ',' ORDER BY key)) F
 	. "WHERE job_id = $job_id";
 my $rows_before = psql($rows);
 psql("ALTER TABLE mailer.memory_state ADD CONSTRAINT t159_check CHECK (job_id <> $job_id) NOT VALID");
-produce_batch();
+$feed->produce;
 wait_for_sql('a CHECK the rows violate fails the checkpoint',
 	"SELECT failures > $failures AND last_error LIKE '%t159_check%' FROM mailer.job_status WHERE job_id = $job_id",
 	't', 60);
-is(psql('SELECT sum(orders) FROM t159_totals'), $produced - $BATCH, 'a CHECK violated: nothing committed');
+is(psql('SELECT sum(orders) FROM t159_totals'), $feed->{produced} - $BATCH, 'a CHECK violated: nothing committed');
 is(psql($rows), $rows_before, 'a CHECK violated: the state rows are as before');
 $from = pg_log_size();
 psql('ALTER TABLE mailer.memory_state DROP CONSTRAINT t159_check');
-caught_up('the CHECK dropped');
+$feed->caught_up('the CHECK dropped');
 $w = written_since($from);
 is($w->{updated} + $w->{deleted} + $w->{inserted}, 0, 'the column still there: no row written at the heap level');
 
 psql('ALTER TABLE mailer.memory_state DROP COLUMN t159_note');
 $from = pg_log_size();
-produce_batch();
-caught_up('the column dropped');
+$feed->produce;
+$feed->caught_up('the column dropped');
 $w = written_since($from);
 cmp_ok($w->{updated}, '>', 0, 'the column dropped: rows updated at their addresses again');
 is($w->{sql}, 0, 'the column dropped: none by SQL');
