@@ -226,14 +226,7 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	relids[1] = memory_table(ext_oid, "memory_undo", RowExclusiveLock);
 	rels[0] = table_open(relids[0], NoLock);
 	rels[1] = table_open(relids[1], NoLock);
-	/*
-	 * The state's rows are updated and deleted here: under a publication
-	 * the executor would refuse that without a replica identity, which
-	 * heap_update and heap_delete do not check.  The extension makes it
-	 * FULL; any other sends the writes to SQL, which refuses what it must.
-	 */
 	plain = plain_heap(rels[0], state_columns, lengthof(state_columns)) &&
-		rels[0]->rd_rel->relreplident == REPLICA_IDENTITY_FULL &&
 		plain_heap(rels[1], undo_columns, lengthof(undo_columns));
 	*node = rels[0]->rd_node;
 	table_close(rels[0], NoLock);
@@ -247,6 +240,17 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	/* The INSERT refuses to write in a read-only transaction: so does this. */
 	if (XactReadOnly)
 		PreventCommandIfReadOnly("INSERT");
+
+	/*
+	 * And the UPDATE and DELETE a table a publication publishes them of
+	 * whose replica identity cannot identify the rows (none, or a column
+	 * list that leaves some out): heap_update and heap_delete log what the
+	 * identity asks for but check nothing.  The extension makes it FULL.
+	 */
+	rels[0] = table_open(relids[0], NoLock);
+	CheckCmdReplicaIdentity(rels[0], CMD_UPDATE);
+	CheckCmdReplicaIdentity(rels[0], CMD_DELETE);
+	table_close(rels[0], NoLock);
 
 	mr->job_id = job_id;
 	for (int i = 0; i < 2; i++)
