@@ -187,8 +187,9 @@ CREATE TABLE mailer.memory_undo (
 ) WITH (toast_tuple_target = 8160);
 CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 
--- The three tables with no primary key are updated and deleted from (drop_job,
--- restore_job, the checkpoints, the undo's cleanup, a dead letter's owner).
+-- The three tables with no primary key are deleted from (drop_job,
+-- restore_job, the undo's cleanup, a dead letter's owner), memory_state's
+-- rows updated too (the checkpoints).
 -- Under a publication FOR ALL TABLES (a CDC tool's, say) PostgreSQL refuses
 -- UPDATE and DELETE on a table without a replica identity, which would stop
 -- every memory-backend job; FULL identifies a row by all its columns, what

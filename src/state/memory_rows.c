@@ -229,6 +229,24 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	plain = plain_heap(rels[0], state_columns, lengthof(state_columns)) &&
 		plain_heap(rels[1], undo_columns, lengthof(undo_columns));
 	*node = rels[0]->rd_node;
+	if (plain)
+	{
+		/* The INSERT refuses to write in a read-only transaction: so does this. */
+		if (XactReadOnly)
+			PreventCommandIfReadOnly("INSERT");
+
+		/*
+		 * heap_update and heap_delete log the old row the replica identity
+		 * asks for, but check nothing: the executor's check refuses them,
+		 * as it refuses SQL's, while a publication publishes the table's
+		 * updates or deletes and its identity cannot identify a row
+		 * (NOTHING, DEFAULT without a primary key) or the publication has a
+		 * column list (PostgreSQL 15 allows none with FULL, the identity
+		 * the extension gives the table).
+		 */
+		CheckCmdReplicaIdentity(rels[0], CMD_UPDATE);
+		CheckCmdReplicaIdentity(rels[0], CMD_DELETE);
+	}
 	table_close(rels[0], NoLock);
 	table_close(rels[1], NoLock);
 	if (!plain)
@@ -237,20 +255,6 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 		pfree(mr);
 		return NULL;
 	}
-	/* The INSERT refuses to write in a read-only transaction: so does this. */
-	if (XactReadOnly)
-		PreventCommandIfReadOnly("INSERT");
-
-	/*
-	 * And the UPDATE and DELETE a table a publication publishes them of
-	 * whose replica identity cannot identify the rows (none, or a column
-	 * list that leaves some out): heap_update and heap_delete log what the
-	 * identity asks for but check nothing.  The extension makes it FULL.
-	 */
-	rels[0] = table_open(relids[0], NoLock);
-	CheckCmdReplicaIdentity(rels[0], CMD_UPDATE);
-	CheckCmdReplicaIdentity(rels[0], CMD_DELETE);
-	table_close(rels[0], NoLock);
 
 	mr->job_id = job_id;
 	for (int i = 0; i < 2; i++)
