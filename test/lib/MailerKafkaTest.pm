@@ -19,7 +19,7 @@ our @EXPORT = qw(orders_source orders_insert orders_produce totals_spec
   totals_sink totals_check job_epoch wait_epoch_after job_worker_pid
   wait_server_up wait_job_running lock_tables unlock_tables
   set_cluster_setting @BACKENDS orders_topic backend_jobs check_backends
-  orders_feed);
+  totals_job orders_feed);
 
 # A source table of order events (made anew; it stays after the test).
 sub orders_source
@@ -228,12 +228,20 @@ sub backend_jobs
 	my %job;
 	for my $b (@BACKENDS)
 	{
-		my $j = $job{$b} = "${prefix}_$b";
-		totals_sink($j);
-		psql("SELECT mailer.create_job('$j', \$\$"
-			  . totals_spec($topic, $j, %spec, backend => $b) . "\$\$)");
+		$job{$b} = "${prefix}_$b";
+		totals_job($job{$b}, $topic, %spec, backend => $b);
 	}
 	return \%job;
+}
+
+# A keyed totals job $name on $topic with a sink table of its name (made
+# anew); %spec goes to totals_spec.  Returns its job_id.
+sub totals_job
+{
+	my ($name, $topic, %spec) = @_;
+	totals_sink($name);
+	psql("SELECT mailer.create_job('$name', \$\$" . totals_spec($topic, $name, %spec) . "\$\$)");
+	return psql("SELECT job_id FROM mailer.job WHERE name = '$name'");
 }
 
 # For each backend: its job has read what the topic holds (mailer.wait_job),

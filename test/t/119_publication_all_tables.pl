@@ -37,12 +37,34 @@ is(psql("SELECT string_agg(relname || '=' || relreplident::text, ',' ORDER BY re
 		. "AND relname IN ('dead_letters', 'memory_state', 'memory_undo')"),
 	'dead_letters=f,memory_state=f,memory_undo=f', 'the tables without a primary key have replica identity FULL');
 
-totals_sink('t119_totals');
-psql("SELECT mailer.create_job('t119_totals', \$\$"
-	. totals_spec($topic, 't119_totals', backend => 'memory', interval => '50 milliseconds', retain => 10)
-	. "\$\$)");
-my $job_id = psql("SELECT job_id FROM mailer.job WHERE name = 't119_totals'");
+my $job_id = totals_job('t119_totals', $topic, backend => 'memory', interval => '50 milliseconds', retain => 10);
 my $feed = orders_feed('orders_119', $topic, 't119_totals', 't119_totals', $BATCH);
+
+# The next batch fails its checkpoint with an error matching $error (a
+# regular expression, as mailer.job_status.last_error holds it), and
+# nothing of it commits.
+sub checkpoint_refused
+{
+	my ($what, $error) = @_;
+	my $failures = psql("SELECT failures FROM mailer.job_status WHERE job_id = $job_id");
+	$feed->produce;
+	wait_for_sql("$what: the checkpoint fails",
+		"SELECT failures > $failures AND last_error ~ '$error' FROM mailer.job_status WHERE job_id = $job_id",
+		't', 60);
+	is(psql('SELECT sum(orders) FROM t119_totals'), $feed->{produced} - $BATCH, "$what: nothing committed");
+}
+
+# The next batch commits, its rows updated at their addresses, none by SQL.
+sub heap_path_batch
+{
+	my ($what) = @_;
+	my $from = pg_log_size();
+	$feed->produce;
+	$feed->caught_up($what);
+	my $w = memory_rows_written([$job_id], $from);
+	cmp_ok($w->{updated}, '>', 0, "$what: rows updated at their addresses");
+	is($w->{sql}, 0, "$what: none by SQL");
+}
 
 my $from = pg_log_size();
 for (1 .. 12)
@@ -144,45 +166,26 @@ cmp_ok($window_deletes, '>=', 20, "decoded: the fired windows' rows deleted at t
 # SQL's would: the checkpoint fails and commits nothing (and each restart
 # fails at its open, whose rewind deletes by SQL).
 psql('ALTER TABLE mailer.memory_state REPLICA IDENTITY DEFAULT');
-my $failures = psql("SELECT failures FROM mailer.job_status WHERE job_id = $job_id");
-$feed->produce;
-wait_for_sql('the checkpoint fails on the replica identity',
-	"SELECT failures > $failures AND last_error ~ '^cannot (update|delete from) table \"memory_state\" because it "
-	  . "does not have a replica identity' FROM mailer.job_status WHERE job_id = $job_id", 't', 60);
-is(psql('SELECT sum(orders) FROM t119_totals'), $feed->{produced} - $BATCH, 'identity DEFAULT: nothing committed');
+checkpoint_refused('identity DEFAULT',
+	'^cannot (update|delete from) table "memory_state" because it does not have a replica identity');
 psql('ALTER TABLE mailer.memory_state REPLICA IDENTITY FULL');
 $feed->caught_up('identity FULL again');
-$from = pg_log_size();
-$feed->produce;
-$feed->caught_up('the batch after');
-$w = memory_rows_written([$job_id], $from);
-cmp_ok($w->{updated}, '>', 0, 'identity FULL again: rows updated at their addresses');
-is($w->{sql}, 0, 'identity FULL again: none by SQL');
+heap_path_batch('the batch after identity FULL');
 totals_check('orders_119', 't119_totals', 'the memory job under the publication', "order_id <= $feed->{produced}");
 
 # A publication of the state table with a column list: PostgreSQL 15
 # refuses UPDATE and DELETE of a FULL identity table under any, and the
 # heap path, which had nothing to send to SQL, refuses too.
 psql('CREATE PUBLICATION t119_cols FOR TABLE mailer.memory_state (job_id, key)');
-$failures = psql("SELECT failures FROM mailer.job_status WHERE job_id = $job_id");
-$feed->produce;
-wait_for_sql('the checkpoint fails on the column list',
-	"SELECT failures > $failures AND last_error ~ '^cannot (update|delete from) table \"memory_state\": Column list used by the "
-	  . "publication does not cover the replica identity' "
-	  . "FROM mailer.job_status WHERE job_id = $job_id", 't', 60);
-is(psql('SELECT sum(orders) FROM t119_totals'), $feed->{produced} - $BATCH, 'a column list: nothing committed');
+checkpoint_refused('a column list', '^cannot (update|delete from) table "memory_state": '
+	  . 'Column list used by the publication does not cover the replica identity');
 psql('DROP PUBLICATION t119_cols');
 $feed->caught_up('the column list dropped');
 
 # No publication: DEFAULT identifies no row, and nothing needs it to.
 psql('DROP PUBLICATION t119_all');
 psql('ALTER TABLE mailer.memory_state REPLICA IDENTITY DEFAULT');
-$from = pg_log_size();
-$feed->produce;
-$feed->caught_up('identity DEFAULT, no publication');
-$w = memory_rows_written([$job_id], $from);
-cmp_ok($w->{updated}, '>', 0, 'identity DEFAULT, no publication: rows updated at their addresses');
-is($w->{sql}, 0, 'identity DEFAULT, no publication: none by SQL');
+heap_path_batch('identity DEFAULT, no publication');
 psql('ALTER TABLE mailer.memory_state REPLICA IDENTITY FULL');
 
 # Under the publication again, drop_job deletes the jobs' state, undo and

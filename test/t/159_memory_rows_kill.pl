@@ -25,11 +25,7 @@ my $topic = orders_topic('159', 1, 15 * $BATCH, 400);
 test_point_release();
 # The worker connects as this role: its checkpoints log what they wrote.
 psql("ALTER ROLE CURRENT_USER SET log_min_messages = 'debug1'");
-totals_sink('t159_totals');
-psql("SELECT mailer.create_job('t159_totals', \$\$"
-	. totals_spec($topic, 't159_totals', backend => 'memory', interval => '50 milliseconds', retain => 30)
-	. "\$\$)");
-my $job_id = psql("SELECT job_id FROM mailer.job WHERE name = 't159_totals'");
+my $job_id = totals_job('t159_totals', $topic, backend => 'memory', interval => '50 milliseconds', retain => 30);
 
 my $feed = orders_feed('orders_159', $topic, 't159_totals', 't159_totals', $BATCH);
 
