@@ -32,10 +32,16 @@ local_hash_seed_get(void)
 }
 
 /* A hash of bytes, seeded. */
+static inline uint64
+local_hash_bytes64(const void *data, int len)
+{
+	return hash_bytes_extended((const unsigned char *) data, len, local_hash_seed_get());
+}
+
 static inline uint32
 local_hash_bytes(const void *data, int len)
 {
-	return (uint32) hash_bytes_extended((const unsigned char *) data, len, local_hash_seed_get());
+	return (uint32) local_hash_bytes64(data, len);
 }
 
 /*

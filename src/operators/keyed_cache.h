@@ -11,6 +11,7 @@
 #include "connectors/dead_letter.h"
 #include "connectors/sink.h"
 #include "operators/keyed_state.h"
+#include "operators/session_keys.h"
 #include "operators/timer_index.h"
 #include "plan/plan.h"
 
@@ -79,6 +80,9 @@ struct KeyedStage
 	int			changed_capacity;
 	int			undo_nchanged;
 	AggValue   *combined;		/* scratch: a window's values from its panes */
+	/* Session windows: the keys holding sessions (window.c) */
+	SessionKeys *session_keys;
+	slist_head	undo_session_keys;	/* the current record's changes to them, latest first */
 };
 
 /* An entry as it was before the current record. */

@@ -62,6 +62,8 @@ static void window_key(KeyedStage *stage, char kind, const char *group, int grou
 static KeyedEntry *lookup_unended(KeyedStage *stage, char kind, const char *group,
 								  int group_len, TimestampTz start, bool make);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
+static KeyedEntry *lookup_sessions(KeyedStage *stage, const char *group, int group_len);
+static void count_session_key(KeyedStage *stage, const char *group, int group_len, int delta);
 static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 						  TimestampTz start, TimestampTz end, bool fired);
@@ -211,7 +213,7 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 	check_window_range(t, t, (int128) t + w->gap_us);
 	end = t + w->gap_us;
-	e = lookup_window(stage, 'S', group, group_len, 0, true);
+	e = lookup_sessions(stage, group, group_len);
 	foreach(lc, e->sessions)
 	{
 		Session    *s = lfirst(lc);
@@ -243,6 +245,8 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	}
 
 	/* Nothing fails from here on. */
+	if (e->sessions == NIL)
+		count_session_key(stage, group, group_len, +1);
 	/* The key's last session was purged since the checkpoint: the key lives on. */
 	e->deleted = false;
 	old = MemoryContextSwitchTo(stage->cache_context);
@@ -495,7 +499,10 @@ purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e,
 		e->sessions = list_delete_ptr(e->sessions, s);
 		stage->cache_dropped++; /* its values go with a rebuild */
 		if (e->sessions == NIL)
+		{
 			e->deleted = true;
+			count_session_key(stage, group, group_len, -1);
+		}
 	}
 	else
 	{
@@ -577,6 +584,8 @@ restore_kind(KeyedStage *stage, char kind)
 		keyed_entry_deserialize(&codec, &e, val, vlen);
 		if (kind == 'W')
 			restore_timer(stage, group, group_len, e.start, e.end, e.fired);
+		if (e.sessions != NIL)
+			session_keys_change(stage->session_keys, session_keys_hash(group, group_len), +1);
 		foreach(lc, e.sessions)
 		{
 			Session    *s = lfirst(lc);
@@ -747,7 +756,10 @@ window_setup(KeyedStage *stage)
 	if (w->type == WINDOW_SLIDING && !stage->panes)
 		panes_to_windows(stage);
 	if (w->type == WINDOW_SESSION)
+	{
+		stage->session_keys = session_keys_create(stage->context);
 		restore_kind(stage, 'S');
+	}
 	else
 	{
 		if (stage->panes)
@@ -818,12 +830,26 @@ void
 window_undo_mark(KeyedStage *stage)
 {
 	stage->undo_nchanged = stage->nchanged;
+	slist_init(&stage->undo_session_keys);
 }
 
-/* A record failed: the windows it changed first are as they were. */
+/*
+ * A record failed: the windows it changed first are as they were, and so
+ * are the counts of the keys holding sessions (its entries are back as
+ * they were, keyed_abort_record).
+ */
 void
 window_undo(KeyedStage *stage)
 {
+	slist_iter	it;
+
+	slist_foreach(it, &stage->undo_session_keys)
+	{
+		SessionKeyChange *c = slist_container(SessionKeyChange, node, it.cur);
+
+		session_keys_change(stage->session_keys, c->hash, -c->delta);
+	}
+	slist_init(&stage->undo_session_keys);
 	if (!stage->panes)
 		return;
 	for (int i = stage->nchanged - 1; i >= stage->undo_nchanged; i--)
@@ -1333,6 +1359,48 @@ lookup_unended(KeyedStage *stage, char kind, const char *group, int group_len,
 		timer_index_holds(stage->timers, 'P', purge_time(stage, end), tail->data, tail->len))
 		return keyed_lookup(stage, stage->key.data, stage->key.len, true);
 	return keyed_lookup_known(stage, stage->key.data, stage->key.len, make, NULL, 0);
+}
+
+/*
+ * A key's sessions entry ('S' <group key>), made when missing.  A key not
+ * counted in session_keys holds no session: its entry, if the backend has
+ * one, was deleted with its last session, and the backend is not asked.
+ */
+static KeyedEntry *
+lookup_sessions(KeyedStage *stage, const char *group, int group_len)
+{
+	KeyedEntry *e;
+
+	window_key(stage, 'S', group, group_len, 0);
+	e = keyed_lookup_known(stage, stage->key.data, stage->key.len, false, NULL, 0);
+	if (e != NULL)
+		return e;
+	if (session_keys_may_hold(stage->session_keys, session_keys_hash(group, group_len)))
+		return keyed_lookup(stage, stage->key.data, stage->key.len, true);
+	return keyed_lookup_known(stage, stage->key.data, stage->key.len, true, NULL, 0);
+}
+
+/*
+ * A key's entry went from no session to some (+1) or back (-1).  Within a
+ * record the change is kept for its undo: the undo's node is taken before
+ * the count changes and linked after (neither can fail then), so that an
+ * undo never takes back a change that was not made.
+ */
+static void
+count_session_key(KeyedStage *stage, const char *group, int group_len, int delta)
+{
+	uint64		hash = session_keys_hash(group, group_len);
+	SessionKeyChange *undo = NULL;
+
+	if (stage->undo_active)
+		undo = MemoryContextAlloc(stage->undo_context, sizeof(SessionKeyChange));
+	session_keys_change(stage->session_keys, hash, delta);
+	if (undo)
+	{
+		undo->hash = hash;
+		undo->delta = delta;
+		slist_push_head(&stage->undo_session_keys, &undo->node);
+	}
 }
 
 static Session *

@@ -1,0 +1,122 @@
+# Session windows with a cache of 10 entries (mailer.state_cache_entries)
+# give SQL's sessions.  A key's sessions are one state entry, deleted with
+# its last session; the stage counts the keys holding one
+# (operators/session_keys.c), and a key it does not count is taken for new
+# without asking the backend (window.c, lookup_sessions).  A key counted
+# too few times would have its sessions taken for none once the cache let
+# them go: its session would start again, and the rows below would come
+# out short.  So the counts are put to the test where they change: keys
+# whose sessions span checkpoints and outlive the cache, keys that go idle
+# past the gap (purged, then new), a SIGKILL of one worker and a restart
+# of the other (the counts are made again from the entries), and records
+# that fail after making a key's first session: a flat_map gives a flagged
+# record a second output, of key 'boom', whose float sum overflows when
+# boom's session already holds one, so the record's first output is
+# undone, its count with it.  Emit final (RocksDB) and update (memory).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use Test::More;
+
+fresh_extension();
+state_cache_entries_until_exit(10);
+
+my $topic = unique_name('t168');
+kafka('create-topic', $topic, 1);
+
+# Every 0.1 s of event time: odd records go to 10 steady keys (one each
+# 2 s: one session each, the whole run), even ones to 20 bursty keys (9
+# records in 1.8 s, then 36 s idle: a new session each burst).  Every 15
+# s, a pair of flagged records (amount -1): the first (a bursty key's)
+# makes boom's session; the second, 0.4 s later, of a key f0 to f2 idle
+# for 45 s, overflows it and fails; its key gets records 0.2, 2.2 and 4.2
+# s after (one session, often across a checkpoint).
+my (@events, @ok);
+my $n = 0;
+for (my $t = 100; $t < 400; $t += 0.1, $n++)
+{
+	my %e = (p => 0, t => sprintf('%.1f', $t), a => 1 + $n % 13);
+	my $pair = int($n / 150) % 3;
+	if ($n % 2)
+	{
+		$e{k} = 's' . (int($n / 2) % 10);
+	}
+	elsif ($n % 150 == 104)
+	{
+		@e{qw(k a)} = ("f$pair", -1);
+	}
+	elsif ($n % 150 == 106 || $n % 150 == 126 || $n % 150 == 146)
+	{
+		$e{k} = "f$pair";
+	}
+	else
+	{
+		$e{k} = 'b' . (int($n / 18) % 20);
+		$e{a} = -1 if $n % 150 == 100;
+	}
+	push @events, \%e;
+	push @ok, \%e unless $n % 150 == 104;
+}
+my $failing = grep { $_->{a} == -1 && $_->{k} =~ /^f/ } @events;
+my $end = { p => 0, k => 'zz', t => 2000, a => 1 };
+events_table('t168_events', [ @ok, $end ]);
+
+my $flat = q{{"flat_map": "jsonb_array_elements(CASE WHEN (value->>'a')::numeric < 0 THEN jsonb_build_array(value, jsonb_build_object('k', 'boom', 'ts', value->'ts', 'a', 0, 'f', 1e308)) ELSE jsonb_build_array(value) END)"}};
+for my $j (['t168_final', '{"type": "session", "gap": "4 seconds"}', 'rocksdb'],
+	['t168_update', '{"type": "session", "gap": "4 seconds", "emit": "update"}', 'memory'])
+{
+	my ($name, $window, $backend) = @$j;
+	psql("DROP TABLE IF EXISTS $name; CREATE TABLE $name (k text, window_start timestamptz,
+	        window_end timestamptz, n bigint, total numeric, f float8, PRIMARY KEY (k, window_start))");
+	psql(qq{SELECT mailer.create_job('$name', \$spec\$
+{"source": {"type": "kafka", "brokers": "$ENV{KAFKA_BROKERS}", "topic": "$topic", "start": "earliest"},
+ "event_time": "(value->>'ts')::timestamptz",
+ "watermark": {"max_out_of_orderness": "2 seconds"},
+ "steps": [$flat, {"key_by": {"k": "value->>'k'"}}, {"window": $window},
+   {"aggregate": {"n": "count(*)", "total": "sum((value->>'a')::numeric)", "f": "sum((value->>'f')::float8)"}}],
+ "sink": {"type": "table", "table": "$name"},
+ "checkpoint": {"interval": "200 milliseconds"},
+ "state": {"backend": "$backend"}}\$spec\$)});
+}
+
+# In chunks of 70 records, each read and committed before the next goes
+# out, so that sessions span checkpoints.  The final job's worker is
+# killed after a third of them; the update job restarts from its
+# checkpoint after two thirds.
+my $CHUNK = 70;
+my $chunks = int((@events + $CHUNK - 1) / $CHUNK);
+for my $c (0 .. $chunks - 1)
+{
+	my $last = $c == $chunks - 1;
+	my @part = @events[$c * $CHUNK .. ($last ? $#events : ($c + 1) * $CHUNK - 1)];
+	push @part, $end if $last;
+	produce_events($topic, \@part);
+	for my $job ('t168_final', 't168_update')
+	{
+		my $state = wait_job($job, 60);
+		is($state, 'running', "$job read chunk $c") if $c == 0 || $last || $state ne 'running';
+	}
+	kill_worker('t168_final') if $c == int($chunks / 3);
+	if ($c == int(2 * $chunks / 3))
+	{
+		is(psql("SELECT mailer.stop_job('t168_update')"), 'stopped', 't168_update stopped');
+		psql("SELECT mailer.start_job('t168_update')");
+	}
+}
+
+my $want = want_sessions("(SELECT * FROM t168_events WHERE k <> 'zz') e", '4 seconds');
+for my $table ('t168_final', 't168_update')
+{
+	same_rows("SELECT k, window_start, window_end, n, total FROM $table WHERE k NOT IN ('zz', 'boom')",
+		$want, "$table: every session, across checkpoints, a kill and a restart, as SQL's");
+	is(scalar(grep { $_->{stage} eq 'aggregate' } @{ dead_letters($table) }), $failing,
+		"$table: the $failing records whose boom output overflowed are the dead letters");
+}
+cmp_ok($failing, '>=', 15, 'the overflowing records number one per 15 s');
+cmp_ok(psql("SELECT count(*) FROM t168_final WHERE k LIKE 'b%'"), '>=', 150,
+	'the bursty keys made a session per burst');
+is(job_metric('t168_final', 'records_late'), '0', 'no record was late');
+psql("SELECT mailer.stop_job('$_')") for ('t168_final', 't168_update');
+done_testing();
