@@ -4,10 +4,11 @@
  *		(session_keys.h).
  *
  * A key's sessions are one state entry ('S' <group key>), deleted when its
- * last session is purged.  With a short gap most of a key's records find
- * its sessions purged since its last one; once the keyed cache was let go
- * at a checkpoint, each such record read the backend in vain, about half
- * of a session job's reads (BENCHMARKS.md, "Sessions: keys known to hold
+ * last session is purged.  With a gap short against a key's pace most of
+ * its records find its sessions purged since its last one; a record whose
+ * key the keyed cache had let go read the backend in vain (with more keys
+ * than the cache holds, nearly every record: a sixth of a RocksDB session
+ * job's CPU at 1M keys, BENCHMARKS.md, "Sessions: keys known to hold
  * none").  So the stage counts, per hash of the group key, the keys whose
  * entry holds a session: +1 when a key's first session is made, -1 when
  * its last is purged, rebuilt from the entries when the stage starts, as
@@ -16,9 +17,12 @@
  * A count of 0 must mean no key: a key counted too few times would have
  * its sessions taken for none, and lost.  So a change made by a record
  * that then fails is undone with it (window.c, window_undo), and counts
- * are by hash, not by key, only to stay small: 16 bytes a slot, about
- * 24 with simplehash's doubling, for each key holding a session (bounded
- * by the live sessions, as the timers are).  The hash is seeded per
+ * are by hash, not by key, only to stay small: 16 bytes a slot, 18 to 36
+ * bytes a key holding a session with simplehash's fill factor and
+ * doubling (bounded by the live sessions, as the timers are, and made
+ * smaller after a burst of keys: session_keys_trim).  A -1 with no count
+ * to take it from is a bug: it raises an error, and the worker, restarted
+ * from its last checkpoint, counts anew.  The hash is seeded per
  * process (base/local_hash.h): whoever writes to the source cannot make
  * keys share a count, which would only cost reads.
  *
@@ -50,15 +54,19 @@ typedef struct SessionCount
 
 struct SessionKeys
 {
+	MemoryContext context;
 	skeys_hash *counts;
 };
+
+#define SESSION_KEYS_MIN_SIZE 1024
 
 SessionKeys *
 session_keys_create(MemoryContext context)
 {
 	SessionKeys *keys = MemoryContextAlloc(context, sizeof(SessionKeys));
 
-	keys->counts = skeys_create(context, 1024, NULL);
+	keys->context = context;
+	keys->counts = skeys_create(context, SESSION_KEYS_MIN_SIZE, NULL);
 	return keys;
 }
 
@@ -95,8 +103,32 @@ session_keys_may_hold(SessionKeys *keys, uint64 hash)
 	return skeys_lookup(keys->counts, hash) != NULL;
 }
 
-int64
-session_keys_count(SessionKeys *keys)
+/*
+ * simplehash never shrinks: after a burst of keys the table would keep its
+ * peak size (16 bytes a slot, a slot per key over the fill factor, rounded
+ * up to a power of two) for the worker's life.  So when it is less than an
+ * eighth full it is made anew, a quarter to a half full.  The new table is
+ * built whole before the old one goes: an error on the way leaves the
+ * counts as they were.
+ */
+void
+session_keys_trim(SessionKeys *keys)
 {
-	return keys->counts->members;
+	skeys_hash *old = keys->counts;
+	skeys_hash *counts;
+	skeys_iterator it;
+	SessionCount *c;
+
+	if (old->size <= SESSION_KEYS_MIN_SIZE || old->members >= old->size / 8)
+		return;
+	counts = skeys_create(keys->context, Max(SESSION_KEYS_MIN_SIZE, old->members * 2), NULL);
+	skeys_start_iterate(old, &it);
+	while ((c = skeys_iterate(old, &it)) != NULL)
+	{
+		bool		found;
+
+		skeys_insert(counts, c->hash, &found)->count = c->count;
+	}
+	keys->counts = counts;
+	skeys_destroy(old);
 }

@@ -32,7 +32,7 @@ extern void session_keys_change(SessionKeys *keys, uint64 hash, int delta);
 /* False: no key of this hash holds a session. */
 extern bool session_keys_may_hold(SessionKeys *keys, uint64 hash);
 
-/* Hashes counted, for tests and the memory a stage holds. */
-extern int64 session_keys_count(SessionKeys *keys);
+/* Smaller, when a burst of keys is over (outside any record's changes). */
+extern void session_keys_trim(SessionKeys *keys);
 
 #endif							/* SESSION_KEYS_H */

@@ -62,8 +62,9 @@ static void window_key(KeyedStage *stage, char kind, const char *group, int grou
 static KeyedEntry *lookup_unended(KeyedStage *stage, char kind, const char *group,
 								  int group_len, TimestampTz start, bool make);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
-static KeyedEntry *lookup_sessions(KeyedStage *stage, const char *group, int group_len);
-static void count_session_key(KeyedStage *stage, const char *group, int group_len, int delta);
+static KeyedEntry *lookup_sessions(KeyedStage *stage, const char *group, int group_len,
+								   uint64 hash);
+static void count_session_key(KeyedStage *stage, uint64 hash, int delta);
 static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 						  TimestampTz start, TimestampTz end, bool fired);
@@ -210,10 +211,12 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	TimestampTz end;
 	bool		kept_row = false;
 	MemoryContext old;
+	uint64		hash;
 
 	check_window_range(t, t, (int128) t + w->gap_us);
 	end = t + w->gap_us;
-	e = lookup_sessions(stage, group, group_len);
+	hash = session_keys_hash(group, group_len);
+	e = lookup_sessions(stage, group, group_len, hash);
 	foreach(lc, e->sessions)
 	{
 		Session    *s = lfirst(lc);
@@ -246,7 +249,7 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 	/* Nothing fails from here on. */
 	if (e->sessions == NIL)
-		count_session_key(stage, group, group_len, +1);
+		count_session_key(stage, hash, +1);
 	/* The key's last session was purged since the checkpoint: the key lives on. */
 	e->deleted = false;
 	old = MemoryContextSwitchTo(stage->cache_context);
@@ -339,6 +342,8 @@ window_fire(KeyedStage *stage, TimestampTz watermark)
 		else
 			purge_timer(stage, k->data, k->len);
 	}
+	if (stage->session_keys)
+		session_keys_trim(stage->session_keys);
 }
 
 /*
@@ -501,7 +506,7 @@ purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e,
 		if (e->sessions == NIL)
 		{
 			e->deleted = true;
-			count_session_key(stage, group, group_len, -1);
+			count_session_key(stage, session_keys_hash(group, group_len), -1);
 		}
 	}
 	else
@@ -1363,11 +1368,13 @@ lookup_unended(KeyedStage *stage, char kind, const char *group, int group_len,
 
 /*
  * A key's sessions entry ('S' <group key>), made when missing.  A key not
- * counted in session_keys holds no session: its entry, if the backend has
- * one, was deleted with its last session, and the backend is not asked.
+ * counted in session_keys (hash: session_keys_hash of its group key) holds
+ * no session: its entry, if the backend has one, was deleted with its last
+ * session, and the backend is not asked.  An assert build asks it all the
+ * same, and checks.
  */
 static KeyedEntry *
-lookup_sessions(KeyedStage *stage, const char *group, int group_len)
+lookup_sessions(KeyedStage *stage, const char *group, int group_len, uint64 hash)
 {
 	KeyedEntry *e;
 
@@ -1375,9 +1382,15 @@ lookup_sessions(KeyedStage *stage, const char *group, int group_len)
 	e = keyed_lookup_known(stage, stage->key.data, stage->key.len, false, NULL, 0);
 	if (e != NULL)
 		return e;
-	if (session_keys_may_hold(stage->session_keys, session_keys_hash(group, group_len)))
+	if (session_keys_may_hold(stage->session_keys, hash))
 		return keyed_lookup(stage, stage->key.data, stage->key.len, true);
+#ifdef USE_ASSERT_CHECKING
+	e = keyed_lookup(stage, stage->key.data, stage->key.len, true);
+	Assert(e->sessions == NIL);
+	return e;
+#else
 	return keyed_lookup_known(stage, stage->key.data, stage->key.len, true, NULL, 0);
+#endif
 }
 
 /*
@@ -1387,9 +1400,8 @@ lookup_sessions(KeyedStage *stage, const char *group, int group_len)
  * undo never takes back a change that was not made.
  */
 static void
-count_session_key(KeyedStage *stage, const char *group, int group_len, int delta)
+count_session_key(KeyedStage *stage, uint64 hash, int delta)
 {
-	uint64		hash = session_keys_hash(group, group_len);
 	SessionKeyChange *undo = NULL;
 
 	if (stage->undo_active)
