@@ -56,9 +56,11 @@ struct SessionKeys
 {
 	MemoryContext context;
 	skeys_hash *counts;
+	uint64		first_size;		/* slots of the table made first */
 };
 
-#define SESSION_KEYS_MIN_SIZE 1024
+/* Hashes the table is made for first: simplehash gives it 2048 slots. */
+#define SESSION_KEYS_FIRST 1024
 
 SessionKeys *
 session_keys_create(MemoryContext context)
@@ -66,7 +68,8 @@ session_keys_create(MemoryContext context)
 	SessionKeys *keys = MemoryContextAlloc(context, sizeof(SessionKeys));
 
 	keys->context = context;
-	keys->counts = skeys_create(context, SESSION_KEYS_MIN_SIZE, NULL);
+	keys->counts = skeys_create(context, SESSION_KEYS_FIRST, NULL);
+	keys->first_size = keys->counts->size;
 	return keys;
 }
 
@@ -106,8 +109,9 @@ session_keys_may_hold(SessionKeys *keys, uint64 hash)
 /*
  * simplehash never shrinks: after a burst of keys the table would keep its
  * peak size (16 bytes a slot, a slot per key over the fill factor, rounded
- * up to a power of two) for the worker's life.  So when it is less than an
- * eighth full it is made anew, a quarter to a half full.  The new table is
+ * up to a power of two) for the worker's life.  So when it is larger than
+ * the first one and less than an eighth full it is made anew, for twice
+ * its members or SESSION_KEYS_FIRST, whichever is more.  The new table is
  * built whole before the old one goes: an error on the way leaves the
  * counts as they were.
  */
@@ -119,9 +123,10 @@ session_keys_trim(SessionKeys *keys)
 	skeys_iterator it;
 	SessionCount *c;
 
-	if (old->size <= SESSION_KEYS_MIN_SIZE || old->members >= old->size / 8)
+	/* Past the first size, under an eighth full: the new one is at most half the size. */
+	if (old->size <= keys->first_size || old->members >= old->size / 8)
 		return;
-	counts = skeys_create(keys->context, Max(SESSION_KEYS_MIN_SIZE, old->members * 2), NULL);
+	counts = skeys_create(keys->context, Max(SESSION_KEYS_FIRST, old->members * 2), NULL);
 	skeys_start_iterate(old, &it);
 	while ((c = skeys_iterate(old, &it)) != NULL)
 	{

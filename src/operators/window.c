@@ -63,7 +63,7 @@ static KeyedEntry *lookup_unended(KeyedStage *stage, char kind, const char *grou
 								  int group_len, TimestampTz start, bool make);
 static Session *find_session(KeyedEntry *e, TimestampTz start);
 static KeyedEntry *lookup_sessions(KeyedStage *stage, const char *group, int group_len,
-								   uint64 hash);
+								   uint64 *hash, bool *hashed);
 static void count_session_key(KeyedStage *stage, uint64 hash, int delta);
 static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
@@ -212,11 +212,11 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	bool		kept_row = false;
 	MemoryContext old;
 	uint64		hash;
+	bool		hashed;
 
 	check_window_range(t, t, (int128) t + w->gap_us);
 	end = t + w->gap_us;
-	hash = session_keys_hash(group, group_len);
-	e = lookup_sessions(stage, group, group_len, hash);
+	e = lookup_sessions(stage, group, group_len, &hash, &hashed);
 	foreach(lc, e->sessions)
 	{
 		Session    *s = lfirst(lc);
@@ -249,7 +249,7 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 
 	/* Nothing fails from here on. */
 	if (e->sessions == NIL)
-		count_session_key(stage, hash, +1);
+		count_session_key(stage, hashed ? hash : session_keys_hash(group, group_len), +1);
 	/* The key's last session was purged since the checkpoint: the key lives on. */
 	e->deleted = false;
 	old = MemoryContextSwitchTo(stage->cache_context);
@@ -1368,29 +1368,33 @@ lookup_unended(KeyedStage *stage, char kind, const char *group, int group_len,
 
 /*
  * A key's sessions entry ('S' <group key>), made when missing.  A key not
- * counted in session_keys (hash: session_keys_hash of its group key) holds
- * no session: its entry, if the backend has one, was deleted with its last
- * session, and the backend is not asked.  An assert build asks it all the
- * same, and checks.
+ * counted in session_keys holds no session: its entry, if the backend has
+ * one, was deleted with its last session, and the backend is not asked.
+ * The key is hashed only when the cache misses (most records extend a
+ * cached session): then *hash is its session_keys_hash, and *hashed true.
+ * An assert build asks the backend all the same: every dirty entry is
+ * written before the cache lets any go, so an uncached key it holds is a
+ * key the counts missed.
  */
 static KeyedEntry *
-lookup_sessions(KeyedStage *stage, const char *group, int group_len, uint64 hash)
+lookup_sessions(KeyedStage *stage, const char *group, int group_len, uint64 *hash, bool *hashed)
 {
 	KeyedEntry *e;
 
+	*hashed = false;
 	window_key(stage, 'S', group, group_len, 0);
 	e = keyed_lookup_known(stage, stage->key.data, stage->key.len, false, NULL, 0);
 	if (e != NULL)
 		return e;
-	if (session_keys_may_hold(stage->session_keys, hash))
+	*hash = session_keys_hash(group, group_len);
+	*hashed = true;
+	if (session_keys_may_hold(stage->session_keys, *hash))
 		return keyed_lookup(stage, stage->key.data, stage->key.len, true);
 #ifdef USE_ASSERT_CHECKING
-	e = keyed_lookup(stage, stage->key.data, stage->key.len, true);
-	Assert(e->sessions == NIL);
-	return e;
-#else
-	return keyed_lookup_known(stage, stage->key.data, stage->key.len, true, NULL, 0);
+	if (stage->state->ops->get(stage->state, stage->key.data, stage->key.len, &stage->value))
+		elog(ERROR, "session key count missed a key the state holds");
 #endif
+	return keyed_lookup_known(stage, stage->key.data, stage->key.len, true, NULL, 0);
 }
 
 /*
