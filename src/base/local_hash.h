@@ -31,7 +31,7 @@ local_hash_seed_get(void)
 	return local_hash_seed;
 }
 
-/* A hash of bytes, seeded. */
+/* A hash of bytes, seeded: 64 bits, and their low 32. */
 static inline uint64
 local_hash_bytes64(const void *data, int len)
 {

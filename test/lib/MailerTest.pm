@@ -229,7 +229,7 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
-push @EXPORT, qw(produce_thirds_with_kill kill_worker state_cache_entries_until_exit want_sliding
+push @EXPORT, qw(produce_thirds_with_kill produce_chunks_kill_restart kill_worker state_cache_entries_until_exit want_sliding
   records_in_of_all committed_records);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
@@ -364,6 +364,35 @@ sub produce_thirds_with_kill
 	kill_worker($victim);
 	produce_events($topic, [ @$events[2 * $third .. $#$events], $end ]);
 	Test::More::is(wait_job($_), 'running', "$_ read every event") for @jobs;
+}
+
+# Produce the events in chunks of $chunk, each read and committed by both
+# jobs before the next goes out (so that windows span checkpoints); SIGKILL
+# $killed's worker after a third of the chunks, and stop and start
+# $restarted (from its checkpoint) after two thirds.  $end goes out with
+# the last chunk.
+sub produce_chunks_kill_restart
+{
+	my ($topic, $events, $end, $chunk, $killed, $restarted) = @_;
+	my $chunks = int((@$events + $chunk - 1) / $chunk);
+	for my $c (0 .. $chunks - 1)
+	{
+		my $last = $c == $chunks - 1;
+		my @part = @$events[$c * $chunk .. ($last ? $#$events : ($c + 1) * $chunk - 1)];
+		push @part, $end if $last;
+		produce_events($topic, \@part);
+		for my $job ($killed, $restarted)
+		{
+			my $state = wait_job($job, 60);
+			Test::More::is($state, 'running', "$job read chunk $c") if $c == 0 || $last || $state ne 'running';
+		}
+		kill_worker($killed) if $c == int($chunks / 3);
+		if ($c == int(2 * $chunks / 3))
+		{
+			Test::More::is(psql("SELECT mailer.stop_job('$restarted')"), 'stopped', "$restarted stopped");
+			psql("SELECT mailer.start_job('$restarted')");
+		}
+	}
 }
 
 # SIGKILL $job's worker, and wait until the server, restarted after the

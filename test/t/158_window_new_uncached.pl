@@ -50,29 +50,7 @@ events_table('t158_events', [ @events, $end ]);
 # out, so that a window's records span checkpoints (a window holds 100).
 # The final job's worker is killed after a third of them; the update job
 # restarts from its checkpoint after two thirds.
-my $CHUNK = 70;
-my $chunks = int((@events + $CHUNK - 1) / $CHUNK);
-for my $c (0 .. $chunks - 1)
-{
-	my $last = $c == $chunks - 1;
-	my @part = @events[$c * $CHUNK .. ($last ? $#events : ($c + 1) * $CHUNK - 1)];
-	push @part, $end if $last;
-	produce_events($topic, \@part);
-	for my $job ('t158_final', 't158_update')
-	{
-		my $state = psql("SELECT mailer.wait_job('$job', '60 seconds')");
-		is($state, 'running', "$job read chunk $c") if $c == 0 || $last || $state ne 'running';
-	}
-	if ($c == int($chunks / 3))
-	{
-		kill_worker('t158_final');
-	}
-	if ($c == int(2 * $chunks / 3))
-	{
-		is(psql("SELECT mailer.stop_job('t158_update')"), 'stopped', 't158_update stopped');
-		psql("SELECT mailer.start_job('t158_update')");
-	}
-}
+produce_chunks_kill_restart($topic, \@events, $end, 70, 't158_final', 't158_update');
 
 my $want = want_tumbling("(SELECT * FROM t158_events WHERE k <> 'zz') e", '10 seconds');
 for my $table ('t158_final', 't158_update')

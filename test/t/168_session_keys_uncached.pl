@@ -103,26 +103,7 @@ for my $j (['t168_final', '{"type": "session", "gap": "4 seconds"}', 'rocksdb'],
 # out, so that sessions span checkpoints.  The final job's worker is
 # killed after a third of them; the update job restarts from its
 # checkpoint after two thirds.
-my $CHUNK = 70;
-my $chunks = int((@events + $CHUNK - 1) / $CHUNK);
-for my $c (0 .. $chunks - 1)
-{
-	my $last = $c == $chunks - 1;
-	my @part = @events[$c * $CHUNK .. ($last ? $#events : ($c + 1) * $CHUNK - 1)];
-	push @part, $end if $last;
-	produce_events($topic, \@part);
-	for my $job ('t168_final', 't168_update')
-	{
-		my $state = wait_job($job, 60);
-		is($state, 'running', "$job read chunk $c") if $c == 0 || $last || $state ne 'running';
-	}
-	kill_worker('t168_final') if $c == int($chunks / 3);
-	if ($c == int(2 * $chunks / 3))
-	{
-		is(psql("SELECT mailer.stop_job('t168_update')"), 'stopped', 't168_update stopped');
-		psql("SELECT mailer.start_job('t168_update')");
-	}
-}
+produce_chunks_kill_restart($topic, \@events, $end, 70, 't168_final', 't168_update');
 
 my $want = want_sessions("(SELECT * FROM t168_events WHERE k <> 'zz') e", '4 seconds');
 for my $table ('t168_final', 't168_update')
