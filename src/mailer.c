@@ -203,7 +203,7 @@ define_settings(void)
 
 	DefineCustomIntVariable("mailer.state_cache_entries",
 							"Keyed state entries a job keeps decoded in memory across checkpoints.",
-							"Past this many more than its last rebuild kept, or once this many entries or sessions were dropped since, the cache is rebuilt after a checkpoint with at most this many of the keys' sessions and the windows that have not ended that the checkpoint's interval changed (so a windowed job holds up to twice this); the state backend has every entry. The entries an interval changes, up to about mailer.max_buffered_rows, come on top until its checkpoint.",
+							"Past this many more than its last rebuild kept, or once this many entries or sessions holding memory out of line (a numeric or text datum, a general aggregate's state) went since, the cache is rebuilt after a checkpoint with at most this many of the keys' sessions and the windows that have not ended that the checkpoint's interval changed (so a windowed job holds up to twice this); the state backend has every entry. The entries an interval changes, up to about mailer.max_buffered_rows, come on top until its checkpoint.",
 							&mailer_state_cache_entries,
 							100000, 0, INT_MAX,
 							PGC_SIGHUP,

@@ -285,6 +285,13 @@ sums_numeric(AggregateDef *agg)
 	return agg->impl == AGG_SUM_NUMERIC || agg->impl == AGG_AVG_NUMERIC;
 }
 
+bool
+aggregate_owns_memory(AggregateDef *agg, const AggValue *value)
+{
+	/* A general aggregate's state takes many forms (agg_general.c): assume it does. */
+	return agg->impl == AGG_GENERAL || holds_datum(agg, value);
+}
+
 /* Whether the value owns a datum (aggregate_store copies and frees it). */
 static bool
 holds_datum(AggregateDef *agg, const AggValue *value)

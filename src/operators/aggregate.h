@@ -66,6 +66,13 @@ extern void aggregate_merge(AggregateDef *agg, const AggValue *into, const AggVa
 extern void aggregate_store(AggregateDef *agg, AggValue *value, const AggValue *next,
 							MemoryContext ctx);
 
+/*
+ * Whether the value owns memory out of line (a datum aggregate_store
+ * copied, a general aggregate's state): freeing the value alone would
+ * leak it.
+ */
+extern bool aggregate_owns_memory(AggregateDef *agg, const AggValue *value);
+
 /* The result as PostgreSQL would give it, allocated in the current context. */
 extern Datum aggregate_result(AggregateDef *agg, AggValue *value, bool *isnull);
 

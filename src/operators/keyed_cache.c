@@ -7,7 +7,8 @@
  * backend holds them serialized.  At a checkpoint every changed entry is
  * written to the backend and, when the cache has grown by more than
  * mailer.state_cache_entries since it was last rebuilt (or that many
- * entries were dropped since, or it passed a memory limit), it is rebuilt
+ * entries holding memory out of line were dropped since, or its table is
+ * sparse after a burst, or it passed a memory limit), it is rebuilt
  * with at most that many of the entries the next records are likely to
  * touch: memory stays bounded by the setting and what changes between
  * checkpoints, not by the number of keys.
@@ -221,20 +222,11 @@ keyed_cache_hash(const char *key, int klen)
  * every cache line of the slot (56 bytes: one or two lines), then every
  * line of the entry's chunk, with its values (lookup).
  */
-#define CPU_CACHE_LINE 64		/* x86-64's, and most arm64's */
-
-static inline void
-prefetch_lines(const void *p, Size len)
-{
-	for (uintptr_t line = (uintptr_t) p & ~(uintptr_t) (CPU_CACHE_LINE - 1);
-		 line < (uintptr_t) p + len; line += CPU_CACHE_LINE)
-		__builtin_prefetch((const void *) line);
-}
-
 void
 keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash)
 {
-	prefetch_lines(&stage->cache->data[hash & stage->cache->sizemask], sizeof(CacheSlot));
+	keyed_cache_prefetch_lines(&stage->cache->data[hash & stage->cache->sizemask],
+							   sizeof(CacheSlot));
 }
 
 /*
@@ -244,8 +236,8 @@ keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash)
  */
 #define PREFETCH_PROBES 8
 
-void
-keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash)
+KeyedEntry *
+keyed_cache_peek(KeyedStage *stage, uint32 hash)
 {
 	struct kcache_hash *tb = stage->cache;
 	uint32		i = hash & tb->sizemask;
@@ -255,14 +247,21 @@ keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash)
 		CacheSlot  *slot = &tb->data[i];
 
 		if (slot->status == kcache_SH_EMPTY)
-			return;
+			return NULL;
 		if (slot->status == kcache_SH_IN_USE && slot->hash == hash)
-		{
-			/* A session's entry ('S') is smaller: a line too many does no harm. */
-			prefetch_lines(slot->entry, entry_size(stage, 'W', 0));
-			return;
-		}
+			return slot->entry;
 	}
+	return NULL;
+}
+
+void
+keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash)
+{
+	KeyedEntry *e = keyed_cache_peek(stage, hash);
+
+	/* A session's entry ('S') is smaller: a line too many does no harm. */
+	if (e)
+		keyed_cache_prefetch_lines(e, entry_size(stage, 'W', 0));
 }
 
 static void
@@ -369,6 +368,53 @@ keyed_emit(KeyedStage *stage, const char *group, int group_len, TimestampTz star
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * Whether values own memory out of line, which freeing them alone would
+ * leak: such memory goes only with a rebuild, which cache_dropped brings on.
+ * Counts, and sums, averages and extremes held in place (integers, floats,
+ * a numeric sum while it fits its scaled form) own none, so a job of them
+ * drops its purged windows and sessions without rebuilding the cache for
+ * them (a rebuild lets go the live entries its interval did not change,
+ * which the backend is then asked for again).
+ */
+static bool
+values_own_memory(KeyedStage *stage, const AggValue *values)
+{
+	for (int a = 0; a < stage->naggs; a++)
+	{
+		if (aggregate_owns_memory(stage->aggs[a], &values[a]))
+			return true;
+	}
+	return false;
+}
+
+/* A deleted entry: its chunk is freed whole, sessions it holds are not. */
+static bool
+entry_owns_memory(KeyedStage *stage, KeyedEntry *e)
+{
+	if (e->key.data[0] == 'S')
+		return e->sessions != NIL;
+	return values_own_memory(stage, e->values);
+}
+
+/*
+ * A session taken from its entry's list (purged, or merged into another):
+ * freed now when its values own nothing out of line, else left to a
+ * rebuild.  Nothing else points to it: a record's undo restores the entry's
+ * sessions from their serialized form (keyed_abort_record).
+ */
+void
+keyed_drop_session(KeyedStage *stage, Session *s)
+{
+	if (values_own_memory(stage, s->values))
+	{
+		stage->cache_dropped++;
+		return;
+	}
+	pfree(s->values);
+	pfree(s);
+}
+
 static void
 write_entry(KeyedStage *stage, KeyedEntry *e)
 {
@@ -379,7 +425,8 @@ write_entry(KeyedStage *stage, KeyedEntry *e)
 		if (e->stored)
 			stage->state->ops->delete(stage->state, e->key.data, e->key.len);
 		kcache_delete(stage->cache, cache_key(e->key.data, e->key.len));
-		stage->cache_dropped++;
+		if (entry_owns_memory(stage, e))
+			stage->cache_dropped++;
 		return;					/* freed by keyed_write_dirty, which still reads it */
 	}
 	e->stored = true;
@@ -417,10 +464,13 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
 
 /*
  * The cache is rebuilt once every entry is in the backend: when it holds
- * mailer.state_cache_entries more than the last rebuild kept; when that
- * many entries were deleted, or sessions and decoded values dropped from
- * live entries, since (what they held out of line, a general aggregate's
- * state or a numeric datum, is freed only by a rebuild); or past
+ * mailer.state_cache_entries more than the last rebuild kept; when more
+ * than that many entries or sessions that held memory out of line (a
+ * general aggregate's state, a numeric or text datum: values_own_memory),
+ * or entries a failed record undid, went since (only a rebuild frees what
+ * they held); when its table, which never shrinks, has CACHE_SPARSE slots
+ * an entry after a burst of keys went (with the memory the burst took); or
+ * past
  * CACHE_MEMORY_LIMIT of memory (and CACHE_MEMORY_PER_ENTRY per entry, so
  * that large live entries do not force a rebuild at every checkpoint).
  * Counting from what the last rebuild kept lets a tumbling job whose live
@@ -434,6 +484,7 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
  * hold it twice while it does.
  */
 #define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
+#define CACHE_SPARSE 8			/* slots per entry past which the table is made anew */
 #define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
 
 /*
@@ -483,6 +534,7 @@ keyed_write_dirty(KeyedStage *stage)
 	stage->ndirty = 0;
 	if (stage->cache->members > Min(stage->cache_kept, limit) + limit ||
 		stage->cache_dropped > limit ||
+		stage->cache->size > CACHE_SPARSE * Max(stage->cache->members, 1024) ||
 		MemoryContextMemAllocated(stage->cache_context, true) >
 		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
 	{

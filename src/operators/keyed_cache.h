@@ -40,9 +40,10 @@ struct KeyedStage
 	struct kcache_hash *cache;
 	int			cache_kept;		/* entries the last rebuild kept */
 	/*
-	 * Entries deleted, and sessions and decoded values dropped from live
-	 * ones, since the last rebuild: what they held out of line (a general
-	 * aggregate's state, a numeric datum) goes only with a rebuild.
+	 * Since the last rebuild: entries deleted and sessions dropped whose
+	 * values held memory out of line (a general aggregate's state, a
+	 * numeric or text datum), and entries a failed record undid.  What they
+	 * held goes only with a rebuild.
 	 */
 	int64		cache_dropped;
 	KeyedEntry **dirty;
@@ -113,6 +114,9 @@ extern KeyedEntry *keyed_lookup_known(KeyedStage *stage, const char *key, int kl
 									  const char *val, int vlen);
 extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
 
+/* A session taken from its entry's list: freed, or counted for a rebuild. */
+extern void keyed_drop_session(KeyedStage *stage, Session *s);
+
 /*
  * For keyed.h's hints: a key's hash in the cache; the slot of a hash
  * fetched; then, by that hash, the entry its slot points to.
@@ -120,6 +124,23 @@ extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
 extern uint32 keyed_cache_hash(const char *key, int klen);
 extern void keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash);
 extern void keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash);
+
+/*
+ * The entry the first slot of a hash points to, if cached, or NULL: for
+ * hints only, since another key of that hash may hold the slot.
+ */
+extern KeyedEntry *keyed_cache_peek(KeyedStage *stage, uint32 hash);
+
+/* The CPU asked for every cache line of [p, p + len): a hint, never a fault. */
+#define CPU_CACHE_LINE 64		/* x86-64's, and most arm64's */
+
+static inline void
+keyed_cache_prefetch_lines(const void *p, Size len)
+{
+	for (uintptr_t line = (uintptr_t) p & ~(uintptr_t) (CPU_CACHE_LINE - 1);
+		 line < (uintptr_t) p + len; line += CPU_CACHE_LINE)
+		__builtin_prefetch((const void *) line);
+}
 
 /* Scratch arrays for a record that goes into nwindows windows. */
 extern void keyed_scratch(KeyedStage *stage, int nwindows);
@@ -140,8 +161,9 @@ extern void keyed_emit(KeyedStage *stage, const char *group, int group_len,
 /*
  * Write every dirty entry to the backend; rebuild the cache, with the
  * changed entries worth keeping, when it has grown by more than
- * mailer.state_cache_entries since the last rebuild, or that many entries
- * or sessions were dropped since (cache_dropped).
+ * mailer.state_cache_entries since the last rebuild, when that many
+ * entries or sessions holding memory out of line went since (cache_dropped),
+ * or when its table is sparse after a burst.
  */
 extern void keyed_write_dirty(KeyedStage *stage);
 

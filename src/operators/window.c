@@ -44,6 +44,8 @@ typedef struct ChangedSlot
 #include "state/state_key_table.h"
 
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
+static uint32 *session_hashes(KeyedStage *stage, List *timers);
+static void session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
 static void purge_timer(KeyedStage *stage, const char *key, int klen);
 static void purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e,
@@ -213,6 +215,7 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	MemoryContext old;
 	uint64		hash;
 	bool		hashed;
+	bool		new_timer;
 
 	check_window_range(t, t, (int128) t + w->gap_us);
 	end = t + w->gap_us;
@@ -281,7 +284,7 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 		if (s != target)
 		{
 			e->sessions = list_delete_ptr(e->sessions, s);
-			stage->cache_dropped++; /* its values go with a rebuild */
+			keyed_drop_session(stage, s);
 		}
 	}
 	MemoryContextSwitchTo(old);
@@ -293,20 +296,28 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	 * the timer it has: when due, it is set again at the session's new end
 	 * (fire_timer, purge_timer), so timers do not pile up one per record.
 	 */
-	if (overlap == NIL || start != target->start ||
-		(target->fired && end > stage->watermark))
-	{
-		if (end <= stage->watermark)
-			schedule_purge(stage, group, group_len, start, end);
-		else
-			put_timer(stage, 'F', end, group, group_len, start);
-	}
+	new_timer = overlap == NIL || start != target->start ||
+		(target->fired && end > stage->watermark);
 	target->emitted_start = kept_row ? start : DT_NOBEGIN;
 	target->start = start;
 	target->end = end;
 	target->fired = end <= stage->watermark;
 	target->unemitted = true;
 	keyed_mark_dirty(stage, e);
+
+	/*
+	 * Last, since a purge frees the session (keyed_drop_session).  None
+	 * comes here: a new session past its lateness returned above, and a
+	 * merged one ends no earlier than a live session it took in.
+	 */
+	Assert(purge_time(stage, end) > stage->watermark);
+	if (new_timer)
+	{
+		if (end <= stage->watermark)
+			schedule_purge(stage, group, group_len, start, end);
+		else
+			put_timer(stage, 'F', end, group, group_len, start);
+	}
 	return true;
 }
 
@@ -315,26 +326,33 @@ window_fire(KeyedStage *stage, TimestampTz watermark)
 {
 	List	   *timers;
 	ListCell   *lc;
+	uint32	   *hashes;
 
 	timers = due_timers(stage, 'F', watermark);
 	if (stage->panes)
 		pane_prefetch(stage, timers);
+	hashes = stage->session_keys ? session_hashes(stage, timers) : NULL;
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
+		if (hashes)
+			session_prefetch(stage, hashes, list_length(timers), foreach_current_index(lc));
 		if (stage->panes)
 			pane_fire(stage, k->data, k->len);
 		else
 			fire_timer(stage, k->data, k->len);
 	}
 	timers = due_timers(stage, 'P', watermark);
+	hashes = stage->session_keys ? session_hashes(stage, timers) : NULL;
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
 
 		CHECK_FOR_INTERRUPTS();
+		if (hashes)
+			session_prefetch(stage, hashes, list_length(timers), foreach_current_index(lc));
 		if (stage->panes)
 			pane_purge(stage, TIMER_GROUP(k->data), TIMER_GROUP_LEN(k->len),
 					   TIMER_START(k->data, k->len),
@@ -376,6 +394,69 @@ due_timers(KeyedStage *stage, char kind, TimestampTz watermark)
 		due = lappend(due, k);
 	}
 	return due;
+}
+
+/*
+ * A watermark step fires and purges sessions of many keys, in the order of
+ * their keys, from a cache of megabytes: a timer's session was a chain of
+ * loads that missed the CPU's caches one after the other (the key's slot,
+ * its entry, the entry's list, the session, its values: nearly all of
+ * timer_window's time in a session job's profile).  The loop asks for each
+ * link some timers ahead, the slot first and each next link once the one
+ * before it has had time to come in, as the pipeline does for records
+ * (keyed.h's hints).  Hints only: a hash another key shares, or an entry
+ * the step changed since, costs a wasted fetch.  Tumbling windows' timers
+ * showed no gain from the slot and entry alone (BENCHMARKS.md, "Sessions:
+ * fetched ahead, dropped at once").
+ */
+#define TIMER_AHEAD 6			/* timers between one link's fetch and the next's */
+
+/* The cache hash of each timer's key's sessions entry ('S' <group key>). */
+static uint32 *
+session_hashes(KeyedStage *stage, List *timers)
+{
+	uint32	   *hashes = palloc(sizeof(uint32) * Max(list_length(timers), 1));
+	ListCell   *lc;
+
+	foreach(lc, timers)
+	{
+		StateKey   *k = lfirst(lc);
+
+		window_key(stage, 'S', TIMER_GROUP(k->data), TIMER_GROUP_LEN(k->len), 0);
+		hashes[foreach_current_index(lc)] = keyed_cache_hash(stage->key.data, stage->key.len);
+	}
+	return hashes;
+}
+
+/*
+ * Before timer i of n: fetch the links of the timers ahead of it.  A list
+ * is fetched without reading it (its header and first cells, which
+ * lappend keeps in one chunk until it grows past them).
+ */
+static void
+session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i)
+{
+	KeyedEntry *e;
+	ListCell   *lc;
+
+	if (i + 4 * TIMER_AHEAD < n)
+		keyed_cache_prefetch_slot(stage, hashes[i + 4 * TIMER_AHEAD]);
+	if (i + 3 * TIMER_AHEAD < n)
+		keyed_cache_prefetch_entry(stage, hashes[i + 3 * TIMER_AHEAD]);
+	if (i + 2 * TIMER_AHEAD < n && (e = keyed_cache_peek(stage, hashes[i + 2 * TIMER_AHEAD])) &&
+		e->sessions != NIL)
+		keyed_cache_prefetch_lines(e->sessions, offsetof(List, initial_elements) + 4 * sizeof(ListCell));
+	if (i + TIMER_AHEAD < n && (e = keyed_cache_peek(stage, hashes[i + TIMER_AHEAD])))
+	{
+		foreach(lc, e->sessions)
+			keyed_cache_prefetch_lines(lfirst(lc), sizeof(Session));
+	}
+	if (i + TIMER_AHEAD / 2 < n && (e = keyed_cache_peek(stage, hashes[i + TIMER_AHEAD / 2])))
+	{
+		foreach(lc, e->sessions)
+			keyed_cache_prefetch_lines(((Session *) lfirst(lc))->values,
+									   sizeof(AggValue) * stage->naggs);
+	}
 }
 
 /* Timer keys: kind, time, group key, window start. */
@@ -502,7 +583,7 @@ purge_window(KeyedStage *stage, const char *group, int group_len, KeyedEntry *e,
 		if (s->unemitted)
 			keyed_emit(stage, group, group_len, s->start, s->end, s->values, false);
 		e->sessions = list_delete_ptr(e->sessions, s);
-		stage->cache_dropped++; /* its values go with a rebuild */
+		keyed_drop_session(stage, s);
 		if (e->sessions == NIL)
 		{
 			e->deleted = true;

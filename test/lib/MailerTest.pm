@@ -369,8 +369,8 @@ sub produce_thirds_with_kill
 # Produce the events in chunks of $chunk, each read and committed by both
 # jobs before the next goes out (so that windows span checkpoints); SIGKILL
 # $killed's worker after a third of the chunks, and stop and start
-# $restarted (from its checkpoint) after two thirds.  $end goes out with
-# the last chunk.
+# $restarted (from its checkpoint) after two thirds.  $end, when given,
+# goes out with the last chunk.
 sub produce_chunks_kill_restart
 {
 	my ($topic, $events, $end, $chunk, $killed, $restarted) = @_;
@@ -379,7 +379,7 @@ sub produce_chunks_kill_restart
 	{
 		my $last = $c == $chunks - 1;
 		my @part = @$events[$c * $chunk .. ($last ? $#$events : ($c + 1) * $chunk - 1)];
-		push @part, $end if $last;
+		push @part, $end if $last && $end;
 		produce_events($topic, \@part);
 		for my $job ($killed, $restarted)
 		{

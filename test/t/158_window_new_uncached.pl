@@ -1,9 +1,8 @@
 # Tumbling windows of 30 keys, with a cache of 10 entries
 # (mailer.state_cache_entries), give SQL's windows.  At a checkpoint where
-# it holds more than 10 beyond what it last kept, or more than 10 were
-# deleted since, the cache is rebuilt with at most 10 of the windows the
-# interval changed that have not ended, copied through their stored form
-# (keyed_cache.c); the others are let go.  A window that has not ended and
+# it holds more than 10 beyond what it last kept, the cache is rebuilt
+# with at most 10 of the windows the interval changed that have not ended,
+# copied through their stored form (keyed_cache.c); the others are let go.  A window that has not ended and
 # holds no timer is new, and its first record makes it without asking the
 # backend (window.c, lookup_unended); a window that holds its fire timer is
 # read back, as is one that has ended (late records, within the allowed
