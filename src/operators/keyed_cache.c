@@ -468,9 +468,7 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
  * than that many entries or sessions that held memory out of line (a
  * general aggregate's state, a numeric or text datum: values_own_memory),
  * or entries a failed record undid, went since (only a rebuild frees what
- * they held); when its table, which never shrinks, has CACHE_SPARSE slots
- * an entry after a burst of keys went (with the memory the burst took); or
- * past
+ * they held); or past
  * CACHE_MEMORY_LIMIT of memory (and CACHE_MEMORY_PER_ENTRY per entry, so
  * that large live entries do not force a rebuild at every checkpoint).
  * Counting from what the last rebuild kept lets a tumbling job whose live
@@ -484,7 +482,7 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
  * hold it twice while it does.
  */
 #define CACHE_MEMORY_LIMIT ((Size) 256 * 1024 * 1024)
-#define CACHE_SPARSE 8			/* slots per entry past which the table is made anew */
+#define CACHE_SPARSE 8			/* slots an entry past which the table is made smaller */
 #define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
 
 /*
@@ -523,6 +521,31 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 	MemoryContextDelete(old_context);
 }
 
+/*
+ * A table that a burst of keys grew, at an eighth full or less once they
+ * went: its entries into a table of their size, as they are.  simplehash
+ * never shrinks, and a rebuild would let go the live entries the interval
+ * did not change.
+ */
+static void
+shrink_table(KeyedStage *stage)
+{
+	struct kcache_hash *old = stage->cache;
+	kcache_iterator it;
+	CacheSlot  *slot;
+
+	stage->cache = kcache_create(stage->cache_context, old->members, NULL);
+	kcache_start_iterate(old, &it);
+	while ((slot = kcache_iterate(old, &it)) != NULL)
+	{
+		bool		found;
+
+		kcache_insert(stage->cache, slot->key, &found)->entry = slot->entry;
+		Assert(!found);
+	}
+	kcache_destroy(old);
+}
+
 void
 keyed_write_dirty(KeyedStage *stage)
 {
@@ -534,13 +557,14 @@ keyed_write_dirty(KeyedStage *stage)
 	stage->ndirty = 0;
 	if (stage->cache->members > Min(stage->cache_kept, limit) + limit ||
 		stage->cache_dropped > limit ||
-		stage->cache->size > CACHE_SPARSE * Max(stage->cache->members, 1024) ||
 		MemoryContextMemAllocated(stage->cache_context, true) >
 		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
 	{
 		rebuild_cache(stage, stage->dirty, nchanged);
 		return;
 	}
+	if (stage->cache->size > CACHE_SPARSE * Max(stage->cache->members, 1024))
+		shrink_table(stage);
 	/*
 	 * No rebuild: a deleted entry's chunk (entry, values, key) goes back to
 	 * the context for the next entry of its size, a tumbling key's next

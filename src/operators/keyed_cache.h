@@ -161,9 +161,9 @@ extern void keyed_emit(KeyedStage *stage, const char *group, int group_len,
 /*
  * Write every dirty entry to the backend; rebuild the cache, with the
  * changed entries worth keeping, when it has grown by more than
- * mailer.state_cache_entries since the last rebuild, when that many
- * entries or sessions holding memory out of line went since (cache_dropped),
- * or when its table is sparse after a burst.
+ * mailer.state_cache_entries since the last rebuild, or when that many
+ * entries or sessions holding memory out of line went since (cache_dropped);
+ * make its table smaller when a burst of keys left it sparse.
  */
 extern void keyed_write_dirty(KeyedStage *stage);
 

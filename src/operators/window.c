@@ -410,6 +410,7 @@ due_timers(KeyedStage *stage, char kind, TimestampTz watermark)
  * fetched ahead, dropped at once").
  */
 #define TIMER_AHEAD 6			/* timers between one link's fetch and the next's */
+#define PREFETCH_SESSIONS 4		/* a key's first sessions: most keys hold one or two */
 
 /* The cache hash of each timer's key's sessions entry ('S' <group key>). */
 static uint32 *
@@ -445,17 +446,26 @@ session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i)
 		keyed_cache_prefetch_entry(stage, hashes[i + 3 * TIMER_AHEAD]);
 	if (i + 2 * TIMER_AHEAD < n && (e = keyed_cache_peek(stage, hashes[i + 2 * TIMER_AHEAD])) &&
 		e->sessions != NIL)
-		keyed_cache_prefetch_lines(e->sessions, offsetof(List, initial_elements) + 4 * sizeof(ListCell));
+		keyed_cache_prefetch_lines(e->sessions, offsetof(List, initial_elements) +
+								   PREFETCH_SESSIONS * sizeof(ListCell));
 	if (i + TIMER_AHEAD < n && (e = keyed_cache_peek(stage, hashes[i + TIMER_AHEAD])))
 	{
 		foreach(lc, e->sessions)
+		{
+			if (foreach_current_index(lc) == PREFETCH_SESSIONS)
+				break;
 			keyed_cache_prefetch_lines(lfirst(lc), sizeof(Session));
+		}
 	}
 	if (i + TIMER_AHEAD / 2 < n && (e = keyed_cache_peek(stage, hashes[i + TIMER_AHEAD / 2])))
 	{
 		foreach(lc, e->sessions)
+		{
+			if (foreach_current_index(lc) == PREFETCH_SESSIONS)
+				break;
 			keyed_cache_prefetch_lines(((Session *) lfirst(lc))->values,
 									   sizeof(AggValue) * stage->naggs);
+		}
 	}
 }
 

@@ -13,9 +13,10 @@
 # output of key 'boom' overflows a float sum), so that its undo restores
 # the sessions it had merged.  First with a cache of 10 entries (rebuilt
 # at nearly every checkpoint), then of 100,000 (never rebuilt: freed
-# sessions' memory is taken again), each half with a SIGKILL of one job's
-# worker and a stop and start of the other; emit final on RocksDB and
-# update on memory.
+# sessions' memory is taken again, and a burst of keys grows the table,
+# made smaller once they go), in three parts, each with a SIGKILL of one
+# job's worker and a stop and start of the other; emit final on RocksDB
+# and update on memory.
 use strict;
 use warnings;
 use FindBin;
@@ -56,6 +57,11 @@ for my $i (0 .. 29)
 		}
 	}
 }
+# At 330 s, under the larger cache, a session each for 10,000 keys seen
+# once: the cache's table grows to 16,384 slots, and is made smaller, its
+# entries kept, once they are purged (keyed_cache.c, shrink_table).
+my @burst = map { { p => 0, k => "x$_", t => '330.0', a => 1 } } 0 .. 9999;
+push @ok, @burst;
 @events = sort { $a->{arrive} <=> $b->{arrive} } @events;
 $_->{a} = -$_->{a} for grep { $_->{flag} } @events;	# what the flat_map tells by
 my $flagged = grep { $_->{flag} } @events;
@@ -87,12 +93,18 @@ for my $j (['t169_plain', '"final"', 'rocksdb'], ['t169_owned', '"update"', 'mem
  "state": {"backend": "$backend"}}\$spec\$)});
 }
 
-# Half the events under a cache of 10, the rest under one of 100,000.
-my $half = int(@events / 2);
-produce_chunks_kill_restart($topic, [ @events[0 .. $half - 1] ], undef, 60, 't169_plain', 't169_owned');
+# The events to 240 s under a cache of 10, the rest under one of 100,000
+# (the burst goes out whole at 330 s).
+my @parts = ([ grep { $_->{arrive} < 240 } @events ],
+	[ grep { $_->{arrive} >= 240 && $_->{arrive} < 330 } @events ],
+	[ grep { $_->{arrive} >= 330 } @events ]);
+produce_chunks_kill_restart($topic, $parts[0], undef, 60, 't169_plain', 't169_owned');
 psql("ALTER SYSTEM SET mailer.state_cache_entries = 100000");
 psql("SELECT pg_reload_conf()");
-produce_chunks_kill_restart($topic, [ @events[$half .. $#events] ], $end, 60, 't169_owned', 't169_plain');
+produce_chunks_kill_restart($topic, $parts[1], undef, 60, 't169_owned', 't169_plain');
+produce_events($topic, \@burst);
+is(wait_job($_), 'running', "$_ read the burst") for ('t169_plain', 't169_owned');
+produce_chunks_kill_restart($topic, $parts[2], $end, 60, 't169_plain', 't169_owned');
 
 for my $table ('t169_plain', 't169_owned')
 {
@@ -113,6 +125,7 @@ is(psql("SELECT count(*) FROM t169_plain WHERE k ~ '^k([02-9]|[1-2][0-9])\$' AND
 is(psql("SELECT count(*) FROM t169_plain WHERE k = 'k1' AND n = 3"), $failing,
 	"key 1's undone records left a first session of three records a cycle");
 cmp_ok(psql("SELECT count(*) FROM t169_plain WHERE k ~ '^k' AND n = 1"), '>=', 180, 'thirty keys made a session at +31 each cycle');
+is(psql("SELECT count(*) FROM t169_owned WHERE k LIKE 'x%'"), '10000', 'the burst made 10,000 sessions');
 cmp_ok(pg_log_size(), '>', $log_from, 'the server log grew: there is something to read');
 unlike(pg_log_since($log_from), qr/TRAP:|terminated by signal (6|11)\b/,
 	'no worker crashed but those the test killed');
