@@ -112,10 +112,13 @@ static void undo_save(KeyedStage *stage, KeyedEntry *e);
 static KeyedEntry *lookup(KeyedStage *stage, const char *key, int klen, bool create, bool read,
 						  const char *val, int vlen);
 
+/* Entries a new cache's table is made for (simplehash gives it 2048 slots). */
+#define CACHE_FIRST_ENTRIES 1024
+
 void
 keyed_cache_create(KeyedStage *stage)
 {
-	stage->cache = kcache_create(stage->cache_context, 1024, NULL);
+	stage->cache = kcache_create(stage->cache_context, CACHE_FIRST_ENTRIES, NULL);
 	stage->dirty = NULL;
 	stage->dirty_capacity = 0;
 }
@@ -523,9 +526,11 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 
 /*
  * A table that a burst of keys grew, at an eighth full or less once they
- * went: its entries into a table of their size, as they are.  simplehash
- * never shrinks, and a rebuild would let go the live entries the interval
- * did not change.
+ * went: its entries, as they are, into a table made for twice as many (or
+ * a new cache's size), so that the next few inserts do not grow it again
+ * at once, as session_keys_trim does for its counts.  simplehash never
+ * shrinks, and a rebuild would let go the live entries the interval did
+ * not change.
  */
 static void
 shrink_table(KeyedStage *stage)
@@ -534,7 +539,8 @@ shrink_table(KeyedStage *stage)
 	kcache_iterator it;
 	CacheSlot  *slot;
 
-	stage->cache = kcache_create(stage->cache_context, old->members, NULL);
+	stage->cache = kcache_create(stage->cache_context,
+								 Max(CACHE_FIRST_ENTRIES, old->members * 2), NULL);
 	kcache_start_iterate(old, &it);
 	while ((slot = kcache_iterate(old, &it)) != NULL)
 	{
@@ -563,7 +569,7 @@ keyed_write_dirty(KeyedStage *stage)
 		rebuild_cache(stage, stage->dirty, nchanged);
 		return;
 	}
-	if (stage->cache->size > CACHE_SPARSE * Max(stage->cache->members, 1024))
+	if (stage->cache->size > CACHE_SPARSE * Max(stage->cache->members, CACHE_FIRST_ENTRIES))
 		shrink_table(stage);
 	/*
 	 * No rebuild: a deleted entry's chunk (entry, values, key) goes back to

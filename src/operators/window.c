@@ -45,6 +45,7 @@ typedef struct ChangedSlot
 
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static uint32 *session_hashes(KeyedStage *stage, List *timers);
+static void prefetch_first_sessions(KeyedStage *stage, KeyedEntry *e, bool values);
 static void session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
 static void purge_timer(KeyedStage *stage, const char *key, int klen);
@@ -429,6 +430,27 @@ session_hashes(KeyedStage *stage, List *timers)
 	return hashes;
 }
 
+/* A cached entry's first sessions, or (values) what they point to. */
+static void
+prefetch_first_sessions(KeyedStage *stage, KeyedEntry *e, bool values)
+{
+	ListCell   *lc;
+
+	if (e == NULL)
+		return;
+	foreach(lc, e->sessions)
+	{
+		Session    *s = lfirst(lc);
+
+		if (foreach_current_index(lc) == PREFETCH_SESSIONS)
+			break;
+		if (values)
+			keyed_cache_prefetch_lines(s->values, sizeof(AggValue) * stage->naggs);
+		else
+			keyed_cache_prefetch_lines(s, sizeof(Session));
+	}
+}
+
 /*
  * Before timer i of n: fetch the links of the timers ahead of it.  A list
  * is fetched without reading it (its header and first cells, which
@@ -438,7 +460,6 @@ static void
 session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i)
 {
 	KeyedEntry *e;
-	ListCell   *lc;
 
 	if (i + 4 * TIMER_AHEAD < n)
 		keyed_cache_prefetch_slot(stage, hashes[i + 4 * TIMER_AHEAD]);
@@ -448,25 +469,10 @@ session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i)
 		e->sessions != NIL)
 		keyed_cache_prefetch_lines(e->sessions, offsetof(List, initial_elements) +
 								   PREFETCH_SESSIONS * sizeof(ListCell));
-	if (i + TIMER_AHEAD < n && (e = keyed_cache_peek(stage, hashes[i + TIMER_AHEAD])))
-	{
-		foreach(lc, e->sessions)
-		{
-			if (foreach_current_index(lc) == PREFETCH_SESSIONS)
-				break;
-			keyed_cache_prefetch_lines(lfirst(lc), sizeof(Session));
-		}
-	}
-	if (i + TIMER_AHEAD / 2 < n && (e = keyed_cache_peek(stage, hashes[i + TIMER_AHEAD / 2])))
-	{
-		foreach(lc, e->sessions)
-		{
-			if (foreach_current_index(lc) == PREFETCH_SESSIONS)
-				break;
-			keyed_cache_prefetch_lines(((Session *) lfirst(lc))->values,
-									   sizeof(AggValue) * stage->naggs);
-		}
-	}
+	if (i + TIMER_AHEAD < n)
+		prefetch_first_sessions(stage, keyed_cache_peek(stage, hashes[i + TIMER_AHEAD]), false);
+	if (i + TIMER_AHEAD / 2 < n)
+		prefetch_first_sessions(stage, keyed_cache_peek(stage, hashes[i + TIMER_AHEAD / 2]), true);
 }
 
 /* Timer keys: kind, time, group key, window start. */

@@ -2,15 +2,16 @@
 # (mailer.state_cache_entries), give SQL's windows.  At a checkpoint where
 # it holds more than 10 beyond what it last kept, the cache is rebuilt
 # with at most 10 of the windows the interval changed that have not ended,
-# copied through their stored form (keyed_cache.c); the others are let go.  A window that has not ended and
-# holds no timer is new, and its first record makes it without asking the
-# backend (window.c, lookup_unended); a window that holds its fire timer is
-# read back, as is one that has ended (late records, within the allowed
-# lateness).  A worker that took a window for new when the backend had it,
-# or kept a window's copy wrong, would start its count again, and the sums
-# below would come out short.  Emit final (RocksDB) and update (memory), a
-# SIGKILL of a worker mid-stream, and a restart of the other from its
-# checkpoint (stop and start: the timers are made again from the entries).
+# copied through their stored form (keyed_cache.c); the others are let go.
+# A window that has not ended and holds no timer is new, and its first
+# record makes it without asking the backend (window.c, lookup_unended); a
+# window that holds its fire timer is read back, as is one that has ended
+# (late records, within the allowed lateness).  A worker that took a
+# window for new when the backend had it, or kept a window's copy wrong,
+# would start its count again, and the sums below would come out short.
+# Emit final (RocksDB) and update (memory), a SIGKILL of a worker
+# mid-stream, and a restart of the other from its checkpoint (stop and
+# start: the timers are made again from the entries).
 use strict;
 use warnings;
 use FindBin;
