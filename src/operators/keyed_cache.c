@@ -143,6 +143,14 @@ keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create, co
 	return lookup(stage, key, klen, create, false, val, vlen);
 }
 
+KeyedEntry *
+keyed_cache_find(KeyedStage *stage, const char *key, int klen)
+{
+	CacheSlot  *slot = kcache_lookup(stage->cache, cache_key(key, klen));
+
+	return slot ? slot->entry : NULL;
+}
+
 /*
  * A new cache entry for key, from its serialized value (val NULL: a new
  * one, with no values yet), in one chunk: entry, values, key.  Keeps many

@@ -112,6 +112,12 @@ extern KeyedEntry *keyed_lookup(KeyedStage *stage, const char *key, int klen, bo
  */
 extern KeyedEntry *keyed_lookup_known(KeyedStage *stage, const char *key, int klen, bool create,
 									  const char *val, int vlen);
+
+/*
+ * The cached entry of a state key, or NULL: nothing read, made or saved
+ * for a record's undo, as the caller only reads it.
+ */
+extern KeyedEntry *keyed_cache_find(KeyedStage *stage, const char *key, int klen);
 extern void keyed_mark_dirty(KeyedStage *stage, KeyedEntry *e);
 
 /* A session taken from its entry's list: freed, or counted for a rebuild. */

@@ -56,6 +56,9 @@ static void schedule_purge(KeyedStage *stage, const char *group, int group_len,
 static void put_timer(KeyedStage *stage, char kind, TimestampTz when, const char *group,
 					  int group_len, TimestampTz start);
 static List *due_timers(KeyedStage *stage, char kind, TimestampTz watermark);
+static void each_due_timer(KeyedStage *stage, char kind, List *timers);
+static StateKey *timer_state_key(char kind, TimestampTz when, const char *tail, int tail_len);
+static List *merge_timers(List *a, List *b);
 static bool timer_window(KeyedStage *stage, const char *key, int klen, KeyedEntry **e,
 						 Session **session);
 static KeyedEntry *lookup_window(KeyedStage *stage, char kind, const char *group, int group_len,
@@ -72,11 +75,14 @@ static void panes_to_windows(KeyedStage *stage);
 static void restore_timer(KeyedStage *stage, const char *group, int group_len,
 						  TimestampTz start, TimestampTz end, bool fired);
 static bool pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
-static void pane_fire(KeyedStage *stage, const char *key, int klen);
-static void pane_prefetch(KeyedStage *stage, List *timers);
-static void pane_scan(KeyedStage *stage, List *timers, int first, int last);
+static void pane_fire(KeyedStage *stage, const char *key, int klen, List **purges);
+static void pane_fired(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+					   TimestampTz end, List **purges);
+static List *pane_fire_due(KeyedStage *stage, List *timers);
+static void pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purges);
 static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
-static void pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen);
+static void pane_scan_window_end(KeyedStage *stage, StringInfo lo, const bool *seen, bool found,
+								 List **purges);
 static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
 					   TimestampTz end);
 
@@ -325,14 +331,25 @@ session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 void
 window_fire(KeyedStage *stage, TimestampTz watermark)
 {
-	List	   *timers;
-	ListCell   *lc;
-	uint32	   *hashes;
+	List	   *timers = due_timers(stage, 'F', watermark);
+	List	   *purges = NIL;
 
-	timers = due_timers(stage, 'F', watermark);
 	if (stage->panes)
-		pane_prefetch(stage, timers);
-	hashes = stage->session_keys ? session_hashes(stage, timers) : NULL;
+		purges = pane_fire_due(stage, timers);
+	else
+		each_due_timer(stage, 'F', timers);
+	each_due_timer(stage, 'P', merge_timers(due_timers(stage, 'P', watermark), purges));
+	if (stage->session_keys)
+		session_keys_trim(stage->session_keys);
+}
+
+/* A step's due timers of a kind, one by one in their order (sessions fetched ahead). */
+static void
+each_due_timer(KeyedStage *stage, char kind, List *timers)
+{
+	uint32	   *hashes = stage->session_keys ? session_hashes(stage, timers) : NULL;
+	ListCell   *lc;
+
 	foreach(lc, timers)
 	{
 		StateKey   *k = lfirst(lc);
@@ -340,29 +357,15 @@ window_fire(KeyedStage *stage, TimestampTz watermark)
 		CHECK_FOR_INTERRUPTS();
 		if (hashes)
 			session_prefetch(stage, hashes, list_length(timers), foreach_current_index(lc));
-		if (stage->panes)
-			pane_fire(stage, k->data, k->len);
-		else
+		if (kind == 'F')
 			fire_timer(stage, k->data, k->len);
-	}
-	timers = due_timers(stage, 'P', watermark);
-	hashes = stage->session_keys ? session_hashes(stage, timers) : NULL;
-	foreach(lc, timers)
-	{
-		StateKey   *k = lfirst(lc);
-
-		CHECK_FOR_INTERRUPTS();
-		if (hashes)
-			session_prefetch(stage, hashes, list_length(timers), foreach_current_index(lc));
-		if (stage->panes)
+		else if (stage->panes)
 			pane_purge(stage, TIMER_GROUP(k->data), TIMER_GROUP_LEN(k->len),
 					   TIMER_START(k->data, k->len),
 					   TIMER_START(k->data, k->len) + stage->plan->window->size_us);
 		else
 			purge_timer(stage, k->data, k->len);
 	}
-	if (stage->session_keys)
-		session_keys_trim(stage->session_keys);
 }
 
 /*
@@ -378,23 +381,53 @@ due_timers(KeyedStage *stage, char kind, TimestampTz watermark)
 	foreach(lc, timer_index_due(stage->timers, kind, watermark))
 	{
 		DueTimer   *t = lfirst(lc);
-		StringInfoData key;
-		StateKey   *k = palloc(sizeof(StateKey));
 
-		/* Sized exactly: a watermark step may list every window of the stage. */
-		key.maxlen = 1 + 8 + t->len + 1;
-		key.data = palloc(key.maxlen);
-		key.len = 0;
-		key.data[0] = '\0';
-		key.cursor = 0;
-		appendStringInfoChar(&key, kind);
-		keyed_key_append_time(&key, t->when);
-		appendBinaryStringInfo(&key, t->tail, t->len);
-		k->data = key.data;
-		k->len = key.len;
-		due = lappend(due, k);
+		due = lappend(due, timer_state_key(kind, t->when, t->tail, t->len));
 	}
 	return due;
+}
+
+/* A timer as a state key, sized exactly: a watermark step may list every window of the stage. */
+static StateKey *
+timer_state_key(char kind, TimestampTz when, const char *tail, int tail_len)
+{
+	StateKey   *k = palloc(sizeof(StateKey));
+	StringInfoData key;
+
+	key.maxlen = 1 + 8 + tail_len + 1;
+	key.data = palloc(key.maxlen);
+	key.len = 0;
+	key.data[0] = '\0';
+	key.cursor = 0;
+	appendStringInfoChar(&key, kind);
+	keyed_key_append_time(&key, when);
+	appendBinaryStringInfo(&key, tail, tail_len);
+	k->data = key.data;
+	k->len = key.len;
+	return k;
+}
+
+/* Two lists of timer keys in their order, as one in that order, each timer once. */
+static List *
+merge_timers(List *a, List *b)
+{
+	List	   *merged = NIL;
+	int			i = 0;
+	int			j = 0;
+
+	if (b == NIL)
+		return a;
+	while (i < list_length(a) || j < list_length(b))
+	{
+		StateKey   *x = i < list_length(a) ? list_nth(a, i) : NULL;
+		StateKey   *y = j < list_length(b) ? list_nth(b, j) : NULL;
+		int			c = x == NULL ? 1 : y == NULL ? -1 : state_key_cmp(x->data, x->len, y->data, y->len);
+
+		merged = lappend(merged, c <= 0 ? x : y);
+		i += c <= 0;
+		j += c >= 0;
+	}
+	return merged;
 }
 
 /*
@@ -965,27 +998,41 @@ pane_usable(KeyedEntry *e)
 	return e != NULL && !e->deleted && e->start != DT_NOBEGIN;
 }
 
+/* A pane's (or a legacy window entry's) values, into stage->combined. */
+static void
+pane_merge(KeyedStage *stage, const AggValue *values)
+{
+	for (int a = 0; a < stage->naggs; a++)
+		aggregate_merge(stage->aggs[a], &stage->combined[a], &values[a], &stage->combined[a]);
+}
+
+/*
+ * stage->combined := no rows, or, after an upgrade, the window's entry of
+ * format 1 (the records before it); true when that entry was there.
+ */
+static bool
+pane_values_begin(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	KeyedEntry *e;
+
+	for (int a = 0; a < stage->naggs; a++)
+		aggregate_init(stage->aggs[a], &stage->combined[a]);
+	if (!stage->legacy_windows)
+		return false;
+	e = lookup_window(stage, 'W', group, group_len, start, false);
+	if (!pane_usable(e))
+		return false;
+	pane_merge(stage, e->values);
+	return true;
+}
+
 /* A window's values, into stage->combined; false when it has none (no pane). */
 static bool
 pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
 {
 	WindowSpec *w = stage->plan->window;
-	AggValue   *out = stage->combined;
-	bool		found = false;
-	KeyedEntry *e;
+	bool		found = pane_values_begin(stage, group, group_len, start);
 
-	for (int a = 0; a < stage->naggs; a++)
-		aggregate_init(stage->aggs[a], &out[a]);
-	if (stage->legacy_windows)
-	{
-		e = lookup_window(stage, 'W', group, group_len, start, false);
-		if (pane_usable(e))
-		{
-			for (int a = 0; a < stage->naggs; a++)
-				aggregate_merge(stage->aggs[a], &out[a], &e->values[a], &out[a]);
-			found = true;
-		}
-	}
 	for (int i = 0; i < stage->npanes; i++)
 	{
 		/*
@@ -993,11 +1040,11 @@ pane_values(KeyedStage *stage, const char *group, int group_len, TimestampTz sta
 		 * not dirty, start DT_NOBEGIN), so that the other windows holding
 		 * it do not ask the backend again.
 		 */
-		e = lookup_unended(stage, 'L', group, group_len, start + i * w->slide_us, false);
+		KeyedEntry *e = lookup_unended(stage, 'L', group, group_len, start + i * w->slide_us, false);
+
 		if (!pane_usable(e))
 			continue;
-		for (int a = 0; a < stage->naggs; a++)
-			aggregate_merge(stage->aggs[a], &out[a], &e->values[a], &out[a]);
+		pane_merge(stage, e->values);
 		found = true;
 	}
 	return found;
@@ -1051,6 +1098,24 @@ pane_check_headroom(KeyedStage *stage, const AggValue *next)
 	}
 }
 
+/*
+ * Whether the windows a new pane at start shares with the pane before it
+ * (every window holding the new pane but the one it begins) hold their
+ * timers already: they do when that pane is cached and exists, as it made
+ * them or found them made, and a window that has not been purged holds
+ * its fire or purge timer.  Most new panes are a key's next, whose pane
+ * before took its records a slide ago: one cache lookup then saves
+ * size/slide - 1 lookups of the timer index, a tenth of a sliding job.
+ * Not cached (let go at a checkpoint), or absent: each window's timer is
+ * asked for, and held once.
+ */
+static bool
+pane_before_held(KeyedStage *stage, const char *group, int group_len, TimestampTz start)
+{
+	window_key(stage, 'L', group, group_len, start - stage->plan->window->slide_us);
+	return pane_usable(keyed_cache_find(stage, stage->key.data, stage->key.len));
+}
+
 static bool
 pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 {
@@ -1058,6 +1123,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	int128		first;
 	KeyedEntry *e;
 	bool		made;
+	bool		earlier_held = false;
 
 	/* The pane holding t begins where the latest window holding t does. */
 	first = latest_start(w, t);
@@ -1074,6 +1140,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	{
 		e->start = (TimestampTz) first;
 		e->end = e->start + w->slide_us;
+		earlier_held = pane_before_held(stage, group, group_len, e->start);
 	}
 	for (int i = 0; i < stage->npanes; i++)
 	{
@@ -1083,7 +1150,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 		if (purge_time(stage, end) <= stage->watermark)
 			break;
 		/* A new pane may make a window: its timers (held once, whichever pane asks first). */
-		if (made)
+		if (made && (i == 0 || !earlier_held))
 			restore_timer(stage, group, group_len, start, end, end <= stage->watermark);
 
 		/*
@@ -1100,46 +1167,72 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 }
 
 static void
-pane_fire(KeyedStage *stage, const char *key, int klen)
+pane_fire(KeyedStage *stage, const char *key, int klen, List **purges)
 {
 	const char *group = TIMER_GROUP(key);
 	int			group_len = TIMER_GROUP_LEN(klen);
 	TimestampTz end = keyed_key_read_time(key + 1);
 	TimestampTz start = TIMER_START(key, klen);
 
-	if (!pane_values(stage, group, group_len, start))
-		return;
-	keyed_emit(stage, group, group_len, start, end, stage->combined, false);
-	(void) changed_take(stage, group, group_len, start);
-
-	/*
-	 * A purge due already waits for the purges of this step all the same:
-	 * in order of time, so that an earlier window sharing the pane this
-	 * one deletes is purged (and emitted, if it changed) first.
-	 */
-	put_timer(stage, 'P', purge_time(stage, end), group, group_len, start);
+	if (pane_values(stage, group, group_len, start))
+		pane_fired(stage, group, group_len, start, end, purges);
 }
 
 /*
- * The panes of the windows a watermark step fires, into the cache in one
- * pass over the backend, where each window would read its size/slide
- * panes one by one (pane_values; most of a step's reads when the cache was
- * let go at the checkpoint before).  Sliding windows are aligned, so a
- * step that crosses a slide boundary fires a window of nearly every key:
- * the timers due at one time are sorted by group key, as are the panes
- * ('L' <group key> <pane start>), and a scan from the first window's
- * first pane to the last one's reads each pane in between once.  A
- * window's panes the scan did not meet are cached as absent.  The scan
- * reads the panes of the keys not firing too: it is made when the panes
- * wanted are at least an eighth of the fire and purge timers held (a
- * window whose panes may still exist holds one, so they bound the panes
- * there are), else the windows read their panes one by one.  A key holds
- * about lateness/slide purge timers, so an allowed lateness past 8 x size
- * turns the scan off.
+ * A window whose values are stage->combined fires.  A purge due already
+ * waits for the purges of this step all the same: in order of time, so
+ * that an earlier window sharing the pane this one deletes is purged (and
+ * emitted, if it changed) first.  Such purges (every one, without allowed
+ * lateness) go to *purges, in the order of their timers as the fires come
+ * in it, and window_fire merges them with the purge timers due; the
+ * timer index is spared a timer put and taken out at once.  One out of
+ * that order goes to the index.
  */
 static void
-pane_prefetch(KeyedStage *stage, List *timers)
+pane_fired(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
+		   TimestampTz end, List **purges)
 {
+	TimestampTz when = purge_time(stage, end);
+	StringInfo	tail = &stage->timer_tail;
+	StateKey   *k;
+
+	keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+	(void) changed_take(stage, group, group_len, start);
+	if (when > stage->watermark)
+	{
+		put_timer(stage, 'P', when, group, group_len, start);
+		return;
+	}
+	resetStringInfo(tail);
+	appendBinaryStringInfo(tail, group, group_len);
+	keyed_key_append_time(tail, start);
+	k = timer_state_key('P', when, tail->data, tail->len);
+	if (*purges != NIL && state_key_cmp(k->data, k->len, ((StateKey *) llast(*purges))->data,
+										((StateKey *) llast(*purges))->len) < 0)
+		put_timer(stage, 'P', when, group, group_len, start);
+	else
+		*purges = lappend(*purges, k);
+}
+
+/*
+ * The windows a watermark step fires, in the order of their timers.
+ * Sliding windows are aligned, so a step that crosses a slide boundary
+ * fires a window of nearly every key, each reading its size/slide panes:
+ * most of a step's reads when the cache was let go at the checkpoint
+ * before.  The timers due at one time are sorted by group key, as are the
+ * panes ('L' <group key> <pane start>), so one scan of the backend from
+ * the first window's first pane to the last one's reads each pane in
+ * between once (pane_scan_fire).  The scan reads the panes of the keys not
+ * firing too: it is made when the panes wanted are at least an eighth of
+ * the fire and purge timers held (a window whose panes may still exist
+ * holds one, so they bound the panes there are), else the windows read
+ * their panes one by one.  A key holds about lateness/slide purge timers,
+ * so an allowed lateness past 8 x size turns the scan off.
+ */
+static List *
+pane_fire_due(KeyedStage *stage, List *timers)
+{
+	List	   *purges = NIL;
 	int			n = list_length(timers);
 	int64		live = timer_index_count(stage->timers) + n;
 	int			first = 0;
@@ -1153,18 +1246,39 @@ pane_prefetch(KeyedStage *stage, List *timers)
 		while (last < n && memcmp(((StateKey *) list_nth(timers, last))->data + 1, k0->data + 1, 8) == 0)
 			last++;
 		if ((int64) (last - first) * stage->npanes * 8 >= live)
-			pane_scan(stage, timers, first, last);
+			pane_scan_fire(stage, timers, first, last, &purges);
+		else
+		{
+			for (int i = first; i < last; i++)
+			{
+				StateKey   *k = list_nth(timers, i);
+
+				CHECK_FOR_INTERRUPTS();
+				pane_fire(stage, k->data, k->len, &purges);
+			}
+		}
 		first = last;
 	}
+	return purges;
 }
 
 /*
  * One scan for the panes of the windows first to last - 1 of timers,
- * sorted by group key.  The iterator is ended on an ERROR too (an
- * interrupt, a corrupt value).
+ * sorted by group key, each window fired as the scan passes its range.
+ * With emit final, a pane's values are combined where they are read, not
+ * cached: a step reads about size/slide panes a key, which would overrun
+ * the cache, and the next window holding a pane fires a slide later.  A
+ * cached pane is newer than the backend's (a record changed it since the
+ * checkpoint) and is taken instead, and one the scan does not meet may be
+ * new since, so the cache is asked for it.  A window's first pane is
+ * cached all the same (or its absence), for the purge that deletes it;
+ * with emit update every pane is, for the checkpoint's rows of the
+ * windows changed since (window_emit_panes), which hold the later ones.
+ * The iterator is ended on an ERROR too (an interrupt, a corrupt value, a
+ * failing emit).
  */
 static void
-pane_scan(KeyedStage *stage, List *timers, int first, int last)
+pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purges)
 {
 	WindowSpec *w = stage->plan->window;
 	StringInfoData lo;
@@ -1172,6 +1286,8 @@ pane_scan(KeyedStage *stage, List *timers, int first, int last)
 	StringInfoData next_lo;
 	StateIterator *it;
 	bool	   *seen;
+	KeyedCodec	codec = stage->codec;
+	KeyedEntry	read;
 
 	/*
 	 * Window i's panes are the keys in ['L' <group> <start>, 'L' <group>
@@ -1196,29 +1312,65 @@ pane_scan(KeyedStage *stage, List *timers, int first, int last)
 	pane_range(stage, list_nth(timers, last - 1), &next_lo, &hi);
 	pane_range(stage, list_nth(timers, first), &lo, &next_lo);
 	seen = palloc0(sizeof(bool) * stage->npanes);
+
+	/*
+	 * A pane read and not cached: its values, out of line ones (a numeric
+	 * sum past its scaled form) in the step's memory, which stage->combined
+	 * may point at until the window's row is made.
+	 */
+	codec.ctx = CurrentMemoryContext;
+	memset(&read, 0, sizeof(read));
+	read.values = keyed_values_new(&codec);
+
+	/*
+	 * Window entries of format 1, left by an upgrade, read first: the scan
+	 * asks the backend for nothing else (pane_values_begin finds them, or
+	 * their absence, cached).
+	 */
+	if (stage->legacy_windows)
+	{
+		for (int i = first; i < last; i++)
+		{
+			StateKey   *k = list_nth(timers, i);
+
+			(void) lookup_window(stage, 'W', TIMER_GROUP(k->data), TIMER_GROUP_LEN(k->len),
+								 TIMER_START(k->data, k->len), true);
+		}
+	}
+
 	it = stage->state->ops->iterate(stage->state, lo.data, lo.len, hi.data, hi.len);
 	PG_TRY();
 	{
 		int			cur = first;
+		bool		found;
 		const char *key;
 		const char *val;
 		int			klen;
 		int			vlen;
 
 		pane_range(stage, list_nth(timers, cur), &lo, &hi);
+		found = pane_values_begin(stage, lo.data + 1, lo.len - 9, keyed_key_read_time(lo.data + lo.len - 8));
 		while (cur < last)
 		{
 			bool		more = stage->state->ops->next(it, &key, &klen, &val, &vlen);
 			TimestampTz start;
 			TimestampTz pane;
+			KeyedEntry *e;
+			int			i;
+			bool		keep;
 
-			/* Windows whose range the scan has passed: their panes not met are absent. */
+			/* Windows whose range the scan has passed fire. */
 			while (cur < last && (!more || state_key_cmp(key, klen, hi.data, hi.len) >= 0))
 			{
-				pane_absent(stage, &lo, seen);
+				CHECK_FOR_INTERRUPTS();
+				pane_scan_window_end(stage, &lo, seen, found, purges);
 				memset(seen, 0, sizeof(bool) * stage->npanes);
 				if (++cur < last)
+				{
 					pane_range(stage, list_nth(timers, cur), &lo, &hi);
+					found = pane_values_begin(stage, lo.data + 1, lo.len - 9,
+											  keyed_key_read_time(lo.data + lo.len - 8));
+				}
 			}
 			if (!more || cur == last)
 				break;
@@ -1230,8 +1382,25 @@ pane_scan(KeyedStage *stage, List *timers, int first, int last)
 			pane = keyed_key_read_time(key + klen - 8);
 			if ((pane - start) % w->slide_us != 0)
 				continue;
-			seen[(pane - start) / w->slide_us] = true;
-			(void) keyed_lookup_known(stage, key, klen, true, val, vlen);
+			i = (int) ((pane - start) / w->slide_us);
+			seen[i] = true;
+			keep = i == 0 || w->emit_update;
+			e = keep ? keyed_lookup_known(stage, key, klen, true, val, vlen)
+				: keyed_cache_find(stage, key, klen);
+			if (e != NULL)
+			{
+				if (!pane_usable(e))
+					continue;
+				pane_merge(stage, e->values);
+			}
+			else
+			{
+				read.key.data = key;
+				read.key.len = klen;
+				keyed_entry_deserialize(&codec, &read, val, vlen);
+				pane_merge(stage, read.values);
+			}
+			found = true;
 		}
 	}
 	PG_FINALLY();
@@ -1259,22 +1428,40 @@ pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo h
 	keyed_key_append_time(hi, start + stage->plan->window->size_us);
 }
 
-/* The panes of the window whose first pane key is lo that a scan did not meet. */
+/*
+ * The scan has passed the window whose first pane key is lo: the panes it
+ * did not meet, from the cache (their absence cached where a pane read
+ * would be, pane_scan_fire), and the window fires if it has any.
+ */
 static void
-pane_absent(KeyedStage *stage, StringInfo lo, const bool *seen)
+pane_scan_window_end(KeyedStage *stage, StringInfo lo, const bool *seen, bool found,
+					 List **purges)
 {
+	const char *group = lo->data + 1;
+	int			group_len = lo->len - 9;
 	TimestampTz start = keyed_key_read_time(lo->data + lo->len - 8);
 
 	for (int i = 0; i < stage->npanes; i++)
 	{
+		KeyedEntry *e;
+
 		if (seen[i])
 			continue;
 		lo->len -= 8;
 		keyed_key_append_time(lo, start + i * stage->plan->window->slide_us);
-		(void) keyed_lookup_known(stage, lo->data, lo->len, true, NULL, 0);
+		e = i == 0 || stage->plan->window->emit_update
+			? keyed_lookup_known(stage, lo->data, lo->len, true, NULL, 0)
+			: keyed_cache_find(stage, lo->data, lo->len);
+		if (pane_usable(e))
+		{
+			pane_merge(stage, e->values);
+			found = true;
+		}
 	}
 	lo->len -= 8;
 	keyed_key_append_time(lo, start);
+	if (found)
+		pane_fired(stage, group, group_len, start, start + stage->plan->window->size_us, purges);
 }
 
 /* A window goes: its row if it changed since emitted, and the pane it begins. */
@@ -1443,7 +1630,7 @@ lookup_unended(KeyedStage *stage, char kind, const char *group, int group_len,
 	if (end <= stage->watermark)
 		return lookup_window(stage, kind, group, group_len, start, true);
 	window_key(stage, kind, group, group_len, start);
-	/* Cached (most lookups, and every one of a step's prefetched panes): no timer asked. */
+	/* Cached (most lookups, and a step's scanned first panes): no timer asked. */
 	e = keyed_lookup_known(stage, stage->key.data, stage->key.len, false, NULL, 0);
 	if (e != NULL)
 		return e;

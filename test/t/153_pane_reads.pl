@@ -1,7 +1,8 @@
 # The reads of sliding-window panes that skip the backend give SQL's
-# windows: a watermark step reads the panes of the windows it fires in one
-# scan (absent ones cached as such), and a pane whose window has not ended
-# and holds no fire timer is known new (not read).  With the cache emptied
+# windows: a watermark step fires its windows in one scan of their panes
+# (a pane a record changed since the checkpoint, or made since, taken from
+# the cache), and a pane whose window has not ended and holds no fire
+# timer is known new (not read).  With the cache emptied
 # at every checkpoint (mailer.state_cache_entries = 0) every fire reads the
 # backend; dense and sparse keys (panes missing inside windows), the text
 # keys a, ab and abc (stored with their lengths, so their pane ranges do

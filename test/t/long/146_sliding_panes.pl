@@ -4,8 +4,9 @@
 # reference job over the same events, and their count and bigint sum must
 # agree at every step, through out-of-order and late records, allowed
 # lateness, emit final and update, a stop and start (the timers are rebuilt
-# from the panes), a SIGKILL of a worker mid-stream, and restore_job to an
-# earlier epoch.
+# from the panes), a SIGKILL of a worker mid-stream, restore_job to an
+# earlier epoch, and a rescale to 2 and back to 1 (window entries beside
+# new panes, read by a step that fires its windows in one scan).
 use strict;
 use warnings;
 use FindBin;
@@ -197,6 +198,24 @@ for my $name ('rs_pane', 'rs_ref')
 produce_events($topic2, [ @ev2[80 .. 159] ]);
 compare('rescale: after, at parallelism 2');
 is(psql($kinds), 'W', 'rescale: window entries at parallelism 2, the panes gone');
+
+# And back to 1: the window entries stay beside the new panes, as state of
+# format 1 does, and a watermark step that fires the windows in one scan of
+# their panes reads those entries first.  Records on both partitions from
+# 20 s before the last one, into windows the entries hold.
+for my $name ('rs_pane', 'rs_ref')
+{
+	is(psql("SELECT mailer.stop_job('$name')"), 'stopped', "rescale back: $name stopped");
+	psql("SELECT mailer.alter_job('$name', jsonb_set(spec, '{parallelism}', '1')) FROM mailer.jobs WHERE name = '$name'");
+	psql("SELECT mailer.start_job('$name')");
+}
+my $t_last = (sort { $b <=> $a } map { $_->{t} } @ev2[0 .. 159])[0];
+my @ev3 = map { { %$_, t => $_->{t} + $t_last - 20 } }
+  random_events(seed => 1463, partitions => 2, count => 60, step => 0.5, spread => 8,
+	keys => [qw(a b c d e f)], amount => sub { $_[0] % 89 });
+produce_events($topic2, \@ev3);
+compare('rescale: back to 1, window entries beside new panes');
+is(psql($kinds), 'LW', 'rescale back: new panes beside the window entries left');
 produce_events($topic2, [ { p => 0, k => 'e', t => 1000, a => 1 }, { p => 1, k => 'f', t => 1000, a => 1 } ]);
 compare('rescale: all fired');
 cmp_ok(psql("SELECT count(*) FROM rs_pane"), '>', 20, 'rescale: windows were written');
