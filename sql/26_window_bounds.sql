@@ -81,5 +81,18 @@ SELECT "offset", stage, error FROM mailer.dead_letters WHERE job_id = :end_job O
 SELECT k, window_start, window_end, n FROM wb_sessions ORDER BY window_start;
 SELECT "offset", stage, error FROM mailer.dead_letters WHERE job_id = :end_sessions_job ORDER BY "offset";
 
+-- Sliding windows (panes) whose purge, 100 days after their end, is past
+-- the range: they wait for the end of the stream, where every window fires
+-- and is purged in one step, purges at the same (infinite) time in the
+-- order of their keys.  Each record is in two windows.
+CREATE TABLE wb_sliding (LIKE wb_out INCLUDING ALL);
+SELECT mailer.create_job('wb_end_sliding', $${"source": {"type": "generator", "events": 60, "keys": 5, "start_time": "294276-12-25 00:00:00+00", "step": "1 hour"},
+  "steps": [{"key_by": {"k": "key"}}, {"window": {"type": "sliding", "size": "2 days", "slide": "1 day", "allowed_lateness": "100 days"}}, {"aggregate": {"n": "count(*)"}}],
+  "sink": {"type": "table", "table": "wb_sliding"}, "state": {"backend": "rocksdb"}}$$) AS end_sliding_job \gset
+SELECT mailer.wait_job('wb_end_sliding');
+SELECT k, window_start, window_end, n FROM wb_sliding ORDER BY k, window_start;
+SELECT sum(n) AS records_twice FROM wb_sliding;
+SELECT count(*) AS dead_letters FROM mailer.dead_letters WHERE job_id = :end_sliding_job;
+
 SELECT count(mailer.drop_job(name)) FROM mailer.jobs WHERE name LIKE 'wb\_%';
-DROP TABLE wb_out, wb_sessions;
+DROP TABLE wb_out, wb_sessions, wb_sliding;
