@@ -81,6 +81,9 @@ static void pane_fired(KeyedStage *stage, const char *group, int group_len, Time
 static List *pane_fire_due(KeyedStage *stage, List *timers);
 static void pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purges);
 static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
+static bool pane_scan_keeps(KeyedStage *stage, int i);
+static bool pane_scan_window_begin(KeyedStage *stage, const StateKey *timer, StringInfo lo,
+								   StringInfo hi);
 static void pane_scan_window_end(KeyedStage *stage, StringInfo lo, const bool *seen, bool found,
 								 List **purges);
 static void pane_purge(KeyedStage *stage, const char *group, int group_len, TimestampTz start,
@@ -421,7 +424,9 @@ merge_timers(List *a, List *b)
 	{
 		StateKey   *x = i < list_length(a) ? list_nth(a, i) : NULL;
 		StateKey   *y = j < list_length(b) ? list_nth(b, j) : NULL;
-		int			c = x == NULL ? 1 : y == NULL ? -1 : state_key_cmp(x->data, x->len, y->data, y->len);
+		int			c = x == NULL ? 1
+			: y == NULL ? -1
+			: state_key_cmp(x->data, x->len, y->data, y->len);
 
 		merged = lappend(merged, c <= 0 ? x : y);
 		i += c <= 0;
@@ -1348,8 +1353,7 @@ pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purg
 		int			klen;
 		int			vlen;
 
-		pane_range(stage, list_nth(timers, cur), &lo, &hi);
-		found = pane_values_begin(stage, lo.data + 1, lo.len - 9, keyed_key_read_time(lo.data + lo.len - 8));
+		found = pane_scan_window_begin(stage, list_nth(timers, cur), &lo, &hi);
 		while (cur < last)
 		{
 			bool		more = stage->state->ops->next(it, &key, &klen, &val, &vlen);
@@ -1357,7 +1361,6 @@ pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purg
 			TimestampTz pane;
 			KeyedEntry *e;
 			int			i;
-			bool		keep;
 
 			/* Windows whose range the scan has passed fire. */
 			while (cur < last && (!more || state_key_cmp(key, klen, hi.data, hi.len) >= 0))
@@ -1366,11 +1369,7 @@ pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purg
 				pane_scan_window_end(stage, &lo, seen, found, purges);
 				memset(seen, 0, sizeof(bool) * stage->npanes);
 				if (++cur < last)
-				{
-					pane_range(stage, list_nth(timers, cur), &lo, &hi);
-					found = pane_values_begin(stage, lo.data + 1, lo.len - 9,
-											  keyed_key_read_time(lo.data + lo.len - 8));
-				}
+					found = pane_scan_window_begin(stage, list_nth(timers, cur), &lo, &hi);
 			}
 			if (!more || cur == last)
 				break;
@@ -1384,8 +1383,7 @@ pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purg
 				continue;
 			i = (int) ((pane - start) / w->slide_us);
 			seen[i] = true;
-			keep = i == 0 || w->emit_update;
-			e = keep ? keyed_lookup_known(stage, key, klen, true, val, vlen)
+			e = pane_scan_keeps(stage, i) ? keyed_lookup_known(stage, key, klen, true, val, vlen)
 				: keyed_cache_find(stage, key, klen);
 			if (e != NULL)
 			{
@@ -1408,6 +1406,26 @@ pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purg
 		stage->state->ops->iterate_end(it);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * Whether the scan caches a window's pane i (or its absence): the first,
+ * for the purge that deletes it, and with emit update every one, for the
+ * checkpoint's rows of the windows changed since (pane_scan_fire).
+ */
+static bool
+pane_scan_keeps(KeyedStage *stage, int i)
+{
+	return i == 0 || stage->plan->window->emit_update;
+}
+
+/* The scan's next window: its range of pane keys, and stage->combined begun. */
+static bool
+pane_scan_window_begin(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi)
+{
+	pane_range(stage, timer, lo, hi);
+	return pane_values_begin(stage, lo->data + 1, lo->len - 9,
+							 keyed_key_read_time(lo->data + lo->len - 8));
 }
 
 /* A window's range of pane keys, from its fire timer ('F' <end> <group> <start>). */
@@ -1449,8 +1467,7 @@ pane_scan_window_end(KeyedStage *stage, StringInfo lo, const bool *seen, bool fo
 			continue;
 		lo->len -= 8;
 		keyed_key_append_time(lo, start + i * stage->plan->window->slide_us);
-		e = i == 0 || stage->plan->window->emit_update
-			? keyed_lookup_known(stage, lo->data, lo->len, true, NULL, 0)
+		e = pane_scan_keeps(stage, i) ? keyed_lookup_known(stage, lo->data, lo->len, true, NULL, 0)
 			: keyed_cache_find(stage, lo->data, lo->len);
 		if (pane_usable(e))
 		{
