@@ -9,13 +9,20 @@
  * a fired one is purged after its allowed lateness), so the stage keeps
  * them here and window.c rebuilds them from the entries when it starts.
  *
- * Per kind, a hash from due time to a bucket, and a min-heap of the due
- * times that have one.  Windows of many keys share their due times, so a
- * bucket holds the tails of all their timers, packed: an int32 length and
- * the bytes.  A bucket is only appended to; the undo of a record cuts it
- * back to its length before the record.  When a bucket is due its tails
- * are sorted by their bytes, which gives the order a range scan of the
- * state keys gave.
+ * Per kind, a hash from a granule of due time (TIMER_GRANULE_US) to a
+ * bucket, and a min-heap of the granules that have one.  A bucket holds
+ * its timers packed: the due time, an int32 length and the tail's bytes.
+ * Windows of many keys share their due times, and a session's end is a
+ * record's time plus the gap, so that with a bucket per due time each
+ * session paid a bucket of its own: a hash insert, a heap push, an
+ * allocation, and at its fire a heap pop and a lookup, each a cache miss
+ * (4% of a session job's worker, BENCHMARKS.md).  A bucket is only
+ * appended to; the undo of a record cuts it back to its length before the
+ * record.  When the watermark reaches a granule its timers due are taken
+ * out, sorted by time and then by their bytes, which gives the order a
+ * range scan of the state keys gave; those not due yet stay, the taken
+ * ones marked gone, and the granule is due again at the next step (a
+ * granule's timers are looked at once a step until all are due).
  *
  * A timer is held once, as a state key was: a window of panes is asked
  * for by each of its panes, a session by its merges.  A set of the timers
@@ -40,9 +47,45 @@ time_hash(TimestampTz when)
 	return local_hash_uint64((uint64) when);
 }
 
+/*
+ * The span of due times that share a bucket, a power of 2 in
+ * microseconds: 65.5 ms, small against the event time a batch's records
+ * cover in a busy stream (about a second in the bench's), so that a step
+ * leaves at most one granule part due.
+ */
+#define TIMER_GRANULE_US ((int64) 1 << 16)
+
+/* The first time of when's granule (the mask rounds down, negative times too). */
+static inline TimestampTz
+granule_of(TimestampTz when)
+{
+	return when & ~(TIMER_GRANULE_US - 1);
+}
+
+/*
+ * A timer in its bucket: the due time, the tail's length (-1 - length once
+ * taken out as due: TAKEN) and the tail's bytes, unaligned.
+ */
+#define ENTRY_HEADER (sizeof(TimestampTz) + sizeof(int32))
+#define TAKEN(len) (-1 - (len))
+
+static inline void
+entry_read(const char *entry, TimestampTz *when, int32 *len)
+{
+	memcpy(when, entry, sizeof(TimestampTz));
+	memcpy(len, entry + sizeof(TimestampTz), sizeof(int32));
+}
+
+/* The entry's size in its bucket, taken out or not. */
+static inline int
+entry_size(int32 len)
+{
+	return ENTRY_HEADER + (len < 0 ? TAKEN(len) : len);
+}
+
 typedef struct TimerBucket
 {
-	TimestampTz when;
+	TimestampTz granule;		/* granule_of its timers' due times */
 	char		status;
 	char	   *data;
 	int			used;
@@ -52,7 +95,7 @@ typedef struct TimerBucket
 #define SH_PREFIX tbucket
 #define SH_ELEMENT_TYPE TimerBucket
 #define SH_KEY_TYPE TimestampTz
-#define SH_KEY when
+#define SH_KEY granule
 #define SH_HASH_KEY(tb, key) time_hash(key)
 #define SH_EQUAL(tb, a, b) ((a) == (b))
 #define SH_SCOPE static inline
@@ -60,7 +103,7 @@ typedef struct TimerBucket
 #define SH_DEFINE
 #include "lib/simplehash.h"
 
-/* A timer held: its tail is at offset in the bucket of (kind, when). */
+/* A timer held: its entry is at offset in the bucket of (kind, granule_of(when)). */
 typedef struct TimerSlotKey
 {
 	TimestampTz when;
@@ -95,7 +138,7 @@ static bool slot_equal(struct TimerIndex *ti, const TimerSlotKey *a, const Timer
 typedef struct TimerKind
 {
 	tbucket_hash *buckets;
-	TimestampTz *heap;			/* min-heap of the buckets' times */
+	TimestampTz *heap;			/* min-heap of the buckets' granules */
 	int			nheap;
 	int			heap_cap;
 } TimerKind;
@@ -117,7 +160,7 @@ kind_of(TimerIndex *ti, char kind)
 	return &ti->kinds[kind == 'F' ? 0 : 1];
 }
 
-/* A held timer's tail: its bucket's bytes from its offset. */
+/* A held timer's tail: its entry's bytes in its bucket. */
 static const char *
 slot_tail(TimerIndex *ti, const TimerSlotKey *s, int32 *len)
 {
@@ -128,10 +171,11 @@ slot_tail(TimerIndex *ti, const TimerSlotKey *s, int32 *len)
 		*len = ti->probe_len;
 		return ti->probe;
 	}
-	b = tbucket_lookup(kind_of(ti, s->kind)->buckets, s->when);
+	b = tbucket_lookup(kind_of(ti, s->kind)->buckets, granule_of(s->when));
 	Assert(b != NULL && s->offset < b->used);
-	memcpy(len, b->data + s->offset, sizeof(int32));
-	return b->data + s->offset + sizeof(int32);
+	memcpy(len, b->data + s->offset + sizeof(TimestampTz), sizeof(int32));
+	Assert(*len >= 0);
+	return b->data + s->offset + ENTRY_HEADER;
 }
 
 static uint32
@@ -174,16 +218,18 @@ slot_probe(TimerIndex *ti, char kind, TimestampTz when, const char *tail, int le
 	return p;
 }
 
-/* Forget the timer whose tail is at offset in bucket b (still there). */
+/* Forget the timer whose entry is at offset in bucket b (still there). */
 static void
 slot_forget(TimerIndex *ti, char kind, TimerBucket *b, int offset)
 {
+	TimestampTz when;
 	int32		l;
 	TimerSlotKey p;
 	bool		deleted PG_USED_FOR_ASSERTS_ONLY;
 
-	memcpy(&l, b->data + offset, sizeof(int32));
-	p = slot_probe(ti, kind, b->when, b->data + offset + sizeof(int32), l);
+	entry_read(b->data + offset, &when, &l);
+	Assert(l >= 0);
+	p = slot_probe(ti, kind, when, b->data + offset + ENTRY_HEADER, l);
 	deleted = tset_delete(ti->held, p);
 	Assert(deleted);
 }
@@ -264,13 +310,13 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 			mark->used = -1;
 		return;
 	}
-	b = tbucket_insert(tk->buckets, when, &found);
+	b = tbucket_insert(tk->buckets, granule_of(when), &found);
 	if (!found)
 	{
 		b->cap = 64;
 		b->data = MemoryContextAlloc(ti->context, b->cap);
 		b->used = 0;
-		heap_push(ti, tk, when);
+		heap_push(ti, tk, b->granule);
 	}
 	if (mark)
 	{
@@ -278,16 +324,17 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 		mark->when = when;
 		mark->used = b->used;
 	}
-	if (b->used + (int) sizeof(int32) + len > b->cap)
+	if (b->used + (int) ENTRY_HEADER + len > b->cap)
 	{
-		while (b->used + (int) sizeof(int32) + len > b->cap)
+		while (b->used + (int) ENTRY_HEADER + len > b->cap)
 			b->cap *= 2;
 		b->data = repalloc(b->data, b->cap);
 	}
-	memcpy(b->data + b->used, &l, sizeof(int32));
-	memcpy(b->data + b->used + sizeof(int32), tail, len);
+	memcpy(b->data + b->used, &when, sizeof(TimestampTz));
+	memcpy(b->data + b->used + sizeof(TimestampTz), &l, sizeof(int32));
+	memcpy(b->data + b->used + ENTRY_HEADER, tail, len);
 	slot->key.offset = b->used;
-	b->used += sizeof(int32) + len;
+	b->used += ENTRY_HEADER + len;
 	ti->count++;
 }
 
@@ -304,8 +351,8 @@ timer_index_truncate(TimerIndex *ti, const TimerMark *mark)
 
 	if (mark->used < 0)
 		return;					/* it added none */
-	b = tbucket_lookup(kind_of(ti, mark->kind)->buckets, mark->when);
-	/* No timer is due inside a record: the bucket is still there. */
+	b = tbucket_lookup(kind_of(ti, mark->kind)->buckets, granule_of(mark->when));
+	/* No timer is due inside a record: the bucket is still there, its entries where they were. */
 	Assert(b != NULL && b->used > mark->used);
 	if (b == NULL)
 		return;
@@ -320,7 +367,58 @@ due_cmp(const void *a, const void *b)
 	const DueTimer *x = *(DueTimer *const *) a;
 	const DueTimer *y = *(DueTimer *const *) b;
 
+	if (x->when != y->when)
+		return x->when < y->when ? -1 : 1;
 	return state_key_cmp(x->tail, x->len, y->tail, y->len);
+}
+
+/*
+ * Take the timers due at watermark out of bucket b, as DueTimers (tails in
+ * a copy of the bucket, in the current memory context) sorted by time and
+ * then by tail, appended to *due.  Returns whether timers not due remain;
+ * the ones taken are marked so in the bucket, where the held timers'
+ * offsets still point.
+ */
+static bool
+take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List **due)
+{
+	DueTimer  **sorted;
+	char	   *copy = palloc(Max(b->used, 1));
+	int			n = 0;
+	int			left = 0;
+	int			pos;
+
+	memcpy(copy, b->data, b->used);
+	sorted = palloc(sizeof(DueTimer *) * Max(b->used / ENTRY_HEADER, 1));
+	for (pos = 0; pos < b->used;)
+	{
+		TimestampTz when;
+		int32		l;
+
+		entry_read(b->data + pos, &when, &l);
+		if (l >= 0 && when <= watermark)
+		{
+			DueTimer   *t = palloc(sizeof(DueTimer));
+
+			t->when = when;
+			t->tail = copy + pos + ENTRY_HEADER;
+			t->len = l;
+			sorted[n++] = t;
+			slot_forget(ti, kind, b, pos);
+			l = TAKEN(l);
+			memcpy(b->data + pos + sizeof(TimestampTz), &l, sizeof(int32));
+		}
+		else if (l >= 0)
+			left++;
+		pos += entry_size(l);
+	}
+	ti->count -= n;
+	if (n > 1)
+		qsort(sorted, n, sizeof(DueTimer *), due_cmp);
+	for (int i = 0; i < n; i++)
+		*due = lappend(*due, sorted[i]);
+	pfree(sorted);
+	return left > 0;
 }
 
 List *
@@ -328,51 +426,33 @@ timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark)
 {
 	TimerKind  *tk = kind_of(ti, kind);
 	List	   *due = NIL;
+	TimestampTz part_due = 0;
+	bool		part = false;
 
 	while (tk->nheap > 0 && tk->heap[0] <= watermark)
 	{
-		TimestampTz when = tk->heap[0];
-		TimerBucket *b = tbucket_lookup(tk->buckets, when);
-		DueTimer  **sorted;
-		int			n = 0;
-		int			pos = 0;
-		char	   *copy;
+		TimerBucket *b = tbucket_lookup(tk->buckets, tk->heap[0]);
 
 		heap_pop(tk);
 		Assert(b != NULL);
-		copy = palloc(Max(b->used, 1));
-		memcpy(copy, b->data, b->used);
-		while (pos < b->used)
+		if (take_due(ti, kind, b, watermark, &due))
 		{
-			int32		l;
-
-			memcpy(&l, copy + pos, sizeof(int32));
-			pos += sizeof(int32) + l;
-			n++;
+			/*
+			 * The watermark is inside this granule, and so past every one
+			 * popped before it: only the last one popped is left part due.
+			 */
+			Assert(!part);
+			part = true;
+			part_due = b->granule;
 		}
-		sorted = palloc(sizeof(DueTimer *) * Max(n, 1));
-		pos = 0;
-		for (int i = 0; i < n; i++)
+		else
 		{
-			DueTimer   *t = palloc(sizeof(DueTimer));
-			int32		l;
-
-			memcpy(&l, copy + pos, sizeof(int32));
-			t->when = when;
-			t->tail = copy + pos + sizeof(int32);
-			t->len = l;
-			sorted[i] = t;
-			slot_forget(ti, kind, b, pos);
-			pos += sizeof(int32) + l;
+			pfree(b->data);
+			tbucket_delete_item(tk->buckets, b);
 		}
-		ti->count -= n;
-		pfree(b->data);
-		tbucket_delete_item(tk->buckets, b);
-		if (n > 1)
-			qsort(sorted, n, sizeof(DueTimer *), due_cmp);
-		for (int i = 0; i < n; i++)
-			due = lappend(due, sorted[i]);
 	}
+	if (part)
+		heap_push(ti, tk, part_due);
 	return due;
 }
 
