@@ -125,15 +125,15 @@ keyed_slot_hash(KeyedStage *stage, const char *group, int group_len, TimestampTz
 }
 
 void
-keyed_prefetch_slot(KeyedStage *stage, uint32 hash)
+keyed_prefetch(KeyedStage *stage, uint32 hash, int link)
 {
-	keyed_cache_prefetch_slot(stage, hash);
-}
-
-void
-keyed_prefetch_entry(KeyedStage *stage, uint32 hash)
-{
-	keyed_cache_prefetch_entry(stage, hash);
+	StaticAssertStmt(KEYED_PREFETCH_LINKS == 2 + WINDOW_SESSION_LINKS, "the links keyed_prefetch fetches");
+	if (link == 0)
+		keyed_cache_prefetch_slot(stage, hash);
+	else if (link == 1)
+		keyed_cache_prefetch_entry(stage, hash);
+	else if (stage->session_keys)
+		window_prefetch_sessions(stage, keyed_cache_peek(stage, hash), link - 2);
 }
 
 /* stage->key := the state key of a group's running totals (no window). */

@@ -57,14 +57,17 @@ extern bool keyed_add_group(KeyedStage *stage, const char *group, int group_len,
 /*
  * Hints, for a caller that knows the next records' group keys before it
  * adds them: keyed_slot_hash is the cache hash of the first entry
- * keyed_add_group will look up for (group, event_time); keyed_prefetch_slot
- * has the CPU fetch that hash's cache slot, and keyed_prefetch_entry, once
- * the slot is in, the entry it points to.  None changes anything or fails.
+ * keyed_add_group will look up for (group, event_time); keyed_prefetch has
+ * the CPU fetch one link of the chain that lookup reads, link 0 that
+ * hash's cache slot, 1 the entry it points to, and for session windows
+ * the entry's sessions (window_prefetch_sessions): each once the link
+ * before it has come in, so a caller asks for them in order, a few records
+ * apart.  None changes anything or fails.
  */
+#define KEYED_PREFETCH_LINKS 5
 extern uint32 keyed_slot_hash(KeyedStage *stage, const char *group, int group_len,
 							  TimestampTz event_time);
-extern void keyed_prefetch_slot(KeyedStage *stage, uint32 hash);
-extern void keyed_prefetch_entry(KeyedStage *stage, uint32 hash);
+extern void keyed_prefetch(KeyedStage *stage, uint32 hash, int link);
 
 /* The aggregates' argument types, to carry arguments between subtasks. */
 extern int	keyed_naggs(KeyedStage *stage);

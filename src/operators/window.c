@@ -45,7 +45,6 @@ typedef struct ChangedSlot
 
 static bool session_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 static uint32 *session_hashes(KeyedStage *stage, List *timers);
-static void prefetch_first_sessions(KeyedStage *stage, KeyedEntry *e, bool values);
 static void session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i);
 static void fire_timer(KeyedStage *stage, const char *key, int klen);
 static void purge_timer(KeyedStage *stage, const char *key, int klen);
@@ -468,49 +467,52 @@ session_hashes(KeyedStage *stage, List *timers)
 	return hashes;
 }
 
-/* A cached entry's first sessions, or (values) what they point to. */
-static void
-prefetch_first_sessions(KeyedStage *stage, KeyedEntry *e, bool values)
+/*
+ * Have the CPU fetch one link of a cached sessions entry e (NULL: none),
+ * once the link before it has come in: 0 its list (the header and first
+ * cells, which lappend keeps in one chunk until it grows past them), 1 its
+ * first sessions, 2 their values.
+ */
+void
+window_prefetch_sessions(KeyedStage *stage, KeyedEntry *e, int link)
 {
 	ListCell   *lc;
 
-	if (e == NULL)
+	if (e == NULL || e->sessions == NIL)
 		return;
+	if (link == 0)
+	{
+		keyed_cache_prefetch_lines(e->sessions, offsetof(List, initial_elements) +
+								   PREFETCH_SESSIONS * sizeof(ListCell));
+		return;
+	}
 	foreach(lc, e->sessions)
 	{
 		Session    *s = lfirst(lc);
 
 		if (foreach_current_index(lc) == PREFETCH_SESSIONS)
 			break;
-		if (values)
-			keyed_cache_prefetch_lines(s->values, sizeof(AggValue) * stage->naggs);
-		else
+		if (link == 1)
 			keyed_cache_prefetch_lines(s, sizeof(Session));
+		else
+			keyed_cache_prefetch_lines(s->values, sizeof(AggValue) * stage->naggs);
 	}
 }
 
-/*
- * Before timer i of n: fetch the links of the timers ahead of it.  A list
- * is fetched without reading it (its header and first cells, which
- * lappend keeps in one chunk until it grows past them).
- */
+/* Before timer i of n: fetch the links of the timers ahead of it. */
 static void
 session_prefetch(KeyedStage *stage, const uint32 *hashes, int n, int i)
 {
-	KeyedEntry *e;
-
 	if (i + 4 * TIMER_AHEAD < n)
 		keyed_cache_prefetch_slot(stage, hashes[i + 4 * TIMER_AHEAD]);
 	if (i + 3 * TIMER_AHEAD < n)
 		keyed_cache_prefetch_entry(stage, hashes[i + 3 * TIMER_AHEAD]);
-	if (i + 2 * TIMER_AHEAD < n && (e = keyed_cache_peek(stage, hashes[i + 2 * TIMER_AHEAD])) &&
-		e->sessions != NIL)
-		keyed_cache_prefetch_lines(e->sessions, offsetof(List, initial_elements) +
-								   PREFETCH_SESSIONS * sizeof(ListCell));
+	if (i + 2 * TIMER_AHEAD < n)
+		window_prefetch_sessions(stage, keyed_cache_peek(stage, hashes[i + 2 * TIMER_AHEAD]), 0);
 	if (i + TIMER_AHEAD < n)
-		prefetch_first_sessions(stage, keyed_cache_peek(stage, hashes[i + TIMER_AHEAD]), false);
+		window_prefetch_sessions(stage, keyed_cache_peek(stage, hashes[i + TIMER_AHEAD]), 1);
 	if (i + TIMER_AHEAD / 2 < n)
-		prefetch_first_sessions(stage, keyed_cache_peek(stage, hashes[i + TIMER_AHEAD / 2]), true);
+		window_prefetch_sessions(stage, keyed_cache_peek(stage, hashes[i + TIMER_AHEAD / 2]), 2);
 }
 
 /* Timer keys: kind, time, group key, window start. */

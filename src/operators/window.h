@@ -19,6 +19,15 @@ extern bool window_add(KeyedStage *stage, TimestampTz t, const char *group, int 
 extern void window_first_key(KeyedStage *stage, TimestampTz t, const char *group, int group_len);
 
 /*
+ * A hint (keyed.h's): the CPU fetches link 0, 1 or 2 of a sessions entry
+ * window_add is about to read (its list, its first sessions, their
+ * values), each once the one before has come in.  e may be NULL or
+ * another key's entry: nothing is changed, nothing fails.
+ */
+#define WINDOW_SESSION_LINKS 3
+extern void window_prefetch_sessions(KeyedStage *stage, KeyedEntry *e, int link);
+
+/*
  * The watermark moved to watermark: fire and purge what it passed.  Allocates in the current memory context, which the caller resets.
  */
 extern void window_fire(KeyedStage *stage, TimestampTz watermark);

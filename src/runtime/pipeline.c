@@ -143,23 +143,27 @@ next_item(BatchRun *run, int i, bool *first_pass)
 }
 
 /*
- * Before the second pass adds the chunk's record o: the cache slot of the
- * record 2 * PREFETCH_AHEAD ahead, and the entry of the one PREFETCH_AHEAD
- * ahead, whose slot has come in meanwhile.  The first record of a chunk
- * asks for those before them too.  (Slots asked for in the first pass were
- * gone from the CPU's caches again by the second.)
+ * Before the second pass adds the chunk's record o: each link of the
+ * chain its lookup reads (keyed_prefetch) for the record that many records
+ * ahead of it, the cache slot 2 * PREFETCH_AHEAD ahead, the entry it
+ * points to PREFETCH_AHEAD ahead, whose slot has come in meanwhile, and a
+ * session window's later links one, two and three records ahead.  The
+ * first record of a chunk asks for those before them too.  (Slots asked
+ * for in the first pass were gone from the CPU's caches again by the
+ * second.)
  */
 static void
 prefetch_ahead(BatchRun *run, int o, int len)
 {
+	static const int ahead[KEYED_PREFETCH_LINKS] = {2 * PREFETCH_AHEAD, PREFETCH_AHEAD, 3, 2, 1};
 	Prepared   *prepared = run->prepared;
 
-	for (int k = o == 0 ? 0 : o + 2 * PREFETCH_AHEAD; k <= o + 2 * PREFETCH_AHEAD && k < len; k++)
-		if (prepared[k].slot_hash != 0 && prepared[k].error == NULL)
-			keyed_prefetch_slot(run->job->keyed, prepared[k].slot_hash);
-	for (int k = o == 0 ? 0 : o + PREFETCH_AHEAD; k <= o + PREFETCH_AHEAD && k < len; k++)
-		if (prepared[k].slot_hash != 0 && prepared[k].error == NULL)
-			keyed_prefetch_entry(run->job->keyed, prepared[k].slot_hash);
+	for (int link = 0; link < KEYED_PREFETCH_LINKS; link++)
+	{
+		for (int k = o == 0 ? 0 : o + ahead[link]; k <= o + ahead[link] && k < len; k++)
+			if (prepared[k].slot_hash != 0 && prepared[k].error == NULL)
+				keyed_prefetch(run->job->keyed, prepared[k].slot_hash, link);
+	}
 }
 
 static void
