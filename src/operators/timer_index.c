@@ -16,17 +16,17 @@
  * record's time plus the gap, so that with a bucket per due time each
  * session paid a bucket of its own: a hash insert, a heap push, an
  * allocation, and at its fire a heap pop and a lookup, each a cache miss
- * (4% of a session job's worker, BENCHMARKS.md).  A bucket is only
- * appended to; the undo of a record cuts it back to its length before the
- * record.  When the watermark reaches a granule its timers due are taken
- * out, sorted by time and then by their bytes, which gives the order a
- * range scan of the state keys gave; those not due yet stay, the taken
- * ones marked gone, and the granule is due again at the next step (a
- * granule's timers are looked at once a step until all are due).
+ * (BENCHMARKS.md, "Timers by granule, sessions fetched ahead").  A bucket
+ * is only appended to; the undo of a record cuts it back to its length
+ * before the record.  When the watermark reaches a granule its timers due
+ * are taken out, sorted by time and then by their bytes, which gives the
+ * order a range scan of the state keys gave; those not due yet stay, the
+ * taken ones marked so, and the granule is looked at again at a step that
+ * passes the earliest of them.
  *
  * A timer is held once, as a state key was: a window of panes is asked
  * for by each of its panes, a session by its merges.  A set of the timers
- * held (kind, time and the tail's offset in its bucket: 24 bytes a slot,
+ * held (kind, time and the entry's offset in its bucket: 24 bytes a slot,
  * the tail's bytes are the bucket's) drops the copies as they come, so
  * that memory follows the windows, not the windows times their panes.
  *
@@ -49,9 +49,10 @@ time_hash(TimestampTz when)
 
 /*
  * The span of due times that share a bucket, a power of 2 in
- * microseconds: 65.5 ms, small against the event time a batch's records
- * cover in a busy stream (about a second in the bench's), so that a step
- * leaves at most one granule part due.
+ * microseconds: 65.5 ms.  A granule the watermark stops inside is looked
+ * at again at each step that passes one of its timers, so the span is
+ * small against the event time a batch's records cover in a busy stream
+ * (about a second in the bench's).
  */
 #define TIMER_GRANULE_US ((int64) 1 << 16)
 
@@ -86,11 +87,16 @@ entry_size(int32 len)
 typedef struct TimerBucket
 {
 	TimestampTz granule;		/* granule_of its timers' due times */
+	TimestampTz pending;		/* no timer not taken is due before this */
+	int			live;			/* timers not taken */
 	char		status;
 	char	   *data;
 	int			used;
 	int			cap;
 } TimerBucket;
+
+/* A bucket's bytes at most: its offsets are int32. */
+#define BUCKET_MAX_BYTES MaxAllocSize
 
 #define SH_PREFIX tbucket
 #define SH_ELEMENT_TYPE TimerBucket
@@ -250,16 +256,23 @@ timer_index_create(MemoryContext context)
 	return ti;
 }
 
+/* Room in the heap for one more granule. */
+static void
+heap_reserve(TimerKind *tk)
+{
+	if (tk->nheap == tk->heap_cap)
+	{
+		tk->heap = repalloc(tk->heap, sizeof(TimestampTz) * tk->heap_cap * 2);
+		tk->heap_cap *= 2;
+	}
+}
+
 static void
 heap_push(TimerIndex *ti, TimerKind *tk, TimestampTz when)
 {
 	int			i;
 
-	if (tk->nheap == tk->heap_cap)
-	{
-		tk->heap_cap *= 2;
-		tk->heap = repalloc(tk->heap, sizeof(TimestampTz) * tk->heap_cap);
-	}
+	heap_reserve(tk);
 	i = tk->nheap++;
 	while (i > 0 && tk->heap[(i - 1) / 2] > when)
 	{
@@ -292,49 +305,84 @@ heap_pop(TimerKind *tk)
 		tk->heap[i] = last;
 }
 
+/*
+ * Room for size more bytes in b: an ERROR past BUCKET_MAX_BYTES (tens of
+ * millions of timers due within one granule), which leaves b as it was.
+ */
+static void
+bucket_reserve(TimerBucket *b, int size)
+{
+	Size		cap = b->cap;
+
+	if ((Size) b->used + size <= cap)
+		return;
+	while ((Size) b->used + size > cap)
+		cap *= 2;
+	if (cap > BUCKET_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("more than %zu bytes of window timers are due within %.1f ms of event time",
+						(Size) BUCKET_MAX_BYTES, TIMER_GRANULE_US / 1000.0),
+				 errhint("Spread the keys over more subtasks (the job's \"parallelism\"), or over windows that end at other times.")));
+	b->data = repalloc(b->data, cap);
+	b->cap = (int) cap;
+}
+
 void
 timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, int len,
 				TimerMark *mark)
 {
 	TimerKind  *tk = kind_of(ti, kind);
+	TimerSlotKey probe = slot_probe(ti, kind, when, tail, len);
+	uint32		hash = slot_key_hash(ti, &probe);
 	TimerBucket *b;
 	TimerSlot  *slot;
 	bool		found;
 	int32		l = len;
 
-	slot = tset_insert(ti->held, slot_probe(ti, kind, when, tail, len), &found);
-	if (found)
+	if (tset_lookup_hash(ti->held, probe, hash) != NULL)
 	{
 		/* Held already: nothing to undo. */
 		if (mark)
 			mark->used = -1;
 		return;
 	}
-	b = tbucket_insert(tk->buckets, granule_of(when), &found);
-	if (!found)
+
+	/*
+	 * The memory first: an ERROR (out of memory, or past BUCKET_MAX_BYTES)
+	 * leaves no slot in the set and no bucket out of the heap.  An empty
+	 * new bucket is harmless: it goes when due.
+	 */
+	b = tbucket_lookup(tk->buckets, granule_of(when));
+	if (b == NULL)
 	{
+		char	   *data = MemoryContextAlloc(ti->context, 64);
+
+		heap_reserve(tk);
+		b = tbucket_insert(tk->buckets, granule_of(when), &found);
+		b->data = data;
 		b->cap = 64;
-		b->data = MemoryContextAlloc(ti->context, b->cap);
 		b->used = 0;
+		b->live = 0;
+		b->pending = DT_NOEND;
 		heap_push(ti, tk, b->granule);
 	}
+	bucket_reserve(b, ENTRY_HEADER + len);
+	slot = tset_insert_hash(ti->held, probe, hash, &found);
+	Assert(!found);
 	if (mark)
 	{
 		mark->kind = kind;
 		mark->when = when;
 		mark->used = b->used;
 	}
-	if (b->used + (int) ENTRY_HEADER + len > b->cap)
-	{
-		while (b->used + (int) ENTRY_HEADER + len > b->cap)
-			b->cap *= 2;
-		b->data = repalloc(b->data, b->cap);
-	}
 	memcpy(b->data + b->used, &when, sizeof(TimestampTz));
 	memcpy(b->data + b->used + sizeof(TimestampTz), &l, sizeof(int32));
 	memcpy(b->data + b->used + ENTRY_HEADER, tail, len);
 	slot->key.offset = b->used;
 	b->used += ENTRY_HEADER + len;
+	b->pending = Min(b->pending, when);
+	b->live++;
 	ti->count++;
 }
 
@@ -358,6 +406,7 @@ timer_index_truncate(TimerIndex *ti, const TimerMark *mark)
 		return;
 	slot_forget(ti, mark->kind, b, mark->used);
 	ti->count--;
+	b->live--;
 	b->used = mark->used;
 }
 
@@ -374,23 +423,22 @@ due_cmp(const void *a, const void *b)
 
 /*
  * Take the timers due at watermark out of bucket b, as DueTimers (tails in
- * a copy of the bucket, in the current memory context) sorted by time and
- * then by tail, appended to *due.  Returns whether timers not due remain;
- * the ones taken are marked so in the bucket, where the held timers'
- * offsets still point.
+ * a copy, in the current memory context) sorted by time and then by tail,
+ * appended to *due.  Returns whether timers not due remain; the ones taken
+ * are marked so in the bucket, where the held timers' offsets still point,
+ * and b->pending becomes the earliest of those left.
  */
 static bool
 take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List **due)
 {
-	DueTimer  **sorted;
-	char	   *copy = palloc(Max(b->used, 1));
+	DueTimer  **sorted = NULL;
+	char	   *copy = NULL;
+	int			copied = 0;
 	int			n = 0;
-	int			left = 0;
-	int			pos;
+	TimestampTz pending = DT_NOEND;
+	bool		left = false;
 
-	memcpy(copy, b->data, b->used);
-	sorted = palloc(sizeof(DueTimer *) * Max(b->used / ENTRY_HEADER, 1));
-	for (pos = 0; pos < b->used;)
+	for (int pos = 0; pos < b->used;)
 	{
 		TimestampTz when;
 		int32		l;
@@ -400,8 +448,16 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 		{
 			DueTimer   *t = palloc(sizeof(DueTimer));
 
+			if (copy == NULL)
+			{
+				/* From the first timer due on: at most one per header's bytes. */
+				copied = pos;
+				copy = palloc(b->used - pos);
+				memcpy(copy, b->data + pos, b->used - pos);
+				sorted = palloc(sizeof(DueTimer *) * ((b->used - pos) / ENTRY_HEADER));
+			}
 			t->when = when;
-			t->tail = copy + pos + ENTRY_HEADER;
+			t->tail = copy + (pos - copied) + ENTRY_HEADER;
 			t->len = l;
 			sorted[n++] = t;
 			slot_forget(ti, kind, b, pos);
@@ -409,16 +465,23 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 			memcpy(b->data + pos + sizeof(TimestampTz), &l, sizeof(int32));
 		}
 		else if (l >= 0)
-			left++;
+		{
+			left = true;
+			pending = Min(pending, when);
+		}
 		pos += entry_size(l);
 	}
 	ti->count -= n;
+	b->live -= n;
+	Assert(left == (b->live > 0));
+	b->pending = pending;
 	if (n > 1)
 		qsort(sorted, n, sizeof(DueTimer *), due_cmp);
 	for (int i = 0; i < n; i++)
 		*due = lappend(*due, sorted[i]);
-	pfree(sorted);
-	return left > 0;
+	if (sorted)
+		pfree(sorted);
+	return left;
 }
 
 List *
@@ -435,12 +498,17 @@ timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark)
 
 		heap_pop(tk);
 		Assert(b != NULL);
-		if (take_due(ti, kind, b, watermark, &due))
+
+		/*
+		 * A granule whose timers left are after the watermark is not looked
+		 * at: a tumbling job's windows all end at once, and a watermark
+		 * moving in small steps towards them would scan them all each step.
+		 * Else the watermark is inside this granule, and so past every one
+		 * popped before it: only the last one popped can be left part due.
+		 * A bucket whose timers were all taken, or undone, goes.
+		 */
+		if (b->live > 0 && (b->pending > watermark || take_due(ti, kind, b, watermark, &due)))
 		{
-			/*
-			 * The watermark is inside this granule, and so past every one
-			 * popped before it: only the last one popped is left part due.
-			 */
 			Assert(!part);
 			part = true;
 			part_due = b->granule;

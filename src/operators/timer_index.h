@@ -1,10 +1,10 @@
 /*
  * timer_index.h
  *		The keyed stage's window timers, in memory: per kind ('F' fire,
- *		'P' purge) the timers by due time, each named by its "tail" (the
- *		group key and the window start, as in a state key).  window.c
- *		rebuilds them from the window entries on restore; the state
- *		backend holds none.
+ *		'P' purge) the timers by granule of due time, each named by its due
+ *		time and its "tail" (the group key and the window start, as in a
+ *		state key).  window.c rebuilds them from the window entries on
+ *		restore; the state backend holds none.
  */
 #ifndef TIMER_INDEX_H
 #define TIMER_INDEX_H
@@ -22,7 +22,7 @@ typedef struct DueTimer
 	int			len;
 } DueTimer;
 
-/* Where timer_index_truncate takes a kind's timers of one time back to. */
+/* Where timer_index_truncate takes the bucket of a timer added back to. */
 typedef struct TimerMark
 {
 	char		kind;
