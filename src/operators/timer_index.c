@@ -89,13 +89,14 @@ typedef struct TimerBucket
 	TimestampTz granule;		/* granule_of its timers' due times */
 	TimestampTz pending;		/* no timer not taken is due before this */
 	int			live;			/* timers not taken */
+	int			first;			/* none before this offset is live */
 	char		status;
 	char	   *data;
 	int			used;
 	int			cap;
 } TimerBucket;
 
-/* A bucket's bytes at most: its offsets are int32. */
+/* A bucket's bytes at most: its offsets are int32, its memory one chunk. */
 #define BUCKET_MAX_BYTES MaxAllocSize
 
 #define SH_PREFIX tbucket
@@ -306,8 +307,11 @@ heap_pop(TimerKind *tk)
 }
 
 /*
- * Room for size more bytes in b: an ERROR past BUCKET_MAX_BYTES (tens of
- * millions of timers due within one granule), which leaves b as it was.
+ * Room for size more bytes in b, or an ERROR that leaves b as it was past
+ * BUCKET_MAX_BYTES (tens of millions of timers due within one granule).
+ * Its class fails the batch, not the record (base/guard.c): the caller has
+ * changed the window already, so the worker must start again from its
+ * last checkpoint.
  */
 static void
 bucket_reserve(TimerBucket *b, int size)
@@ -316,14 +320,14 @@ bucket_reserve(TimerBucket *b, int size)
 
 	if ((Size) b->used + size <= cap)
 		return;
-	while ((Size) b->used + size > cap)
-		cap *= 2;
-	if (cap > BUCKET_MAX_BYTES)
+	if ((Size) b->used + size > BUCKET_MAX_BYTES)
 		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("more than %zu bytes of window timers are due within %.1f ms of event time",
 						(Size) BUCKET_MAX_BYTES, TIMER_GRANULE_US / 1000.0),
 				 errhint("Spread the keys over more subtasks (the job's \"parallelism\"), or over windows that end at other times.")));
+	while ((Size) b->used + size > cap)
+		cap = Min(cap * 2, BUCKET_MAX_BYTES);
 	b->data = repalloc(b->data, cap);
 	b->cap = (int) cap;
 }
@@ -340,13 +344,11 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 	bool		found;
 	int32		l = len;
 
+	/* Nothing to undo, unless the timer is added. */
+	if (mark)
+		mark->used = -1;
 	if (tset_lookup_hash(ti->held, probe, hash) != NULL)
-	{
-		/* Held already: nothing to undo. */
-		if (mark)
-			mark->used = -1;
-		return;
-	}
+		return;					/* held already */
 
 	/*
 	 * The memory first: an ERROR (out of memory, or past BUCKET_MAX_BYTES)
@@ -364,6 +366,7 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 		b->cap = 64;
 		b->used = 0;
 		b->live = 0;
+		b->first = 0;
 		b->pending = DT_NOEND;
 		heap_push(ti, tk, b->granule);
 	}
@@ -382,7 +385,8 @@ timer_index_add(TimerIndex *ti, char kind, TimestampTz when, const char *tail, i
 	slot->key.offset = b->used;
 	b->used += ENTRY_HEADER + len;
 	b->pending = Min(b->pending, when);
-	b->live++;
+	if (b->live++ == 0)
+		b->first = slot->key.offset;
 	ti->count++;
 }
 
@@ -437,8 +441,9 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 	int			n = 0;
 	TimestampTz pending = DT_NOEND;
 	bool		left = false;
+	int			first = b->used;
 
-	for (int pos = 0; pos < b->used;)
+	for (int pos = b->first; pos < b->used;)
 	{
 		TimestampTz when;
 		int32		l;
@@ -466,6 +471,8 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 		}
 		else if (l >= 0)
 		{
+			if (!left)
+				first = pos;
 			left = true;
 			pending = Min(pending, when);
 		}
@@ -475,6 +482,7 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 	b->live -= n;
 	Assert(left == (b->live > 0));
 	b->pending = pending;
+	b->first = first;
 	if (n > 1)
 		qsort(sorted, n, sizeof(DueTimer *), due_cmp);
 	for (int i = 0; i < n; i++)
@@ -484,6 +492,10 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 	return left;
 }
 
+/*
+ * An ERROR in here leaves the index part taken: window_fire's caller lets
+ * it end the worker, and the next start makes the timers again.
+ */
 List *
 timer_index_due(TimerIndex *ti, char kind, TimestampTz watermark)
 {
