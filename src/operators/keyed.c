@@ -124,15 +124,25 @@ keyed_slot_hash(KeyedStage *stage, const char *group, int group_len, TimestampTz
 	return keyed_cache_hash(stage->key.data, stage->key.len);
 }
 
+/* The slot and the entry, and a session window's links after them. */
+int
+keyed_prefetch_links(KeyedStage *stage)
+{
+	StaticAssertStmt(KEYED_PREFETCH_LINKS == 2 + WINDOW_SESSION_LINKS, "the links keyed_prefetch fetches");
+	if (stage->plan->window && stage->plan->window->type == WINDOW_SESSION)
+		return KEYED_PREFETCH_LINKS;
+	return 2;
+}
+
 void
 keyed_prefetch(KeyedStage *stage, uint32 hash, int link)
 {
-	StaticAssertStmt(KEYED_PREFETCH_LINKS == 2 + WINDOW_SESSION_LINKS, "the links keyed_prefetch fetches");
+	Assert(link < keyed_prefetch_links(stage));
 	if (link == 0)
 		keyed_cache_prefetch_slot(stage, hash);
 	else if (link == 1)
 		keyed_cache_prefetch_entry(stage, hash);
-	else if (stage->session_keys)
+	else
 		window_prefetch_sessions(stage, keyed_cache_peek(stage, hash), link - 2);
 }
 

@@ -62,11 +62,13 @@ extern bool keyed_add_group(KeyedStage *stage, const char *group, int group_len,
  * hash's cache slot, 1 the entry it points to, and for session windows
  * the entry's sessions (window_prefetch_sessions): each once the link
  * before it has come in, so a caller asks for them in order, a few records
- * apart.  None changes anything or fails.
+ * apart: links 0 to keyed_prefetch_links() - 1, at most
+ * KEYED_PREFETCH_LINKS.  None changes anything or fails.
  */
 #define KEYED_PREFETCH_LINKS 5
 extern uint32 keyed_slot_hash(KeyedStage *stage, const char *group, int group_len,
 							  TimestampTz event_time);
+extern int	keyed_prefetch_links(KeyedStage *stage);
 extern void keyed_prefetch(KeyedStage *stage, uint32 hash, int link);
 
 /* The aggregates' argument types, to carry arguments between subtasks. */

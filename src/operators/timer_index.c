@@ -430,7 +430,8 @@ due_cmp(const void *a, const void *b)
  * a copy, in the current memory context) sorted by time and then by tail,
  * appended to *due.  Returns whether timers not due remain; the ones taken
  * are marked so in the bucket, where the held timers' offsets still point,
- * and b->pending becomes the earliest of those left.
+ * and b->pending and b->first become the earliest time and offset of those
+ * left.
  */
 static bool
 take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List **due)
@@ -440,7 +441,6 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 	int			copied = 0;
 	int			n = 0;
 	TimestampTz pending = DT_NOEND;
-	bool		left = false;
 	int			first = b->used;
 
 	for (int pos = b->first; pos < b->used;)
@@ -471,16 +471,14 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 		}
 		else if (l >= 0)
 		{
-			if (!left)
-				first = pos;
-			left = true;
+			first = Min(first, pos);
 			pending = Min(pending, when);
 		}
 		pos += entry_size(l);
 	}
 	ti->count -= n;
 	b->live -= n;
-	Assert(left == (b->live > 0));
+	Assert((first < b->used) == (b->live > 0));
 	b->pending = pending;
 	b->first = first;
 	if (n > 1)
@@ -489,7 +487,7 @@ take_due(TimerIndex *ti, char kind, TimerBucket *b, TimestampTz watermark, List 
 		*due = lappend(*due, sorted[i]);
 	if (sorted)
 		pfree(sorted);
-	return left;
+	return b->live > 0;
 }
 
 /*

@@ -157,8 +157,9 @@ prefetch_ahead(BatchRun *run, int o, int len)
 {
 	static const int ahead[KEYED_PREFETCH_LINKS] = {2 * PREFETCH_AHEAD, PREFETCH_AHEAD, 3, 2, 1};
 	Prepared   *prepared = run->prepared;
+	int			links = keyed_prefetch_links(run->job->keyed);
 
-	for (int link = 0; link < KEYED_PREFETCH_LINKS; link++)
+	for (int link = 0; link < links; link++)
 	{
 		for (int k = o == 0 ? 0 : o + ahead[link]; k <= o + ahead[link] && k < len; k++)
 			if (prepared[k].slot_hash != 0 && prepared[k].error == NULL)
