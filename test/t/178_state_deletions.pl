@@ -1,0 +1,66 @@
+# A purged window's deletion leaves the RocksDB state once compacted: the
+# state's size follows the windows alive, not every window the job ever
+# purged.  Each checkpoint's file lands in level 0 (or, into an empty
+# database, in the last level), and level 0 compacts into the last level,
+# the one where a deletion can be dropped with the value it hides.  With
+# fixed level sizes the first files went to levels 6, 5, 4..., level 0
+# compacted into level 1, and every deletion stayed there for good, read
+# over by each range scan and counted in state_bytes.
+#
+# 30 waves of 5,000 keys, each wave a new tumbling window per key and the
+# watermark past the window before it: 145,000 windows written at one
+# checkpoint and deleted at the next.  Then one key's record at a time,
+# each committed, until level 0 has compacted: state_bytes must come down
+# to what a few live windows take, far below the deletions' size.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../lib";
+use MailerTest;
+use Test::More;
+
+fresh_extension();
+
+my $topic = unique_name('t178');
+my $job = 'deletions';
+my $keys = 5000;
+my $waves = 30;
+my $small = 256 * 1024;
+kafka('create-topic', $topic, 1);
+window_tables($job);
+create_window_job($job, $topic, table => $job, backend => 'rocksdb', ooo => '0 seconds',
+	window => '{"type": "tumbling", "size": "1 second"}');
+
+my $largest = 0;
+for my $w (1 .. $waves)
+{
+	my $t = 2000 + $w + 0.5;
+	produce_events($topic, [ map { { p => 0, k => "k$_", t => $t } } 1 .. $keys ]);
+	wait_watermark($job, ev_time($t));
+	is(wait_job($job), 'running', "wave $w committed") or last;
+	my $bytes = job_metric($job, 'state_bytes');
+	$largest = $bytes if $bytes > $largest;
+}
+is(psql("SELECT count(*) || ' ' || sum(n) || ' ' || count(DISTINCT k) FROM $job"),
+	($waves - 1) * $keys . ' ' . ($waves - 1) * $keys . " $keys",
+	'every window but the last fired once, with its record');
+
+# One record a checkpoint: each adds a level-0 file; at 8 they compact.
+my @sizes;
+for my $i (1 .. 40)
+{
+	my $t = 2000 + $waves + $i + 0.5;
+	produce_events($topic, [ { p => 0, k => 'tick', t => $t } ]);
+	wait_watermark($job, ev_time($t));
+	is(wait_job($job), 'running', "tick $i committed") or last;
+	push @sizes, job_metric($job, 'state_bytes');
+	last if $sizes[-1] < $small;
+}
+diag("state_bytes: largest during the waves $largest; after each tick @sizes");
+cmp_ok($sizes[-1], '<', $small,
+	'after level 0 compacted, the state is the live windows, without the deleted ones');
+cmp_ok($largest, '>', 4 * $small, 'the waves made state far larger than that');
+is(psql("SELECT count(*) FROM $job"), $waves * $keys + @sizes - 1, 'and the windows they ended fired');
+is(psql('SELECT count(*) FROM mailer.dead_letters'), '0', 'no dead letters');
+
+done_testing();
