@@ -513,23 +513,27 @@ live_options(void)
 	rocksdb_options_set_max_open_files(options, 256);
 	/*
 	 * Each checkpoint ingests one level-0 file of keys from all over the
-	 * key space, and each compaction into level 1 rewrites most of it:
-	 * twice the files per compaction, half the rewriting.  A lookup
-	 * consults each level-0 file's bloom filter, a cost that grows far
-	 * more slowly.
+	 * key space, and each compaction out of level 0 rewrites most of the
+	 * base level: twice the files per compaction, half the rewriting.  A
+	 * lookup consults each level-0 file's bloom filter, a cost that grows
+	 * far more slowly.
 	 */
 	rocksdb_options_set_level0_file_num_compaction_trigger(options, 8);
 	/*
-	 * An ingested file goes to the lowest level it overlaps nothing in: the
-	 * first checkpoints' files went to levels 6, 5, 4 and on, and level-0
-	 * compaction then wrote into level 1, which was never the last level.
-	 * Deletions (purged windows and panes) are dropped only by a compaction
-	 * into the last level holding their keys, so they piled up in level 1,
-	 * beside the values they hide, and every range scan stepped over all
-	 * of them: 1.4M deletions for 0.4M panes read after 20 slides of a
-	 * sliding job.  Dynamic level sizes make level 6 the base level while
-	 * the state is small: ingestion skips the empty levels above it, and
-	 * level 0 compacts into the last level, dropping the deletions.
+	 * A compaction drops a deletion (a purged window, pane or session) only
+	 * when no level below its output has a file whose key range covers the
+	 * key.  With fixed level sizes an ingested file went down to the level
+	 * above the first that overlapped it, so the first checkpoints' files
+	 * sat in levels 6, 5, 4 and on, spanning every key; level 0 compacted
+	 * into level 1 and kept every deletion there, for as long as the job
+	 * ran, and each range scan stepped over them: 1.4M for the 0.4M panes
+	 * a sliding job's step read after 20 slides.  Dynamic level sizes make
+	 * level 6 the base level while it holds under 256 MB: ingestion skips
+	 * the levels above the base level, and level 0 compacts into the last
+	 * level, dropping the deletions.  Past that, level 5 takes level 0's
+	 * compactions and holds deletions until it outgrows its target size.
+	 * State written with fixed sizes keeps its levels (docs/ARCHITECTURE.md,
+	 * "RocksDB: what a checkpoint writes").
 	 */
 	rocksdb_options_set_level_compaction_dynamic_level_bytes(options, 1);
 	rocksdb_options_set_level0_slowdown_writes_trigger(options, 40);
@@ -953,8 +957,9 @@ wait_for_level0(RocksState *rs)
 
 /*
  * The options of the SST file a checkpoint ingests: the database's (its
- * filter, its block size), uncompressed.  The file lands in level 0 and
- * the next compaction rewrites it, compressed, within a few checkpoints;
+ * filter, its block size), uncompressed.  The file lands in level 0 (the
+ * first into an empty database in level 6) and the next compaction
+ * rewrites it, compressed, within a few checkpoints;
  * compressing it first cost a checkpoint about as much as writing it.
  */
 static rocksdb_options_t *

@@ -2,16 +2,17 @@
 # state's size follows the windows alive, not every window the job ever
 # purged.  Each checkpoint's file lands in level 0 (or, into an empty
 # database, in the last level), and level 0 compacts into the last level,
-# the one where a deletion can be dropped with the value it hides.  With
-# fixed level sizes the first files went to levels 6, 5, 4..., level 0
-# compacted into level 1, and every deletion stayed there for good, read
-# over by each range scan and counted in state_bytes.
+# where a deletion is dropped.  With fixed level sizes the first files went
+# to levels 6, 5, 4..., level 0 compacted into level 1, and every deletion
+# stayed there for good, read over by each range scan and counted in
+# state_bytes.
 #
 # 30 waves of 5,000 keys, each wave a new tumbling window per key and the
-# watermark past the window before it: 145,000 windows written at one
-# checkpoint and deleted at the next.  Then one key's record at a time,
-# each committed, until level 0 has compacted: state_bytes must come down
-# to what a few live windows take, far below the deletions' size.
+# watermark past the window before it: 150,000 windows, each written at
+# one checkpoint and deleted at a later one (the last 5,000 at the first
+# tick).  Then one key's record at a time, each committed, until level 0
+# has compacted: state_bytes must come down below 64 kB, the few windows
+# alive then, where the deletions kept 2.47 MB with fixed level sizes.
 use strict;
 use warnings;
 use FindBin;
@@ -25,7 +26,7 @@ my $topic = unique_name('t178');
 my $job = 'deletions';
 my $keys = 5000;
 my $waves = 30;
-my $small = 256 * 1024;
+my $small = 64 * 1024;
 kafka('create-topic', $topic, 1);
 window_tables($job);
 create_window_job($job, $topic, table => $job, backend => 'rocksdb', ooo => '0 seconds',
@@ -45,7 +46,8 @@ is(psql("SELECT count(*) || ' ' || sum(n) || ' ' || count(DISTINCT k) FROM $job"
 	($waves - 1) * $keys . ' ' . ($waves - 1) * $keys . " $keys",
 	'every window but the last fired once, with its record');
 
-# One record a checkpoint: each adds a level-0 file; at 8 they compact.
+# One record a checkpoint: each adds a level-0 file; with those the waves
+# left there, 8 start a compaction.
 my @sizes;
 for my $i (1 .. 40)
 {
@@ -54,6 +56,7 @@ for my $i (1 .. 40)
 	wait_watermark($job, ev_time($t));
 	is(wait_job($job), 'running', "tick $i committed") or last;
 	push @sizes, job_metric($job, 'state_bytes');
+	like($sizes[-1], qr/^\d+$/, "tick $i: state_bytes is known") or last;
 	last if $sizes[-1] < $small;
 }
 diag("state_bytes: largest during the waves $largest; after each tick @sizes");
