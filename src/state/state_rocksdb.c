@@ -520,20 +520,13 @@ live_options(void)
 	 */
 	rocksdb_options_set_level0_file_num_compaction_trigger(options, 8);
 	/*
-	 * A compaction drops a deletion (a purged window, pane or session) only
-	 * when no level below its output has a file whose key range covers the
-	 * key.  With fixed level sizes an ingested file went down to the level
-	 * above the first that overlapped it, so the first checkpoints' files
-	 * sat in levels 6, 5, 4 and on, spanning every key; level 0 compacted
-	 * into level 1 and kept every deletion there, for as long as the job
-	 * ran, and each range scan stepped over them: 1.4M for the 0.4M panes
-	 * a sliding job's step read after 20 slides.  Dynamic level sizes make
-	 * level 6 the base level while it holds under 256 MB: ingestion skips
-	 * the levels above the base level, and level 0 compacts into the last
-	 * level, dropping the deletions.  Past that, level 5 takes level 0's
-	 * compactions and holds deletions until it outgrows its target size.
-	 * State written with fixed sizes keeps its levels (docs/ARCHITECTURE.md,
-	 * "RocksDB: what a checkpoint writes").
+	 * Dynamic level sizes, so that level 0 compacts into the last level
+	 * (while it holds under 256 MB), the only one where a deletion (a
+	 * purged window, pane or session) is dropped.  With fixed sizes the
+	 * first ingested files sat in levels 6, 5, 4..., level 0 compacted into
+	 * level 1, and every deletion stayed there for the job's life, in each
+	 * range scan's way (docs/ARCHITECTURE.md, "RocksDB: what a checkpoint
+	 * writes").
 	 */
 	rocksdb_options_set_level_compaction_dynamic_level_bytes(options, 1);
 	rocksdb_options_set_level0_slowdown_writes_trigger(options, 40);

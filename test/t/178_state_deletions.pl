@@ -32,14 +32,20 @@ window_tables($job);
 create_window_job($job, $topic, table => $job, backend => 'rocksdb', ooo => '0 seconds',
 	window => '{"type": "tumbling", "size": "1 second"}');
 
+# Records of @keys at $t (seconds), committed; returns state_bytes then.
+sub commit_at
+{
+	my ($t, $what, @keys) = @_;
+	produce_events($topic, [ map { { p => 0, k => $_, t => $t } } @keys ]);
+	wait_watermark($job, ev_time($t));
+	is(wait_job($job), 'running', "$what committed") or return undef;
+	return job_metric($job, 'state_bytes');
+}
+
 my $largest = 0;
 for my $w (1 .. $waves)
 {
-	my $t = 2000 + $w + 0.5;
-	produce_events($topic, [ map { { p => 0, k => "k$_", t => $t } } 1 .. $keys ]);
-	wait_watermark($job, ev_time($t));
-	is(wait_job($job), 'running', "wave $w committed") or last;
-	my $bytes = job_metric($job, 'state_bytes');
+	my $bytes = commit_at(2000 + $w + 0.5, "wave $w", map { "k$_" } 1 .. $keys) // last;
 	$largest = $bytes if $bytes > $largest;
 }
 is(psql("SELECT count(*) || ' ' || sum(n) || ' ' || count(DISTINCT k) FROM $job"),
@@ -51,11 +57,7 @@ is(psql("SELECT count(*) || ' ' || sum(n) || ' ' || count(DISTINCT k) FROM $job"
 my @sizes;
 for my $i (1 .. 40)
 {
-	my $t = 2000 + $waves + $i + 0.5;
-	produce_events($topic, [ { p => 0, k => 'tick', t => $t } ]);
-	wait_watermark($job, ev_time($t));
-	is(wait_job($job), 'running', "tick $i committed") or last;
-	push @sizes, job_metric($job, 'state_bytes');
+	push @sizes, commit_at(2000 + $waves + $i + 0.5, "tick $i", 'tick') // last;
 	like($sizes[-1], qr/^\d+$/, "tick $i: state_bytes is known") or last;
 	last if $sizes[-1] < $small;
 }
