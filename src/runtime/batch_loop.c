@@ -36,6 +36,9 @@
 /* A round that read nothing on purpose looks again after this long at most. */
 #define CUT_WAIT_MS 50
 
+/* The table statistics go out at most this often (PGSTAT_MIN_INTERVAL's). */
+#define STATS_INTERVAL_MS 1000
+
 typedef struct BatchLoop
 {
 	Job		   *job;
@@ -55,6 +58,7 @@ static void wait_for_input(BatchLoop *loop, long since, bool cut_wait);
 static bool waiting_for_lock(JobSlot *slot);
 static void rewind_to_cut(BatchLoop *loop);
 static bool stop_between_cuts(Job *job);
+static void send_table_stats(void);
 
 void
 batch_loop_run(Job *job)
@@ -80,6 +84,7 @@ batch_loop_run(Job *job)
 		MemoryContextSwitchTo(loop_context);
 		MemoryContextReset(loop_context);
 		CHECK_FOR_INTERRUPTS();
+		send_table_stats();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -399,4 +404,26 @@ waiting_for_lock(JobSlot *slot)
 	waiting = slot->live_state == JOB_LIVE_WAITING && slot->waiting_for == JOB_WAIT_LOCK;
 	SpinLockRelease(&slot->mutex);
 	return waiting;
+}
+
+/*
+ * Send the table statistics of the rounds since the last time, at most
+ * once a second, as a backend does when it goes idle: without them
+ * autovacuum never learns of the dead rows the sink's upserts and the
+ * memory state leave, and never vacuums nor analyzes those tables while
+ * the job runs.  Forced, on the loop's own clock: unforced, pgstat takes
+ * "now" from the last transaction's end, so an idle worker's rounds, which
+ * run none, would hold the last ones back until the next input.
+ */
+static void
+send_table_stats(void)
+{
+	static TimestampTz sent;
+	TimestampTz now = GetCurrentTimestamp();
+
+	/* (a clock set back sends at once, not once it caught up) */
+	if (now >= sent && !TimestampDifferenceExceeds(sent, now, STATS_INTERVAL_MS))
+		return;
+	pgstat_report_stat(true);
+	sent = now;
 }

@@ -38,10 +38,13 @@
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "pgstat.h"
 #include "storage/bufmgr.h"
+#include "storage/freespace.h"
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -52,6 +55,12 @@
 #include "base/mailer.h"
 #include "jobs/catalog.h"
 #include "state/memory_rows.h"
+
+/*
+ * Pages of a table a checkpoint prunes for reuse, at most (32 MB of them):
+ * a backlog, the pages a long snapshot held back, goes over several.
+ */
+#define REUSE_MAX_PAGES	4096
 
 /* Rows per table_multi_insert() (as COPY FROM buffers). */
 #define ROWS_BATCH		1000
@@ -110,6 +119,7 @@ struct MemoryRows
 	RowsTable	undo;
 	CatalogAccess access;		/* as the SQL ran: the catalog's writer, pg_catalog first */
 	MemoryRowsCounts counts;
+	FreedPages *freed;			/* where the pages this checkpoint frees go; NULL: nowhere */
 };
 
 /*
@@ -280,6 +290,180 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	mr->update_slot = ExecAllocTableSlot(&mr->estate->es_tupleTable, RelationGetDescr(mr->state.rel),
 										 &TTSOpsHeapTuple);
 	return mr;
+}
+
+#if PG_VERSION_NUM >= 160000
+#error "heap_page_prune changed in PostgreSQL 16: prune_page needs its new call"
+#endif
+
+/*
+ * PostgreSQL 15.8 added heap_page_prune's oldest_xmin (which a vacuum
+ * passes; without one the visibility test decides, as on access).  A
+ * library built on one side of 15.8 and loaded into a server of the other
+ * would call it with the arguments shifted: then the pages are left to
+ * vacuum.
+ */
+#define PRUNE_WITH_OLDEST_XMIN (PG_VERSION_NUM >= 150008)
+
+static bool
+prune_call_matches(void)
+{
+	static int	matches = -1;
+
+	if (matches < 0)
+	{
+		int			server = atoi(GetConfigOption("server_version_num", false, false));
+
+		matches = (server >= 150008) == PRUNE_WITH_OLDEST_XMIN;
+	}
+	return matches;
+}
+
+/*
+ * Prune a page as on access, under the cleanup lock the caller holds, but
+ * whatever its free space: heap_page_prune_opt would leave one the inserts
+ * filled to about the fillfactor, which is most of those whose rows all
+ * died.  Its dead rows count, as heap_page_prune_opt counts them.
+ */
+static void
+prune_page(Relation rel, Buffer buf)
+{
+	int			nnewlpdead;
+	int			ndeleted;
+
+#if PRUNE_WITH_OLDEST_XMIN
+	ndeleted = heap_page_prune(rel, buf, InvalidTransactionId, GlobalVisTestFor(rel),
+							   InvalidTransactionId, 0, &nnewlpdead, NULL);
+#else
+	ndeleted = heap_page_prune(rel, buf, GlobalVisTestFor(rel),
+							   InvalidTransactionId, 0, &nnewlpdead, NULL);
+#endif
+	if (ndeleted > nnewlpdead)
+		pgstat_update_heap_dead_tuples(rel, ndeleted - nnewlpdead);
+}
+
+/* By page, and a page's newest deleter last. */
+static int
+freed_cmp(const void *a, const void *b)
+{
+	const FreedPage *x = a;
+	const FreedPage *y = b;
+	uint64		xa = U64FromFullTransactionId(x->xid);
+	uint64		xb = U64FromFullTransactionId(y->xid);
+
+	if (x->block != y->block)
+		return (x->block > y->block) - (x->block < y->block);
+	return (xa > xb) - (xa < xb);
+}
+
+/*
+ * Prune the pages of f in rel whose deleter's rows every snapshot now sees
+ * gone, and record their free space.  The others (an older snapshot, a
+ * long transaction or a wait_job, still sees the rows) stay in f, unread,
+ * as does a page someone holds a pin on (a scan, the background writer).
+ */
+static void
+reuse_pages(Relation rel, FreedPages *f)
+{
+	GlobalVisState *vistest = GlobalVisTestFor(rel);
+	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+	BlockNumber lo = InvalidBlockNumber;
+	BlockNumber hi = 0;
+	int			kept = 0;
+	int			pruned = 0;
+
+	/* a page may be in it more than once: its newest deleter decides */
+	qsort(f->pages, f->n, sizeof(FreedPage), freed_cmp);
+	for (int i = 0; i < f->n; i++)
+	{
+		FreedPage	p = f->pages[i];
+		Buffer		buf;
+		Size		space;
+
+		/* a vacuum truncated the table since, or the same page follows */
+		if (p.block >= nblocks || (i + 1 < f->n && f->pages[i + 1].block == p.block))
+			continue;
+		/* after a long snapshot ends, the backlog goes over several checkpoints */
+		if (pruned == REUSE_MAX_PAGES || !GlobalVisTestIsRemovableFullXid(vistest, p.xid))
+		{
+			f->pages[kept++] = p;
+			continue;
+		}
+		CHECK_FOR_INTERRUPTS();
+		buf = ReadBuffer(rel, p.block);
+		if (!ConditionalLockBufferForCleanup(buf))
+		{
+			ReleaseBuffer(buf);
+			f->pages[kept++] = p;
+			continue;
+		}
+		/* a page a vacuum truncated and an extension added again, empty: the map knows it */
+		if (PageIsNew(BufferGetPage(buf)))
+		{
+			UnlockReleaseBuffer(buf);
+			continue;
+		}
+		prune_page(rel, buf);
+		pruned++;
+		space = PageGetHeapFreeSpace(BufferGetPage(buf));
+		UnlockReleaseBuffer(buf);
+		RecordPageWithFreeSpace(rel, p.block, space);
+		lo = Min(lo, p.block);
+		hi = Max(hi, p.block);
+	}
+	/* the map's upper levels, which a search starts from */
+	if (lo != InvalidBlockNumber)
+		FreeSpaceMapVacuumRange(rel, lo, hi + 1);
+	f->n = kept;
+}
+
+void
+memory_rows_reuse(MemoryRows *mr, FreedPages *state, FreedPages *undo)
+{
+	if (prune_call_matches())
+	{
+		reuse_pages(mr->state.rel, state);
+		reuse_pages(mr->undo.rel, undo);
+		mr->freed = state;
+	}
+	else
+		state->n = undo->n = 0;
+}
+
+void
+freed_pages_init(FreedPages *f)
+{
+	f->n = 0;
+	f->cap = 1024;
+	f->pages = palloc(sizeof(FreedPage) * f->cap);
+}
+
+void
+freed_pages_add(FreedPages *f, BlockNumber block)
+{
+	FullTransactionId xid = GetCurrentFullTransactionIdIfAny();
+
+	Assert(FullTransactionIdIsValid(xid));
+	/* a checkpoint's writes go in address order: most repeats are here */
+	if (f->n > 0 && f->pages[f->n - 1].block == block &&
+		FullTransactionIdEquals(f->pages[f->n - 1].xid, xid))
+		return;
+	if (f->n == f->cap)
+	{
+		f->cap *= 2;
+		f->pages = repalloc_huge(f->pages, sizeof(FreedPage) * f->cap);
+	}
+	f->pages[f->n].block = block;
+	f->pages[f->n].xid = xid;
+	f->n++;
+}
+
+/* A page that now holds a dead row of the checkpoint's, into the list. */
+static void
+note_freed(MemoryRows *mr, BlockNumber block)
+{
+	if (mr->freed)
+		freed_pages_add(mr->freed, block);
 }
 
 /* A row's values, in the slot's arrays or in values/nulls: key and value are byteas (undo: bytea[]s). */
@@ -520,6 +704,8 @@ memory_rows_update(MemoryRows *mr, ItemPointer tid, const char *key, int klen,
 			ExecClearTuple(mr->update_slot);
 			ResetPerTupleExprContext(mr->estate);
 		}
+		if (ItemPointerGetBlockNumber(tid) != ItemPointerGetBlockNumber(&tup->t_self))
+			note_freed(mr, ItemPointerGetBlockNumber(tid));
 		*tid = tup->t_self;
 		mr->counts.updated++;
 		if (HeapTupleIsHeapOnly(tup))
@@ -551,7 +737,10 @@ memory_rows_delete(MemoryRows *mr, ItemPointer tid, const char *key, int klen)
 	result = heap_delete(mr->state.rel, tid, mr->cid, InvalidSnapshot, true, &tmfd, false);
 	ReleaseBuffer(buf);
 	if (result == TM_Ok)
+	{
+		note_freed(mr, ItemPointerGetBlockNumber(tid));
 		mr->counts.deleted++;
+	}
 	return result == TM_Ok;
 }
 

@@ -15,10 +15,40 @@
 #ifndef MEMORY_ROWS_H
 #define MEMORY_ROWS_H
 
+#include "access/transam.h"
+#include "storage/block.h"
 #include "storage/itemptr.h"
 #include "storage/relfilenode.h"
 
 typedef struct MemoryRows MemoryRows;
+
+/*
+ * Pages of a table that hold rows the backend deleted: of
+ * mailer.memory_state, where a checkpoint's deletes and its updates that
+ * moved a row off its page left them; of mailer.memory_undo, where an undo
+ * cleanup deleted rows.  Each with the transaction that deleted them.  A
+ * later checkpoint prunes those no snapshot sees the rows on any more and
+ * gives their free space to the free space map, where inserts look for
+ * room, so that its new rows fill them instead of extending the table
+ * (of the room pruning makes, only a vacuum tells the map).  The caller keeps the lists between
+ * checkpoints; docs/ARCHITECTURE.md, "The memory backend's tables".
+ */
+typedef struct FreedPage
+{
+	BlockNumber block;
+	FullTransactionId xid;		/* full: an entry may wait through wraparound */
+} FreedPage;
+
+typedef struct FreedPages
+{
+	FreedPage  *pages;			/* allocated in the context current at init */
+	int			n;
+	int			cap;
+} FreedPages;
+
+extern void freed_pages_init(FreedPages *f);
+/* A page the current transaction deleted rows on (it has an xid: it deleted them). */
+extern void freed_pages_add(FreedPages *f, BlockNumber block);
 
 /* The state rows a checkpoint wrote at the heap level. */
 typedef struct MemoryRowsCounts
@@ -41,6 +71,17 @@ typedef struct MemoryRowsCounts
  * stale.
  */
 extern MemoryRows *memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node);
+
+/*
+ * Prune the pages of both lists whose rows no snapshot sees any more and
+ * record their free space (they leave the lists; the others stay, and so
+ * do those past REUSE_MAX_PAGES a table a checkpoint), then
+ * collect into state the pages this checkpoint's writes leave dead rows
+ * on.  The caller empties the lists when mailer.memory_state was rewritten
+ * (its pages are another storage's); a rewrite of mailer.memory_undo only
+ * makes some of the undo list's pages prunes of others, which is no harm.
+ */
+extern void memory_rows_reuse(MemoryRows *mr, FreedPages *state, FreedPages *undo);
 
 /* The state table's storage now (the caller's transaction has it locked). */
 extern RelFileNode memory_rows_node(Oid ext_oid);

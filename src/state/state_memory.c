@@ -129,6 +129,8 @@ typedef struct MemoryState
 	int64		maxwaiting;
 	struct nodes_hash *nodes;
 	RelFileNode node;			/* mailer.memory_state's storage the row addresses are in */
+	FreedPages	freed;			/* its pages the last checkpoint left dead rows on */
+	FreedPages	undo_freed;		/* mailer.memory_undo's pages the cleanups left dead rows on */
 	int64		bytes;			/* keys and values, the map's and the held old ones */
 	struct changed_hash *changed;
 	Oid			ext_oid;		/* the installation the state was opened in */
@@ -595,6 +597,8 @@ state_memory_open(const StateOpenArgs *args)
 	ms->head = MemoryContextAllocZero(ms->ctx, offsetof(SkipNode, next) + sizeof(SkipNode *) * SKIP_MAX_LEVEL);
 	ms->head->level = SKIP_MAX_LEVEL;
 	ms->level = 1;
+	freed_pages_init(&ms->freed);
+	freed_pages_init(&ms->undo_freed);
 
 	/* The caller is in a transaction */
 	ms->ext_oid = get_extension_oid(MAILER_EXTENSION, false);
@@ -1067,7 +1071,13 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	{
 		find_rows(ms);
 		ms->node = node;
+		ms->freed.n = 0;
+		ms->undo_freed.n = 0;
 	}
+	if (mr)
+		memory_rows_reuse(mr, &ms->freed, &ms->undo_freed);
+	else
+		ms->freed.n = ms->undo_freed.n = 0;
 	/* 24 bytes a key: past 1 GB at about 45 million changed keys */
 	writes = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(RowWrite) * Max(ms->changed->members, 1));
 	changed_start_iterate(ms->changed, &iter);
@@ -1157,6 +1167,22 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 	return pstrdup("memory_state");
 }
 
+/* The pages a cleanup slice deleted undo rows on (an int8[]), for the next checkpoint to reuse. */
+static void
+note_undo_pages(MemoryState *ms, Datum pages, bool isnull)
+{
+	Datum	   *blocks;
+	int			n;
+
+	if (isnull)
+		return;
+	deconstruct_array(DatumGetArrayTypeP(pages), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &blocks, NULL, &n);
+	for (int i = 0; i < n; i++)
+		freed_pages_add(&ms->undo_freed, (BlockNumber) DatumGetInt64(blocks[i]));
+	pfree(blocks);
+}
+
 /*
  * Delete the undo no retained epoch needs: a rewind to keep_from or later
  * reads only the undo of epochs after keep_from.  A slice of rows per
@@ -1192,7 +1218,9 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *
 	{
 		uint64		deleted;
 		bool		isnull;
+		bool		pages_null;
 		Datum		last;
+		Datum		pages;
 
 		work_xact_begin();
 
@@ -1213,11 +1241,15 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *
 					 "  SELECT ctid FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
 					 "  AND epoch OPERATOR(pg_catalog.>=) $6 AND epoch OPERATOR(pg_catalog.<=) $2 "
 					 "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-					 "  ORDER BY epoch LIMIT $5)) RETURNING epoch) "
-					 "SELECT pg_catalog.count(*), pg_catalog.max(epoch) FROM d",
+					 "  ORDER BY epoch LIMIT $5)) "
+					 "  RETURNING epoch, ((ctid::pg_catalog.text)::pg_catalog.point)[0]::pg_catalog.int8 AS page) "
+					 "SELECT pg_catalog.count(*), pg_catalog.max(epoch), "
+					 "  pg_catalog.array_agg(DISTINCT page ORDER BY page) FROM d",
 					 6, types, values, NULL, false);
 		deleted = (uint64) DatumGetInt64(catalog_value(0, 1, NULL));
 		last = catalog_value(0, 2, &isnull);
+		pages = catalog_value(0, 3, &pages_null);
+		note_undo_pages(ms, pages, pages_null);
 		/* a stop here loses the slice, never a needed undo row */
 		TEST_POINT("memory_undo_cleanup");
 		SPI_finish();
