@@ -30,8 +30,9 @@ typedef struct MemoryRows MemoryRows;
  * later checkpoint prunes those no snapshot sees the rows on any more and
  * gives their free space to the free space map, where inserts look for
  * room, so that its new rows fill them instead of extending the table
- * (of the room pruning makes, only a vacuum tells the map).  The caller keeps the lists between
- * checkpoints; docs/ARCHITECTURE.md, "The memory backend's tables".
+ * (of the room pruning makes, only a vacuum tells the map).  The caller
+ * keeps the lists between checkpoints; docs/ARCHITECTURE.md, "The memory
+ * backend's tables".
  */
 typedef struct FreedPage
 {
@@ -75,9 +76,8 @@ extern MemoryRows *memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *nod
 /*
  * Prune the pages of both lists whose rows no snapshot sees any more and
  * record their free space (they leave the lists; the others stay, and so
- * do those past REUSE_MAX_PAGES a table a checkpoint), then
- * collect into state the pages this checkpoint's writes leave dead rows
- * on.  The caller empties the lists when mailer.memory_state was rewritten
+ * do those past a checkpoint's bound, REUSE_MAX_PAGES a table), then
+ * collect into state the pages this checkpoint's writes leave dead rows on.  The caller empties the lists when mailer.memory_state was rewritten
  * (its pages are another storage's); a rewrite of mailer.memory_undo only
  * makes some of the undo list's pages prunes of others, which is no harm.
  */
