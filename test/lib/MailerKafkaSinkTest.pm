@@ -16,7 +16,7 @@ our @EXPORT = qw(ks_topic ks_sink ks_read ks_load ks_read_into ks_same
   ks_sink_row ks_wait_published ks_end_offset ks_epoch ks_hold ks_release ks_wait_job);
 
 # A new topic named after $prefix, with $partitions partitions; @config
-# are TopicCommand options (e.g. '--config', 'max.message.bytes=20000').
+# are kafka.sh create-topic options (e.g. '--config', 'max.message.bytes=20000').
 sub ks_topic
 {
 	my ($prefix, $partitions, @config) = @_;

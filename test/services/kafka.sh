@@ -6,7 +6,7 @@
 #   kafka.sh fetch                         jars into $MAILER_CACHE_DIR (once)
 #   kafka.sh start                         format (once), start, wait ready
 #   kafka.sh stop | kill | restart | status | clean
-#   kafka.sh create-topic NAME PARTITIONS [TopicCommand options, e.g. --config k=v]
+#   kafka.sh create-topic NAME PARTITIONS [--config KEY=VALUE]...
 #   kafka.sh add-partitions NAME N
 #   kafka.sh delete-topic NAME
 #   kafka.sh delete-records NAME PARTITION OFFSET   delete what is before OFFSET (as retention does)
@@ -170,11 +170,17 @@ wait_partitions()
 	done
 }
 
-topics() { run_class org.apache.kafka.tools.TopicCommand --bootstrap-server "$KAFKA_BROKERS" "$@"; }
+# Topic administration through librdkafka (test/kafka_admin, built on first
+# use): a JVM per call cost the test suite minutes.
+admin()
+{
+	make -s -C "$HERE/../kafka_admin" >&2 || die "could not build test/kafka_admin"
+	"$HERE/../kafka_admin/kafka_admin" "$KAFKA_BROKERS" "$@"
+}
 
 create_topic()
 {
-	[ $# -ge 2 ] || die "usage: $0 create-topic NAME PARTITIONS [TopicCommand options]"
+	[ $# -ge 2 ] || die "usage: $0 create-topic NAME PARTITIONS [--config KEY=VALUE]..."
 	local name=$1 n=$2 have
 	shift 2
 	need_broker
@@ -184,8 +190,9 @@ create_topic()
 		echo "topic $name already exists with $n partitions"
 		return
 	fi
-	topics --create --if-not-exists --topic "$name" --partitions "$n" --replication-factor 1 "$@"
+	admin create "$name" "$n" "$@"
 	wait_partitions "$name" "$n"
+	echo "topic $name created with $n partitions"
 }
 
 add_partitions()
@@ -197,7 +204,7 @@ add_partitions()
 	[ -n "$have" ] || die "topic $name does not exist"
 	[ "$have" -le "$n" ] || die "topic $name has $have partitions; Kafka cannot reduce them to $n"
 	if [ "$have" -lt "$n" ]; then
-		topics --alter --topic "$name" --partitions "$n"
+		admin add-partitions "$name" "$n"
 		wait_partitions "$name" "$n"
 	fi
 	echo "topic $name has $n partitions"
@@ -207,7 +214,7 @@ delete_topic()
 {
 	[ $# -eq 1 ] || die "usage: $0 delete-topic NAME"
 	need_broker
-	topics --delete --if-exists --topic "$1"
+	admin delete "$1"
 	wait_partitions "$1" ""
 	echo "topic $1 deleted"
 }
@@ -216,11 +223,7 @@ delete_records()
 {
 	[ $# -eq 3 ] || die "usage: $0 delete-records NAME PARTITION OFFSET"
 	need_broker
-	local json=$KAFKA_DIR/delete-records.$$.json
-	printf '{"version": 1, "partitions": [{"topic": "%s", "partition": %d, "offset": %d}]}\n' "$1" "$2" "$3" >"$json"
-	run_class org.apache.kafka.tools.DeleteRecordsCommand --bootstrap-server "$KAFKA_BROKERS" \
-		--offset-json-file "$json" || { rm -f "$json"; die "could not delete the records of $1 partition $2 before offset $3"; }
-	rm -f "$json"
+	admin delete-records "$1" "$2" "$3" || die "could not delete the records of $1 partition $2 before offset $3"
 }
 
 tx_produce()
