@@ -424,6 +424,28 @@ key_group(MemoryState *ms, const char *key, int klen)
 }
 
 /*
+ * Delete the job's rows of a set of keys (a DELETE ... USING the keys).
+ * memory_state has no index, so the one sane plan is a hash join of the
+ * keys: a nested loop reads the table once per key, or the keys once per
+ * row.  The planner takes one when the table's statistics say it is all
+ * but empty, as a vacuum leaves them after the rows went (a restore_job,
+ * a rewind) and before new ones came: a rewind of 300k keys over 5k rows
+ * then ran for minutes, where the hash join takes a second.  So nested
+ * loops are off for the statement (the keys' own unnest of the undo
+ * arrays, a lateral one, stays one: it has no other plan).
+ */
+static void
+delete_keys(const char *sql, int nargs, Oid *types, Datum *values)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("enable_nestloop", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	catalog_exec(sql, nargs, types, values, NULL, false);
+	AtEOXact_GUC(true, level);
+}
+
+/*
  * Rewind this subtask's rows to the epoch: each key changed after it gets
  * the undo value of the oldest epoch after it that changed it (the value
  * the key had at the epoch), and those undo rows go.  Each such key's row
@@ -455,14 +477,14 @@ rewind_rows(MemoryState *ms, int64 epoch)
 					 4, types, values, NULL, false);
 		return;
 	}
-	catalog_exec("DELETE FROM mailer.memory_state m USING (SELECT DISTINCT e.key "
-				 "  FROM mailer.memory_undo c, LATERAL pg_catalog.unnest(c.keys) AS e(key) "
-				 "  WHERE c.job_id OPERATOR(pg_catalog.=) $1 AND c.epoch OPERATOR(pg_catalog.>) $2 "
-				 "  AND c.key_group OPERATOR(pg_catalog.>=) $3 AND c.key_group OPERATOR(pg_catalog.<) $4) u "
-				 "WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
-				 "AND m.key_group OPERATOR(pg_catalog.>=) $3 AND m.key_group OPERATOR(pg_catalog.<) $4 "
-				 "AND m.key OPERATOR(pg_catalog.=) u.key",
-				 4, types, values, NULL, false);
+	delete_keys("DELETE FROM mailer.memory_state m USING (SELECT DISTINCT e.key "
+				"  FROM mailer.memory_undo c, LATERAL pg_catalog.unnest(c.keys) AS e(key) "
+				"  WHERE c.job_id OPERATOR(pg_catalog.=) $1 AND c.epoch OPERATOR(pg_catalog.>) $2 "
+				"  AND c.key_group OPERATOR(pg_catalog.>=) $3 AND c.key_group OPERATOR(pg_catalog.<) $4) u "
+				"WHERE m.job_id OPERATOR(pg_catalog.=) $1 "
+				"AND m.key_group OPERATOR(pg_catalog.>=) $3 AND m.key_group OPERATOR(pg_catalog.<) $4 "
+				"AND m.key OPERATOR(pg_catalog.=) u.key",
+				4, types, values);
 	catalog_exec("WITH u AS (SELECT DISTINCT ON (e.key) e.key, c.key_group, e.value "
 				 "  FROM mailer.memory_undo c, "
 				 "  LATERAL ROWS FROM (pg_catalog.unnest(c.keys), pg_catalog.unnest(c.old_values)) AS e(key, value) "
@@ -805,9 +827,9 @@ flush_chunk(MemoryState *ms, WriteChunk *w)
 		memcpy(keys, w->put_keys, sizeof(Datum) * w->nput);
 		memcpy(keys + w->nput, w->del_keys, sizeof(Datum) * w->ndel);
 		values[1] = mailer_bytea_array(keys, NULL, w->nput + w->ndel);
-		catalog_exec("DELETE FROM mailer.memory_state m USING pg_catalog.unnest($2) AS u(k) "
-					 "WHERE m.job_id OPERATOR(pg_catalog.=) $1 AND m.key OPERATOR(pg_catalog.=) u.k",
-					 2, types, values, NULL, false);
+		delete_keys("DELETE FROM mailer.memory_state m USING pg_catalog.unnest($2) AS u(k) "
+					"WHERE m.job_id OPERATOR(pg_catalog.=) $1 AND m.key OPERATOR(pg_catalog.=) u.k",
+					2, types, values);
 	}
 	if (w->nput > 0)
 	{

@@ -14,6 +14,8 @@
  * request before every listener's metadata shows it: kafka.sh waits for that.
  */
 #include <librdkafka/rdkafka.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +29,17 @@ die(const char *what, const char *detail)
 	exit(1);
 }
 
+/* A count, partition or offset: a whole number from 0 to max. */
 static long
-number(const char *text, const char *what)
+number(const char *text, const char *what, long max)
 {
 	char	   *end;
-	long		n = strtol(text, &end, 10);
+	long		n;
 
-	if (*text == '\0' || *end != '\0' || n < 0)
-		die(what, "not a non-negative number");
+	errno = 0;
+	n = strtol(text, &end, 10);
+	if (*text == '\0' || *end != '\0' || errno != 0 || n < 0 || n > max)
+		die(what, "not a whole number in range");
 	return n;
 }
 
@@ -112,7 +117,7 @@ main(int argc, char **argv)
 
 	if (strcmp(cmd, "create") == 0 && argc >= 5)
 	{
-		rd_kafka_NewTopic_t *topic = rd_kafka_NewTopic_new(argv[3], (int) number(argv[4], "PARTITIONS"),
+		rd_kafka_NewTopic_t *topic = rd_kafka_NewTopic_new(argv[3], (int) number(argv[4], "PARTITIONS", INT32_MAX),
 														   1, errstr, sizeof errstr);
 
 		if (topic == NULL)
@@ -143,7 +148,7 @@ main(int argc, char **argv)
 	}
 	else if (strcmp(cmd, "add-partitions") == 0 && argc == 5)
 	{
-		rd_kafka_NewPartitions_t *parts = rd_kafka_NewPartitions_new(argv[3], (size_t) number(argv[4], "TOTAL"),
+		rd_kafka_NewPartitions_t *parts = rd_kafka_NewPartitions_new(argv[3], (size_t) number(argv[4], "TOTAL", INT32_MAX),
 																	 errstr, sizeof errstr);
 
 		if (parts == NULL)
@@ -159,8 +164,8 @@ main(int argc, char **argv)
 		const rd_kafka_topic_partition_list_t *done;
 		rd_kafka_DeleteRecords_t *del;
 
-		rd_kafka_topic_partition_list_add(before, argv[3], (int32_t) number(argv[4], "PARTITION"))->offset =
-			number(argv[5], "OFFSET");
+		rd_kafka_topic_partition_list_add(before, argv[3], (int32_t) number(argv[4], "PARTITION", INT32_MAX))->offset =
+			number(argv[5], "OFFSET", INT64_MAX);
 		del = rd_kafka_DeleteRecords_new(before);
 		rd_kafka_DeleteRecords(rk, &del, 1, options, queue);
 		ev = await_result(queue, "delete-records");

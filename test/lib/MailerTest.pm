@@ -833,11 +833,27 @@ sub test_point_wait_reached
 	my ($point, $from, $timeout, $only) = @_;
 	my $who = defined $only ? $only : '\d+';
 	my $pid;
-	wait_until("test point $point reached" . (defined $only ? " by $only" : ''), sub {
-		($pid) = pg_log_since($from) =~ /\[($who)\] [^\n]*mailer test point \Q$point\E reached/;
-		return defined $pid;
-	}, $timeout);
+	eval {
+		wait_until("test point $point reached" . (defined $only ? " by $only" : ''), sub {
+			($pid) = pg_log_since($from) =~ /\[($who)\] [^\n]*mailer test point \Q$point\E reached/;
+			return defined $pid;
+		}, $timeout);
+		1;
+	} or do { my $err = $@; server_diagnosis(); die $err; };
 	return $pid;
+}
+
+# What the server's processes and the jobs are doing, as test output: a
+# wait that timed out says where things stood.
+sub server_diagnosis
+{
+	for my $sql ("SELECT pid, backend_type, state, wait_event_type, wait_event, left(query, 100) "
+		  . "FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type <> 'walwriter' ORDER BY pid",
+		"SELECT name, desired_state, state, waiting_for, pid, restarts, last_error FROM mailer.jobs ORDER BY job_id")
+	{
+		my $rows = eval { psql($sql) } // "(could not read: $@)";
+		Test::More::diag("$sql:\n$rows");
+	}
 }
 
 # Release every held point (or keep the ones named).

@@ -13,10 +13,11 @@ PG_BINDIR=${PG_BINDIR:-$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/post
 # The server's own client programs come first: Debian's /usr/bin/psql is
 # pg_wrapper, a Perl script that costs each call some 35 ms of CPU, and the
 # tests and the benchmark call psql by the thousand.
-case ":$PATH:" in
-*":$PG_BINDIR:"*) ;;
-*) export PATH="$PG_BINDIR:$PATH" ;;
-esac
+# (Moved to the front when it is on PATH already, after /usr/bin.)
+PATH=":$PATH:"
+PATH=${PATH//":$PG_BINDIR:"/:}
+PATH=${PATH#:}
+export PATH="$PG_BINDIR:${PATH%:}"
 
 # Everything the services write lives here, outside the source tree, so that a
 # checkout owned by root stays readable and the cluster's user owns its files.

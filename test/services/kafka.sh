@@ -9,7 +9,7 @@
 #   kafka.sh create-topic NAME PARTITIONS [--config KEY=VALUE]...
 #   kafka.sh add-partitions NAME N
 #   kafka.sh delete-topic NAME
-#   kafka.sh delete-records NAME PARTITION OFFSET   delete what is before OFFSET (as retention does)
+#   kafka.sh delete-records NAME PARTITION OFFSET   delete what is before OFFSET (>= 0; as retention does)
 #   kafka.sh tx-produce NAME (commit|abort):PARTITION:FROM:TO ...   transactions (kafka/TxProducer.java)
 #   kafka.sh describe-group GROUP          committed offsets and lag
 #
@@ -171,10 +171,13 @@ wait_partitions()
 }
 
 # Topic administration through librdkafka (test/kafka_admin, built on first
-# use): a JVM per call cost the test suite minutes.
+# use): a JVM per call cost the test suite minutes.  One build at a time:
+# a test may create several topics at once, and a link rewriting the tool
+# while another call runs it fails ("Text file busy").
 admin()
 {
-	make -s -C "$HERE/../kafka_admin" >&2 || die "could not build test/kafka_admin"
+	flock "$HERE/../kafka_admin/.build.lock" make -s -C "$HERE/../kafka_admin" >&2 ||
+		die "could not build test/kafka_admin"
 	"$HERE/../kafka_admin/kafka_admin" "$KAFKA_BROKERS" "$@"
 }
 
