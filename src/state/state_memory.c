@@ -432,7 +432,8 @@ key_group(MemoryState *ms, const char *key, int klen)
  * a rewind) and before new ones came: a rewind of 300k keys over 5k rows
  * then ran for minutes, where the hash join takes a second.  So nested
  * loops are off for the statement (the keys' own unnest of the undo
- * arrays, a lateral one, stays one: it has no other plan).
+ * arrays, a lateral one, stays one: it has no other plan).  A disabled
+ * plan's cost would pass every JIT threshold: JIT is off too.
  */
 static void
 delete_keys(const char *sql, int nargs, Oid *types, Datum *values)
@@ -440,6 +441,8 @@ delete_keys(const char *sql, int nargs, Oid *types, Datum *values)
 	int			level = NewGUCNestLevel();
 
 	(void) set_config_option("enable_nestloop", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	catalog_exec(sql, nargs, types, values, NULL, false);
 	AtEOXact_GUC(true, level);

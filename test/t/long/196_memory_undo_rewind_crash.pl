@@ -50,7 +50,9 @@ is(psql("SELECT mailer.restore_job('t196_win', $e)"), $e, "restore_job to $e");
 for my $how ('SIGKILL to the worker', 'immediate stop of the server')
 {
 	my $launcher = launcher_pid();
-	psql("UPDATE pg_class SET reltuples = 0 WHERE oid = 'mailer.memory_state'::regclass");
+	psql("UPDATE pg_class SET reltuples = 0, "
+		. "relpages = greatest(1, pg_relation_size(oid) / current_setting('block_size')::int) "
+		. "WHERE oid = 'mailer.memory_state'::regclass");
 	my $from0 = test_point_hold('worker_before_open_state');
 	psql("SELECT mailer.start_job('t196_win')");
 	my $pid = test_point_wait_reached('worker_before_open_state', $from0, 60);
