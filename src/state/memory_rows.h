@@ -77,9 +77,11 @@ extern MemoryRows *memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *nod
  * Prune the pages of both lists whose rows no snapshot sees any more and
  * record their free space (they leave the lists; the others stay, and so
  * do those past a checkpoint's bound, REUSE_MAX_PAGES a table), then
- * collect into state the pages this checkpoint's writes leave dead rows on.  The caller empties the lists when mailer.memory_state was rewritten
- * (its pages are another storage's); a rewrite of mailer.memory_undo only
- * makes some of the undo list's pages prunes of others, which is no harm.
+ * collect into state the pages this checkpoint's writes leave dead rows
+ * on.  The caller empties the lists when mailer.memory_state was
+ * rewritten (its pages are another storage's); a rewrite of
+ * mailer.memory_undo only makes some of the undo list's pages prunes of
+ * others, which is no harm.
  */
 extern void memory_rows_reuse(MemoryRows *mr, FreedPages *state, FreedPages *undo);
 
