@@ -30,6 +30,15 @@ lock()
 	flock 9
 }
 
+# Build the service's C test client in DIR (make is a no-op once built),
+# one build at a time: a test calls it several times at once, and a link
+# rewriting the program while another call runs it fails ("Text file
+# busy").
+build_tool()
+{
+	flock "$1/.build.lock" make -s -C "$1" >&2 || die "could not build $1"
+}
+
 fetch()
 {
 	# The marker holds the hash of the pom (and settings), so editing either

@@ -171,13 +171,10 @@ wait_partitions()
 }
 
 # Topic administration through librdkafka (test/kafka_admin, built on first
-# use): a JVM per call cost the test suite minutes.  One build at a time:
-# a test may create several topics at once, and a link rewriting the tool
-# while another call runs it fails ("Text file busy").
+# use): a JVM per call cost the test suite minutes.
 admin()
 {
-	flock "$HERE/../kafka_admin/.build.lock" make -s -C "$HERE/../kafka_admin" >&2 ||
-		die "could not build test/kafka_admin"
+	build_tool "$HERE/../kafka_admin"
 	"$HERE/../kafka_admin/kafka_admin" "$KAFKA_BROKERS" "$@"
 }
 

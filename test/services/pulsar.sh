@@ -356,9 +356,7 @@ delete_topic()
 
 tool()
 {
-	# One build at a time: tests start several producers at once, and a
-	# link rewriting the tool while another runs it fails ("Text file busy").
-	flock "$TOOL_DIR/.build.lock" make -s -C "$TOOL_DIR" >&2 || die "could not build $TOOL"
+	build_tool "$TOOL_DIR"
 	"$TOOL" "$PULSAR_URL" "$@"
 }
 
