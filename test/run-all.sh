@@ -71,6 +71,7 @@ if [ -n "$long" ]; then
 	run "long integration tests" test/run-integration.sh --long
 else
 	run "layers (test/check-layers.sh)" test/check-layers.sh
+	run "prefetches in the build (test/check-prefetch.sh)" test/check-prefetch.sh
 	run "pg_regress" make -s PG_CONFIG="$PG_CONFIG" installcheck
 	[ -f regression.diffs ] && cat regression.diffs
 	run "fuzz (short)" test/fuzz/run.sh 20 1

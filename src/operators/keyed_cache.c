@@ -17,6 +17,7 @@
 
 #include "utils/memutils.h"
 
+#include "base/cpu_prefetch.h"
 #include "base/local_hash.h"
 #include "base/mailer.h"
 #include "operators/keyed_cache.h"
@@ -236,8 +237,8 @@ keyed_cache_hash(const char *key, int klen)
 void
 keyed_cache_prefetch_slot(KeyedStage *stage, uint32 hash)
 {
-	keyed_cache_prefetch_lines(&stage->cache->data[hash & stage->cache->sizemask],
-							   sizeof(CacheSlot));
+	cpu_prefetch_lines(&stage->cache->data[hash & stage->cache->sizemask],
+					   sizeof(CacheSlot));
 }
 
 /*
@@ -272,7 +273,7 @@ keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash)
 
 	/* A session's entry ('S') is smaller: a line too many does no harm. */
 	if (e)
-		keyed_cache_prefetch_lines(e, entry_size(stage, 'W', 0));
+		cpu_prefetch_lines(e, entry_size(stage, 'W', 0));
 }
 
 static void

@@ -137,17 +137,6 @@ extern void keyed_cache_prefetch_entry(KeyedStage *stage, uint32 hash);
  */
 extern KeyedEntry *keyed_cache_peek(KeyedStage *stage, uint32 hash);
 
-/* The CPU asked for every cache line of [p, p + len): a hint, never a fault. */
-#define CPU_CACHE_LINE 64		/* x86-64's, and most arm64's */
-
-static inline void
-keyed_cache_prefetch_lines(const void *p, Size len)
-{
-	for (uintptr_t line = (uintptr_t) p & ~(uintptr_t) (CPU_CACHE_LINE - 1);
-		 line < (uintptr_t) p + len; line += CPU_CACHE_LINE)
-		__builtin_prefetch((const void *) line);
-}
-
 /* Scratch arrays for a record that goes into nwindows windows. */
 extern void keyed_scratch(KeyedStage *stage, int nwindows);
 

@@ -28,6 +28,7 @@
 #include "utils/memutils.h"
 #include "utils/numeric.h"
 
+#include "base/cpu_prefetch.h"
 #include "base/mailer.h"
 #include "operators/window.h"
 
@@ -482,8 +483,8 @@ window_prefetch_sessions(KeyedStage *stage, KeyedEntry *e, int link)
 		return;
 	if (link == 0)
 	{
-		keyed_cache_prefetch_lines(e->sessions, offsetof(List, initial_elements) +
-								   PREFETCH_SESSIONS * sizeof(ListCell));
+		cpu_prefetch_lines(e->sessions, offsetof(List, initial_elements) +
+						   PREFETCH_SESSIONS * sizeof(ListCell));
 		return;
 	}
 	foreach(lc, e->sessions)
@@ -493,9 +494,9 @@ window_prefetch_sessions(KeyedStage *stage, KeyedEntry *e, int link)
 		if (foreach_current_index(lc) == PREFETCH_SESSIONS)
 			break;
 		if (link == 1)
-			keyed_cache_prefetch_lines(s, sizeof(Session));
+			cpu_prefetch_lines(s, sizeof(Session));
 		else
-			keyed_cache_prefetch_lines(s->values, sizeof(AggValue) * stage->naggs);
+			cpu_prefetch_lines(s->values, sizeof(AggValue) * stage->naggs);
 	}
 }
 
