@@ -294,11 +294,32 @@ project_failed(void *arg, int i, ErrorData *edata)
 						guard_error_text(edata));
 }
 
-void
-keyed_prepare_checkpoint(KeyedStage *stage)
+/*
+ * The rows emitted so far, into the sink (which copies them), and their
+ * memory freed.  A checkpoint emits a row for every changed key: held all
+ * at once with their projections they were about 30 MB of a worker at 5M
+ * keys (BENCHMARKS.md, "The checkpoint's rows in slices").
+ */
+static void
+flush_out_rows(KeyedStage *stage)
 {
 	ProjectRun	run;
 
+	run.stage = stage;
+	run.rows = stage->out_rows;
+	run.deletes = stage->out_deletes;
+	guard_each(list_length(run.rows), project_row, project_failed, &run, stage->work_context);
+	MemoryContextReset(stage->work_context);
+	stage->out_rows = stage->out_deletes = NIL;
+	MemoryContextReset(stage->out_context);
+}
+
+/* Rows emitted at a checkpoint between two flush_out_rows: about 1 MB. */
+#define OUT_ROWS_SLICE 4096
+
+void
+keyed_prepare_checkpoint(KeyedStage *stage)
+{
 	for (int i = 0; i < stage->ndirty; i++)
 	{
 		KeyedEntry *e = stage->dirty[i];
@@ -313,6 +334,9 @@ keyed_prepare_checkpoint(KeyedStage *stage)
 		}
 		else
 			window_emit_changed(stage, e);
+		/* in order: the rows before (windows fired since the last checkpoint) go first */
+		if (list_length(stage->out_rows) >= OUT_ROWS_SLICE)
+			flush_out_rows(stage);
 	}
 	if (stage->plan->window)
 	{
@@ -321,14 +345,7 @@ keyed_prepare_checkpoint(KeyedStage *stage)
 		window_emit_panes(stage);
 		MemoryContextSwitchTo(old);
 	}
-
-	run.stage = stage;
-	run.rows = stage->out_rows;
-	run.deletes = stage->out_deletes;
-	guard_each(list_length(run.rows), project_row, project_failed, &run, stage->work_context);
-	MemoryContextReset(stage->work_context);
-	stage->out_rows = stage->out_deletes = NIL;
-	MemoryContextReset(stage->out_context);
+	flush_out_rows(stage);
 
 	keyed_write_dirty(stage);
 }
