@@ -3,10 +3,11 @@
 # flush_out_rows).  One checkpoint here changes about 17,000 keys: five
 # slices.  Three keys' rows fail their cast into the sink's column (a
 # domain's CHECK), one in the first slice, one in a middle one and one in
-# the last; with on_error dead_letter each of them is a dead letter, and every other key's row is in the table with the
-# count and total the raw events give: nothing lost, nothing twice, on both
-# state backends.  With on_error fail the job fails naming the row, and
-# writes nothing of that checkpoint.
+# the last; with on_error dead_letter each of them is a dead letter, and
+# every other key's row is in the table with the count and total the raw
+# events give: nothing lost, nothing twice, on both state backends.  With
+# on_error fail the job fails naming the row, and writes nothing of that
+# checkpoint.
 use strict;
 use warnings;
 use FindBin;
