@@ -14,7 +14,6 @@
 
 #include "utils/memutils.h"
 
-#include "base/guard.h"
 #include "operators/agg_general.h"
 #include "operators/keyed.h"
 #include "operators/keyed_cache.h"
@@ -250,73 +249,6 @@ keyed_pending(KeyedStage *stage)
 	return stage->ndirty + list_length(stage->out_rows);
 }
 
-/* Output rows into the sink: a row whose cast fails becomes a dead letter. */
-typedef struct ProjectRun
-{
-	KeyedStage *stage;
-	List	   *rows;
-	List	   *deletes;
-} ProjectRun;
-
-static void
-project_row(void *arg, int i)
-{
-	ProjectRun *run = (ProjectRun *) arg;
-	KeyedStage *stage = run->stage;
-	int			ncols = stage->plan->sink_width;
-	Datum	   *values = palloc(sizeof(Datum) * ncols);
-	bool	   *nulls = palloc(sizeof(bool) * ncols);
-
-	sink_project(stage->sink, stage->out_rt, list_nth(run->rows, i), values, nulls);
-	if (list_nth_int(run->deletes, i))
-		sink_buffer_delete(stage->sink, values, nulls);
-	else
-		sink_buffer_add(stage->sink, values, nulls, NULL, -1, -1);
-}
-
-static void
-project_failed(void *arg, int i, ErrorData *edata)
-{
-	ProjectRun *run = (ProjectRun *) arg;
-	KeyedStage *stage = run->stage;
-	char	   *row = record_to_json(stage->plan->out_schema, list_nth(run->rows, i));
-
-	if (stage->on_error == ON_ERROR_FAIL)
-	{
-		*stage->failing = true;
-		ereport(ERROR,
-				(errcode(edata->sqlerrcode),
-				 errmsg("an output row could not be written: %s", edata->message),
-				 errdetail("The row: %s", row)));
-	}
-	if (stage->on_error == ON_ERROR_DEAD_LETTER)
-		dead_letter_add(stage->dead_letters, NULL, -1, -1, NULL, -1, row, strlen(row), "sink",
-						guard_error_text(edata));
-}
-
-/*
- * The rows emitted so far, into the sink (which copies them), and their
- * memory freed.  A checkpoint emits a row for every changed key: held all
- * at once with their projections they were about 30 MB of a worker at 5M
- * keys (BENCHMARKS.md, "The checkpoint's rows in slices").
- */
-static void
-flush_out_rows(KeyedStage *stage)
-{
-	ProjectRun	run;
-
-	run.stage = stage;
-	run.rows = stage->out_rows;
-	run.deletes = stage->out_deletes;
-	guard_each(list_length(run.rows), project_row, project_failed, &run, stage->work_context);
-	MemoryContextReset(stage->work_context);
-	stage->out_rows = stage->out_deletes = NIL;
-	MemoryContextReset(stage->out_context);
-}
-
-/* Rows emitted at a checkpoint between two flush_out_rows: about 1 MB. */
-#define OUT_ROWS_SLICE 4096
-
 void
 keyed_prepare_checkpoint(KeyedStage *stage)
 {
@@ -335,8 +267,7 @@ keyed_prepare_checkpoint(KeyedStage *stage)
 		else
 			window_emit_changed(stage, e);
 		/* in order: the rows before (windows fired since the last checkpoint) go first */
-		if (list_length(stage->out_rows) >= OUT_ROWS_SLICE)
-			flush_out_rows(stage);
+		keyed_emit_slice(stage, false);
 	}
 	if (stage->plan->window)
 	{
@@ -345,7 +276,7 @@ keyed_prepare_checkpoint(KeyedStage *stage)
 		window_emit_panes(stage);
 		MemoryContextSwitchTo(old);
 	}
-	flush_out_rows(stage);
+	keyed_emit_slice(stage, true);
 
 	keyed_write_dirty(stage);
 }

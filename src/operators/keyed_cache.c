@@ -18,8 +18,10 @@
 #include "utils/memutils.h"
 
 #include "base/cpu_prefetch.h"
+#include "base/guard.h"
 #include "base/local_hash.h"
 #include "base/mailer.h"
+#include "base/test_point.h"
 #include "operators/keyed_cache.h"
 #include "state/serial.h"
 
@@ -378,6 +380,79 @@ keyed_emit(KeyedStage *stage, const char *group, int group_len, TimestampTz star
 	stage->out_rows = lappend(stage->out_rows, out);
 	stage->out_deletes = lappend_int(stage->out_deletes, delete ? 1 : 0);
 	MemoryContextSwitchTo(old);
+}
+
+/* Output rows into the sink: a row whose cast fails becomes a dead letter. */
+typedef struct ProjectRun
+{
+	KeyedStage *stage;
+	List	   *rows;
+	List	   *deletes;
+} ProjectRun;
+
+static void
+project_row(void *arg, int i)
+{
+	ProjectRun *run = (ProjectRun *) arg;
+	KeyedStage *stage = run->stage;
+	int			ncols = stage->plan->sink_width;
+	Datum	   *values = palloc(sizeof(Datum) * ncols);
+	bool	   *nulls = palloc(sizeof(bool) * ncols);
+
+	sink_project(stage->sink, stage->out_rt, list_nth(run->rows, i), values, nulls);
+	if (list_nth_int(run->deletes, i))
+		sink_buffer_delete(stage->sink, values, nulls);
+	else
+		sink_buffer_add(stage->sink, values, nulls, NULL, -1, -1);
+}
+
+static void
+project_failed(void *arg, int i, ErrorData *edata)
+{
+	ProjectRun *run = (ProjectRun *) arg;
+	KeyedStage *stage = run->stage;
+	char	   *row = record_to_json(stage->plan->out_schema, list_nth(run->rows, i));
+
+	if (stage->on_error == ON_ERROR_FAIL)
+	{
+		*stage->failing = true;
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode),
+				 errmsg("an output row could not be written: %s", edata->message),
+				 errdetail("The row: %s", row)));
+	}
+	if (stage->on_error == ON_ERROR_DEAD_LETTER)
+		dead_letter_add(stage->dead_letters, NULL, -1, -1, NULL, -1, row, strlen(row), "sink",
+						guard_error_text(edata));
+}
+
+/* Rows emitted at a checkpoint between two slices: about 1 MB. */
+#define OUT_ROWS_SLICE 4096
+
+/*
+ * A checkpoint emits a row for every changed key and changed window: held
+ * all at once with their projections they were about 30 MB of a worker at
+ * 5M keys (BENCHMARKS.md, "The checkpoint's rows in slices").
+ */
+void
+keyed_emit_slice(KeyedStage *stage, bool all)
+{
+	ProjectRun	run;
+
+	/* Between records only: an aborted record truncates out_rows to its start. */
+	Assert(!stage->undo_active);
+	if (!all && list_length(stage->out_rows) < OUT_ROWS_SLICE)
+		return;
+	run.stage = stage;
+	run.rows = stage->out_rows;
+	run.deletes = stage->out_deletes;
+	guard_each(list_length(run.rows), project_row, project_failed, &run, stage->work_context);
+	MemoryContextReset(stage->work_context);
+	stage->out_rows = stage->out_deletes = NIL;
+	MemoryContextReset(stage->out_context);
+	/* A slice in the sink buffer, more to emit: a crash here must lose and double nothing. */
+	if (!all)
+		TEST_POINT("keyed_slice_flushed");
 }
 
 /*

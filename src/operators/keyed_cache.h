@@ -154,6 +154,17 @@ extern void keyed_emit(KeyedStage *stage, const char *group, int group_len,
 					   TimestampTz start, TimestampTz end, AggValue *values, bool delete);
 
 /*
+ * At a checkpoint, after a row is emitted: the rows emitted so far go into
+ * the sink (which copies them) once they fill a slice, or with all, at the
+ * end, whatever is left; a row whose projection fails is a dead letter or
+ * fails the job.  Then their memory and the work context's are freed:
+ * nothing the caller made in the work context may be used after it.  Only
+ * at a checkpoint (keyed_prepare_checkpoint), never within a record or a
+ * watermark step, whose due timers are in the work context.
+ */
+extern void keyed_emit_slice(KeyedStage *stage, bool all);
+
+/*
  * Write every dirty entry to the backend; rebuild the cache, with the
  * changed entries worth keeping, when it has grown by more than
  * mailer.state_cache_entries since the last rebuild, or when that many

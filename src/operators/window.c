@@ -1534,7 +1534,11 @@ window_emit_panes(KeyedStage *stage)
 		if (!wchanged_delete(stage->changed, k))
 			continue;
 		if ((update || end <= stage->watermark) && pane_values(stage, group, group_len, start))
+		{
 			keyed_emit(stage, group, group_len, start, end, stage->combined, false);
+			/* stage->combined is made anew for the next window: nothing else lives in work_context */
+			keyed_emit_slice(stage, false);
+		}
 	}
 	changed_reset(stage);
 }

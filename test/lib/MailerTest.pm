@@ -229,8 +229,8 @@ sub unique_name
 # ---------------------------------------------------------------------------
 
 require POSIX;
-push @EXPORT, qw(produce_thirds_with_kill produce_chunks_kill_restart kill_worker state_cache_entries_until_exit want_sliding
-  records_in_of_all committed_records);
+push @EXPORT, qw(produce_thirds_with_kill produce_chunks_kill_restart kill_worker state_cache_entries_until_exit
+  setting_until_exit setting_reset want_sliding records_in_of_all committed_records);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
@@ -422,14 +422,30 @@ END
 	}
 }
 
+# A server setting (ALTER SYSTEM) for the rest of the test, reset when it
+# exits; setting_reset resets it before.
+sub setting_until_exit
+{
+	my ($name, $value) = @_;
+	$reset_at_exit{$name} = 1;
+	psql("ALTER SYSTEM SET $name = $value");
+	psql("SELECT pg_reload_conf()");
+}
+
+sub setting_reset
+{
+	my ($name) = @_;
+	psql("ALTER SYSTEM RESET $name");
+	psql("SELECT pg_reload_conf()");
+	delete $reset_at_exit{$name};
+}
+
 # mailer.state_cache_entries = $n for the rest of the test (0: the keyed
 # cache is let go at every checkpoint), reset when it exits.
 sub state_cache_entries_until_exit
 {
 	my ($n) = @_;
-	$reset_at_exit{'mailer.state_cache_entries'} = 1;
-	psql("ALTER SYSTEM SET mailer.state_cache_entries = $n");
-	psql("SELECT pg_reload_conf()");
+	setting_until_exit('mailer.state_cache_entries', $n);
 }
 
 # SQL's answer for sliding windows of $size_s seconds every $slide_s seconds
