@@ -182,3 +182,12 @@ SELECT replace(job, 'ratio_', '') AS keys,
   FROM m WHERE section = 'sink' AND job LIKE 'ratio\_%'
  GROUP BY section, job, backend
  ORDER BY 1 DESC;
+
+\echo 'The worker''s memory at a checkpoint that emits many rows: a sliding job with emit update over the same orders (one pane), whose one checkpoint emits four windows a key; the worker''s own memory (anonymous + file pages) sampled every 0.2 s'
+SELECT job, backend,
+	   round(pg_temp.g(section, job, backend, 'own_p50_mb'), 1) AS "own MB, median",
+	   round(pg_temp.g(section, job, backend, 'peak_private_mb'), 1) AS "own MB, peak",
+	   round(pg_temp.g(section, job, backend, 'ckpt_ms'), 1) AS "checkpoint ms",
+	   max(n) AS runs
+  FROM m WHERE section = 'sink' AND job = 'sliding_update'
+ GROUP BY section, job, backend;

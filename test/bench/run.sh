@@ -26,7 +26,9 @@
 #   sink        the table sink's upsert of BENCH_SINK_ROWS changed keys in
 #               one checkpoint against psql's INSERT ... SELECT ... ON
 #               CONFLICT DO UPDATE of the same rows into the same table,
-#               new keys and existing keys: rows/s of both and their ratio
+#               new keys and existing keys: rows/s of both and their ratio;
+#               and the worker's memory at a checkpoint that emits four
+#               times as many rows (a sliding job with emit update)
 #   state       keyed running totals over 1k, 100k and 5M keys, both
 #               backends: checkpoint duration, restore after kill -9, memory,
 #               state on disk, lookup cost (records/s)
@@ -341,7 +343,7 @@ job_spec()
 		# Running totals per customer; the sink's default key and value (JSON).
 		steps="[$key, $agg]"
 		sink='{"type": "kafka", "brokers": "'$KAFKA_BROKERS'", "topic": "'$KSINK_TOPIC'"}' ;;
-	tumbling|sliding|session|distinct)
+	tumbling|sliding|sliding_update|session|distinct)
 		case $kind in
 		tumbling) window='{"window": {"type": "tumbling", "size": "1 minute"}}' ;;
 		# The tumbling job through a general aggregate (issue 19): DISTINCT
@@ -351,6 +353,8 @@ job_spec()
 			window='{"window": {"type": "tumbling", "size": "1 minute"}}'
 			agg='{"aggregate": {"orders": "count(DISTINCT value->>'"'"'order_id'"'"')", "total": "sum((value->>'"'"'amount'"'"')::numeric)"}}' ;;
 		sliding) window='{"window": {"type": "sliding", "size": "1 minute", "slide": "15 seconds"}}' ;;
+		# Every window a record changes is a row at the next checkpoint (the sink section).
+		sliding_update) window='{"window": {"type": "sliding", "size": "1 minute", "slide": "15 seconds", "emit": "update"}}' ;;
 		session) window='{"window": {"type": "session", "gap": "5 seconds"}}' ;;
 		esac
 		event_time='"event_time": "(value->>'"'"'ts'"'"')::timestamptz",
@@ -788,6 +792,35 @@ sink_table_reset()
 	q -c "VACUUM ANALYZE bench.sink_upsert" >/dev/null
 }
 
+# The worker's memory at a checkpoint that emits many rows: the sliding
+# job with emit update over the sink section's orders (a key each, six
+# seconds of event time: one pane), checkpointed once, when its 100k
+# changed panes reach mailer.max_buffered_rows.  That checkpoint emits the
+# four windows of every key, which go to the sink in slices.
+sink_sliding_memory()
+{
+	local run=$1 name=bench_sink_sliding spec sampler rows
+	drop_job "$name"
+	q -c "TRUNCATE bench.windows" >/dev/null
+	spec=$(job_spec sliding_update rocksdb "[\"$SINK_TOPIC\"]")
+	spec=${spec/'"interval": "1 second"'/'"interval": "1 hour"'}
+	JOB_ID=$(q -v spec="$spec" <<<"SELECT mailer.create_job('$name', :'spec')")
+	sample_memory "$name" "$BENCH_OUT/sink_memory.txt" &
+	sampler=$!
+	bench_wait_job "$name" "$BENCH_JOB_TIMEOUT" >/dev/null ||
+		die "job $name: $(q -c "SELECT last_error FROM mailer.jobs WHERE name = '$name'")"
+	kill "$sampler"; wait "$sampler" 2>/dev/null || true
+	rows=$(q -c "SELECT count(*) FROM bench.windows")
+	[ "$rows" = $((4 * BENCH_SINK_ROWS)) ] || die "job $name left $rows rows in bench.windows, expected $((4 * BENCH_SINK_ROWS))"
+	[ "$(q -c "SELECT count(*) FROM bench.checkpoint_log WHERE job_id = $JOB_ID AND records_in > 0")" = 1 ] ||
+		die "job $name wrote its rows in more than one checkpoint"
+	record_memory_peaks sink sliding_update rocksdb "$run" "$BENCH_OUT/sink_memory.txt"
+	record sink sliding_update rocksdb "$run" ckpt_ms "$(q -c "SELECT max(duration_ms) FROM bench.checkpoint_log WHERE job_id = $JOB_ID")"
+	say "  sink sliding_update run $run: $rows window rows in one checkpoint, the worker's own memory peaks at $(awk '{ m = $1 + $2 > m ? $1 + $2 : m } END { printf "%.0f", m / 1024 }' "$BENCH_OUT/sink_memory.txt") MB"
+	JOB_NAME=$name
+	finish_job
+}
+
 section_sink()
 {
 	local run case name spec ms t0 t1 rows have_rows=0 sampler cpu bpid psql_job
@@ -872,6 +905,7 @@ section_sink()
 				record sink "ratio_$case" - "$run" psql_over_mailer_cpu "$(calc "${job_cpu[$case]} / $cpu")"
 			say "  sink $case keys run $run: mailer $(printf '%.0f' "${job_rps[$case]}") rows/s (${job_cpu[$case]} CPU-s), psql $(printf '%.0f' "${psql_rps[$case]}") rows/s ($cpu CPU-s), psql/mailer $(printf '%.2f' "$(calc "${psql_rps[$case]} / ${job_rps[$case]}")")"
 		done
+		sink_sliding_memory "$run"
 	done
 	q -c "DROP TABLE bench.sink_rows, bench.sink_upsert" >/dev/null
 }
