@@ -230,7 +230,7 @@ sub unique_name
 
 require POSIX;
 push @EXPORT, qw(produce_thirds_with_kill produce_chunks_kill_restart kill_worker state_cache_entries_until_exit
-  setting_until_exit setting_reset want_sliding records_in_of_all committed_records);
+  setting_until_exit setting_reset memory_state_kinds want_sliding records_in_of_all committed_records);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
 
@@ -438,6 +438,15 @@ sub setting_reset
 	psql("ALTER SYSTEM RESET $name");
 	psql("SELECT pg_reload_conf()");
 	delete $reset_at_exit{$name};
+}
+
+# The kinds of a memory-backend job's state keys, their first bytes, sorted
+# ("L" panes, "W" windows, ...).
+sub memory_state_kinds
+{
+	my ($job) = @_;
+	return psql("SELECT string_agg(DISTINCT chr(get_byte(key, 0)), '') FROM mailer.memory_state
+				 WHERE job_id = (SELECT job_id FROM mailer.job WHERE name = '$job')");
 }
 
 # mailer.state_cache_entries = $n for the rest of the test (0: the keyed
@@ -836,9 +845,7 @@ sub test_point_hold
 {
 	my (@points) = @_;
 	my $from = pg_log_size();
-	$reset_at_exit{'mailer.test_pause_at'} = 1;
-	psql("ALTER SYSTEM SET mailer.test_pause_at = '" . join(',', @points) . "'");
-	psql("SELECT pg_reload_conf()");
+	setting_until_exit('mailer.test_pause_at', "'" . join(',', @points) . "'");
 	return $from;
 }
 
@@ -878,14 +885,12 @@ sub test_point_release
 	my (@keep) = @_;
 	if (@keep)
 	{
-		psql("ALTER SYSTEM SET mailer.test_pause_at = '" . join(',', @keep) . "'");
+		setting_until_exit('mailer.test_pause_at', "'" . join(',', @keep) . "'");
 	}
 	else
 	{
-		psql("ALTER SYSTEM RESET mailer.test_pause_at");
-		delete $reset_at_exit{'mailer.test_pause_at'};
+		setting_reset('mailer.test_pause_at');
 	}
-	psql("SELECT pg_reload_conf()");
 }
 
 # stop_job while the launcher is held at test point $point on its way to

@@ -143,14 +143,8 @@ for my $name (sort keys %first_epoch)
 }
 compare('replayed from the first epoch');
 
-my $id = psql("SELECT job_id FROM mailer.job WHERE name = 'pu_pane'");
-is(psql("SELECT string_agg(DISTINCT chr(get_byte(key, 0)), '')
-		 FROM mailer.memory_state WHERE job_id = $id"),
-	'L', 'a pane job keeps panes alone: no window entries, no timer keys');
-$id = psql("SELECT job_id FROM mailer.job WHERE name = 'pu_ref'");
-is(psql("SELECT string_agg(DISTINCT chr(get_byte(key, 0)), '')
-		 FROM mailer.memory_state WHERE job_id = $id"),
-	'W', 'a job with a float sum keeps its windows one by one, and no timer keys');
+is(memory_state_kinds('pu_pane'), 'L', 'a pane job keeps panes alone: no window entries, no timer keys');
+is(memory_state_kinds('pu_ref'), 'W', 'a job with a float sum keeps its windows one by one, and no timer keys');
 for my $j (sort keys %jobs)
 {
 	is(psql("SELECT mailer.stop_job('${j}_$_')"), 'stopped', "${j}_$_ stopped") for ('pane', 'ref');
@@ -193,10 +187,7 @@ my @ev2 = random_events(seed => 1462, partitions => 2, count => 160, step => 0.5
 	keys => [qw(a b c d e f)], amount => sub { $_[0] % 97 });
 produce_events($topic2, [ @ev2[0 .. 79] ]);
 compare('rescale: before, at parallelism 1');
-my $rs_id = psql("SELECT job_id FROM mailer.job WHERE name = 'rs_pane'");
-my $kinds = qq{SELECT string_agg(DISTINCT chr(get_byte(key, 0)), '')
-		 FROM mailer.memory_state WHERE job_id = $rs_id};
-is(psql($kinds), 'L', 'rescale: panes at parallelism 1');
+is(memory_state_kinds('rs_pane'), 'L', 'rescale: panes at parallelism 1');
 for my $name ('rs_pane', 'rs_ref')
 {
 	is(psql("SELECT mailer.stop_job('$name')"), 'stopped', "rescale: $name stopped");
@@ -205,7 +196,7 @@ for my $name ('rs_pane', 'rs_ref')
 }
 produce_events($topic2, [ @ev2[80 .. 159] ]);
 compare('rescale: after, at parallelism 2');
-is(psql($kinds), 'W', 'rescale: window entries at parallelism 2, the panes gone');
+is(memory_state_kinds('rs_pane'), 'W', 'rescale: window entries at parallelism 2, the panes gone');
 
 # And back to 1: the window entries stay beside the new panes, as state of
 # format 1 does, and a watermark step that fires the windows in one scan of
@@ -231,7 +222,7 @@ produce_events($topic2, [ grep { $_->{p} == 0 } @ev3 ]);
 compare('rescale: back to 1, partition 0 (the watermark held by partition 1)');
 produce_events($topic2, [ grep { $_->{p} == 1 } @ev3 ]);
 compare('rescale: back to 1, window entries beside new panes');
-is(psql($kinds), 'LW', 'rescale back: new panes beside the window entries left');
+is(memory_state_kinds('rs_pane'), 'LW', 'rescale back: new panes beside the window entries left');
 produce_events($topic2, [ { p => 0, k => 'e', t => 1000, a => 1 }, { p => 1, k => 'f', t => 1000, a => 1 } ]);
 compare('rescale: all fired');
 cmp_ok(psql("SELECT count(*) FROM rs_pane"), '>', 20, 'rescale: windows were written');
