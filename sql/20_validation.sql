@@ -55,6 +55,9 @@ SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "checkpoint": {"every": "1 second"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "watermark": {"max_out_of_orderness": "a while"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "watermark": {"idle_timeout": "0 seconds"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "watermark": {"max_drift": "0 seconds"}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "watermark": {"max_drift": 10}}');
+SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "watermark": {"max_drift": "1 month"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "watermark": {"lag": "1 second"}}');
 SELECT mailer.describe_job('{"source": {"type": "generator"}, "sink": {"type": "table", "table": "val_orders"}, "watermark": "5 seconds"}');
 -- other top-level options

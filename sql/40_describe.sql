@@ -95,6 +95,13 @@ SELECT mailer.describe_job($${
   ],
   "sink": {"type": "table", "table": "\"DS Schema\".\"Totals\""}
 }$$);
+-- Windows over Kafka: partitions far ahead of the slowest are paused
+-- (watermark alignment), by default 10 seconds ahead, or as set, or never.
+\set kafka_windows '{"source": {"type": "kafka", "brokers": "localhost:9", "topic": "orders"}, "steps": [{"key_by": {"customer_id": "key"}}, {"window": {"type": "tumbling", "size": "1 minute"}}, {"aggregate": {"orders": "count(*)", "total": "sum(partition)"}}], "sink": {"type": "table", "table": "\\"DS Schema\\".\\"Totals\\""}}'
+SELECT mailer.describe_job(:'kafka_windows');
+SELECT mailer.describe_job(:'kafka_windows'::jsonb || '{"watermark": {"max_drift": "2 minutes"}}')
+       ~ 'partitions more than 2 minutes ahead of the slowest are paused' AS two_minutes,
+       mailer.describe_job(:'kafka_windows'::jsonb || '{"watermark": {"max_drift": null}}') ~ 'ahead' AS null_drift_mentioned;
 SELECT mailer.describe_job($${
   "source": {"type": "generator"},
   "steps": [

@@ -199,7 +199,7 @@ COMMENT ON FUNCTION mailer.alter_job(text, jsonb) IS
 
 -- The views and the live functions under them change: mailer.jobs
 -- (waiting_for, parallelism), mailer.metrics (sums over subtasks,
--- parallelism), mailer.partition_metrics (offsets_skipped, subtask), and
+-- parallelism), mailer.partition_metrics (offsets_skipped, subtask, ahead), and
 -- mailer.subtasks is new.  They are made again as a fresh install makes
 -- them.
 DROP VIEW mailer.partition_metrics;
@@ -227,7 +227,7 @@ CREATE FUNCTION mailer._live_partitions(
 	OUT job_id bigint, OUT topic text, OUT partition integer,
 	OUT "position" bigint, OUT end_offset bigint, OUT records_in bigint,
 	OUT watermark timestamptz, OUT idle boolean, OUT offsets_skipped bigint,
-	OUT subtask integer)
+	OUT subtask integer, OUT ahead boolean)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'mailer_live_partitions'
 LANGUAGE C STRICT VOLATILE;
@@ -335,7 +335,7 @@ CREATE VIEW mailer.partition_metrics AS
 SELECT j.name, p.subtask, p.topic, p.partition, p.position, p.end_offset,
 	   CASE WHEN p.end_offset OPERATOR(pg_catalog.>=) 0 AND p.position OPERATOR(pg_catalog.>=) 0
 			THEN greatest(p.end_offset OPERATOR(pg_catalog.-) p.position, 0) END AS lag,
-	   p.records_in, p.watermark, p.idle, p.offsets_skipped
+	   p.records_in, p.watermark, p.idle, p.ahead, p.offsets_skipped
   FROM mailer._live_partitions() p
   JOIN mailer.job j ON j.job_id OPERATOR(pg_catalog.=) p.job_id;
 

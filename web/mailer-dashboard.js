@@ -250,7 +250,8 @@
 	const PARTITION_COLUMNS = [['subtask', 'subtask', fmtCount], ['topic', 'topic', String],
 		['partition', 'partition', String], ['position', 'position', fmtCount], ['end offset', 'end_offset', fmtCount],
 		['lag', 'lag', fmtCount], ['records in', 'records_in', fmtCount], ['watermark', 'watermark', String],
-		['idle', 'idle', v => (v ? 'idle' : '')], ['offsets skipped', 'offsets_skipped', fmtCount]];
+		['idle', 'idle', v => (v ? 'idle' : '')], ['ahead', 'ahead', v => (v ? 'paused' : '')],
+		['offsets skipped', 'offsets_skipped', fmtCount]];
 	const SUBTASK_COLUMNS = [['subtask', 'subtask', fmtCount], ['pid', 'pid', String], ['state', 'state', String],
 		['records in', 'records_in', fmtCount], ['records out', 'records_out', fmtCount],
 		['last error', 'last_error', String]];

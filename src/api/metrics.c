@@ -62,7 +62,8 @@ PG_FUNCTION_INFO_V1(mailer_live_partitions);
 #define Anum_live_partition_idle		8
 #define Anum_live_partition_offsets_skipped 9
 #define Anum_live_partition_subtask		10
-#define Natts_live_partitions			10
+#define Anum_live_partition_ahead		11
+#define Natts_live_partitions			11
 
 
 /* The columns of jobs_of_caller's statement. */
@@ -288,6 +289,7 @@ add_partition_rows(ReturnSetInfo *rsinfo, JobSlot *slot)
 		SET_COLUMN(values, nulls, Anum_live_partition_offsets_skipped,
 				   Int64GetDatum(pm->offsets_skipped), false);
 		SET_COLUMN(values, nulls, Anum_live_partition_subtask, Int32GetDatum(slot->subtask), false);
+		SET_COLUMN(values, nulls, Anum_live_partition_ahead, BoolGetDatum(pm->ahead), false);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 }

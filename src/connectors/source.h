@@ -91,6 +91,14 @@ typedef struct SourceOps
 	bool		(*backlog) (Source *src, int i);
 
 	/*
+	 * Watermark alignment: stop fetching partition i, whose watermark runs
+	 * ahead of the partitions still catching up, or fetch it again (NULL:
+	 * the source reads its partitions as they come).  Records fetched
+	 * already may still be handed out; none is lost or handed out twice.
+	 */
+	void		(*set_ahead) (Source *src, int i, bool ahead);
+
+	/*
 	 * Barrier cuts, for a Kafka source with a barrier group (NULL ops for
 	 * the others; docs/ARCHITECTURE.md, "Barrier cuts").  next_cut: the
 	 * lowest complete cut above an epoch read so far, or NULL (and no

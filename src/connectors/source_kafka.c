@@ -60,6 +60,21 @@
 #define BROKER_TIMEOUT_MS		2000
 #define CLOSE_COMMIT_MS			1000
 
+/*
+ * A partition whose message past a cut's marker was dropped: librdkafka's
+ * position passed records not handed out, so it is fetched again from next
+ * once no longer paused (sync_fetching), and its position is not taken
+ * from librdkafka until a message of the new assignment arrives (the
+ * assignment applies later, and librdkafka's position stays the old one
+ * until it does).  A real message was dropped, so one does arrive.
+ */
+typedef enum KafkaRefetch
+{
+	REFETCH_NONE,
+	REFETCH_WANTED,				/* assign again at next, once released and resumed */
+	REFETCH_ASSIGNED			/* assigned again at next, no message since */
+} KafkaRefetch;
+
 typedef struct KafkaPartition
 {
 	int			topic;
@@ -72,8 +87,11 @@ typedef struct KafkaPartition
 	int64		range_offset;	/* the offset librdkafka found outside it, -1 none */
 	int64		committed;		/* next as of the last checkpoint, or where this run started */
 	int64		hold;			/* a barrier cut's marker: hand out nothing from here; -1 none */
-	bool		paused;			/* held at hold, its fetching paused */
-	bool		overran;		/* a message at or past hold was dropped: fetch again from next */
+	bool		paused;			/* held at hold */
+	KafkaRefetch refetch;		/* a message at or past hold was dropped: fetch again from next */
+	bool		ahead;			/* its watermark runs ahead (watermark alignment) */
+	bool		assigning;		/* assigned again, no message since: not paused for ahead */
+	bool		fetch_paused;	/* librdkafka's fetching paused: for paused or ahead */
 } KafkaPartition;
 
 typedef struct KafkaSource
@@ -112,6 +130,7 @@ typedef struct KafkaSource
 	int64		missing_epoch;	/* the cut that named a partition not assigned ... */
 	uint64		missing_after;	/* ... and the refreshes before it did */
 	int64		missing_logged; /* the cut whose missing partition was logged */
+	bool		resync;			/* a partition's assigning ended: sync its fetching */
 } KafkaSource;
 
 /* Defined at the end, once its functions are. */
@@ -136,6 +155,7 @@ static bool next_unassigned_restored(KafkaSource *kafka, int topic, JsonbIterato
 									 JsonbValue *position);
 static int	consume_batch(KafkaSource *kafka, int max);
 static bool hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out);
+static void note_assigned(KafkaSource *kafka, KafkaPartition *kp);
 static void publish_status(KafkaSource *kafka);
 static bool take_positions(KafkaSource *kafka);
 static void handle_out_of_range(KafkaSource *kafka);
@@ -144,7 +164,7 @@ static void release_batch(KafkaSource *kafka);
 static void update_metrics(KafkaSource *kafka);
 static int64 known_end(KafkaSource *kafka, KafkaPartition *kp);
 static void kafka_exit(int code, Datum arg);
-static void pause_partition(KafkaSource *kafka, KafkaPartition *kp, bool pause);
+static void sync_fetching(KafkaSource *kafka, KafkaPartition *kp);
 static void kafka_release_cut(Source *src);
 static bool partition_missing(KafkaSource *kafka, const BarrierCut *cut, const CutMarker *marker);
 
@@ -441,7 +461,10 @@ add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown)
 	kp->committed = offset;
 	kp->hold = -1;
 	kp->paused = false;
-	kp->overran = false;
+	kp->refetch = REFETCH_NONE;
+	kp->ahead = false;
+	kp->assigning = false;
+	kp->fetch_paused = false;
 	return true;
 }
 
@@ -646,6 +669,12 @@ kafka_poll(Source *src, SourceMessage *out, int max)
 			kafka->batch[n++] = m;	/* kept until the next poll */
 	}
 	kafka->nbatch = n;
+	if (kafka->resync)
+	{
+		kafka->resync = false;
+		for (int i = 0; i < kafka->nparts; i++)
+			sync_fetching(kafka, &kafka->parts[i]);
+	}
 	moved = take_positions(kafka);
 	if (kafka->any_out_of_range)
 		handle_out_of_range(kafka);
@@ -756,11 +785,18 @@ hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out)
 	if (kafka->parts[p].hold >= 0 && m->offset >= kafka->parts[p].hold)
 	{
 		/* After a barrier cut the job is held at: read again once it is released. */
-		kafka->parts[p].overran = true;
+		kafka->parts[p].refetch = REFETCH_WANTED;
+		note_assigned(kafka, &kafka->parts[p]);
+		/* Messages come in order: what lies between next and the marker is none. */
+		if (kafka->parts[p].next < kafka->parts[p].hold)
+			kafka->parts[p].next = kafka->parts[p].hold;
 		rd_kafka_message_destroy(m);
 		return false;
 	}
 	kafka->parts[p].next = m->offset + 1;
+	note_assigned(kafka, &kafka->parts[p]);
+	if (kafka->parts[p].refetch == REFETCH_ASSIGNED)
+		kafka->parts[p].refetch = REFETCH_NONE;
 	ms = rd_kafka_message_timestamp(m, &tstype);
 	out->key = m->key;
 	out->key_len = m->key ? (int) m->key_len : 0;
@@ -775,6 +811,16 @@ hand_out(KafkaSource *kafka, rd_kafka_message_t *m, SourceMessage *out)
 	if (kafka->parts[p].metrics >= 0)
 		kafka->base.slot->partitions[kafka->parts[p].metrics].records_in++;
 	return true;
+}
+
+/* A message of a partition's assignment came: it applied. */
+static void
+note_assigned(KafkaSource *kafka, KafkaPartition *kp)
+{
+	if (!kp->assigning)
+		return;
+	kp->assigning = false;
+	kafka->resync = true;
 }
 
 /* What the source waits on, if anything: base.error. */
@@ -826,6 +872,15 @@ take_positions(KafkaSource *kafka)
 		/* Past a cut's marker, librdkafka passed only records not handed out. */
 		if (kafka->parts[i].hold >= 0 && pos > kafka->parts[i].hold)
 			pos = kafka->parts[i].hold;
+		/*
+		 * So it did for one that dropped such a record (KafkaRefetch), until
+		 * the new assignment applies: librdkafka has no position for a
+		 * partition it starts, so none says it did.
+		 */
+		if (kafka->parts[i].refetch == REFETCH_ASSIGNED && pos < 0)
+			kafka->parts[i].refetch = REFETCH_NONE;
+		if (kafka->parts[i].refetch != REFETCH_NONE)
+			continue;
 		if (pos >= 0 && pos > kafka->parts[i].next && !kafka->parts[i].out_of_range)
 		{
 			kafka->parts[i].next = pos;
@@ -870,7 +925,8 @@ handle_out_of_range(KafkaSource *kafka)
 			kafka->any_out_of_range = true;
 			break;
 		}
-		if (kp->range_offset > kp->next)
+		/* Past control records; but past records dropped at a hold, never. */
+		if (kp->range_offset > kp->next && kp->refetch == REFETCH_NONE)
 			kp->next = kp->range_offset;
 		if (kp->next > high)
 			ereport(ERROR,
@@ -896,6 +952,8 @@ handle_out_of_range(KafkaSource *kafka)
 			kp->next = low;
 		}
 		reassign(kafka, kp);
+		if (kp->refetch == REFETCH_WANTED)
+			kp->refetch = REFETCH_ASSIGNED;
 		kp->out_of_range = false;
 		kp->range_offset = -1;
 	}
@@ -909,6 +967,8 @@ reassign(KafkaSource *kafka, KafkaPartition *kp)
 
 	rd_kafka_topic_partition_list_add(list, kafka->base.topic_names[kp->topic], kp->partition)->offset = kp->next;
 	assign_partitions(kafka, list, true);
+	/* A paused one is resumed later, not right after (sync_fetching). */
+	kp->assigning = !kp->fetch_paused;
 }
 
 static void
@@ -1373,12 +1433,15 @@ kafka_hold_at_cut(Source *src, const BarrierCut *cut)
 				kp->hold = marker->offset;
 			if (kp->next < kp->hold)
 				waiting = true;
-			else if (!kp->paused)
-				pause_partition(kafka, kp, true);
+			else
+				kp->paused = true;
 		}
 		if (read_past)
 			return CUT_HOLD_READ_PAST;
 	}
+	/* A partition held, or one the cut waits for, is fetched or paused now. */
+	for (int i = 0; i < kafka->nparts; i++)
+		sync_fetching(kafka, &kafka->parts[i]);
 	return waiting ? CUT_HOLD_WAITING : CUT_HOLD_REACHED;
 }
 
@@ -1420,29 +1483,66 @@ kafka_release_cut(Source *src)
 
 		if (kp->hold < 0)
 			continue;
-		/* A new assignment keeps the application's pause: resume first. */
-		if (kp->paused)
-			pause_partition(kafka, kp, false);
-		if (kp->overran)
-			reassign(kafka, kp);
 		kp->hold = -1;
 		kp->paused = false;
-		kp->overran = false;
 	}
+	for (int i = 0; i < kafka->nparts; i++)
+		sync_fetching(kafka, &kafka->parts[i]);
 }
 
+/* Watermark alignment: fetch partition i or not (a hold at a cut pauses it too). */
 static void
-pause_partition(KafkaSource *kafka, KafkaPartition *kp, bool pause)
+kafka_set_ahead(Source *src, int i, bool ahead)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	KafkaSource *kafka = (KafkaSource *) src;
 
-	rd_kafka_topic_partition_list_add(list, kafka->base.topic_names[kp->topic], kp->partition);
-	if (pause)
-		(void) rd_kafka_pause_partitions(kafka->rk, list);
-	else
-		(void) rd_kafka_resume_partitions(kafka->rk, list);
-	rd_kafka_topic_partition_list_destroy(list);
-	kp->paused = pause;
+	kafka->parts[i].ahead = ahead;
+	sync_fetching(kafka, &kafka->parts[i]);
+}
+
+/*
+ * Pause librdkafka's fetching of a partition that is held at a cut or runs
+ * ahead, and resume it once neither.  Pausing drops what librdkafka has
+ * fetched of it and not yet given out; resumed, it fetches again from the
+ * offset after the last message it gave out, which is next unless hand_out
+ * dropped a message past a hold: then, once resumed (a new assignment keeps
+ * the pause), it is assigned again at next (KafkaRefetch).
+ *
+ * A partition a barrier cut waits for (below its marker) is not paused for
+ * running ahead: the cut would wait for ever behind the partitions it
+ * holds.  One assigned again is neither paused nor resumed before a message
+ * of it arrives (librdkafka issue 2190: a pause or resume right after an
+ * assignment can leave it never fetching the partition); hand_out drops
+ * what it brings past a hold meanwhile, and kafka_poll syncs it after.
+ */
+static void
+sync_fetching(KafkaSource *kafka, KafkaPartition *kp)
+{
+	bool		cut_waits = kp->hold >= 0 && kp->next < kp->hold;
+	bool		pause = kp->paused || (kp->ahead && !cut_waits);
+
+	if (kp->assigning)
+		pause = kp->fetch_paused;
+	else if (pause != kp->fetch_paused)
+	{
+		rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+
+		rd_kafka_topic_partition_list_add(list, kafka->base.topic_names[kp->topic], kp->partition);
+		if (pause)
+			(void) rd_kafka_pause_partitions(kafka->rk, list);
+		else
+			(void) rd_kafka_resume_partitions(kafka->rk, list);
+		rd_kafka_topic_partition_list_destroy(list);
+		kp->fetch_paused = pause;
+	}
+	if (kp->refetch == REFETCH_WANTED && !pause)
+	{
+		reassign(kafka, kp);
+		kp->refetch = REFETCH_ASSIGNED;
+	}
+	/* Shown paused for alignment only when that is why it is not fetched. */
+	if (kp->metrics >= 0)
+		kafka->base.slot->partitions[kp->metrics].ahead = pause && !kp->paused;
 }
 
 static void
@@ -1465,6 +1565,7 @@ static const SourceOps kafka_ops = {
 	.mark_end = kafka_mark_end,
 	.reached_end = kafka_reached_end,
 	.backlog = kafka_backlog,
+	.set_ahead = kafka_set_ahead,
 	.next_cut = kafka_next_cut,
 	.cut_of = kafka_cut_of,
 	.hold_at_cut = kafka_hold_at_cut,

@@ -59,7 +59,7 @@
 	"       (SELECT coalesce(json_agg(json_build_object('subtask', p.subtask, 'topic', p.topic, " \
 	"                 'partition', p.partition, 'position', p.position, 'end_offset', p.end_offset, " \
 	"                 'lag', p.lag, 'records_in', p.records_in, 'watermark', p.watermark, " \
-	"                 'idle', p.idle, 'offsets_skipped', p.offsets_skipped) " \
+	"                 'idle', p.idle, 'ahead', p.ahead, 'offsets_skipped', p.offsets_skipped) " \
 	"               ORDER BY p.subtask, p.topic, p.partition), '[]')::text " \
 	"          FROM mailer.partition_metrics p WHERE p.name = j.name), " \
 	"       (SELECT coalesce(json_agg(json_build_object('subtask', s.subtask, 'pid', s.pid, " \

@@ -71,6 +71,7 @@ typedef struct PartitionMetrics
 	char		topic[JOB_SLOT_TOPIC_LEN];
 	int32		partition;
 	bool		idle;			/* not holding the watermark back */
+	bool		ahead;			/* not fetched: its watermark ran ahead (watermark alignment) */
 	int64		position;		/* next offset to read */
 	int64		end_offset;		/* broker's high watermark, last seen */
 	int64		records_in;

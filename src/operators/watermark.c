@@ -15,6 +15,7 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
@@ -32,7 +33,17 @@ typedef struct PartitionWatermark
 	TimestampTz last_active;	/* wall clock */
 	bool		backlog;		/* the source has records of it left to read */
 	bool		idle;
+	bool		ahead;			/* the source stopped fetching it (watermark_align) */
+	bool		heard;			/* a record of it reached the pipeline, failed ones too */
+	TimestampTz resumed_at;		/* wall clock when last no longer ahead */
 } PartitionWatermark;
+
+/*
+ * A partition resumed is not paused again sooner: a partition whose clock
+ * runs late keeps having records left and none in turn when read live,
+ * and every pause drops what librdkafka fetched of the paused one.
+ */
+#define ALIGN_REPAUSE_US	(500 * 1000)
 
 struct WatermarkTracker
 {
@@ -86,6 +97,9 @@ find_or_add(WatermarkTracker *wt, int topic, int32 partition)
 	p->last_active = wt->now;
 	p->backlog = false;
 	p->idle = false;
+	p->ahead = false;
+	p->heard = false;
+	p->resumed_at = DT_NOBEGIN;
 	return wt->last_hit = wt->n++;
 }
 
@@ -118,6 +132,14 @@ watermark_observe(WatermarkTracker *wt, int topic, int32 partition, TimestampTz 
 	if (t > p->max_event)
 		p->max_event = t;
 	p->last_active = wt->now;
+}
+
+void
+watermark_heard(WatermarkTracker *wt, const SourceMessage *msgs, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (i == 0 || msgs[i].partition != msgs[i - 1].partition || msgs[i].topic != msgs[i - 1].topic)
+			wt->parts[find_or_add(wt, msgs[i].topic, msgs[i].partition)].heard = true;
 }
 
 static TimestampTz
@@ -160,6 +182,73 @@ watermark_advance(WatermarkTracker *wt, TimestampTz now)
 	if (candidate > wt->watermark)
 		wt->watermark = candidate;
 	return wt->watermark;
+}
+
+/* Whether a is more than us after b, for any two finite timestamps. */
+static bool
+further_than(TimestampTz a, TimestampTz b, int64 us)
+{
+	int64		diff;
+
+	if (pg_sub_s64_overflow(a, b, &diff))
+		return a > b;
+	return diff > us;
+}
+
+/*
+ * Watermark alignment.  A partition read far ahead of the others does not
+ * move the job's watermark, the smallest; it only keeps the windows of
+ * every key open, as the records it brings wait for the slowest partition.
+ * So a partition whose watermark is more than drift ahead of the slowest
+ * one still catching up (not idle, records left to read) stops being
+ * fetched, leaving the broker's responses to the partitions behind, and is
+ * fetched again once within drift / 2 of it, or once no partition is
+ * catching up.  One with records left that no record of has reached yet
+ * is the slowest of all: it may hold anything.  One whose records all
+ * failed has no watermark to compare, and does not count: it must not
+ * hold the others back for as long as its producer writes.  The slowest
+ * is never paused, so the job always reads on.  Alignment is per source:
+ * a parallel job's subtasks each align their own partitions.
+ */
+void
+watermark_align(WatermarkTracker *wt, Source *src, int64 drift_us)
+{
+	TimestampTz slowest = DT_NOEND;
+
+	if (src->ops->set_ahead == NULL)
+		return;
+	for (int i = 0; i < wt->n; i++)
+	{
+		PartitionWatermark *p = &wt->parts[i];
+
+		if (p->source_index >= 0 && !p->idle && p->backlog && (p->max_event != DT_NOBEGIN || !p->heard))
+			slowest = Min(slowest, partition_watermark(wt, p));
+	}
+	for (int i = 0; i < wt->n; i++)
+	{
+		PartitionWatermark *p = &wt->parts[i];
+		TimestampTz pw = partition_watermark(wt, p);
+		bool		ahead;
+
+		if (p->source_index < 0)
+			continue;
+		if (wt->finished || drift_us < 0 || slowest == DT_NOEND || pw == DT_NOBEGIN)
+			ahead = false;
+		else if (slowest == DT_NOBEGIN)
+			ahead = p->ahead || p->backlog;
+		else if (p->ahead)
+			ahead = further_than(pw, slowest, drift_us / 2);
+		else
+			ahead = p->backlog && further_than(pw, slowest, drift_us) &&
+				(p->resumed_at == DT_NOBEGIN || wt->now - p->resumed_at >= ALIGN_REPAUSE_US);
+		if (ahead != p->ahead)
+		{
+			p->ahead = ahead;
+			if (!ahead)
+				p->resumed_at = wt->now;
+			src->ops->set_ahead(src, p->source_index, ahead);
+		}
+	}
 }
 
 void

@@ -18,11 +18,20 @@ extern WatermarkTracker *watermark_create(int64 max_out_of_orderness_us, int64 i
 /* Learn partitions the source has now (each starts holding the watermark). */
 extern void watermark_sync_partitions(WatermarkTracker *wt, Source *src);
 
+/* Records of these messages' partitions reached the pipeline (watermark_align). */
+extern void watermark_heard(WatermarkTracker *wt, const SourceMessage *msgs, int n);
+
 /* A record of (topic, partition) with this event time arrived. */
 extern void watermark_observe(WatermarkTracker *wt, int topic, int32 partition, TimestampTz t);
 
 /* The job's watermark now (DT_NOBEGIN until every active partition spoke). */
 extern TimestampTz watermark_advance(WatermarkTracker *wt, TimestampTz now);
+
+/*
+ * Pause the partitions whose watermark runs more than drift_us ahead of the
+ * slowest one with records left to read, and resume them (drift_us -1: none).
+ */
+extern void watermark_align(WatermarkTracker *wt, Source *src, int64 drift_us);
 
 /* A bounded source is done: every window may fire. */
 extern void watermark_finish(WatermarkTracker *wt);

@@ -154,6 +154,10 @@ describe_event_time(StringInfo buf, JobPlan *plan)
 					 format_duration(spec->max_out_of_orderness_us));
 	if (spec->idle_timeout_us >= 0)
 		appendStringInfo(buf, ", partitions idle after %s", format_duration(spec->idle_timeout_us));
+	/* Alignment serves windows, and the Kafka source alone pauses partitions. */
+	if (plan->window && spec->source.type == SOURCE_KAFKA && spec->max_drift_us >= 0)
+		appendStringInfo(buf, "; partitions more than %s ahead of the slowest are paused",
+						 format_duration(spec->max_drift_us));
 }
 
 static void

@@ -252,6 +252,18 @@ kafka_options_conf(KafkaSourceSpec *spec, const char *group_id, bool validate_on
 		 */
 		{"queued.min.messages", "10000000"},
 		{"queued.max.messages.kbytes", "8192"},
+
+		/*
+		 * What is on its way counts too: each partition's fetch asks for
+		 * up to this much (librdkafka's default is 1 MB, compressed), so
+		 * with many partitions a response brings several times the queue's
+		 * bound.  256 KB took about 50 MB off the worker's peak at 5M keys
+		 * (8 partitions); a larger message still comes, alone.  Smaller
+		 * fetches made librdkafka 2.0 read some partitions far ahead of
+		 * others, which watermark alignment now stops (issue 16,
+		 * docs/ARCHITECTURE.md, "Watermark alignment").
+		 */
+		{"max.partition.fetch.bytes", "262144"},
 		{"enable.auto.commit", "false"},
 		{"enable.auto.offset.store", "false"},
 		{"enable.partition.eof", "false"},

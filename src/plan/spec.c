@@ -90,7 +90,7 @@ static const char *const generator_fields[] = {
 	"type", "events", "rate", "keys", "seed", "start_time", "step", "partitions", "format", NULL
 };
 static const char *const watermark_fields[] = {
-	"max_out_of_orderness", "idle_timeout", NULL
+	"max_out_of_orderness", "idle_timeout", "max_drift", NULL
 };
 static const char *const window_fields[] = {
 	"type", "size", "slide", "gap", "allowed_lateness", "emit", NULL
@@ -243,13 +243,25 @@ parse_watermark(JsonObject *top, JobSpec *spec)
 	bool		found;
 	JsonObject	wm = get_object(top, "watermark", &found);
 
+	JsonbValue	v;
+
 	spec->max_out_of_orderness_us = 0;
 	spec->idle_timeout_us = -1;
+	spec->max_drift_us = SPEC_DEFAULT_MAX_DRIFT_US;
 	if (!found)
 		return;
 	check_fields(&wm, watermark_fields);
 	spec->max_out_of_orderness_us = get_interval(&wm, "max_out_of_orderness", 0, true);
 	spec->idle_timeout_us = get_interval(&wm, "idle_timeout", -1, false);
+	/* null: partitions are read as they come, however far apart */
+	if (get_value(&wm, "max_drift", &v) && v.type == jbvNull)
+		spec->max_drift_us = -1;
+	else if (get_value(&wm, "max_drift", &v) && v.type != jbvString)
+		spec_error(child_path(wm.path, "max_drift"), ERRCODE_INVALID_PARAMETER_VALUE,
+				   "A PostgreSQL interval such as \"30 seconds\", or null to read every partition as it comes.",
+				   "expected an interval string or null, found %s", json_type_name(&v));
+	else
+		spec->max_drift_us = get_interval(&wm, "max_drift", SPEC_DEFAULT_MAX_DRIFT_US, false);
 }
 
 static void

@@ -182,12 +182,20 @@ typedef enum OnError
 	ON_ERROR_FAIL
 } OnError;
 
+/*
+ * watermark.max_drift when the spec says nothing: how far a partition's
+ * watermark may run ahead of the slowest one still catching up before it
+ * is paused (docs/ARCHITECTURE.md, "Watermark alignment").
+ */
+#define SPEC_DEFAULT_MAX_DRIFT_US (10 * USECS_PER_SEC)
+
 typedef struct JobSpec
 {
 	SourceSpec	source;
 	char	   *event_time;		/* expression, NULL: the message timestamp */
 	int64		max_out_of_orderness_us;
 	int64		idle_timeout_us;	/* -1: none */
+	int64		max_drift_us;	/* watermark alignment of a windowed job; -1: none */
 	List	   *steps;			/* of StepSpec */
 	SinkSpec	sink;			/* "sink", or of "sinks" the table (or the one) */
 	SinkSpec   *changelog;		/* "sinks": the Kafka sink beside the table, or NULL */

@@ -268,6 +268,8 @@ advance_watermark(Job *job, bool finished)
 	if (finished)
 		watermark_finish(job->watermarks);
 	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
+	if (job->plan->window)
+		watermark_align(job->watermarks, job->source, job->spec->max_drift_us);
 	if (job->keyed && job->plan->window && wm > before)
 	{
 		work_xact_begin();

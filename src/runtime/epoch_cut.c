@@ -102,6 +102,8 @@ advance_watermark(Job *job, bool finished)
 	if (finished)
 		watermark_finish(job->watermarks);
 	source_wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
+	if (job->plan->window)
+		watermark_align(job->watermarks, job->source, job->spec->max_drift_us);
 	shuffle_send_watermark(job, source_wm, watermark_idle(job->watermarks));
 	work_xact_begin();
 	shuffle_flush(job);

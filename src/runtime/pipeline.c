@@ -243,6 +243,7 @@ pipeline_process(Job *job, SourceMessage *msgs, int n)
 		job->record_context = AllocSetContextCreate(job->job_context, "mailer record",
 													0, 64 * 1024, ALLOCSET_DEFAULT_MAXSIZE);
 	watermark_sync_partitions(job->watermarks, job->source);
+	watermark_heard(job->watermarks, msgs, n);
 	PG_TRY();
 	{
 		/*

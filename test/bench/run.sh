@@ -84,6 +84,9 @@
 #   BENCH_SOURCE_OPTIONS=   librdkafka properties for every job's Kafka
 #                            source, as a JSON object (source.options), to
 #                            compare settings without a rebuild
+#   BENCH_MAX_DRIFT=         the windowed jobs' watermark.max_drift, as JSON
+#                            ('"1 minute"', or null for no alignment); unset:
+#                            the default
 #   BENCH_OUT=$MAILER_RUN_DIR/bench/out-<time>   results.tsv, tables.txt,
 #                            profile.txt and logs
 # Topics are produced once per (events, keys) and reused by later runs.
@@ -358,7 +361,7 @@ job_spec()
 		session) window='{"window": {"type": "session", "gap": "5 seconds"}}' ;;
 		esac
 		event_time='"event_time": "(value->>'"'"'ts'"'"')::timestamptz",
-		  "watermark": {"max_out_of_orderness": "'$OUT_OF_ORDERNESS_S' seconds", "idle_timeout": "'$IDLE_TIMEOUT_S' seconds"},'
+		  "watermark": {"max_out_of_orderness": "'$OUT_OF_ORDERNESS_S' seconds", "idle_timeout": "'$IDLE_TIMEOUT_S' seconds"'"${BENCH_MAX_DRIFT:+, \"max_drift\": $BENCH_MAX_DRIFT}"'},'
 		steps="[$key, $window, $agg]"
 		sink='{"type": "table", "table": "bench.windows"}' ;;
 	*) die "unknown job kind $kind" ;;

@@ -111,7 +111,7 @@ def detail(name, t):
               'topology': topo,
               'partitions': [{'subtask': p % 2, 'topic': name, 'partition': p, 'position': m['records_in'] // 4,
                               'end_offset': m['records_in'] // 4 + 12, 'lag': 12, 'records_in': m['records_in'] // 4,
-                              'watermark': iso(t - 3), 'idle': p == 3, 'offsets_skipped': 0} for p in range(4)],
+                              'watermark': iso(t - 3), 'idle': p == 3, 'ahead': False, 'offsets_skipped': 0} for p in range(4)],
               'subtasks': [{'subtask': 0, 'pid': 4242, 'state': d['state'], 'records_in': m['records_in'],
                             'records_out': m['records_out'], 'last_error': d['last_error']}],
               'checkpoint_duration': {'bounds': [0.005, 0.01], 'counts': [1, 2, 3], 'count': 3, 'sum': 0.02},
