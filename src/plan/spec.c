@@ -242,7 +242,6 @@ parse_watermark(JsonObject *top, JobSpec *spec)
 {
 	bool		found;
 	JsonObject	wm = get_object(top, "watermark", &found);
-
 	JsonbValue	v;
 
 	spec->max_out_of_orderness_us = 0;
@@ -253,10 +252,12 @@ parse_watermark(JsonObject *top, JobSpec *spec)
 	check_fields(&wm, watermark_fields);
 	spec->max_out_of_orderness_us = get_interval(&wm, "max_out_of_orderness", 0, true);
 	spec->idle_timeout_us = get_interval(&wm, "idle_timeout", -1, false);
+	if (!get_value(&wm, "max_drift", &v))
+		return;
 	/* null: partitions are read as they come, however far apart */
-	if (get_value(&wm, "max_drift", &v) && v.type == jbvNull)
+	if (v.type == jbvNull)
 		spec->max_drift_us = -1;
-	else if (get_value(&wm, "max_drift", &v) && v.type != jbvString)
+	else if (v.type != jbvString)
 		spec_error(child_path(wm.path, "max_drift"), ERRCODE_INVALID_PARAMETER_VALUE,
 				   "A PostgreSQL interval such as \"30 seconds\", or null to read every partition as it comes.",
 				   "expected an interval string or null, found %s", json_type_name(&v));
