@@ -58,6 +58,8 @@
 #define METADATA_INTERVAL_MS	5000
 #define METADATA_RETRY_MS		1000
 #define BROKER_TIMEOUT_MS		2000
+#define PAUSED_ENDS_PER_REFRESH	8	/* paused partitions' ends asked at one refresh, at most */
+#define PAUSED_ENDS_BACKOFF_MS	30000	/* after such a query failed: its leader may be away */
 #define CLOSE_COMMIT_MS			1000
 
 /*
@@ -82,6 +84,7 @@ typedef struct KafkaPartition
 	int64		next;			/* next offset to read */
 	int64		mark;			/* wait_job target, -1 none */
 	int64		assigned_end;	/* end offset when assigned, -1 unknown */
+	int64		paused_end;		/* end offset asked while fetch_paused (no fetch tells it), -1 none */
 	int			metrics;		/* index in the slot's partition metrics, -1 none */
 	bool		out_of_range;	/* librdkafka found next outside the log */
 	int64		range_offset;	/* the offset librdkafka found outside it, -1 none */
@@ -115,6 +118,8 @@ typedef struct KafkaSource
 	Jsonb	   *restored;		/* positions of the last checkpoint, or NULL */
 	Jsonb	   *restored_records_in;	/* records read per partition up to it, or NULL */
 	TimestampTz next_refresh;
+	int			paused_ends_from;	/* where the next refresh's round of paused ends starts */
+	TimestampTz paused_ends_after;	/* no paused end is asked before */
 	char		error[512];		/* a broker or metadata problem, "" when none */
 	char		broker_error[512];	/* from the error callback */
 	char		status[1100];	/* what base.error points to */
@@ -142,7 +147,8 @@ static const struct rd_kafka_metadata *read_topic_metadata(KafkaSource *kafka, i
 static bool add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *md,
 							   rd_kafka_topic_partition_list_t *add, bool *ends_unknown);
 static bool add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown);
-static void query_unknown_ends(KafkaSource *kafka);
+static bool query_unknown_ends(KafkaSource *kafka);
+static void query_paused_ends(KafkaSource *kafka);
 static void assign_partitions(KafkaSource *kafka, rd_kafka_topic_partition_list_t *list, bool unassign);
 static void check_restored_exist(KafkaSource *kafka, int topic, const rd_kafka_metadata_topic_t *md);
 static void take_marks(KafkaSource *kafka);
@@ -238,6 +244,8 @@ kafka_source_open(KafkaSourceSpec *spec, const char *job_name, Jsonb *positions,
 
 	kafka->batch_capacity = 0;
 	kafka->next_refresh = 0;
+	kafka->paused_ends_from = 0;
+	kafka->paused_ends_after = 0;
 	kafka->assigned = rd_kafka_topic_partition_list_new(16);
 	/* Every exit, an ERROR's included, closes the consumer (within bounds). */
 	before_shmem_exit(kafka_exit, PointerGetDatum(kafka));
@@ -302,8 +310,9 @@ refresh_assignment(KafkaSource *kafka)
 			failed = true;
 		rd_kafka_metadata_destroy(md);
 	}
-	if (!ends_unknown)
-		query_unknown_ends(kafka);
+	/* the paused partitions' ends are for the metrics: never before the rest */
+	if (!ends_unknown && query_unknown_ends(kafka) && !failed)
+		query_paused_ends(kafka);
 	assign_partitions(kafka, add, false);
 	/* An idle job's end offsets and lag stay current too, not only when messages come. */
 	update_metrics(kafka);
@@ -455,6 +464,7 @@ add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown)
 	kp->next = offset;
 	kp->mark = -1;
 	kp->assigned_end = high;
+	kp->paused_end = -1;
 	kp->out_of_range = false;
 	kp->range_offset = -1;
 	kp->metrics = -1;
@@ -471,9 +481,9 @@ add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown)
 /*
  * An end offset still unknown (its query failed, no fetch since) counts
  * as a backlog, so the partition is never idle: ask again until known.
- * The first query that fails ends the round.
+ * The first query that fails ends the round, and false says so.
  */
-static void
+static bool
 query_unknown_ends(KafkaSource *kafka)
 {
 	for (int i = 0; i < kafka->nparts; i++)
@@ -487,8 +497,46 @@ query_unknown_ends(KafkaSource *kafka)
 		CHECK_FOR_INTERRUPTS();
 		if (rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
 											 &low, &high, BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
-			return;
+			return false;
 		kp->assigned_end = high;
+	}
+	return true;
+}
+
+/*
+ * A partition whose fetching is paused (running ahead, held at a cut) has
+ * its end from its last fetch: without asking, its end offset and lag
+ * would stay flat while its producer writes on.  Each query blocks the
+ * worker until the broker answers, so a refresh asks a few of them,
+ * taking turns, and none for a while after one failed.
+ */
+static void
+query_paused_ends(KafkaSource *kafka)
+{
+	int			asked = 0;
+
+	if (GetCurrentTimestamp() < kafka->paused_ends_after)
+		return;
+	for (int n = 0; n < kafka->nparts && asked < PAUSED_ENDS_PER_REFRESH; n++)
+	{
+		int			i = (kafka->paused_ends_from + n) % kafka->nparts;
+		KafkaPartition *kp = &kafka->parts[i];
+		int64		low,
+					high;
+
+		if (!kp->fetch_paused)
+			continue;
+		CHECK_FOR_INTERRUPTS();
+		asked++;
+		kafka->paused_ends_from = i + 1;
+		if (rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
+											 &low, &high, BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			kafka->paused_ends_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																   PAUSED_ENDS_BACKOFF_MS);
+			return;
+		}
+		kp->paused_end = high;
 	}
 }
 
@@ -1331,7 +1379,8 @@ kafka_exit(int code, Datum arg)
  * Whether a partition has records left to read: its position is below
  * its end offset, the broker's last word (read_committed: the last stable
  * offset, from the last fetch, or before the first one, from the
- * assignment), or that end is unknown yet.  Such a partition is not idle,
+ * assignment, or while its fetching is paused, asked of the broker), or
+ * that end is unknown yet.  Such a partition is not idle,
  * however long the broker keeps it silent.
  */
 static bool
@@ -1354,7 +1403,10 @@ known_end(KafkaSource *kafka, KafkaPartition *kp)
 	if (rd_kafka_get_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
 									   &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR || high < 0)
 		high = kp->assigned_end;
-	return high;
+	/* Asked while paused: newer than the last fetch's, until a fetch since tells as much. */
+	if (kp->paused_end >= 0 && high >= kp->paused_end)
+		kp->paused_end = -1;
+	return Max(high, kp->paused_end);
 }
 
 static const BarrierCut *

@@ -43,12 +43,13 @@ my $options = q({"max.partition.fetch.bytes": "4096", "queued.max.messages.kbyte
 
 sub start_job
 {
-	my ($job, $drift, $source_fields) = @_;
+	my ($job, $drift, $source_fields, $on_topic) = @_;
+	$on_topic //= $topic;
 	window_tables("out_$job");
 	my $wm = '"max_out_of_orderness": "1 second"';
 	$wm .= qq(, "max_drift": $drift) if defined $drift;
 	psql("SELECT mailer.create_job('$job', \$spec\$"
-		  . qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$topic", "start": "earliest",
+		  . qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$on_topic", "start": "earliest",
 			  "options": $options@{[ $source_fields ? ", $source_fields" : '' ]}},
 			"event_time": "(value->>'ts')::timestamptz",
 			"watermark": {$wm},
@@ -186,6 +187,45 @@ closed_windows_exact($cut_job, psql(MailerBarrierTest::cut_checkpoint_sql($cut_j
 		JOIN mailer.job j USING (job_id) WHERE j.name = '$cut_job') c"))
 });
 
-psql("SELECT mailer.drop_job(name) FROM mailer.job WHERE name IN ('$job', '$killed', '$off', '$cut_job')");
-kafka('delete-topic', $_) for $topic, $barrier;
+# 5. A paused partition's lag grows with what its producer writes: no
+# fetch tells its end while it waits, so the source asks the broker.
+# Partition 0 (200 records at 09:50 to 10:00) waits for partition 1
+# (12000 records, at least 12 s at a millisecond each); 300 more records
+# of partition 0 must show in its end offset and lag while it still waits.
+my $grow_topic = unique_name('t219g');
+kafka('create-topic', $grow_topic, 2);
+my @grow = ((map { { p => 0, k => $keys[ $_ % 10 ], t => 590 + 10 * $_ / 200 } } 0 .. 199),
+	(map { { p => 1, k => $keys[ $_ % 10 ], t => 600 * $_ / 12000 } } 0 .. 11999));
+produce_events($grow_topic, \@grow);
+my $grow = 'align_lag_219';
+start_job($grow, '"5 seconds"', undef, $grow_topic);
+wait_until('partition 0 of the lag job is paused', sub {
+	psql("SELECT ahead FROM mailer.partition_metrics WHERE name = '$grow' AND partition = 0") eq 't' }, 120);
+my $paused_at = psql("SELECT end_offset FROM mailer.partition_metrics WHERE name = '$grow' AND partition = 0");
+is($paused_at, 200, 'the paused partition shows the end its last fetch told');
+produce_events($grow_topic, [ map { { p => 0, k => $keys[ $_ % 10 ], t => 600 + $_ / 300 } } 0 .. 299 ]);
+my $seen = '';
+wait_until('the paused partition shows the records written since', sub {
+	$seen = psql("SELECT p.ahead, p.end_offset, p.lag, m.consumer_lag FROM mailer.partition_metrics p
+		JOIN mailer.metrics m USING (name) WHERE p.name = '$grow' AND p.partition = 0");
+	my ($ahead, $end) = split /\|/, $seen;
+	return $ahead ne 't' || ($end || 0) >= 500;
+}, 60);
+like($seen, qr/^t\|500\|/, 'while still paused, its end offset counts the new records');
+my (undef, undef, $lag, $job_lag) = split /\|/, $seen;
+cmp_ok($lag || 0, '>=', 300, 'and its lag counts them');
+cmp_ok($job_lag || 0, '>=', $lag || 1, "the job's consumer_lag counts them too");
+# Resumed, partition 0's end offset does not fall back to its last fetch's.
+my $lowest_end = 500;
+wait_until('the lag job reads everything', sub {
+	my $end = psql("SELECT end_offset FROM mailer.partition_metrics WHERE name = '$grow' AND partition = 0");
+	$lowest_end = $end if $end ne '' && $end < $lowest_end;
+	psql("SELECT sum(records_in) = 12500 AND sum(lag) = 0 FROM mailer.partition_metrics WHERE name = '$grow'") eq 't' }, 180);
+is($lowest_end, 500, "partition 0's end offset never went back below 500");
+is(wait_job($grow), 'running', 'the lag job commits everything');
+is(psql("SELECT sum(records_in) FROM mailer.partition_metrics WHERE name = '$grow'"), 12500,
+	'the lag job read each record once');
+
+psql("SELECT mailer.drop_job(name) FROM mailer.job WHERE name IN ('$job', '$killed', '$off', '$cut_job', '$grow')");
+kafka('delete-topic', $_) for $topic, $barrier, $grow_topic;
 done_testing();
