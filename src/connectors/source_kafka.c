@@ -147,6 +147,7 @@ static const struct rd_kafka_metadata *read_topic_metadata(KafkaSource *kafka, i
 static bool add_new_partitions(KafkaSource *kafka, int t, const rd_kafka_metadata_topic_t *md,
 							   rd_kafka_topic_partition_list_t *add, bool *ends_unknown);
 static bool add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown);
+static bool query_end(KafkaSource *kafka, KafkaPartition *kp, int64 *high);
 static bool query_unknown_ends(KafkaSource *kafka);
 static void query_paused_ends(KafkaSource *kafka);
 static void assign_partitions(KafkaSource *kafka, rd_kafka_topic_partition_list_t *list, bool unassign);
@@ -478,6 +479,16 @@ add_partition(KafkaSource *kafka, int t, int32 partition, bool *ends_unknown)
 	return true;
 }
 
+/* A partition's end offset, asked of the broker (blocks up to BROKER_TIMEOUT_MS); false: no answer. */
+static bool
+query_end(KafkaSource *kafka, KafkaPartition *kp, int64 *high)
+{
+	int64		low;
+
+	return rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
+											&low, high, BROKER_TIMEOUT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
 /*
  * An end offset still unknown (its query failed, no fetch since) counts
  * as a backlog, so the partition is never idle: ask again until known.
@@ -489,14 +500,12 @@ query_unknown_ends(KafkaSource *kafka)
 	for (int i = 0; i < kafka->nparts; i++)
 	{
 		KafkaPartition *kp = &kafka->parts[i];
-		int64		low,
-					high;
+		int64		high;
 
 		if (known_end(kafka, kp) >= 0)
 			continue;
 		CHECK_FOR_INTERRUPTS();
-		if (rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
-											 &low, &high, BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		if (!query_end(kafka, kp, &high))
 			return false;
 		kp->assigned_end = high;
 	}
@@ -521,16 +530,14 @@ query_paused_ends(KafkaSource *kafka)
 	{
 		int			i = (kafka->paused_ends_from + n) % kafka->nparts;
 		KafkaPartition *kp = &kafka->parts[i];
-		int64		low,
-					high;
+		int64		high;
 
 		if (!kp->fetch_paused)
 			continue;
 		CHECK_FOR_INTERRUPTS();
 		asked++;
 		kafka->paused_ends_from = i + 1;
-		if (rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kp->topic], kp->partition,
-											 &low, &high, BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		if (!query_end(kafka, kp, &high))
 		{
 			kafka->paused_ends_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 																   PAUSED_ENDS_BACKOFF_MS);
@@ -1303,12 +1310,9 @@ take_marks(KafkaSource *kafka)
 		return;
 	for (int i = 0; i < kafka->nparts; i++)
 	{
-		int64		low,
-					high;
+		int64		high;
 
-		if (rd_kafka_query_watermark_offsets(kafka->rk, kafka->base.topic_names[kafka->parts[i].topic],
-											 kafka->parts[i].partition, &low, &high,
-											 BROKER_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		if (!query_end(kafka, &kafka->parts[i], &high))
 			return;				/* retried at the next refresh */
 		kafka->parts[i].mark = high;
 	}

@@ -148,7 +148,7 @@ partition_watermark(WatermarkTracker *wt, PartitionWatermark *p)
 	return p->max_event == DT_NOBEGIN ? DT_NOBEGIN : p->max_event - wt->ooo_us;
 }
 
-TimestampTz
+static TimestampTz
 watermark_advance(WatermarkTracker *wt, TimestampTz now)
 {
 	TimestampTz lowest_active = DT_NOEND;
@@ -210,7 +210,7 @@ further_than(TimestampTz a, TimestampTz b, int64 us)
  * is never paused, so the job always reads on.  Alignment is per source:
  * a parallel job's subtasks each align their own partitions.
  */
-void
+static void
 watermark_align(WatermarkTracker *wt, Source *src, int64 drift_us)
 {
 	TimestampTz slowest = DT_NOEND;
@@ -232,7 +232,7 @@ watermark_align(WatermarkTracker *wt, Source *src, int64 drift_us)
 
 		if (p->source_index < 0)
 			continue;
-		if (wt->finished || drift_us < 0 || slowest == DT_NOEND || pw == DT_NOBEGIN)
+		if (wt->finished || slowest == DT_NOEND || pw == DT_NOBEGIN)
 			ahead = false;
 		else if (slowest == DT_NOBEGIN)
 			ahead = p->ahead || p->backlog;
@@ -251,11 +251,27 @@ watermark_align(WatermarkTracker *wt, Source *src, int64 drift_us)
 	}
 }
 
-void
+/* A bounded source is done: every window may fire. */
+static void
 watermark_finish(WatermarkTracker *wt)
 {
 	wt->finished = true;
 	wt->watermark = DT_NOEND;
+}
+
+TimestampTz
+watermark_step(WatermarkTracker *wt, Source *src, bool finished, int64 align_drift_us)
+{
+	TimestampTz wm;
+
+	/* Partitions restored from the checkpoint show their watermarks before any record. */
+	watermark_sync_partitions(wt, src);
+	if (finished)
+		watermark_finish(wt);
+	wm = watermark_advance(wt, GetCurrentTimestamp());
+	if (align_drift_us >= 0)
+		watermark_align(wt, src, align_drift_us);
+	return wm;
 }
 
 bool

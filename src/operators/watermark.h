@@ -24,17 +24,14 @@ extern void watermark_heard(WatermarkTracker *wt, const SourceMessage *msgs, int
 /* A record of (topic, partition) with this event time arrived. */
 extern void watermark_observe(WatermarkTracker *wt, int topic, int32 partition, TimestampTz t);
 
-/* The job's watermark now (DT_NOBEGIN until every active partition spoke). */
-extern TimestampTz watermark_advance(WatermarkTracker *wt, TimestampTz now);
-
 /*
- * Pause the partitions whose watermark runs more than drift_us ahead of the
- * slowest one with records left to read, and resume them (drift_us -1: none).
+ * The job's watermark now (DT_NOBEGIN until every active partition spoke),
+ * after learning the source's partitions; past every window once the
+ * bounded source is finished.  With align_drift_us >= 0, then pause the
+ * partitions whose watermark runs more than that ahead of the slowest one
+ * with records left to read, and resume them (watermark alignment).
  */
-extern void watermark_align(WatermarkTracker *wt, Source *src, int64 drift_us);
-
-/* A bounded source is done: every window may fire. */
-extern void watermark_finish(WatermarkTracker *wt);
+extern TimestampTz watermark_step(WatermarkTracker *wt, Source *src, bool finished, int64 align_drift_us);
 
 extern TimestampTz watermark_current(WatermarkTracker *wt);
 

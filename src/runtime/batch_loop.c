@@ -263,13 +263,8 @@ advance_watermark(Job *job, bool finished)
 	TimestampTz before = watermark_current(job->watermarks);
 	TimestampTz wm;
 
-	/* Partitions restored from the checkpoint show their watermarks before any record. */
-	watermark_sync_partitions(job->watermarks, job->source);
-	if (finished)
-		watermark_finish(job->watermarks);
-	wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
-	if (job->plan->window)
-		watermark_align(job->watermarks, job->source, job->spec->max_drift_us);
+	wm = watermark_step(job->watermarks, job->source, finished,
+						job->plan->window ? job->spec->max_drift_us : -1);
 	if (job->keyed && job->plan->window && wm > before)
 	{
 		work_xact_begin();

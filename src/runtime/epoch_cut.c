@@ -98,12 +98,8 @@ advance_watermark(Job *job, bool finished)
 	TimestampTz source_wm;
 	TimestampTz wm;
 
-	watermark_sync_partitions(job->watermarks, job->source);
-	if (finished)
-		watermark_finish(job->watermarks);
-	source_wm = watermark_advance(job->watermarks, GetCurrentTimestamp());
-	if (job->plan->window)
-		watermark_align(job->watermarks, job->source, job->spec->max_drift_us);
+	source_wm = watermark_step(job->watermarks, job->source, finished,
+							   job->plan->window ? job->spec->max_drift_us : -1);
 	shuffle_send_watermark(job, source_wm, watermark_idle(job->watermarks));
 	work_xact_begin();
 	shuffle_flush(job);
