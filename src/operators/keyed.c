@@ -48,6 +48,8 @@ keyed_create(const KeyedStageArgs *args)
 												ALLOCSET_DEFAULT_SIZES);
 	stage->cache_context = AllocSetContextCreate(context, "mailer keyed cache",
 												 ALLOCSET_DEFAULT_SIZES);
+	stage->table_context = AllocSetContextCreate(context, "mailer keyed cache table",
+												 ALLOCSET_DEFAULT_SIZES);
 	stage->out_context = AllocSetContextCreate(context, "mailer keyed output",
 											   ALLOCSET_DEFAULT_SIZES);
 	stage->undo_context = AllocSetContextCreate(context, "mailer keyed undo",

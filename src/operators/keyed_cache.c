@@ -121,9 +121,17 @@ static KeyedEntry *lookup(KeyedStage *stage, const char *key, int klen, bool cre
 void
 keyed_cache_create(KeyedStage *stage)
 {
-	stage->cache = kcache_create(stage->cache_context, CACHE_FIRST_ENTRIES, NULL);
+	stage->cache = kcache_create(stage->table_context, CACHE_FIRST_ENTRIES, NULL);
 	stage->dirty = NULL;
 	stage->dirty_capacity = 0;
+}
+
+/* The cache's memory: its entries and its table. */
+static Size
+cache_bytes(KeyedStage *stage)
+{
+	return MemoryContextMemAllocated(stage->cache_context, true) +
+		MemoryContextMemAllocated(stage->table_context, true);
 }
 
 void
@@ -573,7 +581,34 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
 #define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
 
 /*
- * The cache anew, in a new context, with the changed entries worth
+ * The table emptied for a rebuild, its slots kept: the interval after it
+ * takes about as many entries as the one before (the rebuild's trigger
+ * counts from what it keeps).  Made anew, it doubled eight times from 2048
+ * slots back to 524,288 (28 MiB, mapped and faulted in afresh) in every
+ * interval of a sliding job at 100k keys, which rebuilt about every three
+ * seconds (BENCHMARKS.md, "The keyed cache's table kept across
+ * rebuilds").  A table the interval left sparse (a burst of keys went) is
+ * made anew for the entries it held, as shrink_table would.  The dirty
+ * array is the old context's, and goes with it.
+ */
+static void
+empty_table(KeyedStage *stage)
+{
+	uint64		had = stage->cache->members;
+
+	if (stage->cache->size > CACHE_SPARSE * Max(had, CACHE_FIRST_ENTRIES))
+	{
+		kcache_destroy(stage->cache);
+		stage->cache = kcache_create(stage->table_context, Max(had, CACHE_FIRST_ENTRIES), NULL);
+	}
+	else
+		kcache_reset(stage->cache);
+	stage->dirty = NULL;
+	stage->dirty_capacity = 0;
+}
+
+/*
+ * The cache anew, with its entries in a new context: the changed entries worth
  * keeping, at most mailer.state_cache_entries of them, copied through
  * their serialized form (what the backend holds).  The old context goes
  * whole: freeing entries one by one would leave it fragmented, and what
@@ -590,9 +625,9 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 	stage->cache_context = AllocSetContextCreate(stage->context, "mailer keyed cache",
 												 ALLOCSET_DEFAULT_SIZES);
 	stage->codec.ctx = stage->cache_context;
-	keyed_cache_create(stage);
+	empty_table(stage);
 	for (int i = 0; i < nchanged && kept < mailer_state_cache_entries &&
-		 MemoryContextMemAllocated(stage->cache_context, true) < CACHE_MEMORY_LIMIT / 2; i++)
+		 cache_bytes(stage) < CACHE_MEMORY_LIMIT / 2; i++)
 	{
 		KeyedEntry *e = changed[i];
 
@@ -623,7 +658,7 @@ shrink_table(KeyedStage *stage)
 	kcache_iterator it;
 	CacheSlot  *slot;
 
-	stage->cache = kcache_create(stage->cache_context,
+	stage->cache = kcache_create(stage->table_context,
 								 Max(CACHE_FIRST_ENTRIES, old->members * 2), NULL);
 	kcache_start_iterate(old, &it);
 	while ((slot = kcache_iterate(old, &it)) != NULL)
@@ -647,8 +682,7 @@ keyed_write_dirty(KeyedStage *stage)
 	stage->ndirty = 0;
 	if (stage->cache->members > Min(stage->cache_kept, limit) + limit ||
 		stage->cache_dropped > limit ||
-		MemoryContextMemAllocated(stage->cache_context, true) >
-		Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
+		cache_bytes(stage) > Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))
 	{
 		rebuild_cache(stage, stage->dirty, nchanged);
 		return;

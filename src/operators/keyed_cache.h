@@ -37,6 +37,7 @@ struct KeyedStage
 	MemoryContext context;		/* the stage's own: scratch arrays */
 	MemoryContext work_context; /* one watermark step or checkpoint; keyed.c resets it */
 	MemoryContext cache_context;	/* entries; a new one when the cache is rebuilt */
+	MemoryContext table_context;	/* the cache's table, kept when the cache is rebuilt */
 	struct kcache_hash *cache;
 	int			cache_kept;		/* entries the last rebuild kept */
 	/*
@@ -94,7 +95,7 @@ typedef struct KeyedUndo
 	StringInfoData data;		/* the entry's serialized state */
 } KeyedUndo;
 
-/* The cache, empty, in cache_context. */
+/* The cache, empty: its table in table_context, its entries in cache_context. */
 extern void keyed_cache_create(KeyedStage *stage);
 
 /* stage->key := kind, to append the rest of a state key to. */

@@ -55,13 +55,13 @@ sub produced_then_measured
 
 # The keyed cache.
 kcat_produce($totals_topic, [ map { "key$_\t{\"k\": \"key$_\"}" } 1 .. 10000 ]);
-my ($before, $pid) = produced_then_measured('t155_totals', 'mailer keyed cache', '10,000 plain keys');
-cmp_ok($before, '>=', 16384 * 56, "the cache holds the plain keys ($before bytes)");
+my ($before, $pid) = produced_then_measured('t155_totals', 'mailer keyed cache table', '10,000 plain keys');
+cmp_ok($before, '>=', 16384 * 56, "the cache's table holds the plain keys ($before bytes)");
 kcat_produce($totals_topic, [ map { "$_\t{\"k\": \"$_\"}" } @crafted ]);
-my ($after, $pid2) = produced_then_measured('t155_totals', 'mailer keyed cache', 'the crafted keys');
+my ($after, $pid2) = produced_then_measured('t155_totals', 'mailer keyed cache table', 'the crafted keys');
 is($pid2, $pid, 'the same worker measured twice');
 cmp_ok($after - $before, '<', 1024 * 1024,
-	"100 crafted keys grow the keyed cache by less than 1 MB ($before bytes, then $after)");
+	"100 crafted keys grow the keyed cache's table by less than 1 MB ($before bytes, then $after)");
 is(psql("SELECT count(*) || ' ' || sum(n) || ' ' || max(n) FROM t155_totals"), '10100 10100 1',
 	'every key counted once');
 is(psql("SELECT count(*) FROM t155_totals WHERE k LIKE 'flood%'"), '100', 'the crafted keys among them');
