@@ -7,11 +7,11 @@
  * backend holds them serialized.  At a checkpoint every changed entry is
  * written to the backend and, when the cache has grown by more than
  * mailer.state_cache_entries since it was last rebuilt (or that many
- * entries holding memory out of line were dropped since, or its table is
- * sparse after a burst, or it passed a memory limit), it is rebuilt
- * with at most that many of the entries the next records are likely to
- * touch: memory stays bounded by the setting and what changes between
- * checkpoints, not by the number of keys.
+ * entries holding memory out of line were dropped since, or it passed a
+ * memory limit), it is rebuilt with at most that many of the entries the
+ * next records are likely to touch, and a hash table that a burst of keys
+ * left sparse is made smaller: memory stays bounded by the setting and
+ * what changes between checkpoints, not by the number of keys.
  */
 #include "postgres.h"
 
@@ -587,14 +587,19 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
  * slots back to 524,288 (28 MiB, mapped and faulted in afresh) in every
  * interval of a sliding job at 100k keys, which rebuilt about every three
  * seconds (BENCHMARKS.md, "The keyed cache's table kept across
- * rebuilds").  A table the interval left sparse (a burst of keys went) is
- * made anew for the entries it held, as shrink_table would.  The dirty
- * array is the old context's, and goes with it.
+ * rebuilds").  A table the interval left less than an eighth full (a
+ * burst of keys went) is made anew for as many entries as the interval
+ * held.  The next checkpoint's check for a sparse table counts those too
+ * (table_entries): a rebuild that kept few entries leaves the table
+ * nearly empty for an interval that will fill it again.  The dirty array
+ * is the old context's, and goes with it.
  */
 static void
 empty_table(KeyedStage *stage)
 {
 	uint64		had = stage->cache->members;
+
+	stage->table_entries = had;
 
 	if (stage->cache->size > CACHE_SPARSE * Max(had, CACHE_FIRST_ENTRIES))
 	{
@@ -626,8 +631,13 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 												 ALLOCSET_DEFAULT_SIZES);
 	stage->codec.ctx = stage->cache_context;
 	empty_table(stage);
+	/*
+	 * The entries kept, not the table kept with its slots: one made for 2M
+	 * entries (mailer.state_cache_entries at a million) is 235 MB, and
+	 * would leave room for none.
+	 */
 	for (int i = 0; i < nchanged && kept < mailer_state_cache_entries &&
-		 cache_bytes(stage) < CACHE_MEMORY_LIMIT / 2; i++)
+		 MemoryContextMemAllocated(stage->cache_context, true) < CACHE_MEMORY_LIMIT / 2; i++)
 	{
 		KeyedEntry *e = changed[i];
 
@@ -644,7 +654,7 @@ rebuild_cache(KeyedStage *stage, KeyedEntry **changed, int nchanged)
 }
 
 /*
- * A table that a burst of keys grew, at an eighth full or less once they
+ * A table that a burst of keys grew, less than an eighth full once they
  * went: its entries, as they are, into a table made for twice as many (or
  * a new cache's size), so that the next few inserts do not grow it again
  * at once, as session_keys_trim does for its counts.  simplehash never
@@ -687,8 +697,10 @@ keyed_write_dirty(KeyedStage *stage)
 		rebuild_cache(stage, stage->dirty, nchanged);
 		return;
 	}
-	if (stage->cache->size > CACHE_SPARSE * Max(stage->cache->members, CACHE_FIRST_ENTRIES))
+	if (stage->cache->size >
+		CACHE_SPARSE * Max(Max(stage->cache->members, stage->table_entries), CACHE_FIRST_ENTRIES))
 		shrink_table(stage);
+	stage->table_entries = stage->cache->members;
 	/*
 	 * No rebuild: a deleted entry's chunk (entry, values, key) goes back to
 	 * the context for the next entry of its size, a tumbling key's next

@@ -40,6 +40,7 @@ struct KeyedStage
 	MemoryContext table_context;	/* the cache's table, kept when the cache is rebuilt */
 	struct kcache_hash *cache;
 	int			cache_kept;		/* entries the last rebuild kept */
+	uint64		table_entries;	/* entries the table held at the last checkpoint (empty_table) */
 	/*
 	 * Since the last rebuild: entries deleted and sessions dropped whose
 	 * values held memory out of line (a general aggregate's state, a
@@ -168,9 +169,11 @@ extern void keyed_emit_slice(KeyedStage *stage, bool all);
 /*
  * Write every dirty entry to the backend; rebuild the cache, with the
  * changed entries worth keeping, when it has grown by more than
- * mailer.state_cache_entries since the last rebuild, or when that many
- * entries or sessions holding memory out of line went since (cache_dropped);
- * make its table smaller when a burst of keys left it sparse.
+ * mailer.state_cache_entries since the last rebuild, when that many
+ * entries or sessions holding memory out of line went since (cache_dropped),
+ * or past its memory limit (entries and table); its table, emptied,
+ * outlives the rebuild.  Make the table smaller when a burst of keys left
+ * it less than an eighth full.
  */
 extern void keyed_write_dirty(KeyedStage *stage);
 
