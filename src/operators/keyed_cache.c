@@ -581,6 +581,17 @@ worth_keeping(KeyedStage *stage, KeyedEntry *e)
 #define CACHE_MEMORY_PER_ENTRY ((Size) 16 * 1024)	/* past this a member on average, it is garbage */
 
 /*
+ * Whether the table is less than an eighth full for as many entries: a
+ * burst of keys grew it and went.  Both ways of making it smaller, at a
+ * rebuild and without one, ask this.
+ */
+static inline bool
+table_sparse(KeyedStage *stage, uint64 entries)
+{
+	return stage->cache->size > CACHE_SPARSE * Max(entries, CACHE_FIRST_ENTRIES);
+}
+
+/*
  * The table emptied for a rebuild, its slots kept: the interval after it
  * takes about as many entries as the one before (the rebuild's trigger
  * counts from what it keeps).  Made anew, it doubled eight times from 2048
@@ -600,8 +611,7 @@ empty_table(KeyedStage *stage)
 	uint64		had = stage->cache->members;
 
 	stage->table_entries = had;
-
-	if (stage->cache->size > CACHE_SPARSE * Max(had, CACHE_FIRST_ENTRIES))
+	if (table_sparse(stage, had))
 	{
 		kcache_destroy(stage->cache);
 		stage->cache = kcache_create(stage->table_context, Max(had, CACHE_FIRST_ENTRIES), NULL);
@@ -697,8 +707,7 @@ keyed_write_dirty(KeyedStage *stage)
 		rebuild_cache(stage, stage->dirty, nchanged);
 		return;
 	}
-	if (stage->cache->size >
-		CACHE_SPARSE * Max(Max(stage->cache->members, stage->table_entries), CACHE_FIRST_ENTRIES))
+	if (table_sparse(stage, Max(stage->cache->members, stage->table_entries)))
 		shrink_table(stage);
 	stage->table_entries = stage->cache->members;
 	/*
