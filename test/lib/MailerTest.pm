@@ -233,6 +233,8 @@ push @EXPORT, qw(produce_thirds_with_kill produce_chunks_kill_restart kill_worke
   setting_until_exit setting_reset memory_state_kinds want_sliding records_in_of_all committed_records);
 push @EXPORT, qw(ev_time random_events window_tables want_tumbling want_sessions produce_events events_table create_window_job job_metric
   wait_watermark wait_job wait_for_sql same_rows worker_pid rocksdb_keys);
+# Running totals over a topic, create_window_job's sibling without a window.
+push @EXPORT, qw(create_totals_job totals_job_spec);
 
 # Event times are seconds after 2030-01-01 00:00:00 UTC (so no window of
 # these tests ever meets the wall clock); ev_time(7.25) is its ISO text.
@@ -474,6 +476,29 @@ sub want_sliding
 	 GROUP BY 1, 2, 3};
 }
 
+# The JSON text of a job spec reading $topic from the broker into a table
+# sink: what create_window_job and create_totals_job share.  %p: start,
+# source (JSON text of more source fields), event_time, watermark (the
+# watermark object's fields as JSON text), steps (a list of steps as JSON
+# text; undef ones are left out), table, interval (checkpoint), backend.
+# A field whose value is undef is left out of the spec, for the job's
+# default.
+sub kafka_job_spec
+{
+	my ($topic, %p) = @_;
+	my $source = qq("type": "kafka", "brokers": "$BROKERS", "topic": "$topic");
+	$source .= qq(, "start": "$p{start}") if defined $p{start};
+	$source .= ", $p{source}" if defined $p{source};
+	my @fields = ("\"source\": {$source}");
+	push @fields, qq("event_time": "$p{event_time}") if defined $p{event_time};
+	push @fields, "\"watermark\": {$p{watermark}}" if defined $p{watermark};
+	push @fields, '"steps": [' . join(', ', grep { defined } @{ $p{steps} }) . ']';
+	push @fields, qq("sink": {"type": "table", "table": "$p{table}"});
+	push @fields, qq("checkpoint": {"interval": "$p{interval}"}) if defined $p{interval};
+	push @fields, qq("state": {"backend": "$p{backend}"}) if defined $p{backend};
+	return '{' . join(",\n ", @fields) . '}';
+}
+
 # A job over a topic of such events, keyed by k, aggregating n = count(*)
 # and total = sum(a) per window.  %o: window (the window step's object as
 # JSON text), ooo, idle, backend, interval, extra_steps (JSON text put
@@ -483,20 +508,40 @@ sub create_window_job
 	my ($name, $topic, %o) = @_;
 	my $wm = sprintf('"max_out_of_orderness": "%s"', $o{ooo} // '5 seconds');
 	$wm .= sprintf(', "idle_timeout": "%s"', $o{idle}) if $o{idle};
-	my $steps = join(', ', grep { defined }
-		($o{extra_steps},
-		 '{"key_by": {"k": "value->>\'k\'"}}',
-		 sprintf('{"window": %s}', $o{window}),
-		 '{"aggregate": {"n": "count(*)", "total": "sum((value->>\'a\')::numeric)"}}'));
-	my $spec = sprintf(<<'JSON', $BROKERS, $topic, $o{event_time} // q{(value->>'ts')::timestamptz}, $wm, $steps, $o{table}, $o{interval} // '200 milliseconds', $o{backend} // 'rocksdb');
-{"source": {"type": "kafka", "brokers": "%s", "topic": "%s", "start": "earliest"},
- "event_time": "%s",
- "watermark": {%s},
- "steps": [%s],
- "sink": {"type": "table", "table": "%s"},
- "checkpoint": {"interval": "%s"},
- "state": {"backend": "%s"}}
-JSON
+	my $spec = kafka_job_spec($topic, start => 'earliest',
+		event_time => $o{event_time} // q{(value->>'ts')::timestamptz}, watermark => $wm,
+		steps => [ $o{extra_steps}, '{"key_by": {"k": "value->>\'k\'"}}', sprintf('{"window": %s}', $o{window}),
+			'{"aggregate": {"n": "count(*)", "total": "sum((value->>\'a\')::numeric)"}}' ],
+		table => $o{table}, interval => $o{interval} // '200 milliseconds', backend => $o{backend} // 'rocksdb');
+	return psql("SELECT mailer.create_job('$name', \$spec\$$spec\$spec\$)");
+}
+
+# The spec of a job of running totals (no window step): key_by, then an
+# aggregate per key, upserted into a table.  Not MailerKafkaTest's
+# totals_spec, whose records are orders.  %o: table; key (the key_by
+# object as JSON text; {"k": "value->>'k'"}, such events' key);
+# aggregates (the aggregate object as JSON text; {"n": "count(*)"});
+# extra_steps (JSON text put before key_by); source (JSON text of more
+# source fields: options, group_id, format); start ('earliest'), interval
+# ('200 milliseconds') and backend ('rocksdb'), each left out of the spec
+# when given as undef (the job's default), so that a test whose spec never
+# named it keeps the same spec.
+sub totals_job_spec
+{
+	my ($topic, %o) = @_;
+	my $or = sub { my ($k, $default) = @_; exists $o{$k} ? $o{$k} : $default };
+	return kafka_job_spec($topic, start => $or->('start', 'earliest'), source => $o{source},
+		steps => [ $o{extra_steps}, sprintf('{"key_by": %s}', $o{key} // q({"k": "value->>'k'"})),
+			sprintf('{"aggregate": %s}', $o{aggregates} // '{"n": "count(*)"}') ],
+		table => $o{table}, interval => $or->('interval', '200 milliseconds'), backend => $or->('backend', 'rocksdb'));
+}
+
+# Create a job of running totals, $name, over $topic: totals_job_spec's,
+# into the table $o{table} (by default $name).  Returns its job_id.
+sub create_totals_job
+{
+	my ($name, $topic, %o) = @_;
+	my $spec = totals_job_spec($topic, table => $name, %o);
 	return psql("SELECT mailer.create_job('$name', \$spec\$$spec\$spec\$)");
 }
 

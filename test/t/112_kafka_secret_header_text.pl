@@ -22,11 +22,8 @@ psql("DROP TABLE IF EXISTS out_112; CREATE TABLE out_112 (k text PRIMARY KEY, n 
 sub spec
 {
 	my ($options) = @_;
-	return qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$topic", "start": "earliest",
-	             "options": $options},
-	  "steps": [{"key_by": {"k": "coalesce(headers->>'h', 'none')"}}, {"aggregate": {"n": "count(*)"}}],
-	  "sink": {"type": "table", "table": "out_112"},
-	  "state": {"backend": "memory"}, "checkpoint": {"interval": "200 milliseconds"}});
+	return totals_job_spec($topic, table => 'out_112', source => qq("options": $options),
+		key => q({"k": "coalesce(headers->>'h', 'none')"}), backend => 'memory');
 }
 
 # An unsecured JWT's config that librdkafka cannot parse: librdkafka 2.0
@@ -111,11 +108,8 @@ system($helper, $BROKERS, $tt, 'a', '1700000000000', 'b', '9223372036854775', 'c
 unlink $helper, "$helper.c";
 my $job3 = 'timestamps_112';
 psql("TRUNCATE out_112");
-psql("SELECT mailer.create_job('$job3', \$\$" . qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$tt", "start": "earliest"},
-	  "steps": [{"key_by": {"k": "key || ':' || coalesce(to_char(timestamp AT TIME ZONE 'UTC', 'YYYY'), 'null')"}},
-	            {"aggregate": {"n": "count(*)"}}],
-	  "sink": {"type": "table", "table": "out_112"},
-	  "state": {"backend": "memory"}, "checkpoint": {"interval": "200 milliseconds"}}) . "\$\$)");
+create_totals_job($job3, $tt, table => 'out_112', backend => 'memory',
+	key => q({"k": "key || ':' || coalesce(to_char(timestamp AT TIME ZONE 'UTC', 'YYYY'), 'null')"}));
 is(wait_job($job3), 'running', 'the timestamps read');
 is(psql("SELECT string_agg(k, ',' ORDER BY k) FROM out_112"), 'a:2023,b:294247,c:null',
 	'a timestamp outside timestamptz\'s range is no timestamp');

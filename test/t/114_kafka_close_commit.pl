@@ -16,11 +16,8 @@ kafka('create-topic', $topic, 1);
 psql("DROP TABLE IF EXISTS out_114; CREATE TABLE out_114 (k text PRIMARY KEY, n bigint)");
 my $job = 'close_114';
 my $group = unique_name('g114');
-psql("SELECT mailer.create_job('$job', \$\$" . qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$topic",
-	  "start": "earliest", "group_id": "$group"},
-	  "steps": [{"key_by": {"k": "key"}}, {"aggregate": {"n": "count(*)"}}],
-	  "sink": {"type": "table", "table": "out_114"},
-	  "state": {"backend": "memory"}, "checkpoint": {"interval": "1 hour"}}) . "\$\$)");
+create_totals_job($job, $topic, table => 'out_114', source => qq("group_id": "$group"), key => '{"k": "key"}',
+	interval => '1 hour', backend => 'memory');
 
 sub committed
 {

@@ -36,12 +36,7 @@ my $totals_topic = unique_name('t155_totals');
 my $rows_topic = unique_name('t155_rows');
 kafka('create-topic', $totals_topic, 1);
 kafka('create-topic', $rows_topic, 1);
-psql(sprintf(q{SELECT mailer.create_job('t155_totals', $${
-	"source": {"type": "kafka", "brokers": "%s", "topic": "%s", "start": "earliest"},
-	"steps": [{"key_by": {"k": "value->>'k'"}}, {"aggregate": {"n": "count(*)"}}],
-	"sink": {"type": "table", "table": "t155_totals"},
-	"checkpoint": {"interval": "200 milliseconds"},
-	"state": {"backend": "rocksdb"}}$$)}, $BROKERS, $totals_topic));
+create_totals_job('t155_totals', $totals_topic, backend => 'rocksdb');
 
 # Waits until the job has committed what was produced, then measures its
 # worker's memory contexts named $context: their bytes, and the pid.

@@ -40,14 +40,9 @@ psql("ALTER TABLE mailer.memory_state SET (autovacuum_enabled = false);
 create_window_job($job, $topic, table => $job, backend => 'memory', ooo => '0 seconds',
 	window => '{"type": "tumbling", "size": "1 second"}');
 my $totals = 'pages_reused_totals';
-psql(qq{DROP TABLE IF EXISTS $totals; CREATE TABLE $totals (k text PRIMARY KEY, n bigint, total numeric);
-	SELECT mailer.create_job('$totals', \$spec\$
-{"source": {"type": "kafka", "brokers": "$MailerTest::BROKERS", "topic": "$topic", "start": "earliest"},
- "steps": [{"key_by": {"k": "value->>'k'"}},
-	{"aggregate": {"n": "count(*)", "total": "sum((value->>'a')::numeric)"}}],
- "sink": {"type": "table", "table": "$totals"},
- "checkpoint": {"interval": "200 milliseconds"},
- "state": {"backend": "memory"}}\$spec\$)});
+psql("DROP TABLE IF EXISTS $totals; CREATE TABLE $totals (k text PRIMARY KEY, n bigint, total numeric)");
+create_totals_job($totals, $topic, backend => 'memory',
+	aggregates => q({"n": "count(*)", "total": "sum((value->>'a')::numeric)"}));
 
 my $pages = sub {
 	psql("SELECT pg_relation_size('mailer.memory_state') / 8192 || ' ' || "

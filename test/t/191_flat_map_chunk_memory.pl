@@ -20,13 +20,8 @@ psql("CREATE TABLE t191_out (k bigint PRIMARY KEY, n bigint)");
 my $msgs = 200;
 my $per = 8000;
 kcat_produce($topic, [ map { "m$_\t$per" } 1 .. $msgs ]);
-psql(qq{SELECT mailer.create_job('j191', \$\${
-  "source": {"type": "kafka", "brokers": "$MailerTest::BROKERS", "topic": "$topic", "start": "earliest", "format": "text"},
-  "steps": [{"flat_map": "generate_series(1, value::int)"},
-            {"key_by": {"k": "value::bigint % 100"}},
-            {"aggregate": {"n": "count(*)"}}],
-  "sink": {"type": "table", "table": "t191_out"},
-  "checkpoint": {"interval": "200 milliseconds"}}\$\$)});
+create_totals_job('j191', $topic, table => 't191_out', source => '"format": "text"', backend => undef,
+	extra_steps => '{"flat_map": "generate_series(1, value::int)"}', key => '{"k": "value::bigint % 100"}');
 is(wait_job('j191'), 'running', 'j191 caught up');
 is(psql("SELECT count(*) || '|' || sum(n) FROM t191_out"), '100|' . ($msgs * $per), 'every output counted once');
 my $pid = worker_pid('j191');

@@ -27,12 +27,7 @@ psql("CREATE TABLE t220_totals (k text PRIMARY KEY, n bigint)");
 my $topic = unique_name('t220');
 kafka('create-topic', $topic, 1);
 kcat_produce($topic, [ map { "key$_\t{\"k\": \"key$_\"}" } 1 .. 20000 ]);
-psql(sprintf(q{SELECT mailer.create_job('t220_totals', $${
-	"source": {"type": "kafka", "brokers": "%s", "topic": "%s", "start": "earliest"},
-	"steps": [{"key_by": {"k": "value->>'k'"}}, {"aggregate": {"n": "count(*)"}}],
-	"sink": {"type": "table", "table": "t220_totals"},
-	"checkpoint": {"interval": "2 seconds"},
-	"state": {"backend": "rocksdb"}}$$)}, $BROKERS, $topic));
+create_totals_job('t220_totals', $topic, interval => '2 seconds', backend => 'rocksdb');
 
 is(wait_job('t220_totals'), 'running', 'the burst read and committed');
 my $pid = worker_pid('t220_totals');

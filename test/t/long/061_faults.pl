@@ -50,18 +50,15 @@ for my $t (qw(t061_totals t061_totals_mem))
 }
 psql("CREATE TABLE t061_rows (partition int, \"offset\" bigint, seq bigint)");
 
-my $agg_steps = q(
-  "steps": [
-    {"key_by": {"customer_id": "value->>'customer_id'"}},
-    {"aggregate": {"orders": "count(*)", "total": "sum((value->>'amount')::numeric)"}}
-  ]);
+# Totals per customer, the part of the specs that j061_agg, j061_mem and
+# j061_check_agg share; no start (undef): each reads from the default one.
+my %totals = (start => undef, key => q({"customer_id": "value->>'customer_id'"}),
+	aggregates => q({"orders": "count(*)", "total": "sum((value->>'amount')::numeric)"}));
 my %jobs = (
-	j061_agg => qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$topic"}, $agg_steps,
-	  "sink": {"type": "table", "table": "t061_totals"}, "state": {"backend": "rocksdb"},
-	  "checkpoint": {"interval": "300 milliseconds"}}),
-	j061_mem => qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$topic"}, $agg_steps,
-	  "sink": {"type": "table", "table": "t061_totals_mem"}, "state": {"backend": "memory"},
-	  "checkpoint": {"interval": "300 milliseconds"}}),
+	j061_agg => totals_job_spec($topic, %totals, table => 't061_totals', backend => 'rocksdb',
+		interval => '300 milliseconds'),
+	j061_mem => totals_job_spec($topic, %totals, table => 't061_totals_mem', backend => 'memory',
+		interval => '300 milliseconds'),
 	j061_rows => qq({"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$topic"},
 	  "steps": [{"map": {"seq": "(value->>'seq')::bigint"}}],
 	  "sink": {"type": "table", "table": "t061_rows"},
@@ -263,8 +260,7 @@ for ([ 'j061_check_dlq', 't061_checked', 'dead_letter' ], [ 'j061_check_skip', '
 	psql(qq(SELECT mailer.create_job('$name', \$\${"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$ctopic"},
 	  $row_steps, "sink": {"type": "table", "table": "$table"}, "on_error": "$policy"}\$\$)));
 }
-psql(qq(SELECT mailer.create_job('j061_check_agg', \$\${"source": {"type": "kafka", "brokers": "$BROKERS", "topic": "$ctopic"},
-  $agg_steps, "sink": {"type": "table", "table": "t061_checked_totals"}}\$\$)));
+create_totals_job('j061_check_agg', $ctopic, %totals, table => 't061_checked_totals', interval => undef, backend => undef);
 
 wait_job('j061_check_dlq');
 is(psql("SELECT count(*) || ' ' || max(amount) FROM t061_checked"), '180 89',
