@@ -182,6 +182,17 @@ DROP FUNCTION mailer.upgrade_state_key_group(bytea, integer);
 DROP TABLE mailer.memory_state_0_1_0;
 SELECT pg_catalog.pg_extension_config_dump('mailer.memory_undo', '');
 REVOKE ALL ON mailer.memory_undo FROM PUBLIC;
+-- The redo starts empty: 0.1.0's every epoch is a fold (see the fresh install).
+CREATE TABLE mailer.memory_redo (
+	job_id			bigint NOT NULL,
+	epoch			bigint NOT NULL,
+	key_group		integer NOT NULL,
+	keys			bytea[] NOT NULL,
+	new_values		bytea[] NOT NULL
+) WITH (toast_tuple_target = 8160);
+CREATE INDEX ON mailer.memory_redo (job_id, epoch, key_group);
+SELECT pg_catalog.pg_extension_config_dump('mailer.memory_redo', '');
+REVOKE ALL ON mailer.memory_redo FROM PUBLIC;
 
 -- Tables without a primary key get a replica identity, so that a
 -- publication FOR ALL TABLES does not refuse their updates and deletes (as
@@ -189,6 +200,7 @@ REVOKE ALL ON mailer.memory_undo FROM PUBLIC;
 ALTER TABLE mailer.dead_letters REPLICA IDENTITY FULL;
 ALTER TABLE mailer.memory_state REPLICA IDENTITY FULL;
 ALTER TABLE mailer.memory_undo REPLICA IDENTITY FULL;
+ALTER TABLE mailer.memory_redo REPLICA IDENTITY FULL;
 
 CREATE FUNCTION mailer.alter_job(name text, spec jsonb)
 RETURNS void

@@ -187,7 +187,22 @@ CREATE TABLE mailer.memory_undo (
 ) WITH (toast_tuple_target = 8160);
 CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 
--- The three tables with no primary key are deleted from (drop_job,
+-- The redo of the memory backend's checkpoints: each key an epoch changed,
+-- with its value after (NULL: deleted), packed as the undo is.  A
+-- checkpoint writes only this; every few checkpoints one also folds the
+-- keys changed since the last fold into memory_state (with their undo),
+-- and an open replays the redo of the epochs after the fold it rewound to
+-- (docs/ARCHITECTURE.md, "The memory backend's tables").
+CREATE TABLE mailer.memory_redo (
+	job_id			bigint NOT NULL,
+	epoch			bigint NOT NULL,
+	key_group		integer NOT NULL,
+	keys			bytea[] NOT NULL,
+	new_values		bytea[] NOT NULL
+) WITH (toast_tuple_target = 8160);
+CREATE INDEX ON mailer.memory_redo (job_id, epoch, key_group);
+
+-- The four tables with no primary key are deleted from (drop_job,
 -- restore_job, the undo's cleanup, a dead letter's owner), memory_state's
 -- rows updated too (the checkpoints).
 -- Under a publication FOR ALL TABLES (a CDC tool's, say) PostgreSQL refuses
@@ -200,6 +215,7 @@ CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 ALTER TABLE mailer.dead_letters REPLICA IDENTITY FULL;
 ALTER TABLE mailer.memory_state REPLICA IDENTITY FULL;
 ALTER TABLE mailer.memory_undo REPLICA IDENTITY FULL;
+ALTER TABLE mailer.memory_redo REPLICA IDENTITY FULL;
 
 SELECT pg_catalog.pg_extension_config_dump('mailer.job', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.job_job_id_seq', '');
@@ -209,9 +225,10 @@ SELECT pg_catalog.pg_extension_config_dump('mailer.checkpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.memory_state', '');
 SELECT pg_catalog.pg_extension_config_dump('mailer.memory_undo', '');
+SELECT pg_catalog.pg_extension_config_dump('mailer.memory_redo', '');
 
 REVOKE ALL ON mailer.job, mailer.job_secret, mailer.job_status, mailer.checkpoints,
-	mailer.dead_letters, mailer.memory_state, mailer.memory_undo FROM PUBLIC;
+	mailer.dead_letters, mailer.memory_state, mailer.memory_undo, mailer.memory_redo FROM PUBLIC;
 
 -- A job's owner (and members of the owning role) may read its rows of these;
 -- superusers read everything.  Jobs and checkpoints are no secret; a job's

@@ -36,6 +36,7 @@ int			mailer_test_dead_letter_bytes = 0;
 int			mailer_restart_backoff_min_ms = 1000;
 int			mailer_restart_backoff_max_ms = 60000;
 int			mailer_state_cache_entries = 100000;
+int			mailer_memory_fold_checkpoints = 10;
 int			mailer_termination_grace_ms = 10000;
 int			mailer_max_outputs_per_record = 100000;
 int			mailer_aggregate_state_limit_kb = 1024;
@@ -206,6 +207,15 @@ define_settings(void)
 							"Past this many more than its last rebuild kept, or once this many entries or sessions holding memory out of line (a numeric or text datum, a general aggregate's state) went since, the cache is rebuilt after a checkpoint with at most this many of the keys' sessions and the windows that have not ended that the checkpoint's interval changed (so a windowed job holds up to twice this); the state backend has every entry. The entries an interval changes, up to about mailer.max_buffered_rows, come on top until its checkpoint.",
 							&mailer_state_cache_entries,
 							100000, 0, INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("mailer.memory_fold_checkpoints",
+							"Checkpoints of a memory-backend job per fold of its changed keys into mailer.memory_state.",
+							"A checkpoint writes the keys it changed as packed redo rows; one in this many, a worker's first and its final one, and one where the keys changed since the last fold pass half the state's size and 64 MB fold instead: they update those keys' rows in mailer.memory_state and write their undo. 1 folds at every checkpoint.",
+							&mailer_memory_fold_checkpoints,
+							10, 1, 1000,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

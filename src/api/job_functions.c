@@ -214,6 +214,7 @@ mailer_drop_job(PG_FUNCTION_ARGS)
 	exec_job_update("DELETE FROM mailer.job WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	exec_job_update("DELETE FROM mailer.memory_state WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	exec_job_update("DELETE FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
+	exec_job_update("DELETE FROM mailer.memory_redo WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	exec_job_update("DELETE FROM mailer.kafka_outbox WHERE job_id OPERATOR(pg_catalog.=) $1", job->job_id);
 	job_control_wake_launcher_after_commit();
 	PG_RETURN_INT64(job->job_id);

@@ -29,6 +29,7 @@ extern int	mailer_max_buffered_rows;
 extern int	mailer_restart_backoff_min_ms;
 extern int	mailer_restart_backoff_max_ms;
 extern int	mailer_state_cache_entries;
+extern int	mailer_memory_fold_checkpoints;
 extern int	mailer_termination_grace_ms;
 extern int	mailer_test_dead_letter_bytes;
 extern int	mailer_max_outputs_per_record;

@@ -435,7 +435,7 @@ flush_outputs(CheckpointRun *run)
 	{
 		TimestampTz snapshot_start = GetCurrentTimestamp();
 
-		run->state_ref = job->state->ops->checkpoint(job->state, run->epoch);
+		run->state_ref = job->state->ops->checkpoint(job->state, run->epoch, run->final);
 		run->state_ms += ms_since(snapshot_start);
 	}
 	job->counters[JC_CHECKPOINTS]++;

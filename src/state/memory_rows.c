@@ -86,8 +86,22 @@ static const ExpectedColumn undo_columns[] = {
 	{"job_id", INT8OID}, {"epoch", INT8OID}, {"key_group", INT4OID},
 	{"keys", BYTEAARRAYOID}, {"old_values", BYTEAARRAYOID},
 };
+static const ExpectedColumn redo_columns[] = {
+	{"job_id", INT8OID}, {"epoch", INT8OID}, {"key_group", INT4OID},
+	{"keys", BYTEAARRAYOID}, {"new_values", BYTEAARRAYOID},
+};
 
-/* One of the two tables, and its inserts not yet written. */
+/* The three tables, in the order memory_rows_begin opens them. */
+typedef enum RowsKind
+{
+	ROWS_STATE,
+	ROWS_UNDO,
+	ROWS_REDO,
+} RowsKind;
+
+#define ROWS_TABLES		3
+
+/* One of the tables, and its inserts not yet written. */
 typedef struct RowsTable
 {
 	ResultRelInfo *rri;
@@ -101,9 +115,9 @@ typedef struct RowsTable
 	BulkInsertState bistate;
 	AttrNumber	att_job;
 	AttrNumber	att_group;
-	AttrNumber	att_key;		/* undo: keys */
-	AttrNumber	att_value;		/* undo: old_values */
-	AttrNumber	att_epoch;		/* undo only */
+	AttrNumber	att_key;		/* undo, redo: keys */
+	AttrNumber	att_value;		/* undo: old_values; redo: new_values */
+	AttrNumber	att_epoch;		/* undo and redo only */
 } RowsTable;
 
 struct MemoryRows
@@ -117,6 +131,7 @@ struct MemoryRows
 	TupleTableSlot *update_slot;	/* a non-HOT update's new row, for its index entries */
 	RowsTable	state;
 	RowsTable	undo;
+	RowsTable	redo;
 	CatalogAccess access;		/* as the SQL ran: the catalog's writer, pg_catalog first */
 	MemoryRowsCounts counts;
 	FreedPages *freed;			/* where the pages this checkpoint frees go; NULL: nowhere */
@@ -199,8 +214,10 @@ column(Relation rel, const char *name)
 }
 
 static void
-table_init(MemoryRows *mr, RowsTable *t, Index rti, bool undo)
+table_init(MemoryRows *mr, RowsTable *t, Index rti, RowsKind kind)
 {
+	static const char *const values[ROWS_TABLES] = {"value", "old_values", "new_values"};
+
 	t->rri = makeNode(ResultRelInfo);
 	ExecInitResultRelation(mr->estate, t->rri, rti);
 	t->rel = t->rri->ri_RelationDesc;
@@ -212,17 +229,21 @@ table_init(MemoryRows *mr, RowsTable *t, Index rti, bool undo)
 	t->slot_desc = NULL;
 	t->att_job = column(t->rel, "job_id");
 	t->att_group = column(t->rel, "key_group");
-	t->att_key = column(t->rel, undo ? "keys" : "key");
-	t->att_value = column(t->rel, undo ? "old_values" : "value");
-	t->att_epoch = undo ? column(t->rel, "epoch") : InvalidAttrNumber;
+	t->att_key = column(t->rel, kind == ROWS_STATE ? "key" : "keys");
+	t->att_value = column(t->rel, values[kind]);
+	t->att_epoch = kind == ROWS_STATE ? InvalidAttrNumber : column(t->rel, "epoch");
 }
 
 MemoryRows *
 memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 {
-	Oid			relids[2];
+	static const char *const names[ROWS_TABLES] = {"memory_state", "memory_undo", "memory_redo"};
+	static const ExpectedColumn *const columns[ROWS_TABLES] = {state_columns, undo_columns, redo_columns};
+	static const int ncolumns[ROWS_TABLES] = {lengthof(state_columns), lengthof(undo_columns),
+	lengthof(redo_columns)};
+	Oid			relids[ROWS_TABLES];
 	List	   *rtable = NIL;
-	Relation	rels[2];
+	Relation	rels[ROWS_TABLES];
 	bool		plain = true;
 	MemoryRows *mr = palloc0(sizeof(MemoryRows));
 
@@ -232,12 +253,12 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	 * job's owner with the job's search_path.
 	 */
 	catalog_enter(&mr->access);
-	relids[0] = memory_table(ext_oid, "memory_state", RowExclusiveLock);
-	relids[1] = memory_table(ext_oid, "memory_undo", RowExclusiveLock);
-	rels[0] = table_open(relids[0], NoLock);
-	rels[1] = table_open(relids[1], NoLock);
-	plain = plain_heap(rels[0], state_columns, lengthof(state_columns)) &&
-		plain_heap(rels[1], undo_columns, lengthof(undo_columns));
+	for (int i = 0; i < ROWS_TABLES; i++)
+	{
+		relids[i] = memory_table(ext_oid, names[i], RowExclusiveLock);
+		rels[i] = table_open(relids[i], NoLock);
+		plain = plain && plain_heap(rels[i], columns[i], ncolumns[i]);
+	}
 	*node = rels[0]->rd_node;
 	if (plain)
 	{
@@ -257,8 +278,8 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 		CheckCmdReplicaIdentity(rels[0], CMD_UPDATE);
 		CheckCmdReplicaIdentity(rels[0], CMD_DELETE);
 	}
-	table_close(rels[0], NoLock);
-	table_close(rels[1], NoLock);
+	for (int i = 0; i < ROWS_TABLES; i++)
+		table_close(rels[i], NoLock);
 	if (!plain)
 	{
 		catalog_leave(&mr->access);
@@ -267,7 +288,7 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	}
 
 	mr->job_id = job_id;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < ROWS_TABLES; i++)
 	{
 		RangeTblEntry *rte = makeNode(RangeTblEntry);
 
@@ -283,8 +304,9 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	mr->estate->es_snapshot = mr->snapshot;
 	mr->cid = GetCurrentCommandId(true);
 	mr->estate->es_output_cid = mr->cid;
-	table_init(mr, &mr->state, 1, false);
-	table_init(mr, &mr->undo, 2, true);
+	table_init(mr, &mr->state, 1, ROWS_STATE);
+	table_init(mr, &mr->undo, 2, ROWS_UNDO);
+	table_init(mr, &mr->redo, 3, ROWS_REDO);
 	mr->nblocks = RelationGetNumberOfBlocks(mr->state.rel);
 	mr->row_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory row", ALLOCSET_SMALL_SIZES);
 	mr->update_slot = ExecAllocTableSlot(&mr->estate->es_tupleTable, RelationGetDescr(mr->state.rel),
@@ -565,16 +587,18 @@ memory_rows_insert(MemoryRows *mr, const char *key, int klen, int group,
 	buffer_insert(mr, &mr->state, 0, k, group, v, klen + vlen, dest);
 }
 
+/* A packed row of keys and values into the undo (redo: false) or the redo. */
 void
-memory_rows_undo(MemoryRows *mr, int64 epoch, int group, Datum keys, Datum olds)
+memory_rows_packed(MemoryRows *mr, bool redo, int64 epoch, int group, Datum keys, Datum values)
 {
-	MemoryContext old = MemoryContextSwitchTo(mr->undo.ctx);
+	RowsTable  *t = redo ? &mr->redo : &mr->undo;
+	MemoryContext old = MemoryContextSwitchTo(t->ctx);
 	Datum		k = datumCopy(keys, false, -1);
-	Datum		o = datumCopy(olds, false, -1);
+	Datum		v = datumCopy(values, false, -1);
 
 	MemoryContextSwitchTo(old);
-	buffer_insert(mr, &mr->undo, epoch, k, group, o,
-				  VARSIZE_ANY(DatumGetPointer(k)) + VARSIZE_ANY(DatumGetPointer(o)), NULL);
+	buffer_insert(mr, t, epoch, k, group, v,
+				  VARSIZE_ANY(DatumGetPointer(k)) + VARSIZE_ANY(DatumGetPointer(v)), NULL);
 }
 
 /*
@@ -747,10 +771,10 @@ memory_rows_delete(MemoryRows *mr, ItemPointer tid, const char *key, int klen)
 void
 memory_rows_end(MemoryRows *mr, MemoryRowsCounts *counts)
 {
-	RowsTable  *tables[2] = {&mr->state, &mr->undo};
+	RowsTable  *tables[ROWS_TABLES] = {&mr->state, &mr->undo, &mr->redo};
 	CatalogAccess access = mr->access;
 
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < ROWS_TABLES; i++)
 	{
 		flush_inserts(mr, tables[i]);
 		if (tables[i]->bistate)

@@ -61,7 +61,7 @@ typedef struct MemoryRowsCounts
 } MemoryRowsCounts;
 
 /*
- * Open mailer.memory_state and mailer.memory_undo of the installation for
+ * Open mailer.memory_state, memory_undo and memory_redo of the installation for
  * one checkpoint's writes, locked until the transaction ends.  NULL when
  * they are not the plain heap tables the direct writes are for (a column,
  * a default, a CHECK constraint, a trigger, a rule, row security or a
@@ -102,10 +102,11 @@ extern void memory_rows_insert(MemoryRows *mr, const char *key, int klen, int gr
 							   const char *val, int vlen, ItemPointer dest);
 
 /*
- * An undo row of epoch (memory_undo.h): a key group's keys and their
- * values before it, two bytea[]s, copied.
+ * An undo or redo row of epoch (memory_undo.h): a key group's keys and
+ * their values before it (undo) or after it (redo), two bytea[]s, copied.
  */
-extern void memory_rows_undo(MemoryRows *mr, int64 epoch, int group, Datum keys, Datum olds);
+extern void memory_rows_packed(MemoryRows *mr, bool redo, int64 epoch, int group, Datum keys,
+							   Datum values);
 
 /*
  * Write what is buffered and close the tables (their locks stay); *counts

@@ -83,8 +83,9 @@ typedef struct StateBackendOps
 	/*
 	 * Called inside the checkpoint transaction: make epoch's snapshot and
 	 * return a reference to it, stored in mailer.checkpoints.state_ref.
+	 * final: the worker stops after it (cleanly).
 	 */
-	char	   *(*checkpoint) (StateBackend *backend, int64 epoch);
+	char	   *(*checkpoint) (StateBackend *backend, int64 epoch, bool final);
 
 	/*
 	 * After the checkpoint committed: forget snapshots older than keep_from

@@ -3,7 +3,8 @@
  *		The memory state backend: keyed state in an ordered in-memory map
  *		(a skip list, for the range scans windows need), with each
  *		checkpoint writing only the keys changed since the last one, in the
- *		checkpoint's own transaction.
+ *		checkpoint's own transaction: as redo, folded into one row per key
+ *		every few checkpoints.
  *
  * A new key's node is found by a hash of the nodes and joins the skip list
  * only when a range scan needs the order: until then it waits, unlinked,
@@ -12,22 +13,34 @@
  * a sliding window's fire scans, and links the waiting keys first, sorted,
  * in one pass from the smallest.
  *
+ * A checkpoint writes the keys changed since the one before, with their
+ * values now, to mailer.memory_redo, packed as the undo below is.  One in
+ * mailer.memory_fold_checkpoints (and a worker's first and final ones)
+ * folds instead: it writes the keys changed since the last fold into their
+ * rows, with their undo.  A key put and purged between two folds (a
+ * window's) never gets a row, and one changed at every checkpoint (a
+ * running total's, a session's) is updated once a fold: the row writes
+ * had been most of this backend's cost.  An open rewinds the rows to the
+ * fold the checkpoint it opens names (its state_ref), then replays the
+ * redo after it.
+ *
  * mailer.memory_state holds one row per key, the value as of the newest
- * committed checkpoint, updated in place: the table's fillfactor leaves
+ * committed fold, updated in place: the table's fillfactor leaves
  * room on each page, so an update is a HOT update and the table does not
  * grow with the checkpoints.  It has no index: each node keeps its row's
  * address, where the checkpoints write, and only an open reads the rows,
  * all of a subtask's at once (a primary key had cost an index entry per
  * new key and per update that left its page).
- * mailer.memory_undo holds, for each epoch still retained, each key that
- * epoch changed with its value before (NULL: the key was absent), packed
- * into rows of about a page per key group (memory_undo.h).  Opening
- * at epoch E rewinds: a key changed after E gets back the undo value of the
- * oldest epoch after E that changed it, and those undo rows go.  Undo rows
+ * mailer.memory_undo holds, for each fold still retained, each key that
+ * fold wrote with its row's value before (NULL: the key had no row),
+ * packed into rows of about a page per key group (memory_undo.h).  Opening
+ * at epoch E rewinds: a key written by a fold after E gets back the undo
+ * value of the oldest fold after E that wrote it, and those undo rows go,
+ * as does the redo after E.  Undo rows
  * only ever enter in the transaction that changes the keys, so whatever
  * committed can be rewound, whether the epoch counts (a parallel job's
- * share of an epoch whose decision failed, a restore_job) or not.  Undo of
- * epochs no retained checkpoint needs is deleted after the commit, a slice
+ * share of an epoch whose decision failed, a restore_job) or not.  Undo and
+ * redo no retained checkpoint needs are deleted after the commit, a slice
  * at a time.
  *
  * Each row carries its key's key group.  The subtasks of a parallel job
@@ -43,6 +56,7 @@
 #include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -50,6 +64,7 @@
 #include "utils/snapmgr.h"
 
 #include "base/bytea.h"
+#include "base/key_groups.h"
 #include "base/mailer.h"
 #include "base/test_point.h"
 #include "base/work_xact.h"
@@ -65,6 +80,8 @@
 #define LOAD_CHUNK		10000	/* rows per fetch of an open */
 #define CLEAN_SLICE		1000	/* undo rows (of up to a page each) per transaction of a cleanup */
 #define CLEAN_SLICES	2		/* slices per call beyond what the checkpoint wrote */
+#define REPLAY_CHUNK	100		/* redo rows (of up to a page each) per fetch of an open */
+#define FOLD_HELD_MIN	(64 * 1024 * 1024)	/* changed keys' old values that always wait for the fold */
 
 typedef struct SkipNode
 {
@@ -92,9 +109,9 @@ typedef struct NodeEntry
 #include "state/state_key_table.h"
 
 /*
- * A key changed since the last checkpoint, and what it was then: its undo.
- * old is the value the map held (moved here, not copied, at the first
- * change), NULL when the key was absent.
+ * A key changed since the last fold, and what it was then (its row): its
+ * undo.  old is the value the map held (moved here, not copied, at the
+ * first change), NULL when the key was absent.
  */
 typedef struct ChangedKey
 {
@@ -106,6 +123,8 @@ typedef struct ChangedKey
 	ItemPointerData tid;		/* the key's row, when it existed */
 	char		status;
 	bool		existed;
+	bool		dirty;			/* changed since the last checkpoint: its redo is due */
+	bool		logged;			/* a checkpoint's redo holds it (since it entered the set) */
 } ChangedKey;
 
 /*
@@ -117,11 +136,18 @@ typedef struct ChangedKey
 #define SH_ELEMENT_TYPE ChangedKey
 #include "state/state_key_table.h"
 
+/* A key whose redo is due, found again in the changed set by its key and hash. */
+typedef struct DirtyKey
+{
+	StateKey	key;			/* the changed set's copy, which lives until the fold */
+	uint32		hash;
+} DirtyKey;
+
 typedef struct MemoryState
 {
 	StateBackend base;
 	MemoryContext ctx;			/* the map, and the undo values of changed keys */
-	MemoryContext changed_ctx;	/* the changed keys; reset at each checkpoint */
+	MemoryContext changed_ctx;	/* the changed keys; reset at each fold */
 	SkipNode   *head;
 	int			level;
 	SkipNode  **waiting;		/* nodes not linked yet, in no order */
@@ -137,6 +163,21 @@ typedef struct MemoryState
 	int64		cleaned_to;		/* undo at or before it is gone */
 	int64		clean_epoch;	/* undo before it is gone: where a cleanup resumes */
 	int64		undo_written;	/* undo rows the checkpoints wrote since a cleanup */
+	int64		held;			/* bytes of the changed keys' old values */
+	DirtyKey   *dirty;			/* the changed keys whose redo is due: a checkpoint */
+	int64		ndirty;			/* writes these, not the whole changed set */
+	int64		maxdirty;
+	int			subtask;		/* of parallelism: where its folds fall (fold_due) */
+	int			parallelism;
+	bool		fold_next;		/* the next checkpoint folds: the first after the open */
+	int64		last_fold;		/* the newest fold's epoch */
+	int64	   *folds;			/* epochs this worker folded at, not yet past keep_from */
+	int			nfolds;
+	int			maxfolds;
+	int64		redo_clean_to;	/* redo at or before it may go: a fold at or before keep_from */
+	int64		redo_cleaned_to;	/* redo at or before it is gone */
+	int64		redo_clean_epoch;	/* redo before it is gone: where a cleanup resumes */
+	int64		redo_written;	/* redo rows the checkpoints wrote since a cleanup */
 	int			key_groups;
 	int			kg_lo;			/* the key groups this subtask owns: [kg_lo, kg_hi) */
 	int			kg_hi;
@@ -152,6 +193,9 @@ typedef struct MemoryIterator
 } MemoryIterator;
 
 static const StateBackendOps memory_ops;
+
+static void mem_put(StateBackend *backend, const char *key, int klen, const char *val, int vlen);
+static void mem_delete(StateBackend *backend, const char *key, int klen);
 
 /* The node of the first key >= key; update[] gets its predecessors. */
 static SkipNode *
@@ -449,9 +493,10 @@ delete_keys(const char *sql, int nargs, Oid *types, Datum *values)
 }
 
 /*
- * Rewind this subtask's rows to the epoch: each key changed after it gets
- * the undo value of the oldest epoch after it that changed it (the value
- * the key had at the epoch), and those undo rows go.  Each such key's row
+ * Rewind this subtask's rows to the epoch: each key a fold after it wrote
+ * gets the undo value of the oldest such fold (its row's value after the
+ * folds up to the epoch, where replay_redo starts), and those undo rows
+ * go, as does the redo after the epoch.  Each such key's row
  * goes first, in a statement of its own (a unique index a DBA added on the
  * key would refuse an insert beside the row the same statement deletes),
  * then a row is inserted for each key that had a value.  The keys are
@@ -478,8 +523,16 @@ rewind_rows(MemoryState *ms, int64 epoch)
 		catalog_exec("DELETE FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
 					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
 					 4, types, values, NULL, false);
+		catalog_exec("DELETE FROM mailer.memory_redo WHERE job_id OPERATOR(pg_catalog.=) $1 "
+					 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
+					 4, types, values, NULL, false);
 		return;
 	}
+	/* The epochs after this one are undone: their redo goes, as their undo does below. */
+	catalog_exec("DELETE FROM mailer.memory_redo WHERE job_id OPERATOR(pg_catalog.=) $1 "
+				 "AND epoch OPERATOR(pg_catalog.>) $2 "
+				 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
+				 4, types, values, NULL, false);
 	delete_keys("DELETE FROM mailer.memory_state m USING (SELECT DISTINCT e.key "
 				"  FROM mailer.memory_undo c, LATERAL pg_catalog.unnest(c.keys) AS e(key) "
 				"  WHERE c.job_id OPERATOR(pg_catalog.=) $1 AND c.epoch OPERATOR(pg_catalog.>) $2 "
@@ -500,6 +553,8 @@ rewind_rows(MemoryState *ms, int64 epoch)
 				 "AND epoch OPERATOR(pg_catalog.>) $2 "
 				 "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4",
 				 4, types, values, NULL, false);
+	/* a stop here rolls the rewind back: the next open does it again */
+	TEST_POINT("memory_state_rewound");
 }
 
 /* The columns of load_rows' statement. */
@@ -598,6 +653,196 @@ load_rows(MemoryState *ms)
 }
 
 /*
+ * The checkpoint's reference: the epoch of the fold its rows are at, which
+ * an open at the checkpoint replays the redo after (replay_redo).  Every
+ * worker folds at its first checkpoint, so it is always known.  Before
+ * the redo, the reference was "memory_state": every epoch was a fold.
+ */
+static char *
+state_ref(MemoryState *ms)
+{
+	Assert(ms->nfolds > 0 || ms->last_fold > 0);
+	return psprintf("memory_state fold " INT64_FORMAT, ms->last_fold);
+}
+
+/*
+ * The fold epoch a checkpoint's reference names; the epoch itself for
+ * "memory_state", which every release before the redo wrote (every epoch
+ * was a fold).
+ */
+static int64
+ref_fold(const char *ref, int64 epoch)
+{
+	static const char prefix[] = "memory_state fold ";
+	int64		fold = -1;
+	char	   *end = NULL;
+
+	if (ref != NULL && strcmp(ref, "memory_state") == 0)
+		return epoch;
+	if (ref != NULL && strncmp(ref, prefix, sizeof(prefix) - 1) == 0 &&
+		isdigit((unsigned char) ref[sizeof(prefix) - 1]))
+	{
+		errno = 0;
+		fold = strtoi64(ref + sizeof(prefix) - 1, &end, 10);
+		if (errno != 0 || *end != '\0')
+			fold = -1;
+	}
+	if (fold < 0 || fold > epoch)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("the checkpoint at epoch " INT64_FORMAT " has memory state reference \"%s\"", epoch,
+						ref ? ref : "(null)"),
+				 errhint("A memory-backend checkpoint's state_ref is \"memory_state fold\" and an epoch not after its own; restore the job to another checkpoint, or drop it.")));
+	return fold;
+}
+
+/*
+ * Each of the subtask's key groups' rows are at the fold the checkpoint at
+ * epoch of the key group's owner then names (ref_fold): the epoch after
+ * which its redo is replayed, per key group from kg_lo on.  It must be that
+ * fold exactly: a fold's epoch writes no redo, so replaying from an earlier
+ * one would set a key the fold changed to an older value.
+ */
+static Datum
+replay_from(MemoryState *ms, const StateOpenArgs *args)
+{
+	int			n = ms->kg_hi - ms->kg_lo;
+	Datum	   *from = palloc0(sizeof(Datum) * Max(n, 1));
+
+	bool	   *covered = palloc0(sizeof(bool) * Max(n, 1));
+
+	if (args->old_refs == NULL)
+		elog(ERROR, "mailer memory state of job " INT64_FORMAT " opened at epoch " INT64_FORMAT " without its checkpoint's references",
+			 ms->base.job_id, args->epoch);
+	for (int j = 0; j < args->old_parallelism; j++)
+	{
+		int			lo;
+		int			hi;
+		int64		fold = ref_fold(args->old_refs[j], args->epoch);
+
+		key_group_range(j, args->old_parallelism, ms->key_groups, &lo, &hi);
+		for (int g = Max(lo, ms->kg_lo); g < Min(hi, ms->kg_hi); g++)
+		{
+			from[g - ms->kg_lo] = Int64GetDatum(fold);
+			covered[g - ms->kg_lo] = true;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (!covered[i])
+			elog(ERROR, "mailer memory state of job " INT64_FORMAT ": no subtask of epoch " INT64_FORMAT " owned key group %d",
+				 ms->base.job_id, args->epoch, ms->kg_lo + i);
+	return PointerGetDatum(construct_array(from, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * Bring the map from the rows, each key group's state as of its fold
+ * (replay_from), to the state at epoch: the redo after that fold up to
+ * epoch, in epoch order, put or deleted as a record's change would be, so
+ * that the keys enter the changed set with their rows' values as undo and
+ * the next fold writes them (docs/ARCHITECTURE.md, "The memory backend's
+ * tables").  Their redo is written already: the keys are not dirty, and
+ * logged (a delete of one must reach the redo).
+ */
+static void
+replay_redo(MemoryState *ms, const StateOpenArgs *args)
+{
+	Oid			types[5] = {INT8OID, INT8OID, INT4OID, INT4OID, INT8ARRAYOID};
+	Datum		values[5];
+	CatalogAccess access;
+	Portal		portal;
+	MemoryContext fetch_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory redo replay",
+													 ALLOCSET_DEFAULT_SIZES);
+
+	values[0] = Int64GetDatum(ms->base.job_id);
+	values[1] = Int64GetDatum(args->epoch);
+	values[2] = Int32GetDatum(ms->kg_lo);
+	values[3] = Int32GetDatum(ms->kg_hi);
+	values[4] = replay_from(ms, args);
+	catalog_enter(&access);
+	portal = SPI_cursor_open_with_args(NULL,
+									   "SELECT keys, new_values FROM mailer.memory_redo "
+									   "WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.<=) $2 "
+									   "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
+									   "AND epoch OPERATOR(pg_catalog.>) $5[key_group OPERATOR(pg_catalog.-) $3 OPERATOR(pg_catalog.+) 1] "
+									   "ORDER BY epoch",
+									   5, types, values, NULL, false, 0);
+	for (;;)
+	{
+		MemoryContext old_ctx;
+
+		/* rows of up to a page each */
+		SPI_cursor_fetch(portal, true, REPLAY_CHUNK);
+		if (SPI_processed == 0)
+			break;
+		old_ctx = MemoryContextSwitchTo(fetch_ctx);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			Datum	   *keys;
+			Datum	   *vals;
+			bool	   *knulls;
+			bool	   *absent;
+			int			nk;
+			int			nv;
+
+			deconstruct_array(DatumGetArrayTypeP(catalog_value(r, 1, NULL)), BYTEAOID, -1, false,
+							  TYPALIGN_INT, &keys, &knulls, &nk);
+			deconstruct_array(DatumGetArrayTypeP(catalog_value(r, 2, NULL)), BYTEAOID, -1, false,
+							  TYPALIGN_INT, &vals, &absent, &nv);
+			if (nk != nv)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("a redo row of job " INT64_FORMAT " has %d keys and %d values",
+								ms->base.job_id, nk, nv),
+						 errhint("Restore the job to an epoch before the damage, or drop it.")));
+			for (int i = 0; i < nk; i++)
+			{
+				bytea	   *k;
+				int			g;
+
+				if (knulls[i])
+					ereport(ERROR,
+							(errcode(ERRCODE_DATA_CORRUPTED),
+							 errmsg("a redo row of job " INT64_FORMAT " has a NULL key", ms->base.job_id),
+							 errhint("Restore the job to an epoch before the damage, or drop it.")));
+				k = DatumGetByteaPP(keys[i]);
+				g = key_group(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k));
+				/* the key_group column routed it here: the key must agree, as a row's must */
+				if (g < ms->kg_lo || g >= ms->kg_hi)
+					ereport(ERROR,
+							(errcode(ERRCODE_DATA_CORRUPTED),
+							 errmsg("the memory state of job " INT64_FORMAT " holds a redo key of key group %d in the rows of key groups %d to %d",
+									ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
+							 errhint("Restore the job to an epoch before the damage, or drop it.")));
+				if (absent[i])
+					mem_delete(&ms->base, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k));
+				else
+				{
+					bytea	   *v = DatumGetByteaPP(vals[i]);
+
+					mem_put(&ms->base, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k), VARDATA_ANY(v),
+							VARSIZE_ANY_EXHDR(v));
+				}
+			}
+			CHECK_FOR_INTERRUPTS();
+		}
+		SPI_freetuptable(SPI_tuptable);
+		MemoryContextSwitchTo(old_ctx);
+		MemoryContextReset(fetch_ctx);
+	}
+	SPI_cursor_close(portal);
+	catalog_leave(&access);
+	MemoryContextDelete(fetch_ctx);
+	for (int64 i = 0; i < ms->ndirty; i++)
+	{
+		ChangedKey *ck = changed_lookup_hash(ms->changed, ms->dirty[i].key, ms->dirty[i].hash);
+
+		ck->dirty = false;
+		ck->logged = true;
+	}
+	ms->ndirty = 0;
+}
+
+/*
  * The subtask's key groups are all it rewinds and loads, whatever the
  * parallelism the epoch was taken at: the tables hold every subtask's
  * rows, so a rescale needs nothing more.
@@ -614,6 +859,8 @@ state_memory_open(const StateOpenArgs *args)
 	ms->key_groups = args->key_groups;
 	ms->kg_lo = args->kg_lo;
 	ms->kg_hi = args->kg_hi;
+	ms->subtask = args->subtask;
+	ms->parallelism = Max(args->parallelism, 1);
 	ms->key_group_of = args->key_group_of;
 	ms->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory state", ALLOCSET_DEFAULT_SIZES);
 	ms->changed_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
@@ -630,6 +877,10 @@ state_memory_open(const StateOpenArgs *args)
 	SPI_connect();
 	rewind_rows(ms, args->epoch);
 	load_rows(ms);
+	if (args->epoch > 0)
+		replay_redo(ms, args);
+	/* so that every checkpoint's reference names a fold of this worker's (state_ref) */
+	ms->fold_next = true;
 	SPI_finish();
 	return &ms->base;
 }
@@ -667,9 +918,23 @@ note_changed(MemoryState *ms, StateKey k, uint32 hash, SkipNode *x, bool *first)
 		ck->existed = false;
 		ck->old = NULL;
 		ck->oldlen = 0;
+		ck->logged = false;
 		ItemPointerSetInvalid(&ck->tid);
 	}
 	ck->node = x;
+	if (!found || !ck->dirty)
+	{
+		if (ms->ndirty == ms->maxdirty)
+		{
+			ms->maxdirty = Max(1024, ms->maxdirty * 2);
+			ms->dirty = ms->dirty ? repalloc_huge(ms->dirty, sizeof(DirtyKey) * ms->maxdirty)
+				: MemoryContextAllocHuge(ms->ctx, sizeof(DirtyKey) * ms->maxdirty);
+		}
+		ms->dirty[ms->ndirty].key = ck->key;
+		ms->dirty[ms->ndirty].hash = hash;
+		ms->ndirty++;
+	}
+	ck->dirty = true;
 	*first = !found;
 	return ck;
 }
@@ -691,6 +956,8 @@ mem_put(StateBackend *backend, const char *key, int klen, const char *val, int v
 		if (x)
 			ck->tid = x->tid;
 		ck->node = map_put(ms, x, key, klen, hash, val, vlen, &ck->old, &ck->oldlen);
+		if (ck->old)
+			ms->held += ck->oldlen;
 	}
 	else
 		ck->node = map_put(ms, x, key, klen, hash, val, vlen, NULL, NULL);
@@ -730,6 +997,7 @@ mem_delete(StateBackend *backend, const char *key, int klen)
 		ck->old = x->val;
 		ck->oldlen = x->vlen;
 		ck->tid = x->tid;
+		ms->held += x->vlen;
 	}
 	else
 	{
@@ -892,32 +1160,36 @@ chunk_add(MemoryState *ms, WriteChunk *w, ChangedKey *ck, SkipNode *x, int group
 		flush_chunk(ms, w);
 }
 
-/* Where a checkpoint's undo rows go: memory_rows, or SQL when it is NULL. */
-typedef struct UndoTarget
+/* Where a checkpoint's undo or redo rows go: memory_rows, or SQL when it is NULL. */
+typedef struct PackedTarget
 {
 	MemoryState *ms;
 	MemoryRows *mr;
 	int64		epoch;
-} UndoTarget;
+	bool		redo;
+} PackedTarget;
 
 static void
-write_undo_row(void *arg, int group, Datum keys, Datum olds)
+write_packed_row(void *arg, int group, Datum keys, Datum vals)
 {
-	UndoTarget *t = arg;
+	PackedTarget *t = arg;
 	Oid			types[5] = {INT8OID, INT8OID, INT4OID, BYTEAARRAYOID, BYTEAARRAYOID};
 	Datum		values[5];
 
 	if (t->mr)
 	{
-		memory_rows_undo(t->mr, t->epoch, group, keys, olds);
+		memory_rows_packed(t->mr, t->redo, t->epoch, group, keys, vals);
 		return;
 	}
 	values[0] = Int64GetDatum(t->ms->base.job_id);
 	values[1] = Int64GetDatum(t->epoch);
 	values[2] = Int32GetDatum(group);
 	values[3] = keys;
-	values[4] = olds;
-	catalog_exec("INSERT INTO mailer.memory_undo (job_id, epoch, key_group, keys, old_values) "
+	values[4] = vals;
+	catalog_exec(t->redo
+				 ? "INSERT INTO mailer.memory_redo (job_id, epoch, key_group, keys, new_values) "
+				 "VALUES ($1, $2, $3, $4, $5)"
+				 : "INSERT INTO mailer.memory_undo (job_id, epoch, key_group, keys, old_values) "
 				 "VALUES ($1, $2, $3, $4, $5)",
 				 5, types, values, NULL, false);
 }
@@ -1044,72 +1316,154 @@ free_old(MemoryState *ms, ChangedKey *ck)
 	if (ck->old)
 	{
 		ms->bytes -= ck->oldlen;
+		ms->held -= ck->oldlen;
 		pfree(ck->old);
 		ck->old = NULL;
 	}
 }
 
+/* The key's key group, which must be one of this subtask's. */
+static int
+owned_key_group(MemoryState *ms, ChangedKey *ck)
+{
+	int			group = key_group(ms, ck->key.data, ck->key.len);
+
+	/* a row of another subtask's key group would be lost at its open */
+	if (group < ms->kg_lo || group >= ms->kg_hi)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("a key of key group %d was changed in the memory state of key groups %d to %d of job " INT64_FORMAT,
+						group, ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
+	return group;
+}
+
 /*
- * Write the changed keys and their undo as epoch's (inside its
- * transaction).  A key put back to the value it had, or added and deleted
- * again, changed nothing and is not written.  The undo values are freed
- * as they are written: an error here ends the worker, which reopens the
- * state of the last committed epoch, so no checkpoint is retried with this
- * changed-key set.
+ * Whether the checkpoint at epoch folds: the first after the open, and one
+ * in mailer.memory_fold_checkpoints, the subtasks of a parallel job each
+ * at another epoch of the N (so that their folds' longer checkpoints do
+ * not fall together); or sooner, when what the changed set holds (the
+ * keys' old values, and its entries: a key put and deleted again between
+ * folds keeps one) passes half the state's size and FOLD_HELD_MIN.
+ */
+static bool
+fold_due(MemoryState *ms, int64 epoch)
+{
+	int			n = mailer_memory_fold_checkpoints;
+	int64		holds = ms->held + (int64) MemoryContextMemAllocated(ms->changed_ctx, true) +
+		(int64) ms->changed->members * (int64) sizeof(ChangedKey);
+
+	return ms->fold_next || (epoch + (int64) ms->subtask * n / ms->parallelism) % n == 0 ||
+		holds > Max((int64) FOLD_HELD_MIN, (ms->bytes - ms->held) / 2);
+}
+
+/* Remember a fold of this worker's, for the redo's cleanup (mem_committed). */
+static void
+note_fold(MemoryState *ms, int64 epoch)
+{
+	if (ms->nfolds == ms->maxfolds)
+	{
+		ms->maxfolds = Max(16, ms->maxfolds * 2);
+		ms->folds = ms->folds ? repalloc(ms->folds, sizeof(int64) * ms->maxfolds)
+			: MemoryContextAlloc(ms->ctx, sizeof(int64) * ms->maxfolds);
+	}
+	ms->folds[ms->nfolds++] = epoch;
+	ms->last_fold = epoch;
+	ms->fold_next = false;
+}
+
+/*
+ * The redo of epoch: each key changed since the last checkpoint with its
+ * value now (absent: deleted), packed into rows of a key group each as
+ * the undo is.  Returns the rows written.
+ */
+static int64
+write_redo(MemoryState *ms, MemoryRows *mr, int64 epoch)
+{
+	RowWrite   *dirty;
+	int64		n = ms->ndirty;
+	int64		ndrop;
+	PackedTarget target = {ms, mr, epoch, true};
+	UndoPacker *packer;
+	int64		rows;
+
+	dirty = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(RowWrite) * Max(n, 1));
+	for (int64 i = 0; i < n; i++)
+	{
+		ChangedKey *ck = changed_lookup_hash(ms->changed, ms->dirty[i].key, ms->dirty[i].hash);
+
+		Assert(ck != NULL && ck->dirty);
+		dirty[i].ck = ck;
+		dirty[i].x = ck->node;
+		dirty[i].group = owned_key_group(ms, ck);
+	}
+	sort_undo_order(dirty, n);
+	packer = undo_packer_create(write_packed_row, &target);
+	for (int64 i = 0; i < n; i++)
+	{
+		SkipNode   *x = dirty[i].x;
+
+		dirty[i].ck->dirty = false;
+		/* put and deleted again since this checkpoint's last: nothing to replay */
+		if (x == NULL && !dirty[i].ck->existed && !dirty[i].ck->logged)
+			continue;
+		undo_packer_add(packer, dirty[i].group, dirty[i].ck->key.data, dirty[i].ck->key.len,
+						x ? x->val : NULL, x ? x->vlen : 0);
+		dirty[i].ck->logged = true;
+	}
+	rows = undo_packer_finish(packer);
+
+	/*
+	 * A key that had no row and is gone again (a window put and purged since
+	 * the last fold) is nothing to the fold: with its delete in the redo, it
+	 * leaves the changed set, which then holds about the live keys, not
+	 * every key of the folds' interval.  Last: a delete moves the set's
+	 * entries.
+	 */
+	ndrop = 0;
+	for (int64 i = 0; i < n; i++)
+		if (dirty[i].x == NULL && !dirty[i].ck->existed)
+			ms->dirty[ndrop++].key = dirty[i].ck->key;	/* its copy stays until the fold */
+	for (int64 i = 0; i < ndrop; i++)
+		changed_delete(ms->changed, ms->dirty[i].key);
+	ms->ndirty = 0;
+	pfree(dirty);
+	return rows;
+}
+
+/*
+ * Fold: write the keys changed since the last fold and their undo as
+ * epoch's (inside its transaction).  A key put back to the value it had,
+ * or added and deleted again, changed nothing and is not written.  The
+ * undo values are freed as they are written: an error here ends the
+ * worker, which reopens the state of the last committed epoch, so no
+ * checkpoint is retried with this changed-key set.
  *
  * The undo goes first, packed into rows of a key group each
  * (memory_undo.h).  A key that existed has its row updated (or deleted) at
  * its address, a new key's row is inserted, both at the heap level
  * (memory_rows.h), SQL writing what that could not.
  */
-static char *
-mem_checkpoint(StateBackend *backend, int64 epoch)
+static void
+fold(MemoryState *ms, MemoryRows *mr, int64 epoch, MemoryRowsCounts *counts)
 {
-	MemoryState *ms = (MemoryState *) backend;
 	changed_iterator iter;
 	ChangedKey *ck;
 	WriteChunk *w = palloc(sizeof(WriteChunk));
 	RowWrite   *writes;
 	int64		nwrites = 0;
 	int64		by_sql = 0;
-	MemoryRows *mr;
-	MemoryRowsCounts counts = {0};
-	RelFileNode node;
-	UndoTarget	undo;
+	PackedTarget undo = {ms, mr, epoch, false};
 	UndoPacker *packer;
 
 	w->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory checkpoint", ALLOCSET_DEFAULT_SIZES);
 	w->nput = w->ndel = 0;
 	w->bytes = 0;
-	SPI_connect();
-	if (ms->changed->members == 0)
-	{
-		/* nothing to write: not even the tables to open */
-		TEST_POINT("memory_checkpoint_written");
-		SPI_finish();
-		MemoryContextDelete(w->ctx);
-		pfree(w);
-		return pstrdup("memory_state");
-	}
-	mr = memory_rows_begin(ms->ext_oid, ms->base.job_id, &node);
-	if (!RelFileNodeEquals(node, ms->node))
-	{
-		find_rows(ms);
-		ms->node = node;
-		ms->freed.n = 0;
-		ms->undo_freed.n = 0;
-	}
-	if (mr)
-		memory_rows_reuse(mr, &ms->freed, &ms->undo_freed);
-	else
-		ms->freed.n = ms->undo_freed.n = 0;
 	/* 24 bytes a key: past 1 GB at about 45 million changed keys */
 	writes = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(RowWrite) * Max(ms->changed->members, 1));
 	changed_start_iterate(ms->changed, &iter);
 	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
 	{
 		SkipNode   *x = ck->node;
-		int			group;
 
 		if (x ? (ck->existed && ck->oldlen == x->vlen && memcmp(ck->old, x->val, x->vlen) == 0)
 			: !ck->existed)
@@ -1120,24 +1474,14 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 			free_old(ms, ck);
 			continue;
 		}
-		group = key_group(ms, ck->key.data, ck->key.len);
-		/* a row of another subtask's key group would be lost at its open */
-		if (group < ms->kg_lo || group >= ms->kg_hi)
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("a key of key group %d was changed in the memory state of key groups %d to %d of job " INT64_FORMAT,
-							group, ms->kg_lo, ms->kg_hi - 1, ms->base.job_id)));
 		writes[nwrites].ck = ck;
 		writes[nwrites].x = x;
 		writes[nwrites].order = ck->existed ? address_order(&ck->tid) : NEW_ROW;
-		writes[nwrites].group = group;
+		writes[nwrites].group = owned_key_group(ms, ck);
 		nwrites++;
 	}
 	sort_undo_order(writes, nwrites);
-	undo.ms = ms;
-	undo.mr = mr;
-	undo.epoch = epoch;
-	packer = undo_packer_create(write_undo_row, &undo);
+	packer = undo_packer_create(write_packed_row, &undo);
 	for (int64 i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
@@ -1175,21 +1519,75 @@ mem_checkpoint(StateBackend *backend, int64 epoch)
 		}
 	}
 	if (mr)
-		memory_rows_end(mr, &counts);
+		memory_rows_end(mr, counts);
 	flush_chunk(ms, w);
 	pfree(writes);
 	/* what went which way: tests read it (159, 160) */
 	elog(DEBUG1, "mailer memory checkpoint of job " INT64_FORMAT " epoch " INT64_FORMAT ": "
 		 INT64_FORMAT " rows updated at their address (" INT64_FORMAT " HOT), " INT64_FORMAT
 		 " deleted at their address, " INT64_FORMAT " inserted, " INT64_FORMAT " written by SQL",
-		 ms->base.job_id, epoch, counts.updated, counts.hot, counts.deleted, counts.inserted, by_sql);
-	TEST_POINT("memory_checkpoint_written");
-	SPI_finish();
+		 ms->base.job_id, epoch, counts->updated, counts->hot, counts->deleted, counts->inserted, by_sql);
 	MemoryContextDelete(w->ctx);
 	pfree(w);
 	changed_reset(ms->changed);
 	MemoryContextReset(ms->changed_ctx);
-	return pstrdup("memory_state");
+	ms->ndirty = 0;
+	note_fold(ms, epoch);
+}
+
+/*
+ * A checkpoint writes the redo of the keys changed since the last one, or
+ * folds (docs/ARCHITECTURE.md, "The memory backend's tables"): in the
+ * checkpoint's transaction.
+ */
+static char *
+mem_checkpoint(StateBackend *backend, int64 epoch, bool final)
+{
+	MemoryState *ms = (MemoryState *) backend;
+	MemoryRows *mr;
+	MemoryRowsCounts counts = {0};
+	RelFileNode node;
+	bool		folds = final || fold_due(ms, epoch);
+
+	SPI_connect();
+	if (folds ? ms->changed->members == 0 : ms->ndirty == 0)
+	{
+		/* nothing to write: not even the tables to open (a fold of no change leaves the rows as they are) */
+		if (folds)
+			note_fold(ms, epoch);
+		TEST_POINT(folds ? "memory_fold_written" : "memory_redo_written");
+		TEST_POINT("memory_checkpoint_written");
+		SPI_finish();
+		return state_ref(ms);
+	}
+	mr = memory_rows_begin(ms->ext_oid, ms->base.job_id, &node);
+	if (!RelFileNodeEquals(node, ms->node))
+	{
+		find_rows(ms);
+		ms->node = node;
+		ms->freed.n = 0;
+		ms->undo_freed.n = 0;
+	}
+	if (mr)
+		memory_rows_reuse(mr, &ms->freed, &ms->undo_freed);
+	else
+		ms->freed.n = ms->undo_freed.n = 0;
+	/*
+	 * A fold's epoch needs no redo: an open at or after it starts from its
+	 * rows, one before it rewinds them.
+	 */
+	if (folds)
+		fold(ms, mr, epoch, &counts);
+	else
+	{
+		ms->redo_written += write_redo(ms, mr, epoch);
+		if (mr)
+			memory_rows_end(mr, &counts);
+	}
+	TEST_POINT(folds ? "memory_fold_written" : "memory_redo_written");
+	TEST_POINT("memory_checkpoint_written");
+	SPI_finish();
+	return state_ref(ms);
 }
 
 /* The pages a cleanup slice deleted undo rows on (an int8[]), for the next checkpoint to reuse. */
@@ -1209,33 +1607,32 @@ note_undo_pages(MemoryState *ms, Datum pages, bool isnull)
 }
 
 /*
- * Delete the undo no retained epoch needs: a rewind to keep_from or later
- * reads only the undo of epochs after keep_from.  A slice of rows per
- * transaction, so that the undo of a large first checkpoint is no one huge
- * statement; a stop in between leaves undo that the next call deletes.
- *
- * This runs in the batch loop, so a call deletes about what the checkpoints
- * wrote since the last one and a few slices more: a backlog (the undo of a
- * checkpoint that rewrote every key) goes over the next checkpoints
- * instead of stopping the input meanwhile.  Each slice starts at the epoch
- * the one before ended in, not at the start of the index, where the
- * entries of the rows deleted may not be dead yet to an old snapshot.
+ * Delete a packed table's rows (memory_undo or memory_redo) of epochs up
+ * to upto, from *resume on, a slice of rows per transaction, so that the
+ * rows of a large first checkpoint are no one huge statement; a stop in
+ * between leaves rows that the next call deletes.  *budget is what this
+ * call may still delete.  Each slice starts at the epoch the one before
+ * ended in, not at the start of the index, where the entries of the rows
+ * deleted may not be dead yet to an old snapshot.  true: all are gone.
  */
-static void
-mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *keep, int nkeep)
+static bool
+clean_packed(MemoryState *ms, const char *table, int64 upto, int64 *resume, int64 *budget)
 {
-	MemoryState *ms = (MemoryState *) backend;
 	Oid			types[6] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT8OID};
 	Datum		values[6];
-	int64		budget = ms->undo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
+	bool		undo = strcmp(table, "memory_undo") == 0;
+	char	   *sql = psprintf("WITH d AS (DELETE FROM mailer.%s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+							   "  SELECT ctid FROM mailer.%s WHERE job_id OPERATOR(pg_catalog.=) $1 "
+							   "  AND epoch OPERATOR(pg_catalog.>=) $6 AND epoch OPERATOR(pg_catalog.<=) $2 "
+							   "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
+							   "  ORDER BY epoch LIMIT $5)) "
+							   "  RETURNING epoch, ((ctid::pg_catalog.text)::pg_catalog.point)[0]::pg_catalog.int8 AS page) "
+							   "SELECT pg_catalog.count(*), pg_catalog.max(epoch), "
+							   "  pg_catalog.array_agg(DISTINCT page ORDER BY page) FROM d",
+							   table, table);
 
-	/* A rewind to the oldest retained cut reads the undo of every epoch after it. */
-	if (nkeep > 0 && keep[0] < keep_from)
-		keep_from = keep[0];
-	if (keep_from <= ms->cleaned_to)
-		return;
 	values[0] = Int64GetDatum(ms->base.job_id);
-	values[1] = Int64GetDatum(keep_from);
+	values[1] = Int64GetDatum(upto);
 	values[2] = Int32GetDatum(ms->kg_lo);
 	values[3] = Int32GetDatum(ms->kg_hi);
 	values[4] = Int32GetDatum(CLEAN_SLICE);
@@ -1252,44 +1649,92 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *
 		/*
 		 * Each slice is its own transaction: as checkpoint_begin, keep a
 		 * DROP EXTENSION waiting, or see it done, so that a worker of a
-		 * dropped installation never deletes the undo of a new one's job
+		 * dropped installation never deletes the rows of a new one's job
 		 * of the same id.  The checkpoint after stops the worker.
 		 */
 		if (!catalog_lock_extension(ms->ext_oid))
 		{
 			work_xact_end();
-			return;
+			pfree(sql);
+			return false;
 		}
-		values[5] = Int64GetDatum(ms->clean_epoch);
+		values[5] = Int64GetDatum(*resume);
 		SPI_connect();
-		catalog_exec("WITH d AS (DELETE FROM mailer.memory_undo WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-					 "  SELECT ctid FROM mailer.memory_undo WHERE job_id OPERATOR(pg_catalog.=) $1 "
-					 "  AND epoch OPERATOR(pg_catalog.>=) $6 AND epoch OPERATOR(pg_catalog.<=) $2 "
-					 "  AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-					 "  ORDER BY epoch LIMIT $5)) "
-					 "  RETURNING epoch, ((ctid::pg_catalog.text)::pg_catalog.point)[0]::pg_catalog.int8 AS page) "
-					 "SELECT pg_catalog.count(*), pg_catalog.max(epoch), "
-					 "  pg_catalog.array_agg(DISTINCT page ORDER BY page) FROM d",
-					 6, types, values, NULL, false);
+		catalog_exec(sql, 6, types, values, NULL, false);
 		deleted = (uint64) DatumGetInt64(catalog_value(0, 1, NULL));
 		last = catalog_value(0, 2, &isnull);
 		pages = catalog_value(0, 3, &pages_null);
-		note_undo_pages(ms, pages, pages_null);
-		/* a stop here loses the slice, never a needed undo row */
-		TEST_POINT("memory_undo_cleanup");
+		/* the undo's pages are reused by the next checkpoint; the redo's, by vacuum */
+		if (undo)
+			note_undo_pages(ms, pages, pages_null);
+		/* a stop here loses the slice, never a needed row */
+		TEST_POINT(undo ? "memory_undo_cleanup" : "memory_redo_cleanup");
 		SPI_finish();
 		work_xact_end();
 		if (deleted < CLEAN_SLICE)
 			break;
 		/* the slice's last epoch may have rows left: start there */
-		ms->clean_epoch = DatumGetInt64(last);
-		budget -= deleted;
-		if (budget <= 0)
-			return;				/* carry on at the next checkpoint */
+		*resume = DatumGetInt64(last);
+		*budget -= deleted;
+		if (*budget <= 0)
+		{
+			pfree(sql);
+			return false;		/* carry on at the next checkpoint */
+		}
 	}
-	ms->cleaned_to = keep_from;
-	ms->clean_epoch = keep_from + 1;
-	ms->undo_written = 0;
+	pfree(sql);
+	return true;
+}
+
+/*
+ * Delete the undo and redo no retained epoch needs.  A rewind to keep_from
+ * or later reads only the undo of epochs after keep_from, and replays the
+ * redo after the newest fold at or before it: the redo up to this
+ * worker's newest fold at or before keep_from goes (an open's replay
+ * reads from the fold it rewound to on, and before this worker's first
+ * fold it cannot know that fold).
+ *
+ * This runs in the batch loop, so a call deletes about what the checkpoints
+ * wrote since the last one and a few slices more: a backlog (the undo of a
+ * checkpoint that rewrote every key) goes over the next checkpoints
+ * instead of stopping the input meanwhile.
+ */
+static void
+mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *keep, int nkeep)
+{
+	MemoryState *ms = (MemoryState *) backend;
+	int			past = 0;
+
+	/* A rewind to the oldest retained cut reads the undo of every epoch after it. */
+	if (nkeep > 0 && keep[0] < keep_from)
+		keep_from = keep[0];
+	while (past < ms->nfolds && ms->folds[past] <= keep_from)
+		ms->redo_clean_to = ms->folds[past++];
+	if (past > 0)
+	{
+		memmove(ms->folds, ms->folds + past, sizeof(int64) * (ms->nfolds - past));
+		ms->nfolds -= past;
+	}
+	if (keep_from > ms->cleaned_to)
+	{
+		int64		budget = ms->undo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
+
+		if (!clean_packed(ms, "memory_undo", keep_from, &ms->clean_epoch, &budget))
+			return;
+		ms->cleaned_to = keep_from;
+		ms->clean_epoch = keep_from + 1;
+		ms->undo_written = 0;
+	}
+	if (ms->redo_clean_to > ms->redo_cleaned_to)
+	{
+		int64		budget = ms->redo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
+
+		if (!clean_packed(ms, "memory_redo", ms->redo_clean_to, &ms->redo_clean_epoch, &budget))
+			return;
+		ms->redo_cleaned_to = ms->redo_clean_to;
+		ms->redo_clean_epoch = ms->redo_clean_to + 1;
+		ms->redo_written = 0;
+	}
 }
 
 /*

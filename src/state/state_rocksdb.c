@@ -1249,7 +1249,7 @@ ingest_pending(RocksState *rs, int64 epoch)
 }
 
 static char *
-rocks_checkpoint(StateBackend *backend, int64 epoch)
+rocks_checkpoint(StateBackend *backend, int64 epoch, bool final)
 {
 	RocksState *rs = (RocksState *) backend;
 	char	   *name = psprintf("ckpt-" INT64_FORMAT, epoch);

@@ -25,6 +25,8 @@ use MailerTest;
 use Test::More;
 
 mailer_node('t119', "wal_level = logical\n");
+# Each checkpoint folds: the rows' heap-level updates and deletes are what this checks.
+setting_until_exit('mailer.memory_fold_checkpoints', 1);
 my $BATCH = 500;
 my $topic = orders_topic('119', 1, 20 * $BATCH, 100);
 # The worker connects as this role: its checkpoints log what they wrote.
@@ -34,8 +36,8 @@ psql("SELECT pg_create_logical_replication_slot('t119', 'test_decoding')");
 
 is(psql("SELECT string_agg(relname || '=' || relreplident::text, ',' ORDER BY relname) FROM pg_class "
 		. "WHERE relnamespace = 'mailer'::regnamespace "
-		. "AND relname IN ('dead_letters', 'memory_state', 'memory_undo')"),
-	'dead_letters=f,memory_state=f,memory_undo=f', 'the tables without a primary key have replica identity FULL');
+		. "AND relname IN ('dead_letters', 'memory_state', 'memory_undo', 'memory_redo')"),
+	'dead_letters=f,memory_redo=f,memory_state=f,memory_undo=f', 'the tables without a primary key have replica identity FULL');
 
 my $job_id = totals_job('t119_totals', $topic, backend => 'memory', interval => '50 milliseconds', retain => 10);
 my $feed = orders_feed('orders_119', $topic, 't119_totals', 't119_totals', $BATCH);

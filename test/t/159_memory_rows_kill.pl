@@ -23,6 +23,8 @@ use Test::More;
 my $BATCH = 1000;
 my $topic = orders_topic('159', 1, 15 * $BATCH, 400);
 test_point_release();
+# Each checkpoint folds (writes the rows): the heap-level writes are what this counts.
+setting_until_exit('mailer.memory_fold_checkpoints', 1);
 # The worker connects as this role: its checkpoints log what they wrote.
 psql("ALTER ROLE CURRENT_USER SET log_min_messages = 'debug1'");
 my $job_id = totals_job('t159_totals', $topic, backend => 'memory', interval => '50 milliseconds', retain => 30);

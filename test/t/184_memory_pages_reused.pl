@@ -27,6 +27,8 @@ use MailerTest;
 use Test::More;
 
 fresh_extension();
+# Each checkpoint folds, so that each wave's windows are written as rows and deleted.
+setting_until_exit('mailer.memory_fold_checkpoints', 1);
 
 my $topic = unique_name('t184');
 my $job = 'pages_reused';

@@ -67,8 +67,12 @@ cmp_ok(psql("SELECT max((positions->>'next')::bigint) FROM mailer.checkpoints WH
 my ($oldest, $newest) = split /\|/,
 	psql("SELECT min(epoch), max(epoch) FROM mailer.checkpoints WHERE job_id = $job_id AND subtask = 0");
 cmp_ok($newest - $oldest, '>=', 10, "epochs $oldest to $newest retained");
+# an epoch writes redo, or folds (one checkpoint in
+# mailer.memory_fold_checkpoints, and the first of each worker): the rows' undo
+cmp_ok(psql("SELECT count(DISTINCT epoch) FROM mailer.memory_redo WHERE job_id = $job_id AND epoch > $oldest"),
+	'>=', 10, 'the redo of the epochs after the oldest retained one is there');
 cmp_ok(psql("SELECT count(DISTINCT epoch) FROM mailer.memory_undo WHERE job_id = $job_id AND epoch > $oldest"),
-	'>=', 10, 'the undo of the epochs after the oldest retained one is there');
+	'>=', 1, 'and the undo of the folds after it');
 is(psql("SELECT mailer.restore_job('t118_mem', $oldest)"), $oldest, "restore_job to epoch $oldest");
 psql("SELECT mailer.start_job('t118_mem')");
 wait_for_sql('the restored job checkpoints', "SELECT ($max_epoch) > $oldest", 't', 60);

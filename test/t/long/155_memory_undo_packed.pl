@@ -60,8 +60,11 @@ sub restore
 	cmp_ok(psql("SELECT max((positions->>'next')::bigint) FROM mailer.checkpoints WHERE job_id = $job_id"),
 		'<', $events, "$name: stopped before the end");
 	my $epoch = psql("SELECT min(epoch) + $plus FROM mailer.checkpoints WHERE job_id = $job_id");
+	# an epoch writes redo, or folds: the rows' undo
+	cmp_ok(psql("SELECT count(DISTINCT epoch) FROM mailer.memory_redo WHERE job_id = $job_id AND epoch > $epoch"),
+		'>=', 5, "$name: the redo of several epochs after $epoch is there");
 	cmp_ok(psql("SELECT count(DISTINCT epoch) FROM mailer.memory_undo WHERE job_id = $job_id AND epoch > $epoch"),
-		'>=', 5, "$name: the undo of several epochs after $epoch is there");
+		'>=', 1, "$name: and the undo of a fold after it");
 	is(psql("SELECT mailer.restore_job('$name', $epoch)"), $epoch, "$name: restore_job to epoch $epoch");
 	psql("SELECT mailer.start_job('$name')");
 	wait_for_sql("$name: the restored job checkpoints", "SELECT (" . epochs($job_id) . ") > $epoch", 't', 60);

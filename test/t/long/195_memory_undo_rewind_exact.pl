@@ -17,6 +17,8 @@ use Test::More;
 
 fresh_extension();
 test_point_release();
+# Each checkpoint folds: the rows at an epoch are then the state at it (221 tests the replay).
+setting_until_exit('mailer.memory_fold_checkpoints', 1);
 psql(<<'SQL');
 DROP TABLE IF EXISTS t195_win, t195_agg, t195_snap, t195_sql, t195_par;
 CREATE TABLE t195_win (customer_id text, window_start timestamptz, window_end timestamptz,

@@ -1,6 +1,7 @@
 # A crash in the middle of the memory backend's rewind of packed undo
 # (restore_job to an old retained epoch): the worker is killed (SIGKILL),
-# then the server stopped immediately, while the rewind statement runs.
+# then the server stopped immediately, held at the end of the rewind's
+# statements (test point memory_state_rewound), before it commits.
 # The rewind rolls back and the next open does it again: at the first
 # checkpoint after it the job's rows equal those of the epoch restored,
 # and no undo after it is left.  Before each start, memory_state's
@@ -53,18 +54,14 @@ for my $how ('SIGKILL to the worker', 'immediate stop of the server')
 	psql("UPDATE pg_class SET reltuples = 0, "
 		. "relpages = greatest(1, pg_relation_size(oid) / current_setting('block_size')::int) "
 		. "WHERE oid = 'mailer.memory_state'::regclass");
-	my $from0 = test_point_hold('worker_before_open_state');
+	# held at the end of the rewind's statements, not committed
+	my $from0 = test_point_hold('memory_state_rewound', 'checkpoint_after_ext_check');
 	psql("SELECT mailer.start_job('t196_win')");
-	my $pid = test_point_wait_reached('worker_before_open_state', $from0, 60);
-	test_point_release();
-	# the rewind: the worker's open holds memory_undo until it commits
-	wait_until('the worker rewinding', sub {
-		psql("SELECT count(*) FROM pg_locks WHERE pid = $pid AND relation = 'mailer.memory_undo'::regclass") > 0 }, 30);
-	select(undef, undef, undef, 0.2);
+	my $pid = test_point_wait_reached('memory_state_rewound', $from0, 60);
 	my $undo_left = psql("SELECT count(*) FROM mailer.memory_undo WHERE job_id = $job_id AND epoch > $e");
 	cmp_ok($undo_left, '>', 0, "$how: the rewind has not committed yet ($undo_left undo rows after $e)");
-	# the next open rewinds again; its first checkpoint is held
-	my $from = test_point_hold('checkpoint_after_ext_check');
+	# the next open rewinds again, then its first checkpoint is held
+	my $from = pg_log_size();
 	if ($how =~ /SIGKILL/) { is(kill('KILL', $pid), 1, $how); }
 	else { pg_service('crash'); pass($how); }
 	if ($how =~ /immediate/)
@@ -75,6 +72,8 @@ for my $how ('SIGKILL to the worker', 'immediate stop of the server')
 	{
 		wait_server_ready(not_launcher => $launcher);
 	}
+	test_point_wait_reached('memory_state_rewound', $from, 120);
+	test_point_release('checkpoint_after_ext_check');
 	test_point_wait_reached('checkpoint_after_ext_check', $from, 120);
 	same_rows("SELECT key, md5(value) FROM mailer.memory_state WHERE job_id = $job_id",
 		"SELECT key, md5(value) FROM t196_snap", "after $how: every key's value is the one at $e");
