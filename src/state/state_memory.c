@@ -557,6 +557,24 @@ rewind_rows(MemoryState *ms, int64 epoch)
 	TEST_POINT("memory_state_rewound");
 }
 
+/*
+ * The key group of a key read back from the tables (a row, a redo entry):
+ * the key_group column routed it to this subtask, and the key must agree.
+ */
+static int
+stored_key_group(MemoryState *ms, const char *key, int klen)
+{
+	int			g = key_group(ms, key, klen);
+
+	if (g < ms->kg_lo || g >= ms->kg_hi)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("the memory state of job " INT64_FORMAT " holds a key of key group %d in the rows of key groups %d to %d",
+						ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
+				 errhint("Restore the job to an epoch before the damage, or drop it.")));
+	return g;
+}
+
 /* The columns of load_rows' statement. */
 #define Anum_load_key		1
 #define Anum_load_value		2
@@ -606,19 +624,12 @@ load_rows(MemoryState *ms)
 			bytea	   *v = DatumGetByteaPP(catalog_value(r, Anum_load_value, NULL));
 			const char *key = VARDATA_ANY(k);
 			int			klen = VARSIZE_ANY_EXHDR(k);
-			int			g = key_group(ms, key, klen);
 			StateKey	probe = {key, klen};
 			uint32		hash = state_key_hash(probe);
 			NodeEntry  *e;
 			SkipNode   *x;
 
-			/* the key_group column routed it here: the key must agree */
-			if (g < ms->kg_lo || g >= ms->kg_hi)
-				ereport(ERROR,
-						(errcode(ERRCODE_DATA_CORRUPTED),
-						 errmsg("the memory state of job " INT64_FORMAT " holds a key of key group %d in the rows of key groups %d to %d",
-								ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
-						 errhint("Restore the job to an epoch before the damage, or drop it.")));
+			(void) stored_key_group(ms, key, klen);
 			/* no index keeps a key to one row: the checkpoints do, and this checks them */
 			if ((e = nodes_lookup_hash(ms->nodes, probe, hash)) != NULL)
 			{
@@ -661,7 +672,7 @@ load_rows(MemoryState *ms)
 static char *
 state_ref(MemoryState *ms)
 {
-	Assert(ms->nfolds > 0 || ms->last_fold > 0);
+	Assert(ms->last_fold > 0);
 	return psprintf("memory_state fold " INT64_FORMAT, ms->last_fold);
 }
 
@@ -708,7 +719,6 @@ replay_from(MemoryState *ms, const StateOpenArgs *args)
 {
 	int			n = ms->kg_hi - ms->kg_lo;
 	Datum	   *from = palloc0(sizeof(Datum) * Max(n, 1));
-
 	bool	   *covered = palloc0(sizeof(bool) * Max(n, 1));
 
 	if (args->old_refs == NULL)
@@ -797,7 +807,6 @@ replay_redo(MemoryState *ms, const StateOpenArgs *args)
 			for (int i = 0; i < nk; i++)
 			{
 				bytea	   *k;
-				int			g;
 
 				if (knulls[i])
 					ereport(ERROR,
@@ -805,14 +814,7 @@ replay_redo(MemoryState *ms, const StateOpenArgs *args)
 							 errmsg("a redo row of job " INT64_FORMAT " has a NULL key", ms->base.job_id),
 							 errhint("Restore the job to an epoch before the damage, or drop it.")));
 				k = DatumGetByteaPP(keys[i]);
-				g = key_group(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k));
-				/* the key_group column routed it here: the key must agree, as a row's must */
-				if (g < ms->kg_lo || g >= ms->kg_hi)
-					ereport(ERROR,
-							(errcode(ERRCODE_DATA_CORRUPTED),
-							 errmsg("the memory state of job " INT64_FORMAT " holds a redo key of key group %d in the rows of key groups %d to %d",
-									ms->base.job_id, g, ms->kg_lo, ms->kg_hi - 1),
-							 errhint("Restore the job to an epoch before the damage, or drop it.")));
+				(void) stored_key_group(ms, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k));
 				if (absent[i])
 					mem_delete(&ms->base, VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k));
 				else
@@ -1607,7 +1609,7 @@ note_undo_pages(MemoryState *ms, Datum pages, bool isnull)
 }
 
 /*
- * Delete a packed table's rows (memory_undo or memory_redo) of epochs up
+ * Delete a packed table's rows (memory_undo, or memory_redo) of epochs up
  * to upto, from *resume on, a slice of rows per transaction, so that the
  * rows of a large first checkpoint are no one huge statement; a stop in
  * between leaves rows that the next call deletes.  *budget is what this
@@ -1616,11 +1618,11 @@ note_undo_pages(MemoryState *ms, Datum pages, bool isnull)
  * deleted may not be dead yet to an old snapshot.  true: all are gone.
  */
 static bool
-clean_packed(MemoryState *ms, const char *table, int64 upto, int64 *resume, int64 *budget)
+clean_packed(MemoryState *ms, bool undo, int64 upto, int64 *resume, int64 *budget)
 {
 	Oid			types[6] = {INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT8OID};
 	Datum		values[6];
-	bool		undo = strcmp(table, "memory_undo") == 0;
+	const char *table = undo ? "memory_undo" : "memory_redo";
 	char	   *sql = psprintf("WITH d AS (DELETE FROM mailer.%s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 							   "  SELECT ctid FROM mailer.%s WHERE job_id OPERATOR(pg_catalog.=) $1 "
 							   "  AND epoch OPERATOR(pg_catalog.>=) $6 AND epoch OPERATOR(pg_catalog.<=) $2 "
@@ -1719,7 +1721,7 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *
 	{
 		int64		budget = ms->undo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
 
-		if (!clean_packed(ms, "memory_undo", keep_from, &ms->clean_epoch, &budget))
+		if (!clean_packed(ms, true, keep_from, &ms->clean_epoch, &budget))
 			return;
 		ms->cleaned_to = keep_from;
 		ms->clean_epoch = keep_from + 1;
@@ -1729,7 +1731,7 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *
 	{
 		int64		budget = ms->redo_written + (int64) CLEAN_SLICES * CLEAN_SLICE;
 
-		if (!clean_packed(ms, "memory_redo", ms->redo_clean_to, &ms->redo_clean_epoch, &budget))
+		if (!clean_packed(ms, false, ms->redo_clean_to, &ms->redo_clean_epoch, &budget))
 			return;
 		ms->redo_cleaned_to = ms->redo_clean_to;
 		ms->redo_clean_epoch = ms->redo_clean_to + 1;
