@@ -19,7 +19,7 @@ push @EXPORT, qw(psql_as psql_fails_as kcat_produce_raw topic_offsets_by_key
   job_info job_metrics wait_job wait_job_state accounting_ok dead_letters
   job_state_dir pg_log_size pg_log_since memory_context_bytes as_cluster_owner drop_tables);
 # Test points (src/base/test_point.h): hold a process at a named step.
-push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release drop_roles
+push @EXPORT, qw(test_point_hold test_point_wait_reached test_point_release kill_held drop_roles
   stop_while_launcher_held fresh_topic seq_producer fresh_with_owner);
 # The memory backend's checkpoint writes, from the worker's DEBUG1 lines.
 push @EXPORT, qw(memory_rows_written);
@@ -922,6 +922,18 @@ sub server_diagnosis
 		my $rows = eval { psql($sql) } // "(could not read: $@)";
 		Test::More::diag("$sql:\n$rows");
 	}
+}
+
+# SIGKILL the process $pid a test point holds ($name: the assertion's),
+# wait until the server restarted after the crash, then release the
+# points, so that the restarted workers go on.
+sub kill_held
+{
+	my ($pid, $name) = @_;
+	my $launcher = launcher_pid();
+	Test::More::is(kill('KILL', $pid), 1, $name);
+	wait_server_ready(not_launcher => $launcher);
+	test_point_release();
 }
 
 # Release every held point (or keep the ones named).

@@ -71,10 +71,7 @@ for my $point (qw(memory_checkpoint_written checkpoint_after_ext_check))
 	$feed->produce;
 	my $pid = test_point_wait_reached($point, $from, 60);
 	ok($pid, "$point: the worker is held there");
-	my $launcher = launcher_pid();
-	is(kill('KILL', $pid), 1, "$point: SIGKILL to the worker");
-	wait_server_ready(not_launcher => $launcher);
-	test_point_release();
+	kill_held($pid, "$point: SIGKILL to the worker");
 	$feed->caught_up("$point: after the restart");
 	$feed->produce;
 	$feed->caught_up("$point: the next batch");

@@ -172,11 +172,8 @@ is(memory_state_kinds('t218_w_memory'), 'L', 'sliding: the state is panes alone'
 setting_until_exit('mailer.max_buffered_rows', 5000);
 my $from = test_point_hold('keyed_slice_flushed');
 create_sliding('t218_w_kill', 'rocksdb');
-my $pid = test_point_wait_reached('keyed_slice_flushed', $from, 60);
-my $launcher = launcher_pid();
-is(kill('KILL', $pid), 1, 'kill: SIGKILL to the worker held between two slices');
-wait_server_ready(not_launcher => $launcher);
-test_point_release();
+kill_held(test_point_wait_reached('keyed_slice_flushed', $from, 60),
+	'kill: SIGKILL to the worker held between two slices');
 setting_reset('mailer.max_buffered_rows');
 wait_until('t218_w_kill to read every event again', sub { job_metric('t218_w_kill', 'records_in') eq '12000' });
 is(psql("SELECT mailer.stop_job('t218_w_kill')"), 'stopped', 'kill: stopped after every event read');

@@ -65,12 +65,8 @@ sub past
 sub kill_at
 {
 	my ($name, $point) = @_;
-	my $launcher = launcher_pid();
 	my $from = test_point_hold($point);
-	my $pid = test_point_wait_reached($point, $from, 60);
-	is(kill('KILL', $pid), 1, "$name: SIGKILL to a worker at $point");
-	wait_server_ready(not_launcher => $launcher);
-	test_point_release();
+	kill_held(test_point_wait_reached($point, $from, 60), "$name: SIGKILL to a worker at $point");
 }
 
 for my $kind (sort keys %jobs)

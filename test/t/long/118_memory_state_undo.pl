@@ -52,10 +52,7 @@ for my $point (qw(checkpoint_after_ext_check memory_checkpoint_written checkpoin
 	my $from = test_point_hold($point);
 	my $pid = test_point_wait_reached($point, $from, 60);
 	ok($pid, "$point: the worker is held there");
-	my $launcher = launcher_pid();
-	is(kill('KILL', $pid), 1, "$point: SIGKILL to the worker");
-	wait_server_ready(not_launcher => $launcher);
-	test_point_release();
+	kill_held($pid, "$point: SIGKILL to the worker");
 	wait_for_sql("$point: the job checkpoints again", "SELECT ($max_epoch) > $before + 2", 't', 120);
 }
 
@@ -81,13 +78,9 @@ wait_for_sql('the restored job checkpoints', "SELECT ($max_epoch) > $oldest", 't
 # in the undo cleanup.
 wait_for_sql('t118_mem past 25 more epochs', "SELECT ($max_epoch) >= $oldest + 25", 't', 120);
 my $from = test_point_hold('memory_undo_cleanup');
-my $pid = test_point_wait_reached('memory_undo_cleanup', $from, 60);
-my $launcher = launcher_pid();
-kill('KILL', $pid);
-wait_server_ready(not_launcher => $launcher);
-# Release before the stop: the restarted worker's first cleanup slice may
-# reach the held point again, and a worker held there cannot stop.
-test_point_release();
+# kill_held releases the point before the stop: the restarted worker's
+# first cleanup slice may reach it again, and a worker held there cannot stop.
+kill_held(test_point_wait_reached('memory_undo_cleanup', $from, 60), 'SIGKILL to the worker in the undo cleanup');
 is(psql("SELECT mailer.stop_job('t118_mem')"), 'stopped', 'stopped after a kill in the cleanup');
 my $middle = psql("SELECT min(epoch) + 3 FROM mailer.checkpoints WHERE job_id = $job_id AND subtask = 0");
 is(psql("SELECT mailer.restore_job('t118_mem', $middle)"), $middle, "restore_job to epoch $middle");

@@ -99,10 +99,7 @@ is(psql("SELECT count(*) FROM (SELECT epoch, k FROM mailer.memory_undo, unnest(k
 	my $from = test_point_hold('memory_checkpoint_written');
 	my $pid = test_point_wait_reached('memory_checkpoint_written', $from, 60);
 	ok($pid, 'the worker is held after its checkpoint\'s writes');
-	my $launcher = launcher_pid();
-	is(kill('KILL', $pid), 1, 'SIGKILL to the worker');
-	wait_server_ready(not_launcher => $launcher);
-	test_point_release();
+	kill_held($pid, 'SIGKILL to the worker');
 	wait_for_sql('the job checkpoints again', "SELECT (" . epochs($win) . ") > $before + 2", 't', 120);
 }
 restore('t155_win_mem', $win, 100_000, 0);
