@@ -189,10 +189,11 @@ CREATE INDEX ON mailer.memory_undo (job_id, epoch, key_group);
 
 -- The redo of the memory backend's checkpoints: each key an epoch changed,
 -- with its value after (NULL: deleted), packed as the undo is.  A
--- checkpoint writes only this; every few checkpoints one also folds the
--- keys changed since the last fold into memory_state (with their undo),
--- and an open replays the redo of the epochs after the fold it rewound to
--- (docs/ARCHITECTURE.md, "The memory backend's tables").
+-- checkpoint writes only this; every few checkpoints one folds the keys
+-- changed since the last fold into memory_state (with their undo) instead,
+-- but for the new keys it carries into its own redo, and an open replays
+-- the redo from the fold it rewound to on (docs/ARCHITECTURE.md, "The
+-- memory backend's tables").
 CREATE TABLE mailer.memory_redo (
 	job_id			bigint NOT NULL,
 	epoch			bigint NOT NULL,

@@ -213,7 +213,7 @@ define_settings(void)
 
 	DefineCustomIntVariable("mailer.memory_fold_checkpoints",
 							"Checkpoints of a memory-backend job per fold of its changed keys into mailer.memory_state.",
-							"A checkpoint writes the keys it changed as packed redo rows; one in this many, a worker's first and its final one, and one where the keys changed since the last fold pass half the state's size and 64 MB fold instead: they update those keys' rows in mailer.memory_state and write their undo. 1 folds at every checkpoint.",
+							"A checkpoint writes the keys it changed as packed redo rows; one in this many, a worker's first and its final one, and one where the keys changed since the last fold pass half the state's size and 64 MB fold instead: they update those keys' rows in mailer.memory_state and write their undo, and write a key with no row to their redo, at up to two folds. 1 folds at every checkpoint, and never to the redo.",
 							&mailer_memory_fold_checkpoints,
 							10, 1, 1000,
 							PGC_SIGHUP,

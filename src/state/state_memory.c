@@ -17,12 +17,13 @@
  * values now, to mailer.memory_redo, packed as the undo below is.  One in
  * mailer.memory_fold_checkpoints (and a worker's first and final ones)
  * folds instead: it writes the keys changed since the last fold into their
- * rows, with their undo.  A key put and purged between two folds (a
- * window's) never gets a row, and one changed at every checkpoint (a
- * running total's, a session's) is updated once a fold: the row writes
- * had been most of this backend's cost.  An open rewinds the rows to the
- * fold the checkpoint it opens names (its state_ref), then replays the
- * redo after it.
+ * rows, with their undo, but carries a new key (one with no row) to its
+ * redo instead, at up to two folds.  A key put and purged within about
+ * three folds (a window's) never gets a row, and one changed at every
+ * checkpoint (a running total's, a session's) is updated once a fold:
+ * the row writes had been most of this backend's cost.  An open rewinds
+ * the rows to the fold the checkpoint it opens names (its state_ref),
+ * then replays the redo from it on.
  *
  * mailer.memory_state holds one row per key, the value as of the newest
  * committed fold, updated in place: the table's fillfactor leaves
@@ -82,6 +83,7 @@
 #define CLEAN_SLICES	2		/* slices per call beyond what the checkpoint wrote */
 #define REPLAY_CHUNK	100		/* redo rows (of up to a page each) per fetch of an open */
 #define FOLD_HELD_MIN	(64 * 1024 * 1024)	/* changed keys' old values that always wait for the fold */
+#define CARRY_FOLDS		2		/* folds that carry a key with no row as redo, at most */
 
 typedef struct SkipNode
 {
@@ -125,6 +127,7 @@ typedef struct ChangedKey
 	bool		existed;
 	bool		dirty;			/* changed since the last checkpoint: its redo is due */
 	bool		logged;			/* a checkpoint's redo holds it (since it entered the set) */
+	uint8		carried;		/* folds that wrote it to their redo, not to a row */
 } ChangedKey;
 
 /*
@@ -164,6 +167,7 @@ typedef struct MemoryState
 	int64		clean_epoch;	/* undo before it is gone: where a cleanup resumes */
 	int64		undo_written;	/* undo rows the checkpoints wrote since a cleanup */
 	int64		held;			/* bytes of the changed keys' old values */
+	int64		carried_holds;	/* what the changed set held after the last fold (fold_due) */
 	DirtyKey   *dirty;			/* the changed keys whose redo is due: a checkpoint */
 	int64		ndirty;			/* writes these, not the whole changed set */
 	int64		maxdirty;
@@ -174,7 +178,7 @@ typedef struct MemoryState
 	int64	   *folds;			/* epochs this worker folded at, not yet past keep_from */
 	int			nfolds;
 	int			maxfolds;
-	int64		redo_clean_to;	/* redo at or before it may go: a fold at or before keep_from */
+	int64		redo_clean_to;	/* redo at or before it may go: before a fold at or before keep_from */
 	int64		redo_cleaned_to;	/* redo at or before it is gone */
 	int64		redo_clean_epoch;	/* redo before it is gone: where a cleanup resumes */
 	int64		redo_written;	/* redo rows the checkpoints wrote since a cleanup */
@@ -665,36 +669,42 @@ load_rows(MemoryState *ms)
 
 /*
  * The checkpoint's reference: the epoch of the fold its rows are at, which
- * an open at the checkpoint replays the redo after (replay_redo).  Every
- * worker folds at its first checkpoint, so it is always known.  Before
- * the redo, the reference was "memory_state": every epoch was a fold.
+ * an open at the checkpoint replays the redo from (replay_redo).  Every
+ * worker folds at its first checkpoint, so it is always known.  "carried":
+ * the fold's own redo holds keys (carries), which a build from before
+ * them would not replay, nor keep from its cleanup: it refuses this
+ * reference instead of losing them.
  */
 static char *
 state_ref(MemoryState *ms)
 {
 	Assert(ms->last_fold > 0);
-	return psprintf("memory_state fold " INT64_FORMAT, ms->last_fold);
+	return psprintf("memory_state carried fold " INT64_FORMAT, ms->last_fold);
 }
 
 /*
  * The fold epoch a checkpoint's reference names; the epoch itself for
  * "memory_state", which every release before the redo wrote (every epoch
- * was a fold).
+ * was a fold).  A "memory_state fold" of a build from before the carried
+ * keys reads the same: its folds wrote no redo at their own epochs.
  */
 static int64
 ref_fold(const char *ref, int64 epoch)
 {
-	static const char prefix[] = "memory_state fold ";
+	static const char *const prefixes[] = {"memory_state carried fold ", "memory_state fold "};
 	int64		fold = -1;
 	char	   *end = NULL;
 
 	if (ref != NULL && strcmp(ref, "memory_state") == 0)
 		return epoch;
-	if (ref != NULL && strncmp(ref, prefix, sizeof(prefix) - 1) == 0 &&
-		isdigit((unsigned char) ref[sizeof(prefix) - 1]))
+	for (int i = 0; ref != NULL && fold < 0 && i < lengthof(prefixes); i++)
 	{
+		size_t		len = strlen(prefixes[i]);
+
+		if (strncmp(ref, prefixes[i], len) != 0 || !isdigit((unsigned char) ref[len]))
+			continue;
 		errno = 0;
-		fold = strtoi64(ref + sizeof(prefix) - 1, &end, 10);
+		fold = strtoi64(ref + len, &end, 10);
 		if (errno != 0 || *end != '\0')
 			fold = -1;
 	}
@@ -703,16 +713,17 @@ ref_fold(const char *ref, int64 epoch)
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("the checkpoint at epoch " INT64_FORMAT " has memory state reference \"%s\"", epoch,
 						ref ? ref : "(null)"),
-				 errhint("A memory-backend checkpoint's state_ref is \"memory_state fold\" and an epoch not after its own; restore the job to another checkpoint, or drop it.")));
+				 errhint("A memory-backend checkpoint's state_ref is \"memory_state carried fold\" and an epoch not after its own; restore the job to another checkpoint, or drop it.")));
 	return fold;
 }
 
 /*
  * Each of the subtask's key groups' rows are at the fold the checkpoint at
- * epoch of the key group's owner then names (ref_fold): the epoch after
+ * epoch of the key group's owner then names (ref_fold): the epoch from
  * which its redo is replayed, per key group from kg_lo on.  It must be that
- * fold exactly: a fold's epoch writes no redo, so replaying from an earlier
- * one would set a key the fold changed to an older value.
+ * fold exactly: its own redo holds only the keys it carried (which have no
+ * row), so replaying from an earlier one would set a key the fold wrote
+ * to an older value, and from a later one would lose the carried keys.
  */
 static Datum
 replay_from(MemoryState *ms, const StateOpenArgs *args)
@@ -746,8 +757,8 @@ replay_from(MemoryState *ms, const StateOpenArgs *args)
 
 /*
  * Bring the map from the rows, each key group's state as of its fold
- * (replay_from), to the state at epoch: the redo after that fold up to
- * epoch, in epoch order, put or deleted as a record's change would be, so
+ * (replay_from), to the state at epoch: the redo from that fold (the keys
+ * it carried) up to epoch, in epoch order, put or deleted as a record's change would be, so
  * that the keys enter the changed set with their rows' values as undo and
  * the next fold writes them (docs/ARCHITECTURE.md, "The memory backend's
  * tables").  Their redo is written already: the keys are not dirty, and
@@ -773,7 +784,7 @@ replay_redo(MemoryState *ms, const StateOpenArgs *args)
 									   "SELECT keys, new_values FROM mailer.memory_redo "
 									   "WHERE job_id OPERATOR(pg_catalog.=) $1 AND epoch OPERATOR(pg_catalog.<=) $2 "
 									   "AND key_group OPERATOR(pg_catalog.>=) $3 AND key_group OPERATOR(pg_catalog.<) $4 "
-									   "AND epoch OPERATOR(pg_catalog.>) $5[key_group OPERATOR(pg_catalog.-) $3 OPERATOR(pg_catalog.+) 1] "
+									   "AND epoch OPERATOR(pg_catalog.>=) $5[key_group OPERATOR(pg_catalog.-) $3 OPERATOR(pg_catalog.+) 1] "
 									   "ORDER BY epoch",
 									   5, types, values, NULL, false, 0);
 	for (;;)
@@ -921,6 +932,7 @@ note_changed(MemoryState *ms, StateKey k, uint32 hash, SkipNode *x, bool *first)
 		ck->old = NULL;
 		ck->oldlen = 0;
 		ck->logged = false;
+		ck->carried = 0;
 		ItemPointerSetInvalid(&ck->tid);
 	}
 	ck->node = x;
@@ -1258,6 +1270,7 @@ typedef struct RowWrite
 	SkipNode   *x;				/* the key's node; NULL: delete the row */
 	uint64		order;			/* row_order's: the row's address, or NEW_ROW */
 	int			group;
+	bool		carry;			/* a fold writes it to its redo, not to a row (carries) */
 } RowWrite;
 
 /* A new key's row_order: after every address, even an invalid one's */
@@ -1339,23 +1352,31 @@ owned_key_group(MemoryState *ms, ChangedKey *ck)
 	return group;
 }
 
+/* What the changed set holds: the keys' old values, its entries and their key copies. */
+static int64
+changed_holds(MemoryState *ms)
+{
+	return ms->held + (int64) MemoryContextMemAllocated(ms->changed_ctx, true) +
+		(int64) ms->changed->members * (int64) sizeof(ChangedKey);
+}
+
 /*
  * Whether the checkpoint at epoch folds: the first after the open, and one
  * in mailer.memory_fold_checkpoints, the subtasks of a parallel job each
  * at another epoch of the N (so that their folds' longer checkpoints do
- * not fall together); or sooner, when what the changed set holds (the
- * keys' old values, and its entries: a key put and deleted again between
- * folds keeps one) passes half the state's size and FOLD_HELD_MIN.
+ * not fall together); or sooner, when what the changed set gained since
+ * the last fold (the keys' old values, and its entries: a key put and
+ * deleted again between folds keeps one) passes half the state's size and
+ * FOLD_HELD_MIN.  Gained: the keys the last fold carried stay in the set,
+ * and a fold would not free them.
  */
 static bool
 fold_due(MemoryState *ms, int64 epoch)
 {
 	int			n = mailer_memory_fold_checkpoints;
-	int64		holds = ms->held + (int64) MemoryContextMemAllocated(ms->changed_ctx, true) +
-		(int64) ms->changed->members * (int64) sizeof(ChangedKey);
 
 	return ms->fold_next || (epoch + (int64) ms->subtask * n / ms->parallelism) % n == 0 ||
-		holds > Max((int64) FOLD_HELD_MIN, (ms->bytes - ms->held) / 2);
+		changed_holds(ms) - ms->carried_holds > Max((int64) FOLD_HELD_MIN, (ms->bytes - ms->held) / 2);
 }
 
 /* Remember a fold of this worker's, for the redo's cleanup (mem_committed). */
@@ -1397,6 +1418,7 @@ write_redo(MemoryState *ms, MemoryRows *mr, int64 epoch)
 		dirty[i].ck = ck;
 		dirty[i].x = ck->node;
 		dirty[i].group = owned_key_group(ms, ck);
+		dirty[i].carry = false;
 	}
 	sort_undo_order(dirty, n);
 	packer = undo_packer_create(write_packed_row, &target);
@@ -1433,34 +1455,111 @@ write_redo(MemoryState *ms, MemoryRows *mr, int64 epoch)
 }
 
 /*
+ * Whether a fold writes the changed key to its redo instead of to a row:
+ * a live key that has no row yet, at the first CARRY_FOLDS folds since it
+ * entered the set, but never at the final fold (a stopped job's rows are
+ * its state), nor at the first after an open (the replay put the carried
+ * keys back with no count: this gives them their rows, so that no key is
+ * carried on by restarts), nor when every checkpoint folds (the design
+ * before the redo, which mailer.memory_fold_checkpoints = 1 keeps
+ * exactly).  A
+ * window's key lives for a few checkpoints: carried, it goes between
+ * folds, as one put and purged between two folds does, with no row, no
+ * undo and no delete of the row; a key that lives on gets its row at the
+ * fold after.
+ */
+static inline bool
+carries(MemoryState *ms, ChangedKey *ck, SkipNode *x, bool final)
+{
+	return !final && !ms->fold_next && mailer_memory_fold_checkpoints > 1 &&
+		x != NULL && !ck->existed && ck->carried < CARRY_FOLDS;
+}
+
+/* A carried key, kept from one fold's changed set to the next. */
+typedef struct CarriedKey
+{
+	StateKey	key;
+	uint32		hash;
+	uint8		carried;
+	SkipNode   *node;
+} CarriedKey;
+
+/*
+ * The end of a fold at epoch: the changed set keeps only the keys it
+ * carried, which have no row and whose redo the fold wrote (logged, not
+ * dirty).  Their key copies move to a new context, so that the old one
+ * goes whole.
+ */
+static void
+end_fold(MemoryState *ms, int64 epoch, CarriedKey *carried, int64 n)
+{
+	MemoryContext keys_ctx = AllocSetContextCreate(MemoryContextGetParent(ms->changed_ctx),
+												   "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
+
+	for (int64 i = 0; i < n; i++)
+	{
+		char	   *copy = MemoryContextAlloc(keys_ctx, Max(carried[i].key.len, 1));
+
+		memcpy(copy, carried[i].key.data, carried[i].key.len);
+		carried[i].key.data = copy;
+	}
+	changed_reset(ms->changed);
+	MemoryContextDelete(ms->changed_ctx);
+	ms->changed_ctx = keys_ctx;
+	for (int64 i = 0; i < n; i++)
+	{
+		bool		found;
+		ChangedKey *ck = changed_insert_hash(ms->changed, carried[i].key, carried[i].hash, &found);
+
+		Assert(!found);
+		ck->node = carried[i].node;
+		ck->carried = carried[i].carried;
+		ck->existed = false;
+		ck->old = NULL;
+		ck->oldlen = 0;
+		ItemPointerSetInvalid(&ck->tid);
+		ck->dirty = false;
+		ck->logged = true;
+	}
+	ms->carried_holds = changed_holds(ms);
+	ms->ndirty = 0;
+	note_fold(ms, epoch);
+}
+
+/*
  * Fold: write the keys changed since the last fold and their undo as
- * epoch's (inside its transaction).  A key put back to the value it had,
+ * epoch's (inside its transaction), or, for the keys it carries (carries),
+ * their values as epoch's redo.  A key put back to the value it had,
  * or added and deleted again, changed nothing and is not written.  The
  * undo values are freed as they are written: an error here ends the
  * worker, which reopens the state of the last committed epoch, so no
  * checkpoint is retried with this changed-key set.
  *
- * The undo goes first, packed into rows of a key group each
+ * The undo and the redo go first, packed into rows of a key group each
  * (memory_undo.h).  A key that existed has its row updated (or deleted) at
  * its address, a new key's row is inserted, both at the heap level
  * (memory_rows.h), SQL writing what that could not.
  */
 static void
-fold(MemoryState *ms, MemoryRows *mr, int64 epoch, MemoryRowsCounts *counts)
+fold(MemoryState *ms, MemoryRows *mr, int64 epoch, bool final, MemoryRowsCounts *counts)
 {
 	changed_iterator iter;
 	ChangedKey *ck;
 	WriteChunk *w = palloc(sizeof(WriteChunk));
 	RowWrite   *writes;
+	CarriedKey *carried;
 	int64		nwrites = 0;
+	int64		ncarried = 0;
 	int64		by_sql = 0;
 	PackedTarget undo = {ms, mr, epoch, false};
-	UndoPacker *packer;
+	PackedTarget redo = {ms, mr, epoch, true};
+	UndoPacker *undo_packer;
+	UndoPacker *redo_packer;
 
 	w->ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory checkpoint", ALLOCSET_DEFAULT_SIZES);
 	w->nput = w->ndel = 0;
 	w->bytes = 0;
-	/* 24 bytes a key: past 1 GB at about 45 million changed keys */
+	/* 32 bytes a key: past 1 GB at about 33 million changed keys */
 	writes = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(RowWrite) * Max(ms->changed->members, 1));
 	changed_start_iterate(ms->changed, &iter);
 	while ((ck = changed_iterate(ms->changed, &iter)) != NULL)
@@ -1480,19 +1579,36 @@ fold(MemoryState *ms, MemoryRows *mr, int64 epoch, MemoryRowsCounts *counts)
 		writes[nwrites].x = x;
 		writes[nwrites].order = ck->existed ? address_order(&ck->tid) : NEW_ROW;
 		writes[nwrites].group = owned_key_group(ms, ck);
+		writes[nwrites].carry = carries(ms, ck, x, final);
+		ncarried += writes[nwrites].carry;
 		nwrites++;
 	}
 	sort_undo_order(writes, nwrites);
-	packer = undo_packer_create(write_packed_row, &undo);
+	carried = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(CarriedKey) * Max(ncarried, 1));
+	ncarried = 0;
+	undo_packer = undo_packer_create(write_packed_row, &undo);
+	redo_packer = undo_packer_create(write_packed_row, &redo);
 	for (int64 i = 0; i < nwrites; i++)
 	{
 		ChangedKey *c = writes[i].ck;
 
-		undo_packer_add(packer, writes[i].group, c->key.data, c->key.len,
+		if (writes[i].carry)
+		{
+			undo_packer_add(redo_packer, writes[i].group, c->key.data, c->key.len,
+							writes[i].x->val, writes[i].x->vlen);
+			carried[ncarried].key = c->key;
+			carried[ncarried].hash = c->hash;
+			carried[ncarried].carried = c->carried + 1;
+			carried[ncarried].node = writes[i].x;
+			ncarried++;
+			continue;
+		}
+		undo_packer_add(undo_packer, writes[i].group, c->key.data, c->key.len,
 						c->existed ? c->old : NULL, c->oldlen);
 		free_old(ms, c);
 	}
-	ms->undo_written += undo_packer_finish(packer);
+	ms->undo_written += undo_packer_finish(undo_packer);
+	ms->redo_written += undo_packer_finish(redo_packer);
 	if (mr)
 		sort_row_order(writes, nwrites);
 	for (int64 i = 0; i < nwrites; i++)
@@ -1500,6 +1616,8 @@ fold(MemoryState *ms, MemoryRows *mr, int64 epoch, MemoryRowsCounts *counts)
 		ChangedKey *c = writes[i].ck;
 		SkipNode   *x = writes[i].x;
 
+		if (writes[i].carry)
+			continue;
 		if (mr == NULL)
 		{
 			chunk_add(ms, w, c, x, writes[i].group);
@@ -1527,14 +1645,14 @@ fold(MemoryState *ms, MemoryRows *mr, int64 epoch, MemoryRowsCounts *counts)
 	/* what went which way: tests read it (159, 160) */
 	elog(DEBUG1, "mailer memory checkpoint of job " INT64_FORMAT " epoch " INT64_FORMAT ": "
 		 INT64_FORMAT " rows updated at their address (" INT64_FORMAT " HOT), " INT64_FORMAT
-		 " deleted at their address, " INT64_FORMAT " inserted, " INT64_FORMAT " written by SQL",
-		 ms->base.job_id, epoch, counts->updated, counts->hot, counts->deleted, counts->inserted, by_sql);
+		 " deleted at their address, " INT64_FORMAT " inserted, " INT64_FORMAT " written by SQL, "
+		 INT64_FORMAT " keys carried as redo",
+		 ms->base.job_id, epoch, counts->updated, counts->hot, counts->deleted, counts->inserted, by_sql,
+		 ncarried);
 	MemoryContextDelete(w->ctx);
 	pfree(w);
-	changed_reset(ms->changed);
-	MemoryContextReset(ms->changed_ctx);
-	ms->ndirty = 0;
-	note_fold(ms, epoch);
+	end_fold(ms, epoch, carried, ncarried);
+	pfree(carried);
 }
 
 /*
@@ -1556,7 +1674,7 @@ mem_checkpoint(StateBackend *backend, int64 epoch, bool final)
 	{
 		/* nothing to write: not even the tables to open (a fold of no change leaves the rows as they are) */
 		if (folds)
-			note_fold(ms, epoch);
+			end_fold(ms, epoch, NULL, 0);
 		TEST_POINT(folds ? "memory_fold_written" : "memory_redo_written");
 		TEST_POINT("memory_checkpoint_written");
 		SPI_finish();
@@ -1575,11 +1693,12 @@ mem_checkpoint(StateBackend *backend, int64 epoch, bool final)
 	else
 		ms->freed.n = ms->undo_freed.n = 0;
 	/*
-	 * A fold's epoch needs no redo: an open at or after it starts from its
-	 * rows, one before it rewinds them.
+	 * A fold's epoch needs no redo but that of the keys it carries: an open
+	 * at or after it starts from its rows and that redo, one before it
+	 * rewinds them and deletes the redo.
 	 */
 	if (folds)
-		fold(ms, mr, epoch, &counts);
+		fold(ms, mr, epoch, final, &counts);
 	else
 	{
 		ms->redo_written += write_redo(ms, mr, epoch);
@@ -1691,10 +1810,11 @@ clean_packed(MemoryState *ms, bool undo, int64 upto, int64 *resume, int64 *budge
 /*
  * Delete the undo and redo no retained epoch needs.  A rewind to keep_from
  * or later reads only the undo of epochs after keep_from, and replays the
- * redo after the newest fold at or before it: the redo up to this
+ * redo from the newest fold at or before it on: the redo before this
  * worker's newest fold at or before keep_from goes (an open's replay
- * reads from the fold it rewound to on, and before this worker's first
- * fold it cannot know that fold).
+ * reads from the fold it rewound to on, that fold's carried keys
+ * included, and before this worker's first fold it cannot know that
+ * fold).
  *
  * This runs in the batch loop, so a call deletes about what the checkpoints
  * wrote since the last one and a few slices more: a backlog (the undo of a
@@ -1711,7 +1831,7 @@ mem_committed(StateBackend *backend, int64 epoch, int64 keep_from, const int64 *
 	if (nkeep > 0 && keep[0] < keep_from)
 		keep_from = keep[0];
 	while (past < ms->nfolds && ms->folds[past] <= keep_from)
-		ms->redo_clean_to = ms->folds[past++];
+		ms->redo_clean_to = ms->folds[past++] - 1;	/* the fold's own redo (its carried keys) stays */
 	if (past > 0)
 	{
 		memmove(ms->folds, ms->folds + past, sizeof(int64) * (ms->nfolds - past));

@@ -145,7 +145,11 @@ same_rows('SELECT customer_id, window_start, window_end, n, total FROM gen_retry
 # checkpoint every 100 ms, the job's undo of older epochs is deleted after
 # each commit, and its worker is killed after twenty checkpoints.  The
 # restarted worker still emits every window, and deletes the undo the
-# killed one left: none older than the retained epochs remains.
+# killed one left: none older than the retained epochs remains.  Every
+# checkpoint folds (a fold of a longer interval would carry these
+# short-lived panes to its redo, and write no undo for them:
+# 221_memory_redo_fold tests that).
+setting_until_exit('mailer.memory_fold_checkpoints', 1);
 psql('CREATE TABLE gen_compact (LIKE gen_tumbling INCLUDING ALL)');
 psql(qq{SELECT mailer.create_job('gen_compact', \$spec\${"source": {"type": "generator", "events": 5000, "keys": 7,
 		"seed": 55, "start_time": "2030-01-01 00:00:00+00", "step": "250 milliseconds", "rate": 1000},
