@@ -91,15 +91,27 @@ static const ExpectedColumn redo_columns[] = {
 	{"keys", BYTEAARRAYOID}, {"new_values", BYTEAARRAYOID},
 };
 
-/* The three tables, in the order memory_rows_begin opens them. */
-typedef enum RowsKind
+/*
+ * The three tables, in the order memory_rows_begin opens them (their range
+ * table indexes, from 1), with the columns the writes fill.
+ */
+typedef struct RowsTableDef
 {
-	ROWS_STATE,
-	ROWS_UNDO,
-	ROWS_REDO,
-} RowsKind;
+	const char *name;
+	const ExpectedColumn *columns;
+	int			ncolumns;
+	const char *key;			/* the key's column (undo, redo: the keys') */
+	const char *value;			/* the value's (undo: the old values'; redo: the new ones') */
+	bool		epoch;			/* an epoch column: undo and redo */
+} RowsTableDef;
 
-#define ROWS_TABLES		3
+static const RowsTableDef table_defs[] = {
+	{"memory_state", state_columns, lengthof(state_columns), "key", "value", false},
+	{"memory_undo", undo_columns, lengthof(undo_columns), "keys", "old_values", true},
+	{"memory_redo", redo_columns, lengthof(redo_columns), "keys", "new_values", true},
+};
+
+#define ROWS_TABLES		lengthof(table_defs)
 
 /* One of the tables, and its inserts not yet written. */
 typedef struct RowsTable
@@ -214,9 +226,9 @@ column(Relation rel, const char *name)
 }
 
 static void
-table_init(MemoryRows *mr, RowsTable *t, Index rti, RowsKind kind)
+table_init(MemoryRows *mr, RowsTable *t, Index rti)
 {
-	static const char *const values[ROWS_TABLES] = {"value", "old_values", "new_values"};
+	const RowsTableDef *def = &table_defs[rti - 1];
 
 	t->rri = makeNode(ResultRelInfo);
 	ExecInitResultRelation(mr->estate, t->rri, rti);
@@ -229,18 +241,14 @@ table_init(MemoryRows *mr, RowsTable *t, Index rti, RowsKind kind)
 	t->slot_desc = NULL;
 	t->att_job = column(t->rel, "job_id");
 	t->att_group = column(t->rel, "key_group");
-	t->att_key = column(t->rel, kind == ROWS_STATE ? "key" : "keys");
-	t->att_value = column(t->rel, values[kind]);
-	t->att_epoch = kind == ROWS_STATE ? InvalidAttrNumber : column(t->rel, "epoch");
+	t->att_key = column(t->rel, def->key);
+	t->att_value = column(t->rel, def->value);
+	t->att_epoch = def->epoch ? column(t->rel, "epoch") : InvalidAttrNumber;
 }
 
 MemoryRows *
 memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 {
-	static const char *const names[ROWS_TABLES] = {"memory_state", "memory_undo", "memory_redo"};
-	static const ExpectedColumn *const columns[ROWS_TABLES] = {state_columns, undo_columns, redo_columns};
-	static const int ncolumns[ROWS_TABLES] = {lengthof(state_columns), lengthof(undo_columns),
-	lengthof(redo_columns)};
 	Oid			relids[ROWS_TABLES];
 	List	   *rtable = NIL;
 	Relation	rels[ROWS_TABLES];
@@ -255,9 +263,9 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	catalog_enter(&mr->access);
 	for (int i = 0; i < ROWS_TABLES; i++)
 	{
-		relids[i] = memory_table(ext_oid, names[i], RowExclusiveLock);
+		relids[i] = memory_table(ext_oid, table_defs[i].name, RowExclusiveLock);
 		rels[i] = table_open(relids[i], NoLock);
-		plain = plain && plain_heap(rels[i], columns[i], ncolumns[i]);
+		plain = plain && plain_heap(rels[i], table_defs[i].columns, table_defs[i].ncolumns);
 	}
 	*node = rels[0]->rd_node;
 	if (plain)
@@ -304,9 +312,9 @@ memory_rows_begin(Oid ext_oid, int64 job_id, RelFileNode *node)
 	mr->estate->es_snapshot = mr->snapshot;
 	mr->cid = GetCurrentCommandId(true);
 	mr->estate->es_output_cid = mr->cid;
-	table_init(mr, &mr->state, 1, ROWS_STATE);
-	table_init(mr, &mr->undo, 2, ROWS_UNDO);
-	table_init(mr, &mr->redo, 3, ROWS_REDO);
+	table_init(mr, &mr->state, 1);
+	table_init(mr, &mr->undo, 2);
+	table_init(mr, &mr->redo, 3);
 	mr->nblocks = RelationGetNumberOfBlocks(mr->state.rel);
 	mr->row_ctx = AllocSetContextCreate(CurrentMemoryContext, "mailer memory row", ALLOCSET_SMALL_SIZES);
 	mr->update_slot = ExecAllocTableSlot(&mr->estate->es_tupleTable, RelationGetDescr(mr->state.rel),

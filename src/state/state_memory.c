@@ -912,6 +912,31 @@ mem_get(StateBackend *backend, const char *key, int klen, StringInfo val)
 }
 
 /*
+ * A key's new entry in the changed set: its own copy of the key, in
+ * changed_ctx; no row, no undo, no redo yet.
+ */
+static ChangedKey *
+new_changed_key(MemoryState *ms, StateKey k, uint32 hash, bool *found)
+{
+	ChangedKey *ck = changed_insert_hash(ms->changed, k, hash, found);
+	char	   *copy;
+
+	if (*found)
+		return ck;
+	copy = MemoryContextAlloc(ms->changed_ctx, Max(k.len, 1));
+	memcpy(copy, k.data, k.len);
+	ck->key.data = copy;
+	ck->existed = false;
+	ck->old = NULL;
+	ck->oldlen = 0;
+	ck->dirty = false;
+	ck->logged = false;
+	ck->carried = 0;
+	ItemPointerSetInvalid(&ck->tid);
+	return ck;
+}
+
+/*
  * The key's entry in the changed set, and whether it was new there: the
  * caller then fills in what the key was at the last checkpoint, and
  * keeps node right (x, the key's node before the change).
@@ -920,21 +945,8 @@ static ChangedKey *
 note_changed(MemoryState *ms, StateKey k, uint32 hash, SkipNode *x, bool *first)
 {
 	bool		found;
-	ChangedKey *ck = changed_insert_hash(ms->changed, k, hash, &found);
+	ChangedKey *ck = new_changed_key(ms, k, hash, &found);
 
-	if (!found)
-	{
-		char	   *copy = MemoryContextAlloc(ms->changed_ctx, Max(k.len, 1));
-
-		memcpy(copy, k.data, k.len);
-		ck->key.data = copy;
-		ck->existed = false;
-		ck->old = NULL;
-		ck->oldlen = 0;
-		ck->logged = false;
-		ck->carried = 0;
-		ItemPointerSetInvalid(&ck->tid);
-	}
 	ck->node = x;
 	if (!found || !ck->dirty)
 	{
@@ -1486,41 +1498,28 @@ typedef struct CarriedKey
 
 /*
  * The end of a fold at epoch: the changed set keeps only the keys it
- * carried, which have no row and whose redo the fold wrote (logged, not
- * dirty).  Their key copies move to a new context, so that the old one
- * goes whole.
+ * carried, which have no row and whose redo the fold wrote (logged).
+ * Their key copies move to a new context, so that the old one goes whole.
  */
 static void
 end_fold(MemoryState *ms, int64 epoch, CarriedKey *carried, int64 n)
 {
-	MemoryContext keys_ctx = AllocSetContextCreate(MemoryContextGetParent(ms->changed_ctx),
-												   "mailer changed keys", ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old_keys = ms->changed_ctx;
 
-	for (int64 i = 0; i < n; i++)
-	{
-		char	   *copy = MemoryContextAlloc(keys_ctx, Max(carried[i].key.len, 1));
-
-		memcpy(copy, carried[i].key.data, carried[i].key.len);
-		carried[i].key.data = copy;
-	}
+	ms->changed_ctx = AllocSetContextCreate(MemoryContextGetParent(old_keys),
+											"mailer changed keys", ALLOCSET_DEFAULT_SIZES);
 	changed_reset(ms->changed);
-	MemoryContextDelete(ms->changed_ctx);
-	ms->changed_ctx = keys_ctx;
 	for (int64 i = 0; i < n; i++)
 	{
 		bool		found;
-		ChangedKey *ck = changed_insert_hash(ms->changed, carried[i].key, carried[i].hash, &found);
+		ChangedKey *ck = new_changed_key(ms, carried[i].key, carried[i].hash, &found);
 
 		Assert(!found);
 		ck->node = carried[i].node;
 		ck->carried = carried[i].carried;
-		ck->existed = false;
-		ck->old = NULL;
-		ck->oldlen = 0;
-		ItemPointerSetInvalid(&ck->tid);
-		ck->dirty = false;
 		ck->logged = true;
 	}
+	MemoryContextDelete(old_keys);
 	ms->carried_holds = changed_holds(ms);
 	ms->ndirty = 0;
 	note_fold(ms, epoch);
