@@ -75,6 +75,13 @@ struct KeyedStage
 	/* Sliding windows kept as panes of slide ('L' entries; window.c) */
 	bool		panes;
 	int			npanes;			/* panes in a window: size / slide */
+	/*
+	 * The earliest pane a record changed since the dirty entries were last
+	 * written (DT_NOEND: none).  The cache holds an earlier pane as the
+	 * backend does, or deleted by a purge no scan reaches, so a scan takes
+	 * the backend's (pane_scan_cached).
+	 */
+	TimestampTz panes_changed_from;
 	bool		legacy_windows; /* the state holds per-window entries too */
 	MemoryContext changed_context;	/* the windows changed since the checkpoint */
 	struct wchanged_hash *changed;

@@ -82,6 +82,7 @@ static List *pane_fire_due(KeyedStage *stage, List *timers);
 static void pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purges);
 static void pane_range(KeyedStage *stage, const StateKey *timer, StringInfo lo, StringInfo hi);
 static bool pane_scan_keeps(KeyedStage *stage, int i);
+static KeyedEntry *pane_scan_cached(KeyedStage *stage, const char *key, int klen, TimestampTz pane);
 static bool pane_scan_window_begin(KeyedStage *stage, const StateKey *timer, StringInfo lo,
 								   StringInfo hi);
 static void pane_scan_window_end(KeyedStage *stage, StringInfo lo, const bool *seen, bool found,
@@ -891,6 +892,7 @@ window_setup(KeyedStage *stage)
 	{
 		stage->panes = true;
 		stage->npanes = (int) (w->size_us / w->slide_us);
+		stage->panes_changed_from = DT_NOEND;
 		stage->changed_context = AllocSetContextCreate(stage->context, "mailer keyed changed windows",
 													   ALLOCSET_DEFAULT_SIZES);
 		changed_reset(stage);
@@ -1171,6 +1173,7 @@ pane_add(KeyedStage *stage, TimestampTz t, const char *group, int group_len)
 	keyed_store(stage, e->values, stage->next);
 	e->unemitted = true;
 	keyed_mark_dirty(stage, e);
+	stage->panes_changed_from = Min(stage->panes_changed_from, e->start);
 	return true;
 }
 
@@ -1278,8 +1281,9 @@ pane_fire_due(KeyedStage *stage, List *timers)
  * the cache, and the next window holding a pane fires a slide later.  A
  * cached pane is newer than the backend's (a record changed it since the
  * checkpoint) and is taken instead, and one the scan does not meet may be
- * new since, so the cache is asked for it.  A window's first pane is
- * cached all the same (or its absence), for the purge that deletes it;
+ * new since, so the cache is asked for it, if it is no earlier than the
+ * first pane a record changed since (pane_scan_cached).  A window's first
+ * pane is cached all the same (or its absence), for the purge that deletes it;
  * with emit update every pane is, for the checkpoint's rows of the
  * windows changed since (window_emit_panes), which hold the later ones.
  * The iterator is ended on an ERROR too (an interrupt, a corrupt value, a
@@ -1387,7 +1391,7 @@ pane_scan_fire(KeyedStage *stage, List *timers, int first, int last, List **purg
 			i = (int) ((pane - start) / w->slide_us);
 			seen[i] = true;
 			e = pane_scan_keeps(stage, i) ? keyed_lookup_known(stage, key, klen, true, val, vlen)
-				: keyed_cache_find(stage, key, klen);
+				: pane_scan_cached(stage, key, klen, pane);
 			if (e != NULL)
 			{
 				if (!pane_usable(e))
@@ -1420,6 +1424,28 @@ static bool
 pane_scan_keeps(KeyedStage *stage, int i)
 {
 	return i == 0 || stage->plan->window->emit_update;
+}
+
+/*
+ * A pane the scan does not keep, if the cache has it newer than the
+ * backend: only one a record changed since the checkpoint can be.  A purge
+ * since (a deleted entry) is of a pane no window firing now holds: the
+ * windows holding it end no later than the purged one, so they fired
+ * before it was purged (a step fires before it purges), and none gets a
+ * fire timer again (a window that has ended gets none, pane_add refuses a
+ * record for a purged pane).  The hash probe of each pane read was a sixth
+ * of the scan (BENCHMARKS.md, "Per-record speed (issue 16): the scan asks
+ * the cache for recent panes only").
+ */
+static KeyedEntry *
+pane_scan_cached(KeyedStage *stage, const char *key, int klen, TimestampTz pane)
+{
+	if (pane < stage->panes_changed_from)
+	{
+		Assert(keyed_cache_find(stage, key, klen) == NULL || !keyed_cache_find(stage, key, klen)->dirty);
+		return NULL;
+	}
+	return keyed_cache_find(stage, key, klen);
 }
 
 /* The scan's next window: its range of pane keys, and stage->combined begun. */
@@ -1471,7 +1497,7 @@ pane_scan_window_end(KeyedStage *stage, StringInfo lo, const bool *seen, bool fo
 		lo->len -= 8;
 		keyed_key_append_time(lo, start + i * stage->plan->window->slide_us);
 		e = pane_scan_keeps(stage, i) ? keyed_lookup_known(stage, lo->data, lo->len, true, NULL, 0)
-			: keyed_cache_find(stage, lo->data, lo->len);
+			: pane_scan_cached(stage, lo->data, lo->len, start + i * stage->plan->window->slide_us);
 		if (pane_usable(e))
 		{
 			pane_merge(stage, e->values);
@@ -1541,6 +1567,8 @@ window_emit_panes(KeyedStage *stage)
 		}
 	}
 	changed_reset(stage);
+	/* keyed_prepare_checkpoint writes every dirty entry next (keyed_write_dirty) */
+	stage->panes_changed_from = DT_NOEND;
 }
 
 void
