@@ -1283,9 +1283,9 @@ pane_fire_due(KeyedStage *stage, List *timers)
  * checkpoint) and is taken instead, and one the scan does not meet may be
  * new since, so the cache is asked for it, if it is no earlier than the
  * first pane a record changed since (pane_scan_cached).  A window's first
- * pane is cached all the same (or its absence), for the purge that deletes it;
- * with emit update every pane is, for the checkpoint's rows of the
- * windows changed since (window_emit_panes), which hold the later ones.
+ * pane is cached all the same (or its absence), for the purge that
+ * deletes it; with emit update every pane is, for the checkpoint's rows of
+ * the windows changed since (window_emit_panes), which hold the later ones.
  * The iterator is ended on an ERROR too (an interrupt, a corrupt value, a
  * failing emit).
  */
