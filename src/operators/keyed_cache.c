@@ -700,6 +700,7 @@ keyed_write_dirty(KeyedStage *stage)
 	for (int i = 0; i < nchanged; i++)
 		write_entry(stage, stage->dirty[i]);
 	stage->ndirty = 0;
+	stage->panes_changed_from = DT_NOEND;	/* every pane a record changed is written */
 	if (stage->cache->members > Min(stage->cache_kept, limit) + limit ||
 		stage->cache_dropped > limit ||
 		cache_bytes(stage) > Max(CACHE_MEMORY_LIMIT, stage->cache->members * CACHE_MEMORY_PER_ENTRY))

@@ -77,7 +77,8 @@ struct KeyedStage
 	int			npanes;			/* panes in a window: size / slide */
 	/*
 	 * The earliest pane a record changed since the dirty entries were last
-	 * written (DT_NOEND: none).  The cache holds an earlier pane as the
+	 * written (DT_NOEND: none; keyed_write_dirty resets it, window.c's
+	 * pane_add lowers it).  The cache holds an earlier pane as the
 	 * backend does, or deleted by a purge no scan reaches, so a scan takes
 	 * the backend's (pane_scan_cached).
 	 */

@@ -1490,14 +1490,16 @@ pane_scan_window_end(KeyedStage *stage, StringInfo lo, const bool *seen, bool fo
 
 	for (int i = 0; i < stage->npanes; i++)
 	{
+		TimestampTz pane;
 		KeyedEntry *e;
 
 		if (seen[i])
 			continue;
+		pane = start + i * stage->plan->window->slide_us;
 		lo->len -= 8;
-		keyed_key_append_time(lo, start + i * stage->plan->window->slide_us);
+		keyed_key_append_time(lo, pane);
 		e = pane_scan_keeps(stage, i) ? keyed_lookup_known(stage, lo->data, lo->len, true, NULL, 0)
-			: pane_scan_cached(stage, lo->data, lo->len, start + i * stage->plan->window->slide_us);
+			: pane_scan_cached(stage, lo->data, lo->len, pane);
 		if (pane_usable(e))
 		{
 			pane_merge(stage, e->values);
@@ -1567,8 +1569,6 @@ window_emit_panes(KeyedStage *stage)
 		}
 	}
 	changed_reset(stage);
-	/* keyed_prepare_checkpoint writes every dirty entry next (keyed_write_dirty) */
-	stage->panes_changed_from = DT_NOEND;
 }
 
 void
